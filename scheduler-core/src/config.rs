@@ -1,0 +1,473 @@
+//! Knobs, the design's profiles, and validation.
+//!
+//! Every knob has a name (the one used in `mqfqd.toml` and on the `mqfq-sim` command line), and
+//! every rejection names it, so an operator can fix the file without reading code.
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::Serialize;
+
+/// A knob that was given a value it cannot take.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("invalid value {value} for `{knob}`: {reason}")]
+pub struct ConfigError {
+    /// The knob's name, as spelled in the config file.
+    pub knob: &'static str,
+    /// The rejected value, printed.
+    pub value: String,
+    /// What the knob accepts.
+    pub reason: &'static str,
+}
+
+fn reject(knob: &'static str, value: impl fmt::Display, reason: &'static str) -> ConfigError {
+    ConfigError {
+        knob,
+        value: value.to_string(),
+        reason,
+    }
+}
+
+fn positive(knob: &'static str, v: f64) -> Result<(), ConfigError> {
+    if v.is_finite() && v > 0.0 {
+        Ok(())
+    } else {
+        Err(reject(knob, v, "must be a finite number > 0"))
+    }
+}
+
+fn non_negative(knob: &'static str, v: f64) -> Result<(), ConfigError> {
+    if v.is_finite() && v >= 0.0 {
+        Ok(())
+    } else {
+        Err(reject(knob, v, "must be a finite number >= 0"))
+    }
+}
+
+fn unit_interval(knob: &'static str, v: f64) -> Result<(), ConfigError> {
+    if v.is_finite() && v > 0.0 && v <= 1.0 {
+        Ok(())
+    } else {
+        Err(reject(knob, v, "must be in (0, 1]"))
+    }
+}
+
+/// The over-run threshold T: how far (in virtual seconds) a flow's start tag may run ahead of the
+/// global virtual time and still dispatch.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Overrun {
+    /// A fixed T in virtual seconds.
+    Fixed(f64),
+    /// T = k × τ_avg, the node-wide average service time (falls back to the fallback charge).
+    TauMultiple(f64),
+}
+
+/// How long a drained flow stays Active (sticky) after its last service.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StickyTtl {
+    /// A fixed TTL in seconds.
+    Fixed(f64),
+    /// k × the flow's average inter-arrival time (the design's rule).
+    IatMultiple(f64),
+    /// k × the flow's average service time (the published implementation's rule).
+    ExecMultiple(f64),
+}
+
+/// Which flow the dispatcher serves next, among those within T of V.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Selection {
+    /// Keep serving the last flow while eligible, then prefer memory-resident flows, then lowest S.
+    StickyResident,
+    /// Keep serving the last flow while eligible, then lowest S (the published `mqfq_sticky`).
+    Sticky,
+    /// Lowest S only (plain MQFQ).
+    LowestStart,
+}
+
+/// Knobs of the MQFQ-Sticky queue.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct QueueConfig {
+    /// T (`overrun`).
+    pub overrun: Overrun,
+    /// Sticky TTL rule (`ttl`).
+    pub ttl: StickyTtl,
+    /// TTL while the rule's input (IAT or service time) is still unknown (`fallback_ttl_s`).
+    pub fallback_ttl_s: f64,
+    /// Charge of a function whose service time is unknown (`fallback_charge_s`).
+    pub fallback_charge_s: f64,
+    /// Weight of a new sample in the per-function EWMAs (`ewma_alpha`).
+    pub ewma_alpha: f64,
+    /// Reconcile tags with the measured service at completion (`charge_correction`).
+    pub charge_correction: bool,
+    /// Flow selection rule (`selection`).
+    pub selection: Selection,
+}
+
+impl Default for QueueConfig {
+    fn default() -> Self {
+        Profile::Balanced.queue()
+    }
+}
+
+impl QueueConfig {
+    /// Checks every knob; the error names the first bad one.
+    ///
+    /// # Errors
+    /// [`ConfigError`] naming the knob.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        match self.overrun {
+            Overrun::Fixed(t) => non_negative("overrun_s", t)?,
+            Overrun::TauMultiple(k) => positive("overrun_tau", k)?,
+        }
+        match self.ttl {
+            StickyTtl::Fixed(t) => non_negative("ttl_s", t)?,
+            StickyTtl::IatMultiple(k) => non_negative("ttl_iat", k)?,
+            StickyTtl::ExecMultiple(k) => non_negative("ttl_exec", k)?,
+        }
+        non_negative("fallback_ttl_s", self.fallback_ttl_s)?;
+        positive("fallback_charge_s", self.fallback_charge_s)?;
+        unit_interval("ewma_alpha", self.ewma_alpha)?;
+        Ok(())
+    }
+}
+
+/// How a GPU is shared; sets the ceiling of the concurrency limit D.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GpuMode {
+    /// Time-sliced sharing of a whole GPU (D_max 8).
+    Plain,
+    /// NVIDIA MPS (D_max 16).
+    Mps,
+    /// One MIG instance (D_max 1).
+    Mig,
+}
+
+impl GpuMode {
+    /// The design's D_max for this mode.
+    #[must_use]
+    pub fn default_d_max(self) -> u32 {
+        match self {
+            GpuMode::Plain => 8,
+            GpuMode::Mps => 16,
+            GpuMode::Mig => 1,
+        }
+    }
+}
+
+impl FromStr for GpuMode {
+    type Err = ConfigError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "plain" => Ok(GpuMode::Plain),
+            "mps" => Ok(GpuMode::Mps),
+            "mig" => Ok(GpuMode::Mig),
+            _ => Err(reject("mode", s, "expected plain, mps or mig")),
+        }
+    }
+}
+
+/// Knobs of the dynamic concurrency controller.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ConcurrencyConfig {
+    /// Gain α of D_new = D × (1 + α (U_target − U)) (`alpha`).
+    pub alpha: f64,
+    /// Target utilization (`u_target`).
+    pub u_target: f64,
+    /// Ceiling of D (`d_max`); defaults from the GPU mode.
+    pub d_max: u32,
+    /// D at start (`d_initial`).
+    pub d_initial: f64,
+}
+
+impl ConcurrencyConfig {
+    /// Defaults for a mode, with the given α.
+    #[must_use]
+    pub fn for_mode(mode: GpuMode, alpha: f64) -> Self {
+        let d_max = mode.default_d_max();
+        ConcurrencyConfig {
+            alpha,
+            u_target: 0.9,
+            d_max,
+            d_initial: f64::from(d_max.min(2)),
+        }
+    }
+
+    /// Checks every knob.
+    ///
+    /// # Errors
+    /// [`ConfigError`] naming the knob.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        unit_interval("alpha", self.alpha)?;
+        unit_interval("u_target", self.u_target)?;
+        if self.d_max == 0 {
+            return Err(reject("d_max", self.d_max, "must be at least 1"));
+        }
+        if !(self.d_initial.is_finite()
+            && self.d_initial >= 1.0
+            && self.d_initial <= f64::from(self.d_max))
+        {
+            return Err(reject("d_initial", self.d_initial, "must be in [1, d_max]"));
+        }
+        Ok(())
+    }
+}
+
+/// Knobs of the pool-tier policy.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct TierConfig {
+    /// An idle Hot container moves to Warm after this long (`hot_ttl_s`; design: 30 min).
+    pub hot_ttl_s: f64,
+    /// A Warm container becomes Cold (dropped) after this long (`warm_ttl_s`; design: 2 h).
+    pub warm_ttl_s: f64,
+    /// Fraction of GPU memory kept free (`headroom`; design: 0.15).
+    pub headroom: f64,
+    /// Prefetch when the time since a function's last call is below k × its mean inter-arrival
+    /// time (`prefetch_iat`; design: 5).
+    pub prefetch_iat: f64,
+}
+
+impl Default for TierConfig {
+    fn default() -> Self {
+        TierConfig {
+            hot_ttl_s: 30.0 * 60.0,
+            warm_ttl_s: 2.0 * 3600.0,
+            headroom: 0.15,
+            prefetch_iat: 5.0,
+        }
+    }
+}
+
+impl TierConfig {
+    /// Checks every knob.
+    ///
+    /// # Errors
+    /// [`ConfigError`] naming the knob.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        non_negative("hot_ttl_s", self.hot_ttl_s)?;
+        non_negative("warm_ttl_s", self.warm_ttl_s)?;
+        if !(self.headroom.is_finite() && (0.0..1.0).contains(&self.headroom)) {
+            return Err(reject("headroom", self.headroom, "must be in [0, 1)"));
+        }
+        non_negative("prefetch_iat", self.prefetch_iat)?;
+        Ok(())
+    }
+}
+
+/// The design's three profiles.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Profile {
+    /// T = 2 τ_avg, TTL = 3 × IAT, α = 0.1: tight fairness, short residency.
+    Light,
+    /// T = 5 τ_avg, TTL = 5 × IAT, α = 0.2.
+    Balanced,
+    /// T = 10 τ_avg, TTL = 8 × IAT, α = 0.3: more locality, looser fairness.
+    Throughput,
+}
+
+impl FromStr for Profile {
+    type Err = ConfigError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "light" => Ok(Profile::Light),
+            "balanced" => Ok(Profile::Balanced),
+            "throughput" => Ok(Profile::Throughput),
+            _ => Err(reject(
+                "profile",
+                s,
+                "expected light, balanced or throughput",
+            )),
+        }
+    }
+}
+
+impl Profile {
+    fn numbers(self) -> (f64, f64, f64) {
+        match self {
+            Profile::Light => (2.0, 3.0, 0.1),
+            Profile::Balanced => (5.0, 5.0, 0.2),
+            Profile::Throughput => (10.0, 8.0, 0.3),
+        }
+    }
+
+    /// The queue knobs of this profile.
+    #[must_use]
+    pub fn queue(self) -> QueueConfig {
+        let (t, ttl, _) = self.numbers();
+        QueueConfig {
+            overrun: Overrun::TauMultiple(t),
+            ttl: StickyTtl::IatMultiple(ttl),
+            fallback_ttl_s: 2.0,
+            fallback_charge_s: 0.5,
+            ewma_alpha: 0.2,
+            charge_correction: true,
+            selection: Selection::StickyResident,
+        }
+    }
+
+    /// The concurrency knobs of this profile for a GPU mode.
+    #[must_use]
+    pub fn concurrency(self, mode: GpuMode) -> ConcurrencyConfig {
+        ConcurrencyConfig::for_mode(mode, self.numbers().2)
+    }
+}
+
+/// Overrides on top of a profile; `None` keeps the profile's value.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Overrides {
+    /// Fixed T in virtual seconds.
+    pub overrun_s: Option<f64>,
+    /// T as a multiple of τ_avg.
+    pub overrun_tau: Option<f64>,
+    /// Fixed sticky TTL in seconds.
+    pub ttl_s: Option<f64>,
+    /// Sticky TTL as a multiple of the flow's IAT.
+    pub ttl_iat: Option<f64>,
+    /// Fallback charge.
+    pub fallback_charge_s: Option<f64>,
+    /// Concurrency gain α.
+    pub alpha: Option<f64>,
+    /// Target utilization.
+    pub u_target: Option<f64>,
+    /// Ceiling of D.
+    pub d_max: Option<u32>,
+}
+
+impl Overrides {
+    /// Applies the overrides and validates the result; on error nothing is changed.
+    ///
+    /// # Errors
+    /// [`ConfigError`] naming the first knob that is out of range, or two knobs that conflict.
+    pub fn apply(
+        &self,
+        queue_out: &mut QueueConfig,
+        conc_out: &mut ConcurrencyConfig,
+    ) -> Result<(), ConfigError> {
+        let mut queue = queue_out.clone();
+        let mut conc = conc_out.clone();
+        match (self.overrun_s, self.overrun_tau) {
+            (Some(_), Some(_)) => {
+                return Err(reject(
+                    "overrun_s",
+                    "set together with overrun_tau",
+                    "give T either in seconds or as a multiple of τ_avg",
+                ));
+            }
+            (Some(t), None) => queue.overrun = Overrun::Fixed(t),
+            (None, Some(k)) => queue.overrun = Overrun::TauMultiple(k),
+            (None, None) => {}
+        }
+        match (self.ttl_s, self.ttl_iat) {
+            (Some(_), Some(_)) => {
+                return Err(reject(
+                    "ttl_s",
+                    "set together with ttl_iat",
+                    "give the TTL either in seconds or as a multiple of the IAT",
+                ));
+            }
+            (Some(t), None) => queue.ttl = StickyTtl::Fixed(t),
+            (None, Some(k)) => queue.ttl = StickyTtl::IatMultiple(k),
+            (None, None) => {}
+        }
+        if let Some(c) = self.fallback_charge_s {
+            queue.fallback_charge_s = c;
+        }
+        if let Some(a) = self.alpha {
+            conc.alpha = a;
+        }
+        if let Some(u) = self.u_target {
+            conc.u_target = u;
+        }
+        if let Some(d) = self.d_max {
+            conc.d_max = d;
+            conc.d_initial = conc.d_initial.min(f64::from(d.max(1)));
+        }
+        queue.validate()?;
+        conc.validate()?;
+        *queue_out = queue;
+        *conc_out = conc;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn profiles_carry_the_design_numbers() {
+        let l = Profile::Light;
+        assert_eq!(l.queue().overrun, Overrun::TauMultiple(2.0));
+        assert_eq!(l.queue().ttl, StickyTtl::IatMultiple(3.0));
+        assert_eq!(l.concurrency(GpuMode::Plain).alpha, 0.1);
+        let t = Profile::Throughput;
+        assert_eq!(t.queue().overrun, Overrun::TauMultiple(10.0));
+        assert_eq!(t.queue().ttl, StickyTtl::IatMultiple(8.0));
+        assert_eq!(t.concurrency(GpuMode::Mps).alpha, 0.3);
+        assert_eq!(t.concurrency(GpuMode::Mps).d_max, 16);
+        assert_eq!(Profile::Balanced.concurrency(GpuMode::Mig).d_max, 1);
+        assert_eq!(Profile::Balanced.concurrency(GpuMode::Mig).d_initial, 1.0);
+        for p in [Profile::Light, Profile::Balanced, Profile::Throughput] {
+            p.queue().validate().unwrap();
+            p.concurrency(GpuMode::Plain).validate().unwrap();
+        }
+        TierConfig::default().validate().unwrap();
+    }
+
+    #[test]
+    fn bad_values_name_the_knob() {
+        let mut q = QueueConfig::default();
+        let mut c = ConcurrencyConfig::for_mode(GpuMode::Plain, 0.2);
+        let o = Overrides {
+            alpha: Some(1.5),
+            ..Overrides::default()
+        };
+        assert_eq!(o.apply(&mut q, &mut c).unwrap_err().knob, "alpha");
+        let o = Overrides {
+            overrun_s: Some(-1.0),
+            ..Overrides::default()
+        };
+        let e = o.apply(&mut q, &mut c).unwrap_err();
+        assert_eq!(e.knob, "overrun_s");
+        assert!(e.to_string().contains("overrun_s"), "{e}");
+        let o = Overrides {
+            ttl_s: Some(1.0),
+            ttl_iat: Some(2.0),
+            ..Overrides::default()
+        };
+        assert_eq!(o.apply(&mut q, &mut c).unwrap_err().knob, "ttl_s");
+        let o = Overrides {
+            d_max: Some(0),
+            ..Overrides::default()
+        };
+        assert_eq!(o.apply(&mut q, &mut c).unwrap_err().knob, "d_max");
+        assert_eq!("fast".parse::<Profile>().unwrap_err().knob, "profile");
+        assert_eq!("vgpu".parse::<GpuMode>().unwrap_err().knob, "mode");
+        let bad = TierConfig {
+            headroom: 1.0,
+            ..TierConfig::default()
+        };
+        assert_eq!(bad.validate().unwrap_err().knob, "headroom");
+    }
+
+    #[test]
+    fn overrides_apply() {
+        let mut q = QueueConfig::default();
+        let mut c = ConcurrencyConfig::for_mode(GpuMode::Plain, 0.2);
+        Overrides {
+            overrun_s: Some(3.0),
+            ttl_s: Some(0.5),
+            d_max: Some(4),
+            ..Overrides::default()
+        }
+        .apply(&mut q, &mut c)
+        .unwrap();
+        assert_eq!(q.overrun, Overrun::Fixed(3.0));
+        assert_eq!(q.ttl, StickyTtl::Fixed(0.5));
+        assert_eq!(c.d_max, 4);
+    }
+}

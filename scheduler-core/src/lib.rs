@@ -1,0 +1,26 @@
+//! Pure scheduling logic of mqfq-shim.
+//!
+//! Everything that decides — which GPU invocation runs next, how many run at once, which
+//! container's memory stays on the GPU — lives here, free of tokio, I/O and NVML, with time passed
+//! in as data. The daemon (`mqfqd`) and the simulator (`mqfq-sim`) run the very same code, which is
+//! what makes the simulator's comparisons mean something for the node.
+//!
+//! - [`queue`]: the MQFQ-Sticky queue (flows, virtual time, T, sticky TTL, charge correction).
+//! - [`concurrency`]: the dynamic concurrency limit D per GPU.
+//! - [`tiers`]: Hot / Warm / Cold container tiers and the eviction and prefetch decisions.
+//! - [`config`]: knobs, the design's profiles, validation.
+//! - [`sim`]: the trace-driven simulator and the baseline policies it compares against.
+#![deny(missing_docs)]
+
+pub mod concurrency;
+pub mod config;
+pub mod ewma;
+pub mod queue;
+pub mod rng;
+pub mod sim;
+pub mod tiers;
+pub mod time;
+
+pub use config::{ConfigError, GpuMode, Profile, QueueConfig};
+pub use queue::{Dispatched, FlowEvent, FlowId, FlowState, MqfqQueue, QueueError, Ticket};
+pub use time::{Clock, ManualClock, Time};

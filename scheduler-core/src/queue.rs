@@ -1,0 +1,704 @@
+//! The MQFQ-Sticky queue: one flow per function, virtual time, over-run threshold T, sticky TTL.
+//!
+//! # Tags and virtual time
+//! Each flow keeps the start tag `S` of its head invocation and the finish tag `F` of the last one
+//! it was charged for. When an empty flow gets work, `S = max(V, F)`; dispatching the head charges
+//! it `c / w` (c = the function's EWMA service time, w = the flow's weight), so `F = S + c / w`,
+//! and the next head starts at that `F`. Tags are assigned lazily at dispatch, which is equivalent
+//! to assigning them at enqueue (a backlogged flow's `F` is never below `V`) and lets the charge
+//! use the freshest estimate.
+//!
+//! The global virtual time `V` is the minimum `S` over backlogged flows, read from an ordered set
+//! keyed by `S` (O(log n) per change, no scan). `V` never decreases: new tags start at `V` or
+//! later, and corrections are clamped at `V`. When nothing is backlogged `V` keeps its value.
+//!
+//! # Eligibility and selection
+//! A backlogged flow is eligible while `S − V ≤ T` (else it is Throttled). Among eligible flows the
+//! dispatcher keeps serving the last-served (sticky) flow, then prefers flows whose memory is
+//! resident on the GPU (kept in a second ordered set), then the lowest `S`. The lowest-`S` flow is
+//! always eligible, so dispatch is O(log n) and never scans.
+//!
+//! # Fairness
+//! With equal weights and every flow backlogged, the service two flows have been charged differs by
+//! at most `T` plus one charge, and the service they have received by at most `T + D × c_max` while
+//! up to `D` invocations run with estimated charges. At completion the flow is re-charged with the
+//! measured service (`charge_correction`), so cold starts, restores and co-run slowdown are paid by
+//! the flow that caused them rather than by everyone.
+//!
+//! # Stickiness
+//! A flow whose queue drains stays Active for its TTL after its last service (anticipation: its
+//! container and memory stay resident), then turns Inactive. This is work-conserving: nothing
+//! waits for an anticipated arrival; the TTL only decides residency and events for the pool.
+
+use std::cmp::Ordering;
+use std::collections::{BTreeSet, HashMap, VecDeque};
+
+use serde::Serialize;
+
+use crate::config::{ConfigError, Overrun, QueueConfig, Selection, StickyTtl};
+use crate::ewma::Ewma;
+use crate::time::Time;
+
+/// Index of a flow in its queue.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub struct FlowId(pub u32);
+
+impl FlowId {
+    fn ix(self) -> usize {
+        self.0 as usize
+    }
+}
+
+/// A virtual-time value with a total order (tags are always finite).
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Vt(f64);
+
+impl Eq for Vt {}
+
+impl PartialOrd for Vt {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Vt {
+    fn cmp(&self, other: &Self) -> Ordering {
+        self.0.total_cmp(&other.0)
+    }
+}
+
+/// The state of a flow as the design names it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FlowState {
+    /// Backlogged and within T of V, running, or drained but within its sticky TTL.
+    Active,
+    /// Backlogged but more than T ahead of V.
+    Throttled,
+    /// Nothing queued, nothing running, TTL expired: no residency promised.
+    Inactive,
+}
+
+/// Where a flow is in its life cycle. `Throttled` is not a phase: it depends on V and is derived
+/// on demand, so a moving V never needs to touch every flow.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Phase {
+    Inactive,
+    /// Invocations queued (some may also be running).
+    Backlogged,
+    /// Queue empty, invocations running.
+    Running,
+    /// Queue empty, nothing running, sticky until `until`.
+    Lingering { until: Time },
+}
+
+/// A transition the pool manager acts on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub enum FlowEvent {
+    /// Inactive → Active: prefetch the flow's memory.
+    Activated(FlowId),
+    /// Active → Inactive (TTL expired): its memory may be evicted first.
+    Deactivated(FlowId),
+}
+
+/// Errors of the queue API.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum QueueError {
+    /// `complete` with a ticket that is not outstanding (already completed, or from another queue).
+    #[error("ticket {0} is not outstanding")]
+    UnknownTicket(u64),
+    /// A flow id that this queue never handed out.
+    #[error("unknown flow {0:?}")]
+    UnknownFlow(FlowId),
+    /// A bad weight or charge.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+}
+
+/// Proof of a dispatch; hand it back to [`MqfqQueue::complete`] exactly once.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct Ticket {
+    /// Unique per queue.
+    pub id: u64,
+    /// The flow served.
+    pub flow: FlowId,
+    /// Virtual start tag of the invocation.
+    pub start: f64,
+    /// Virtual finish tag (start + charge / weight).
+    pub finish: f64,
+    /// The estimated charge, in seconds.
+    pub charge: f64,
+    /// V at the moment of dispatch.
+    pub v: f64,
+}
+
+/// An invocation taken off the queue.
+#[derive(Debug)]
+pub struct Dispatched<T> {
+    /// What to hand back at completion.
+    pub ticket: Ticket,
+    /// The caller's item.
+    pub item: T,
+    /// When it was enqueued.
+    pub enqueued_at: Time,
+}
+
+/// A read-only view of a flow, for `mqfqctl status`, metrics and tests.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct FlowSnapshot {
+    /// The flow's id.
+    pub id: FlowId,
+    /// Function key.
+    pub key: String,
+    /// Weight.
+    pub weight: f64,
+    /// Derived state.
+    pub state: FlowState,
+    /// Start tag of the head (meaningful while backlogged).
+    pub start: f64,
+    /// Finish tag of the last charged invocation.
+    pub finish: f64,
+    /// Invocations queued.
+    pub queued: usize,
+    /// Invocations running.
+    pub in_flight: u32,
+    /// Measured service received, seconds.
+    pub gpu_time_s: f64,
+    /// EWMA of measured service, if known.
+    pub service_s: Option<f64>,
+    /// EWMA of inter-arrival time, if known.
+    pub iat_s: Option<f64>,
+    /// Invocations dispatched.
+    pub dispatched: u64,
+    /// Invocations completed.
+    pub completed: u64,
+    /// Whether the flow's memory is resident on the GPU (as told by the pool manager).
+    pub resident: bool,
+}
+
+#[derive(Debug)]
+struct Pending<T> {
+    item: T,
+    at: Time,
+}
+
+#[derive(Debug)]
+struct Flow<T> {
+    key: String,
+    weight: f64,
+    pending: VecDeque<Pending<T>>,
+    start: f64,
+    finish: f64,
+    phase: Phase,
+    in_flight: u32,
+    last_service: Option<Time>,
+    last_arrival: Option<Time>,
+    service: Ewma,
+    iat: Ewma,
+    charge_hint: Option<f64>,
+    resident: bool,
+    gpu_time: f64,
+    dispatched: u64,
+    completed: u64,
+}
+
+/// The node's MQFQ-Sticky queue. `T` is the caller's item (an invocation, an admission request).
+#[derive(Debug)]
+pub struct MqfqQueue<T> {
+    cfg: QueueConfig,
+    flows: Vec<Flow<T>>,
+    by_key: HashMap<String, FlowId>,
+    backlog: BTreeSet<(Vt, FlowId)>,
+    resident_backlog: BTreeSet<(Vt, FlowId)>,
+    expiries: BTreeSet<(Time, FlowId)>,
+    v: f64,
+    sticky: Option<FlowId>,
+    tau: Ewma,
+    outstanding: HashMap<u64, (FlowId, f64)>,
+    next_ticket: u64,
+    events: Vec<FlowEvent>,
+    queued: usize,
+}
+
+fn check_weight(w: f64) -> Result<(), ConfigError> {
+    if w.is_finite() && w > 0.0 {
+        Ok(())
+    } else {
+        Err(ConfigError {
+            knob: "weight",
+            value: w.to_string(),
+            reason: "must be a finite number > 0",
+        })
+    }
+}
+
+impl<T> MqfqQueue<T> {
+    /// A queue with validated knobs.
+    ///
+    /// # Errors
+    /// [`ConfigError`] naming the bad knob.
+    pub fn new(cfg: QueueConfig) -> Result<Self, ConfigError> {
+        cfg.validate()?;
+        let alpha = cfg.ewma_alpha;
+        Ok(MqfqQueue {
+            cfg,
+            flows: Vec::new(),
+            by_key: HashMap::new(),
+            backlog: BTreeSet::new(),
+            resident_backlog: BTreeSet::new(),
+            expiries: BTreeSet::new(),
+            v: 0.0,
+            sticky: None,
+            tau: Ewma::new(alpha),
+            outstanding: HashMap::new(),
+            next_ticket: 0,
+            events: Vec::new(),
+            queued: 0,
+        })
+    }
+
+    /// The knobs in force.
+    #[must_use]
+    pub fn config(&self) -> &QueueConfig {
+        &self.cfg
+    }
+
+    /// The flow for a function key, created (Inactive, weight 1) on first use.
+    ///
+    /// # Panics
+    /// Never in practice: panics only past 2^32 flows.
+    pub fn flow(&mut self, key: &str) -> FlowId {
+        if let Some(&id) = self.by_key.get(key) {
+            return id;
+        }
+        let id = FlowId(u32::try_from(self.flows.len()).expect("fewer than 2^32 flows"));
+        let alpha = self.cfg.ewma_alpha;
+        self.flows.push(Flow {
+            key: key.to_owned(),
+            weight: 1.0,
+            pending: VecDeque::new(),
+            start: self.v,
+            finish: self.v,
+            phase: Phase::Inactive,
+            in_flight: 0,
+            last_service: None,
+            last_arrival: None,
+            service: Ewma::new(alpha),
+            iat: Ewma::new(alpha),
+            charge_hint: None,
+            resident: false,
+            gpu_time: 0.0,
+            dispatched: 0,
+            completed: 0,
+        });
+        self.by_key.insert(key.to_owned(), id);
+        id
+    }
+
+    /// The flow of a key, if it exists.
+    #[must_use]
+    pub fn lookup(&self, key: &str) -> Option<FlowId> {
+        self.by_key.get(key).copied()
+    }
+
+    /// Number of flows ever created.
+    #[must_use]
+    pub fn flow_count(&self) -> usize {
+        self.flows.len()
+    }
+
+    fn get(&self, id: FlowId) -> Result<&Flow<T>, QueueError> {
+        self.flows.get(id.ix()).ok_or(QueueError::UnknownFlow(id))
+    }
+
+    /// Sets a flow's weight (affects charges from now on).
+    ///
+    /// # Errors
+    /// Unknown flow, or a weight that is not finite and > 0.
+    pub fn set_weight(&mut self, id: FlowId, weight: f64) -> Result<(), QueueError> {
+        check_weight(weight)?;
+        self.get(id)?;
+        self.flows[id.ix()].weight = weight;
+        Ok(())
+    }
+
+    /// Pins a flow's charge to a known service time (an operator's "service average"); `None`
+    /// goes back to the measured EWMA.
+    ///
+    /// # Errors
+    /// Unknown flow, or a charge that is not finite and > 0.
+    pub fn set_charge_hint(&mut self, id: FlowId, secs: Option<f64>) -> Result<(), QueueError> {
+        if let Some(s) = secs
+            && !(s.is_finite() && s > 0.0)
+        {
+            return Err(ConfigError {
+                knob: "charge",
+                value: s.to_string(),
+                reason: "must be a finite number > 0",
+            }
+            .into());
+        }
+        self.get(id)?;
+        self.flows[id.ix()].charge_hint = secs;
+        Ok(())
+    }
+
+    /// Tells the queue whether a flow's memory is resident on a GPU (so selection can prefer it).
+    ///
+    /// # Errors
+    /// Unknown flow.
+    pub fn set_resident(&mut self, id: FlowId, resident: bool) -> Result<(), QueueError> {
+        let f = self.get(id)?;
+        if f.resident == resident {
+            return Ok(());
+        }
+        let key = (Vt(f.start), id);
+        let backlogged = f.phase == Phase::Backlogged;
+        self.flows[id.ix()].resident = resident;
+        if backlogged {
+            if resident {
+                self.resident_backlog.insert(key);
+            } else {
+                self.resident_backlog.remove(&key);
+            }
+        }
+        Ok(())
+    }
+
+    /// Global virtual time V.
+    #[must_use]
+    pub fn virtual_time(&self) -> f64 {
+        self.v
+    }
+
+    /// The over-run threshold T in force now.
+    #[must_use]
+    pub fn overrun(&self) -> f64 {
+        match self.cfg.overrun {
+            Overrun::Fixed(t) => t,
+            Overrun::TauMultiple(k) => k * self.tau.get_or(self.cfg.fallback_charge_s),
+        }
+    }
+
+    /// Node-wide EWMA of measured service time (τ_avg), if any completion was measured.
+    #[must_use]
+    pub fn tau_avg(&self) -> Option<f64> {
+        self.tau.get()
+    }
+
+    /// Invocations queued, all flows.
+    #[must_use]
+    pub fn queued(&self) -> usize {
+        self.queued
+    }
+
+    /// Invocations dispatched and not yet completed, all flows.
+    #[must_use]
+    pub fn in_flight(&self) -> usize {
+        self.outstanding.len()
+    }
+
+    /// The flow's sticky TTL in seconds, by the configured rule.
+    #[must_use]
+    pub fn ttl_of(&self, id: FlowId) -> f64 {
+        let Some(f) = self.flows.get(id.ix()) else {
+            return self.cfg.fallback_ttl_s;
+        };
+        let fb = self.cfg.fallback_ttl_s;
+        match self.cfg.ttl {
+            StickyTtl::Fixed(t) => t,
+            StickyTtl::IatMultiple(k) => f.iat.get().map_or(fb, |x| k * x),
+            StickyTtl::ExecMultiple(k) => f.service.get().map_or(fb, |x| k * x),
+        }
+    }
+
+    fn charge_of(&self, f: &Flow<T>) -> f64 {
+        f.charge_hint
+            .or(f.service.get().filter(|c| *c > 0.0))
+            .unwrap_or(self.cfg.fallback_charge_s)
+    }
+
+    fn index_insert(&mut self, id: FlowId) {
+        let f = &self.flows[id.ix()];
+        let key = (Vt(f.start), id);
+        self.backlog.insert(key);
+        if f.resident {
+            self.resident_backlog.insert(key);
+        }
+    }
+
+    fn index_remove(&mut self, id: FlowId) {
+        let key = (Vt(self.flows[id.ix()].start), id);
+        self.backlog.remove(&key);
+        self.resident_backlog.remove(&key);
+    }
+
+    fn update_v(&mut self) {
+        if let Some(&(Vt(min), _)) = self.backlog.first()
+            && min > self.v
+        {
+            self.v = min;
+        }
+    }
+
+    /// Queues `item` on flow `id` at time `now`.
+    ///
+    /// # Errors
+    /// Unknown flow.
+    pub fn enqueue(&mut self, id: FlowId, item: T, now: Time) -> Result<(), QueueError> {
+        self.get(id)?;
+        let v = self.v;
+        let f = &mut self.flows[id.ix()];
+        if let Some(last) = f.last_arrival {
+            f.iat.observe(now.secs_since(last));
+        }
+        f.last_arrival = Some(now);
+        f.pending.push_back(Pending { item, at: now });
+        self.queued += 1;
+        if f.pending.len() == 1 {
+            f.start = v.max(f.finish);
+            match f.phase {
+                Phase::Inactive => self.events.push(FlowEvent::Activated(id)),
+                Phase::Lingering { until } => {
+                    self.expiries.remove(&(until, id));
+                }
+                Phase::Backlogged | Phase::Running => {}
+            }
+            let f = &mut self.flows[id.ix()];
+            f.phase = Phase::Backlogged;
+            self.index_insert(id);
+            self.update_v();
+        }
+        Ok(())
+    }
+
+    fn select(&self) -> Option<FlowId> {
+        let limit = self.v + self.overrun();
+        let sticky_first = matches!(
+            self.cfg.selection,
+            Selection::Sticky | Selection::StickyResident
+        );
+        if sticky_first
+            && let Some(s) = self.sticky
+        {
+            let f = &self.flows[s.ix()];
+            if f.phase == Phase::Backlogged && f.start <= limit {
+                return Some(s);
+            }
+        }
+        if self.cfg.selection == Selection::StickyResident
+            && let Some(&(Vt(s), id)) = self.resident_backlog.first()
+            && s <= limit
+        {
+            return Some(id);
+        }
+        self.backlog.first().map(|&(_, id)| id)
+    }
+
+    /// The flow [`dispatch`](Self::dispatch) would serve now, without serving it.
+    #[must_use]
+    pub fn peek(&self) -> Option<FlowId> {
+        self.select()
+    }
+
+    /// Takes the next invocation, by MQFQ-Sticky's rule, at time `now`. The caller has already
+    /// checked that a concurrency slot is free.
+    pub fn dispatch(&mut self, now: Time) -> Option<Dispatched<T>> {
+        let id = self.select()?;
+        let v = self.v;
+        let charge = self.charge_of(&self.flows[id.ix()]);
+        self.index_remove(id);
+        let f = &mut self.flows[id.ix()];
+        let head = f.pending.pop_front()?;
+        self.queued -= 1;
+        let start = f.start;
+        let finish = start + charge / f.weight;
+        f.finish = finish;
+        f.in_flight += 1;
+        f.dispatched += 1;
+        f.last_service = Some(now);
+        let more = !f.pending.is_empty();
+        if more {
+            f.start = finish;
+        } else {
+            f.phase = Phase::Running;
+        }
+        if more {
+            self.index_insert(id);
+        }
+        self.update_v();
+        self.sticky = Some(id);
+        let ticket = Ticket {
+            id: self.next_ticket,
+            flow: id,
+            start,
+            finish,
+            charge,
+            v,
+        };
+        self.next_ticket += 1;
+        self.outstanding.insert(ticket.id, (id, charge));
+        Some(Dispatched {
+            ticket,
+            item: head.item,
+            enqueued_at: head.at,
+        })
+    }
+
+    /// Ends a dispatched invocation at `now`. `measured` is the GPU service it received, in
+    /// seconds, when known: it feeds the function's EWMA and, with `charge_correction`, replaces
+    /// the estimated charge in the flow's tags.
+    ///
+    /// # Errors
+    /// [`QueueError::UnknownTicket`] if the ticket was already completed or is foreign; nothing
+    /// changes then.
+    pub fn complete(
+        &mut self,
+        ticket: &Ticket,
+        measured: Option<f64>,
+        now: Time,
+    ) -> Result<(), QueueError> {
+        let (id, charge) = self
+            .outstanding
+            .remove(&ticket.id)
+            .ok_or(QueueError::UnknownTicket(ticket.id))?;
+        let measured = measured.filter(|m| m.is_finite() && *m >= 0.0);
+        let correct = self.cfg.charge_correction;
+        let backlogged = self.flows[id.ix()].phase == Phase::Backlogged;
+        if let Some(m) = measured {
+            self.tau.observe(m);
+            let f = &mut self.flows[id.ix()];
+            f.service.observe(m);
+            f.gpu_time += m;
+            if correct {
+                let delta = (m - charge) / f.weight;
+                f.finish += delta;
+                if backlogged {
+                    self.index_remove(id);
+                    let f = &mut self.flows[id.ix()];
+                    f.start = (f.start + delta).max(self.v);
+                    self.index_insert(id);
+                }
+            }
+        }
+        let f = &mut self.flows[id.ix()];
+        f.in_flight -= 1;
+        f.completed += 1;
+        f.last_service = Some(now);
+        if f.in_flight == 0 && f.pending.is_empty() {
+            let until = now.plus_secs(self.ttl_of(id));
+            self.flows[id.ix()].phase = Phase::Lingering { until };
+            self.expiries.insert((until, id));
+        }
+        self.update_v();
+        Ok(())
+    }
+
+    /// Removes the first queued item of flow `id` that matches `pred` (an admission whose caller
+    /// went away). The flow keeps its tags.
+    pub fn withdraw(&mut self, id: FlowId, mut pred: impl FnMut(&T) -> bool) -> Option<T> {
+        let f = self.flows.get(id.ix())?;
+        let pos = f.pending.iter().position(|p| pred(&p.item))?;
+        let f = &mut self.flows[id.ix()];
+        let item = f.pending.remove(pos)?.item;
+        self.queued -= 1;
+        if f.pending.is_empty() {
+            self.index_remove(id);
+            let f = &mut self.flows[id.ix()];
+            if f.in_flight > 0 {
+                f.phase = Phase::Running;
+            } else {
+                // Nothing was served: linger from the last service, or go Inactive at once.
+                let until = f
+                    .last_service
+                    .map_or(Time::ZERO, |t| t.plus_secs(self.ttl_of(id)));
+                self.flows[id.ix()].phase = Phase::Lingering { until };
+                self.expiries.insert((until, id));
+            }
+            self.update_v();
+        }
+        Some(item)
+    }
+
+    /// Expires sticky TTLs up to `now` (Active → Inactive). Call it before dispatching and on a
+    /// timer; cost is O(log n) per expiry.
+    pub fn tick(&mut self, now: Time) {
+        while let Some(&(until, id)) = self.expiries.first() {
+            if until > now {
+                break;
+            }
+            self.expiries.pop_first();
+            let f = &mut self.flows[id.ix()];
+            debug_assert_eq!(f.phase, Phase::Lingering { until }, "expiries hold no stale entry");
+            if f.phase == (Phase::Lingering { until }) {
+                f.phase = Phase::Inactive;
+                if self.sticky == Some(id) {
+                    self.sticky = None;
+                }
+                self.events.push(FlowEvent::Deactivated(id));
+            }
+        }
+    }
+
+    /// The next time [`tick`](Self::tick) has work, if any.
+    #[must_use]
+    pub fn next_expiry(&self) -> Option<Time> {
+        self.expiries.first().map(|&(t, _)| t)
+    }
+
+    /// Takes the Activated / Deactivated events since the last call, in order.
+    pub fn drain_events(&mut self) -> Vec<FlowEvent> {
+        std::mem::take(&mut self.events)
+    }
+
+    /// The derived state of a flow.
+    #[must_use]
+    pub fn state(&self, id: FlowId) -> Option<FlowState> {
+        let f = self.flows.get(id.ix())?;
+        Some(match f.phase {
+            Phase::Inactive => FlowState::Inactive,
+            Phase::Backlogged if f.start - self.v > self.overrun() => FlowState::Throttled,
+            _ => FlowState::Active,
+        })
+    }
+
+    /// The function key of a flow.
+    #[must_use]
+    pub fn key(&self, id: FlowId) -> Option<&str> {
+        self.flows.get(id.ix()).map(|f| f.key.as_str())
+    }
+
+    /// A snapshot of one flow.
+    #[must_use]
+    pub fn snapshot(&self, id: FlowId) -> Option<FlowSnapshot> {
+        let f = self.flows.get(id.ix())?;
+        Some(FlowSnapshot {
+            id,
+            key: f.key.clone(),
+            weight: f.weight,
+            state: self.state(id)?,
+            start: f.start,
+            finish: f.finish,
+            queued: f.pending.len(),
+            in_flight: f.in_flight,
+            gpu_time_s: f.gpu_time,
+            service_s: f.service.get(),
+            iat_s: f.iat.get(),
+            dispatched: f.dispatched,
+            completed: f.completed,
+            resident: f.resident,
+        })
+    }
+
+    /// Snapshots of every flow, in creation order.
+    #[must_use]
+    pub fn snapshots(&self) -> Vec<FlowSnapshot> {
+        (0..self.flows.len())
+            .filter_map(|i| u32::try_from(i).ok())
+            .filter_map(|i| self.snapshot(FlowId(i)))
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests;
