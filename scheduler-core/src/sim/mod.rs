@@ -1,1 +1,26 @@
-//! Simulator (being written).
+//! The trace-driven simulator: how we show, without a GPU, that MQFQ-Sticky beats the
+//! alternatives — and where it does not.
+//!
+//! [`trace`] parses the CSV format, [`workload`] makes synthetic and Azure-derived traces, [`policy`]
+//! holds the policies, [`engine`] the simulated node they all run on, and [`report`] the numbers.
+//! The model is documented in `docs/SIMULATOR.md` and in [`engine`].
+
+pub mod engine;
+pub mod workload;
+pub mod policy;
+pub mod report;
+pub mod trace;
+
+pub use engine::{Audit, Record, SimConfig, SimError, SimOutput, simulate};
+pub use policy::{POLICIES, Policy, build};
+pub use report::{Summary, summarize};
+pub use trace::{Trace, TraceError};
+
+/// Runs the named policy over a trace with the given knobs.
+///
+/// # Errors
+/// An unknown policy or bad knob ([`SimError::Config`]).
+pub fn run_policy(name: &str, trace: &Trace, cfg: &SimConfig) -> Result<SimOutput, SimError> {
+    let mut p = build(name, trace, cfg.profile, &cfg.overrides, cfg.mode)?;
+    simulate(trace, p.as_mut(), cfg)
+}

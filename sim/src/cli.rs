@@ -1,0 +1,357 @@
+//! Flags and subcommands.
+
+use std::fmt::Write as _;
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result, bail};
+use clap::{Args, Parser, Subcommand};
+use scheduler_core::config::{Overrides, TierConfig};
+use scheduler_core::sim::report::per_invocation_csv;
+use scheduler_core::sim::workload::{AzureSpec, MixSpec, azure, design_mix};
+use scheduler_core::sim::{POLICIES, SimConfig, Summary, Trace, run_policy, summarize};
+use scheduler_core::{GpuMode, Profile};
+
+/// Trace-driven simulator of GPU function queueing policies.
+#[derive(Debug, Parser)]
+#[command(name = "mqfq-sim", version)]
+pub struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Debug, Subcommand)]
+enum Cmd {
+    /// Run one policy over a trace; JSON summary on stdout.
+    Run(RunArgs),
+    /// Run every policy over one trace; table on stdout, optional CDF plot.
+    Compare(CompareArgs),
+    /// Generate a trace.
+    #[command(subcommand)]
+    Gen(GenCmd),
+}
+
+#[derive(Debug, Args)]
+struct NodeArgs {
+    /// GPUs (MIG instances in mig mode).
+    #[arg(long, default_value_t = 1)]
+    gpus: usize,
+    /// Memory per GPU, MB.
+    #[arg(long, default_value_t = 24_576.0)]
+    gpu_mem_mb: f64,
+    /// plain, mps or mig.
+    #[arg(long, default_value = "plain")]
+    mode: String,
+    /// light, balanced or throughput (mqfq-sticky's T, TTL and α).
+    #[arg(long, default_value = "balanced")]
+    profile: String,
+    /// Host↔GPU bandwidth, GB/s.
+    #[arg(long, default_value_t = 12.0)]
+    pcie_gbps: f64,
+    /// Cold start for functions without `cold_ms`, ms.
+    #[arg(long, default_value_t = 3000.0)]
+    cold_ms: f64,
+    /// Override T, virtual seconds.
+    #[arg(long)]
+    overrun_s: Option<f64>,
+    /// Override the sticky TTL, seconds.
+    #[arg(long)]
+    ttl_s: Option<f64>,
+    /// Override D_max.
+    #[arg(long)]
+    d_max: Option<u32>,
+    /// Functions with mean exec below this are "short" in reports, ms.
+    #[arg(long, default_value_t = 1000.0)]
+    short_ms: f64,
+}
+
+impl NodeArgs {
+    fn config(&self) -> Result<SimConfig> {
+        let cfg = SimConfig {
+            gpus: self.gpus,
+            gpu_mem_mb: self.gpu_mem_mb,
+            mode: self.mode.parse::<GpuMode>()?,
+            pcie_gbps: self.pcie_gbps,
+            cold_ms: self.cold_ms,
+            profile: self.profile.parse::<Profile>()?,
+            overrides: Overrides {
+                overrun_s: self.overrun_s,
+                ttl_s: self.ttl_s,
+                d_max: self.d_max,
+                ..Overrides::default()
+            },
+            tiers: TierConfig::default(),
+            ..SimConfig::default()
+        };
+        cfg.validate()?;
+        let (mut q, mut c) = (cfg.profile.queue(), cfg.profile.concurrency(cfg.mode));
+        cfg.overrides.apply(&mut q, &mut c)?;
+        Ok(cfg)
+    }
+}
+
+#[derive(Debug, Args)]
+struct RunArgs {
+    /// Trace CSV.
+    #[arg(long)]
+    trace: PathBuf,
+    /// fcfs, batch, sjf, paella, mqfq-paper or mqfq-sticky.
+    #[arg(long)]
+    policy: String,
+    /// Where to write one row per invocation.
+    #[arg(long)]
+    per_invocation: PathBuf,
+    #[command(flatten)]
+    node: NodeArgs,
+}
+
+#[derive(Debug, Args)]
+struct CompareArgs {
+    /// Trace CSV.
+    #[arg(long)]
+    trace: PathBuf,
+    /// Write latency CDFs per policy to this SVG.
+    #[arg(long)]
+    plot: Option<PathBuf>,
+    /// Write every policy's summary as JSON here.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    #[command(flatten)]
+    node: NodeArgs,
+}
+
+#[derive(Debug, Subcommand)]
+enum GenCmd {
+    /// The design's mix: 0.02 s matrix, 2.25 s image classification, 4.48 s video functions.
+    Mix(MixArgs),
+    /// Convert the Azure Functions 2019 public trace to our format.
+    Azure(AzureArgs),
+}
+
+#[derive(Debug, Args)]
+struct MixArgs {
+    /// Output trace CSV.
+    #[arg(long)]
+    out: PathBuf,
+    #[arg(long, default_value_t = 12)]
+    functions: usize,
+    /// Fraction of invocations that are short.
+    #[arg(long, default_value_t = 0.7)]
+    short_frac: f64,
+    /// Offered GPU load (1.0 = the GPUs' capacity).
+    #[arg(long, default_value_t = 0.8)]
+    load: f64,
+    #[arg(long, default_value_t = 1)]
+    gpus: usize,
+    #[arg(long, default_value_t = 600.0)]
+    duration_s: f64,
+    /// 1 = Poisson; k > 1 = each function on in a window with probability 1/k at k × its rate.
+    #[arg(long, default_value_t = 1.0)]
+    burst: f64,
+    #[arg(long, default_value_t = 30.0)]
+    burst_window_s: f64,
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+}
+
+#[derive(Debug, Args)]
+struct AzureArgs {
+    /// invocations_per_function_md.anon.dNN.csv
+    #[arg(long)]
+    invocations: PathBuf,
+    /// function_durations_percentiles.anon.dNN.csv
+    #[arg(long)]
+    durations: PathBuf,
+    /// app_memory_percentiles.anon.dNN.csv (optional)
+    #[arg(long)]
+    memory: Option<PathBuf>,
+    #[arg(long)]
+    out: PathBuf,
+    /// Keep the K most-invoked functions.
+    #[arg(long, default_value_t = 20)]
+    functions: usize,
+    #[arg(long, default_value_t = 1)]
+    start_minute: usize,
+    #[arg(long, default_value_t = 60)]
+    minutes: usize,
+    #[arg(long, default_value_t = 3072.0)]
+    default_mem_mb: f64,
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+}
+
+fn read(path: &Path) -> Result<String> {
+    fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))
+}
+
+fn load_trace(path: &Path) -> Result<Trace> {
+    Trace::parse(&read(path)?).with_context(|| format!("in trace {}", path.display()))
+}
+
+fn write(path: &Path, text: &str) -> Result<()> {
+    fs::write(path, text).with_context(|| format!("writing {}", path.display()))
+}
+
+impl Cli {
+    /// Runs the chosen subcommand.
+    ///
+    /// # Errors
+    /// Bad flags, unreadable files, bad traces.
+    pub fn run(self) -> Result<()> {
+        match self.cmd {
+            Cmd::Run(a) => run(&a),
+            Cmd::Compare(a) => compare(&a),
+            Cmd::Gen(GenCmd::Mix(a)) => {
+                let t = design_mix(&MixSpec {
+                    functions: a.functions,
+                    short_frac: a.short_frac,
+                    load: a.load,
+                    gpus: a.gpus,
+                    duration_s: a.duration_s,
+                    burst: a.burst,
+                    burst_window_s: a.burst_window_s,
+                    seed: a.seed,
+                })?;
+                write(&a.out, &t.to_csv())?;
+                eprintln!(
+                    "wrote {} invocations of {} functions to {}",
+                    t.invocations.len(),
+                    t.functions.len(),
+                    a.out.display()
+                );
+                Ok(())
+            }
+            Cmd::Gen(GenCmd::Azure(a)) => {
+                let mem = a.memory.as_deref().map(read).transpose()?;
+                let t = azure(
+                    &read(&a.invocations)?,
+                    &read(&a.durations)?,
+                    mem.as_deref(),
+                    &AzureSpec {
+                        functions: a.functions,
+                        start_minute: a.start_minute,
+                        minutes: a.minutes,
+                        default_mem_mb: a.default_mem_mb,
+                        seed: a.seed,
+                    },
+                )?;
+                write(&a.out, &t.to_csv())?;
+                eprintln!(
+                    "wrote {} invocations of {} functions to {}",
+                    t.invocations.len(),
+                    t.functions.len(),
+                    a.out.display()
+                );
+                Ok(())
+            }
+        }
+    }
+}
+
+fn run(a: &RunArgs) -> Result<()> {
+    if !POLICIES.contains(&a.policy.as_str()) {
+        bail!(
+            "unknown policy `{}` (expected one of {})",
+            a.policy,
+            POLICIES.join(", ")
+        );
+    }
+    let cfg = a.node.config()?;
+    let trace = load_trace(&a.trace)?;
+    let out = run_policy(&a.policy, &trace, &cfg)?;
+    write(&a.per_invocation, &per_invocation_csv(&trace, &out))?;
+    let s = summarize(&trace, &out, a.node.short_ms);
+    println!("{}", serde_json::to_string_pretty(&s)?);
+    Ok(())
+}
+
+fn fmt_s(ms: Option<f64>) -> String {
+    ms.map_or_else(|| "-".into(), |v| format!("{:.2}", v / 1e3))
+}
+
+/// The comparison table (Markdown) with ratios of `mqfq-sticky` to `fcfs` and `mqfq-paper`.
+#[must_use]
+pub fn table(sums: &[Summary]) -> String {
+    let mut t = String::from(
+        "| policy | mean s | p50 s | p99 s | short mean s | long mean s | Jain | GPU busy | hot/warm/cold |\n|---|---|---|---|---|---|---|---|---|\n",
+    );
+    for s in sums {
+        let _ = writeln!(
+            t,
+            "| {} | {} | {} | {} | {} | {} | {:.3} | {:.0} % | {}/{}/{} |",
+            s.policy,
+            fmt_s(Some(s.mean_ms)),
+            fmt_s(Some(s.p50_ms)),
+            fmt_s(Some(s.p99_ms)),
+            fmt_s(s.short_mean_ms),
+            fmt_s(s.long_mean_ms),
+            s.jain_slowdown,
+            s.gpu_busy * 100.0,
+            s.tiers.hot,
+            s.tiers.warm,
+            s.tiers.cold
+        );
+    }
+    let find = |n: &str| sums.iter().find(|s| s.policy == n);
+    if let (Some(ours), Some(fcfs), Some(paper)) =
+        (find("mqfq-sticky"), find("fcfs"), find("mqfq-paper"))
+    {
+        let r = |a: f64, b: f64| a / b;
+        let _ = writeln!(
+            t,
+            "\nmqfq-sticky / fcfs: mean {:.3}×, p99 {:.3}×, short-function mean {:.3}× ({:.1}× faster)",
+            r(ours.mean_ms, fcfs.mean_ms),
+            r(ours.p99_ms, fcfs.p99_ms),
+            r(ours.short_mean_ms.unwrap_or(f64::NAN), fcfs.short_mean_ms.unwrap_or(f64::NAN)),
+            r(fcfs.short_mean_ms.unwrap_or(f64::NAN), ours.short_mean_ms.unwrap_or(f64::NAN)),
+        );
+        let _ = writeln!(
+            t,
+            "mqfq-sticky / mqfq-paper: mean {:.3}×, p99 {:.3}×, short-function mean {:.3}×",
+            r(ours.mean_ms, paper.mean_ms),
+            r(ours.p99_ms, paper.p99_ms),
+            r(ours.short_mean_ms.unwrap_or(f64::NAN), paper.short_mean_ms.unwrap_or(f64::NAN)),
+        );
+    }
+    t
+}
+
+fn compare(a: &CompareArgs) -> Result<()> {
+    let cfg = a.node.config()?;
+    let trace = load_trace(&a.trace)?;
+    let mut sums = Vec::new();
+    let mut cdfs = Vec::new();
+    for p in POLICIES {
+        let out = run_policy(p, &trace, &cfg)?;
+        let s = summarize(&trace, &out, a.node.short_ms);
+        let mut lat: Vec<f64> = trace
+            .invocations
+            .iter()
+            .zip(&out.records)
+            .map(|(i, r)| (r.end_ms - i.arrival_ms) / 1e3)
+            .filter(|x| x.is_finite())
+            .collect();
+        lat.sort_by(f64::total_cmp);
+        cdfs.push((p, lat));
+        sums.push(s);
+    }
+    println!(
+        "trace: {} ({} invocations, {} functions); {} GPU(s), {} MB, {:?}, profile {:?}\n",
+        a.trace.display(),
+        trace.invocations.len(),
+        trace.functions.len(),
+        cfg.gpus,
+        cfg.gpu_mem_mb,
+        cfg.mode,
+        cfg.profile
+    );
+    print!("{}", table(&sums));
+    if let Some(j) = &a.json {
+        write(j, &serde_json::to_string_pretty(&sums)?)?;
+    }
+    if let Some(p) = &a.plot {
+        crate::plot::cdf(p, &cdfs)?;
+        eprintln!("wrote {}", p.display());
+    }
+    Ok(())
+}
