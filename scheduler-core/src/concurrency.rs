@@ -59,6 +59,13 @@ impl ConcurrencyController {
         (self.d.floor() as u32).max(1)
     }
 
+    /// `⌊D⌋` raised to `floor` (but never above D_max): the dispatcher's floor of 2 while the
+    /// short-slot reserve is in force.
+    #[must_use]
+    pub fn limit_at_least(&self, floor: u32) -> u32 {
+        self.limit().max(floor.min(self.cfg.d_max))
+    }
+
     /// The last utilization sample, if any.
     #[must_use]
     pub fn last_utilization(&self) -> Option<f64> {
@@ -95,6 +102,20 @@ mod tests {
         c.observe(f64::NAN);
         assert_eq!(c.d(), 1.0);
         assert_eq!(c.last_utilization(), Some(1.0));
+    }
+
+    #[test]
+    fn floor_is_capped_by_d_max() {
+        let c = ConcurrencyController::new(ConcurrencyConfig::for_mode(GpuMode::Mig, 0.2))
+            .unwrap();
+        assert_eq!(c.limit_at_least(2), 1);
+        let mut c = ConcurrencyController::new(ConcurrencyConfig::for_mode(GpuMode::Plain, 0.2))
+            .unwrap();
+        for _ in 0..100 {
+            c.observe(1.0);
+        }
+        assert_eq!(c.limit(), 1);
+        assert_eq!(c.limit_at_least(2), 2);
     }
 
     #[test]

@@ -79,7 +79,9 @@ pub enum StickyTtl {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Selection {
-    /// Keep serving the last flow while eligible, then prefer memory-resident flows, then lowest S.
+    /// Keep serving the last flow while it is eligible and resident; otherwise the lowest of
+    /// `S` (resident flows) and `S + switch cost / w` (others): locality when it is cheap in
+    /// fairness, lowest `S` when it is not.
     StickyResident,
     /// Keep serving the last flow while eligible, then lowest S (the published `mqfq_sticky`).
     Sticky,
@@ -104,6 +106,10 @@ pub struct QueueConfig {
     pub charge_correction: bool,
     /// Flow selection rule (`selection`).
     pub selection: Selection,
+    /// Flows whose charge is at most this are "short" (`short_charge_s`; 0 turns the short-slot
+    /// reserve off). While any short flow is Active, the last free slot of a GPU goes only to a
+    /// short flow, so short functions never wait behind a full set of long ones.
+    pub short_charge_s: f64,
 }
 
 impl Default for QueueConfig {
@@ -130,6 +136,7 @@ impl QueueConfig {
         non_negative("fallback_ttl_s", self.fallback_ttl_s)?;
         positive("fallback_charge_s", self.fallback_charge_s)?;
         unit_interval("ewma_alpha", self.ewma_alpha)?;
+        non_negative("short_charge_s", self.short_charge_s)?;
         Ok(())
     }
 }
@@ -306,6 +313,7 @@ impl Profile {
             ewma_alpha: 0.2,
             charge_correction: true,
             selection: Selection::StickyResident,
+            short_charge_s: 1.0,
         }
     }
 
@@ -329,6 +337,8 @@ pub struct Overrides {
     pub ttl_iat: Option<f64>,
     /// Fallback charge.
     pub fallback_charge_s: Option<f64>,
+    /// Short-flow threshold for the slot reserve (0 = off).
+    pub short_charge_s: Option<f64>,
     /// Concurrency gain α.
     pub alpha: Option<f64>,
     /// Target utilization.
@@ -375,6 +385,9 @@ impl Overrides {
         }
         if let Some(c) = self.fallback_charge_s {
             queue.fallback_charge_s = c;
+        }
+        if let Some(c) = self.short_charge_s {
+            queue.short_charge_s = c;
         }
         if let Some(a) = self.alpha {
             conc.alpha = a;

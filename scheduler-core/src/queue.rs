@@ -197,6 +197,7 @@ struct Flow<T> {
     iat: Ewma,
     charge_hint: Option<f64>,
     resident: bool,
+    switch_cost: f64,
     gpu_time: f64,
     dispatched: u64,
     completed: u64,
@@ -210,6 +211,9 @@ pub struct MqfqQueue<T> {
     by_key: HashMap<String, FlowId>,
     backlog: BTreeSet<(Vt, FlowId)>,
     resident_backlog: BTreeSet<(Vt, FlowId)>,
+    penalized: BTreeSet<(Vt, FlowId)>,
+    short_backlog: BTreeSet<(Vt, FlowId)>,
+    active_short: usize,
     expiries: BTreeSet<(Time, FlowId)>,
     v: f64,
     sticky: Option<FlowId>,
@@ -246,6 +250,9 @@ impl<T> MqfqQueue<T> {
             by_key: HashMap::new(),
             backlog: BTreeSet::new(),
             resident_backlog: BTreeSet::new(),
+            penalized: BTreeSet::new(),
+            short_backlog: BTreeSet::new(),
+            active_short: 0,
             expiries: BTreeSet::new(),
             v: 0.0,
             sticky: None,
@@ -287,6 +294,7 @@ impl<T> MqfqQueue<T> {
             iat: Ewma::new(alpha),
             charge_hint: None,
             resident: false,
+            switch_cost: 0.0,
             gpu_time: 0.0,
             dispatched: 0,
             completed: 0,
@@ -317,8 +325,14 @@ impl<T> MqfqQueue<T> {
     /// Unknown flow, or a weight that is not finite and > 0.
     pub fn set_weight(&mut self, id: FlowId, weight: f64) -> Result<(), QueueError> {
         check_weight(weight)?;
-        self.get(id)?;
+        let backlogged = self.get(id)?.phase == Phase::Backlogged;
+        if backlogged {
+            self.index_remove(id);
+        }
         self.flows[id.ix()].weight = weight;
+        if backlogged {
+            self.index_insert(id);
+        }
         Ok(())
     }
 
@@ -338,31 +352,88 @@ impl<T> MqfqQueue<T> {
             }
             .into());
         }
-        self.get(id)?;
+        let backlogged = self.get(id)?.phase == Phase::Backlogged;
+        let was_short = self.counts_short(id);
+        if backlogged {
+            self.index_remove(id);
+        }
         self.flows[id.ix()].charge_hint = secs;
+        if backlogged {
+            self.index_insert(id);
+        }
+        self.recount(id, was_short);
         Ok(())
     }
 
-    /// Tells the queue whether a flow's memory is resident on a GPU (so selection can prefer it).
+    /// Tells the queue whether a flow's memory is resident on a GPU (so selection can prefer it),
+    /// and what serving it costs when it is not (restore or cold start, seconds of service).
+    ///
+    /// # Errors
+    /// Unknown flow, or a cost that is not finite and >= 0.
+    pub fn set_residency(
+        &mut self,
+        id: FlowId,
+        resident: bool,
+        switch_cost_s: f64,
+    ) -> Result<(), QueueError> {
+        if !(switch_cost_s.is_finite() && switch_cost_s >= 0.0) {
+            return Err(ConfigError {
+                knob: "switch_cost",
+                value: switch_cost_s.to_string(),
+                reason: "must be a finite number >= 0",
+            }
+            .into());
+        }
+        let f = self.get(id)?;
+        if f.resident == resident && f.switch_cost == switch_cost_s {
+            return Ok(());
+        }
+        let backlogged = f.phase == Phase::Backlogged;
+        if backlogged {
+            self.index_remove(id);
+        }
+        let f = &mut self.flows[id.ix()];
+        f.resident = resident;
+        f.switch_cost = switch_cost_s;
+        if backlogged {
+            self.index_insert(id);
+        }
+        Ok(())
+    }
+
+    /// [`set_residency`](Self::set_residency) with no switch cost.
     ///
     /// # Errors
     /// Unknown flow.
     pub fn set_resident(&mut self, id: FlowId, resident: bool) -> Result<(), QueueError> {
-        let f = self.get(id)?;
-        if f.resident == resident {
-            return Ok(());
+        self.set_residency(id, resident, 0.0)
+    }
+
+    /// Whether a flow counts as short now (charge ≤ `short_charge_s`, reserve on).
+    #[must_use]
+    pub fn is_short_flow(&self, id: FlowId) -> bool {
+        self.flows.get(id.ix()).is_some_and(|f| self.is_short(f))
+    }
+
+    /// Flows that count as short (charge ≤ `short_charge_s`) and are not Inactive.
+    #[must_use]
+    pub fn active_short_flows(&self) -> usize {
+        self.active_short
+    }
+
+    fn counts_short(&self, id: FlowId) -> bool {
+        let f = &self.flows[id.ix()];
+        self.cfg.short_charge_s > 0.0
+            && f.phase != Phase::Inactive
+            && self.charge_of(f) <= self.cfg.short_charge_s
+    }
+
+    fn recount(&mut self, id: FlowId, was: bool) {
+        match (was, self.counts_short(id)) {
+            (false, true) => self.active_short += 1,
+            (true, false) => self.active_short -= 1,
+            _ => {}
         }
-        let key = (Vt(f.start), id);
-        let backlogged = f.phase == Phase::Backlogged;
-        self.flows[id.ix()].resident = resident;
-        if backlogged {
-            if resident {
-                self.resident_backlog.insert(key);
-            } else {
-                self.resident_backlog.remove(&key);
-            }
-        }
-        Ok(())
     }
 
     /// Global virtual time V.
@@ -418,19 +489,37 @@ impl<T> MqfqQueue<T> {
             .unwrap_or(self.cfg.fallback_charge_s)
     }
 
+    fn is_short(&self, f: &Flow<T>) -> bool {
+        self.cfg.short_charge_s > 0.0 && self.charge_of(f) <= self.cfg.short_charge_s
+    }
+
     fn index_insert(&mut self, id: FlowId) {
         let f = &self.flows[id.ix()];
         let key = (Vt(f.start), id);
+        if self.is_short(f) {
+            self.short_backlog.insert(key);
+        }
         self.backlog.insert(key);
         if f.resident {
             self.resident_backlog.insert(key);
+        } else {
+            self.penalized
+                .insert((Vt(f.start + f.switch_cost / f.weight), id));
         }
     }
 
+    /// Removes the flow from the indexes; call before changing its start, cost, weight or charge.
     fn index_remove(&mut self, id: FlowId) {
-        let key = (Vt(self.flows[id.ix()].start), id);
+        let f = &self.flows[id.ix()];
+        let key = (Vt(f.start), id);
+        self.short_backlog.remove(&key);
         self.backlog.remove(&key);
-        self.resident_backlog.remove(&key);
+        if f.resident {
+            self.resident_backlog.remove(&key);
+        } else {
+            self.penalized
+                .remove(&(Vt(f.start + f.switch_cost / f.weight), id));
+        }
     }
 
     fn update_v(&mut self) {
@@ -447,6 +536,7 @@ impl<T> MqfqQueue<T> {
     /// Unknown flow.
     pub fn enqueue(&mut self, id: FlowId, item: T, now: Time) -> Result<(), QueueError> {
         self.get(id)?;
+        let was_short = self.counts_short(id);
         let v = self.v;
         let f = &mut self.flows[id.ix()];
         if let Some(last) = f.last_arrival {
@@ -469,6 +559,7 @@ impl<T> MqfqQueue<T> {
             self.index_insert(id);
             self.update_v();
         }
+        self.recount(id, was_short);
         Ok(())
     }
 
@@ -482,15 +573,32 @@ impl<T> MqfqQueue<T> {
             && let Some(s) = self.sticky
         {
             let f = &self.flows[s.ix()];
-            if f.phase == Phase::Backlogged && f.start <= limit {
+            // Stickiness exists to reuse resident memory: with residency-aware selection a
+            // sticky flow whose memory is gone (or whose containers are all busy) gets no
+            // precedence.
+            let resident_ok = self.cfg.selection == Selection::Sticky || f.resident;
+            if f.phase == Phase::Backlogged && f.start <= limit && resident_ok {
                 return Some(s);
             }
         }
-        if self.cfg.selection == Selection::StickyResident
-            && let Some(&(Vt(s), id)) = self.resident_backlog.first()
-            && s <= limit
-        {
-            return Some(id);
+        if self.cfg.selection == Selection::StickyResident {
+            let resident = self
+                .resident_backlog
+                .first()
+                .filter(|&&(Vt(s), _)| s <= limit)
+                .map(|&(Vt(s), id)| (s, id));
+            let other = self
+                .penalized
+                .first()
+                .filter(|&&(_, id)| self.flows[id.ix()].start <= limit)
+                .map(|&(Vt(s), id)| (s, id));
+            let best = match (resident, other) {
+                (Some(r), Some(o)) => Some(if o.0 < r.0 { o } else { r }),
+                (r, o) => r.or(o),
+            };
+            if let Some((_, id)) = best {
+                return Some(id);
+            }
         }
         self.backlog.first().map(|&(_, id)| id)
     }
@@ -504,9 +612,33 @@ impl<T> MqfqQueue<T> {
     /// Takes the next invocation, by MQFQ-Sticky's rule, at time `now`. The caller has already
     /// checked that a concurrency slot is free.
     pub fn dispatch(&mut self, now: Time) -> Option<Dispatched<T>> {
-        let id = self.select()?;
-        let v = self.v;
+        self.dispatch_slot(now, u32::MAX)
+    }
+
+    /// Like [`dispatch`](Self::dispatch), told how many slots are free on the GPU: the last free
+    /// slot is kept for short flows while any short flow is Active (see
+    /// [`QueueConfig::short_charge_s`]); it goes to the lowest-`S` eligible short flow, or to
+    /// nobody (`None`: the long head waits for another slot). Pass `u32::MAX` where D is 1,
+    /// so that a single slot is never reserved.
+    pub fn dispatch_slot(&mut self, now: Time, free_slots: u32) -> Option<Dispatched<T>> {
+        let mut id = self.select()?;
         let charge = self.charge_of(&self.flows[id.ix()]);
+        if free_slots == 1
+            && self.cfg.short_charge_s > 0.0
+            && charge > self.cfg.short_charge_s
+            && self.active_short > 0
+        {
+            // The reserved slot: the lowest-S eligible short flow, or nobody.
+            let limit = self.v + self.overrun();
+            id = self
+                .short_backlog
+                .first()
+                .filter(|&&(Vt(s), _)| s <= limit)
+                .map(|&(_, id)| id)?;
+        }
+        let charge = self.charge_of(&self.flows[id.ix()]);
+        let was_short = self.counts_short(id);
+        let v = self.v;
         self.index_remove(id);
         let f = &mut self.flows[id.ix()];
         let head = f.pending.pop_front()?;
@@ -527,6 +659,7 @@ impl<T> MqfqQueue<T> {
             self.index_insert(id);
         }
         self.update_v();
+        self.recount(id, was_short);
         self.sticky = Some(id);
         let ticket = Ticket {
             id: self.next_ticket,
@@ -563,10 +696,15 @@ impl<T> MqfqQueue<T> {
             .remove(&ticket.id)
             .ok_or(QueueError::UnknownTicket(ticket.id))?;
         let measured = measured.filter(|m| m.is_finite() && *m >= 0.0);
+        let was_short = self.counts_short(id);
         let correct = self.cfg.charge_correction;
         let backlogged = self.flows[id.ix()].phase == Phase::Backlogged;
         if let Some(m) = measured {
             self.tau.observe(m);
+            if backlogged {
+                self.index_remove(id);
+            }
+            let v = self.v;
             let f = &mut self.flows[id.ix()];
             f.service.observe(m);
             f.gpu_time += m;
@@ -574,11 +712,11 @@ impl<T> MqfqQueue<T> {
                 let delta = (m - charge) / f.weight;
                 f.finish += delta;
                 if backlogged {
-                    self.index_remove(id);
-                    let f = &mut self.flows[id.ix()];
-                    f.start = (f.start + delta).max(self.v);
-                    self.index_insert(id);
+                    f.start = (f.start + delta).max(v);
                 }
+            }
+            if backlogged {
+                self.index_insert(id);
             }
         }
         let f = &mut self.flows[id.ix()];
@@ -591,6 +729,7 @@ impl<T> MqfqQueue<T> {
             self.expiries.insert((until, id));
         }
         self.update_v();
+        self.recount(id, was_short);
         Ok(())
     }
 
@@ -599,6 +738,7 @@ impl<T> MqfqQueue<T> {
     pub fn withdraw(&mut self, id: FlowId, mut pred: impl FnMut(&T) -> bool) -> Option<T> {
         let f = self.flows.get(id.ix())?;
         let pos = f.pending.iter().position(|p| pred(&p.item))?;
+        let was_short = self.counts_short(id);
         let f = &mut self.flows[id.ix()];
         let item = f.pending.remove(pos)?.item;
         self.queued -= 1;
@@ -617,6 +757,7 @@ impl<T> MqfqQueue<T> {
             }
             self.update_v();
         }
+        self.recount(id, was_short);
         Some(item)
     }
 
@@ -628,6 +769,7 @@ impl<T> MqfqQueue<T> {
                 break;
             }
             self.expiries.pop_first();
+            let was_short = self.counts_short(id);
             let f = &mut self.flows[id.ix()];
             debug_assert_eq!(f.phase, Phase::Lingering { until }, "expiries hold no stale entry");
             if f.phase == (Phase::Lingering { until }) {
@@ -637,6 +779,7 @@ impl<T> MqfqQueue<T> {
                 }
                 self.events.push(FlowEvent::Deactivated(id));
             }
+            self.recount(id, was_short);
         }
     }
 

@@ -14,6 +14,7 @@ fn fixed(t: f64, ttl: f64, selection: Selection) -> QueueConfig {
         ewma_alpha: 0.5,
         charge_correction: true,
         selection,
+        short_charge_s: 0.0,
     }
 }
 

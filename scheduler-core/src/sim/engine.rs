@@ -163,6 +163,10 @@ pub struct SimOutput {
     pub audit: Audit,
     /// Bytes moved over PCIe (evictions + restores), MB.
     pub pcie_mb: f64,
+    /// Time-averaged concurrency limit D per GPU.
+    pub mean_d: f64,
+    /// Time-averaged slots held per GPU.
+    pub mean_slots: f64,
 }
 
 /// Errors of a simulation run.
@@ -182,6 +186,7 @@ struct Gpu {
     used_mb: f64,
     conc: ConcurrencyController,
     slots: u32,
+    long_slots: u32,
     pcie_free_ms: f64,
     gate_est: f64,
     util_smooth: f64,
@@ -212,6 +217,7 @@ enum Phase {
 struct Run {
     gpu: usize,
     func: usize,
+    short: bool,
     container: Option<usize>,
     rest: VecDeque<usize>,
     current: usize,
@@ -237,6 +243,10 @@ struct Engine<'t> {
     audit: Audit,
     pcie_mb: f64,
     now: f64,
+    d_integral: f64,
+    slot_integral: f64,
+    admission: Admission,
+    reserve: bool,
 }
 
 fn ms(t: f64) -> Time {
@@ -277,11 +287,13 @@ impl<'t> Engine<'t> {
             Tier::Warm => self.transfer_ms(self.mem(f)),
             Tier::Cold => self.cold_ms(f),
         };
+        let cost = if best == Tier::Hot { 0.0 } else { startup };
+        let changed = (self.best[f] == Tier::Hot) != (best == Tier::Hot)
+            || (best != Tier::Hot && (self.startup[f] - startup).abs() > 1e-9);
         self.startup[f] = startup;
-        let was_hot = self.best[f] == Tier::Hot;
         self.best[f] = best;
-        if was_hot != (best == Tier::Hot) {
-            policy.set_resident(f, best == Tier::Hot);
+        if changed {
+            policy.set_resident(f, best == Tier::Hot, cost);
         }
     }
 
@@ -352,17 +364,24 @@ impl<'t> Engine<'t> {
         true
     }
 
+    /// The limit in force: ⌊D⌋, but while a short slot is reserved never below the long
+    /// invocations running plus the short slot (so a shrinking D cannot shut short flows out).
+    fn dynamic_limit(&self, gpu: &Gpu) -> u32 {
+        let floor = if self.reserve { gpu.long_slots + 1 } else { 1 };
+        gpu.conc.limit_at_least(floor.max(if self.reserve { 2 } else { 1 }))
+    }
+
     fn slots_free(&self, g: usize, admission: Admission) -> bool {
         let gpu = &self.gpus[g];
         match admission {
-            Admission::Dynamic => gpu.slots < gpu.conc.limit(),
+            Admission::Dynamic => gpu.slots < self.dynamic_limit(gpu),
             Admission::Gated { d, util_limit } => gpu.slots < d && gpu.gate_est <= util_limit,
         }
     }
 
     fn limit(&self, g: usize, admission: Admission) -> u32 {
         match admission {
-            Admission::Dynamic => self.gpus[g].conc.limit(),
+            Admission::Dynamic => self.dynamic_limit(&self.gpus[g]),
             Admission::Gated { d, .. } => d,
         }
     }
@@ -496,6 +515,8 @@ impl<'t> Engine<'t> {
             for g in 0..self.gpus.len() {
                 let (speed, util) = self.speeds(g);
                 self.gpus[g].busy_ms += util * dt;
+                self.d_integral += f64::from(self.limit(g, self.admission)) * dt;
+                self.slot_integral += f64::from(self.gpus[g].slots) * dt;
                 for run in self.runs.iter_mut().flatten() {
                     if run.gpu == g
                         && let Phase::Exec { remaining } = &mut run.phase
@@ -560,8 +581,11 @@ impl<'t> Engine<'t> {
                         run.phase = Phase::Exec { remaining: exec };
                         self.pending_start[next] = (self.now, Tier::Hot);
                     } else {
-                        let (g, f) = (run.gpu, run.func);
+                        let (g, f, short) = (run.gpu, run.func, run.short);
                         self.runs[r] = None;
+                        if !short {
+                            self.gpus[g].long_slots -= 1;
+                        }
                         self.containers[c].busy = false;
                         let gpu = &mut self.gpus[g];
                         if let Admission::Gated { .. } = admission {
@@ -682,6 +706,7 @@ pub fn simulate(trace: &Trace, policy: &mut dyn Policy, cfg: &SimConfig) -> Resu
                 used_mb: 0.0,
                 conc: ConcurrencyController::new(conc_cfg.clone())?,
                 slots: 0,
+                long_slots: 0,
                 pcie_free_ms: 0.0,
                 gate_est: 0.0,
                 util_smooth: 0.0,
@@ -710,6 +735,10 @@ pub fn simulate(trace: &Trace, policy: &mut dyn Policy, cfg: &SimConfig) -> Resu
         audit: Audit::default(),
         pcie_mb: 0.0,
         now: 0.0,
+        d_integral: 0.0,
+        slot_integral: 0.0,
+        admission: policy.admission(),
+        reserve: false,
     };
     let admission = policy.admission();
     let mem_style = policy.memory();
@@ -811,14 +840,27 @@ pub fn simulate(trace: &Trace, policy: &mut dyn Policy, cfg: &SimConfig) -> Resu
         }
         // Dispatch while a slot is free and work waits.
         while policy.queued() > 0 {
-            if !(0..e.gpus.len()).any(|g| e.slots_free(g, admission)) {
+            e.reserve = policy.reserves_short_slot();
+            // A GPU held at one slot (MIG) never reserves its only slot.
+            let Some(free) = (0..e.gpus.len())
+                .filter(|&g| e.slots_free(g, admission))
+                .map(|g| {
+                    let limit = e.limit(g, admission);
+                    if limit < 2 {
+                        u32::MAX
+                    } else {
+                        limit.saturating_sub(e.gpus[g].slots)
+                    }
+                })
+                .max()
+            else {
                 break;
-            }
+            };
             let view = PoolView {
                 best: &e.best,
                 startup_ms: &e.startup,
             };
-            let Some(batch) = policy.next(trace, ms(e.now), &view) else {
+            let Some(batch) = policy.next(trace, ms(e.now), &view, free) else {
                 break;
             };
             let Some(&head) = batch.first() else { break };
@@ -839,12 +881,17 @@ pub fn simulate(trace: &Trace, policy: &mut dyn Policy, cfg: &SimConfig) -> Resu
                 };
             }
             gpu.slots += 1;
+            let short = policy.is_short(f);
+            if !short {
+                gpu.long_slots += 1;
+            }
             e.audit.max_slots_held = e.audit.max_slots_held.max(gpu.slots);
             let mut rest: VecDeque<usize> = batch.into_iter().collect();
             rest.pop_front();
             let run = Run {
                 gpu: g,
                 func: f,
+                short,
                 container: None,
                 rest,
                 current: head,
@@ -894,5 +941,7 @@ pub fn simulate(trace: &Trace, policy: &mut dyn Policy, cfg: &SimConfig) -> Resu
         gpus: cfg.gpus,
         audit: e.audit,
         pcie_mb: e.pcie_mb,
+        mean_d: e.d_integral / (e.now - first).max(1e-9) / cfg.gpus as f64,
+        mean_slots: e.slot_integral / (e.now - first).max(1e-9) / cfg.gpus as f64,
     })
 }

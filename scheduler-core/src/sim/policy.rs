@@ -74,7 +74,14 @@ pub trait Policy {
     /// An invocation arrived.
     fn arrive(&mut self, inv: usize, trace: &Trace, now: Time, view: &PoolView<'_>);
     /// The next batch to run on one slot (run back to back on one container), if any.
-    fn next(&mut self, trace: &Trace, now: Time, view: &PoolView<'_>) -> Option<Vec<usize>>;
+    /// `free_slots` is the most free slots any GPU has now.
+    fn next(
+        &mut self,
+        trace: &Trace,
+        now: Time,
+        view: &PoolView<'_>,
+        free_slots: u32,
+    ) -> Option<Vec<usize>>;
     /// An invocation finished after holding its slot for `service_ms`.
     fn complete(&mut self, inv: usize, trace: &Trace, service_ms: f64, now: Time);
     /// Invocations waiting.
@@ -89,8 +96,17 @@ pub trait Policy {
     fn next_timer(&self) -> Option<Time> {
         None
     }
-    /// Residency of a function's memory changed.
-    fn set_resident(&mut self, _func: usize, _resident: bool) {}
+    /// Residency of a function's memory changed; `switch_ms` is what serving it would cost in
+    /// startup (0 when resident).
+    fn set_resident(&mut self, _func: usize, _resident: bool, _switch_ms: f64) {}
+    /// Whether a slot is reserved for short flows now (ours, while a short flow is Active).
+    fn reserves_short_slot(&self) -> bool {
+        false
+    }
+    /// Whether the function counts as short for the reserve.
+    fn is_short(&self, _func: usize) -> bool {
+        false
+    }
     /// How slots are granted.
     fn admission(&self) -> Admission {
         Admission::Dynamic
@@ -182,7 +198,7 @@ impl Policy for Fcfs {
         self.queued += 1;
         *self.waiting.entry(f).or_default() += 1;
     }
-    fn next(&mut self, _: &Trace, _: Time, _: &PoolView<'_>) -> Option<Vec<usize>> {
+    fn next(&mut self, _: &Trace, _: Time, _: &PoolView<'_>, _: u32) -> Option<Vec<usize>> {
         let (f, b) = self.batches.pop_front()?;
         self.queued -= b.len();
         if let Some(w) = self.waiting.get_mut(&f) {
@@ -223,7 +239,7 @@ impl Policy for OldestBatch {
         self.queues[trace.invocations[inv].func].push_back(inv);
         self.queued += 1;
     }
-    fn next(&mut self, _: &Trace, _: Time, _: &PoolView<'_>) -> Option<Vec<usize>> {
+    fn next(&mut self, _: &Trace, _: Time, _: &PoolView<'_>, _: u32) -> Option<Vec<usize>> {
         // Invocation indices are in arrival order, so the smallest head is the oldest.
         let f = (0..self.queues.len())
             .filter(|&f| !self.queues[f].is_empty())
@@ -279,7 +295,7 @@ impl Policy for Sjf {
         self.heap.push(Reverse((Est(e), inv)));
         self.waiting[f] += 1;
     }
-    fn next(&mut self, trace: &Trace, _: Time, _: &PoolView<'_>) -> Option<Vec<usize>> {
+    fn next(&mut self, trace: &Trace, _: Time, _: &PoolView<'_>, _: u32) -> Option<Vec<usize>> {
         let Reverse((_, inv)) = self.heap.pop()?;
         self.waiting[trace.invocations[inv].func] -= 1;
         Some(vec![inv])
@@ -336,7 +352,7 @@ impl Policy for Paella {
         self.queues[f].push_back((inv, e));
         self.queued += 1;
     }
-    fn next(&mut self, _: &Trace, _: Time, _: &PoolView<'_>) -> Option<Vec<usize>> {
+    fn next(&mut self, _: &Trace, _: Time, _: &PoolView<'_>, _: u32) -> Option<Vec<usize>> {
         let nonempty = (0..self.queues.len()).filter(|&f| !self.queues[f].is_empty());
         let starving = nonempty
             .clone()
@@ -430,6 +446,7 @@ impl Mqfq {
             ewma_alpha: 0.1,
             charge_correction: false,
             selection: Selection::Sticky,
+            short_charge_s: 0.0,
         };
         Self::with(trace, cfg, true)
     }
@@ -450,8 +467,8 @@ impl Policy for Mqfq {
         // Flows were created for every function of the trace, so this cannot fail.
         let _ = self.q.enqueue(self.flows[f], inv, now);
     }
-    fn next(&mut self, _: &Trace, now: Time, _: &PoolView<'_>) -> Option<Vec<usize>> {
-        let d = self.q.dispatch(now)?;
+    fn next(&mut self, _: &Trace, now: Time, _: &PoolView<'_>, free: u32) -> Option<Vec<usize>> {
+        let d = self.q.dispatch_slot(now, free)?;
         self.tickets.insert(d.item, d.ticket);
         Some(vec![d.item])
     }
@@ -482,8 +499,16 @@ impl Policy for Mqfq {
     fn next_timer(&self) -> Option<Time> {
         self.q.next_expiry()
     }
-    fn set_resident(&mut self, func: usize, resident: bool) {
-        let _ = self.q.set_resident(self.flows[func], resident);
+    fn set_resident(&mut self, func: usize, resident: bool, switch_ms: f64) {
+        let _ = self
+            .q
+            .set_residency(self.flows[func], resident, switch_ms.max(0.0) / 1e3);
+    }
+    fn reserves_short_slot(&self) -> bool {
+        self.q.config().short_charge_s > 0.0 && self.q.active_short_flows() > 0
+    }
+    fn is_short(&self, func: usize) -> bool {
+        self.q.is_short_flow(self.flows[func])
     }
     fn admission(&self) -> Admission {
         if self.paper {

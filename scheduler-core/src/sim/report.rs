@@ -69,6 +69,10 @@ pub struct Summary {
     pub pcie_mb: f64,
     /// Makespan, s.
     pub makespan_s: f64,
+    /// Time-averaged D per GPU.
+    pub mean_d: f64,
+    /// Time-averaged slots held per GPU.
+    pub mean_slots: f64,
     /// Mean latency per tenant, ms (tenants given in the trace only).
     pub per_tenant_mean_ms: BTreeMap<String, f64>,
     /// Per function.
@@ -188,6 +192,8 @@ pub fn summarize(trace: &Trace, out: &SimOutput, short_threshold_ms: f64) -> Sum
         tiers,
         pcie_mb: out.pcie_mb,
         makespan_s,
+        mean_d: out.mean_d,
+        mean_slots: out.mean_slots,
         per_tenant_mean_ms: tenants
             .into_iter()
             .filter_map(|(k, v)| mean(&v).map(|m| (k, m)))
