@@ -86,8 +86,8 @@ mod tests {
 
     #[test]
     fn grows_when_idle_shrinks_when_saturated_and_stays_clamped() {
-        let mut c = ConcurrencyController::new(ConcurrencyConfig::for_mode(GpuMode::Plain, 0.2))
-            .unwrap();
+        let mut c =
+            ConcurrencyController::new(ConcurrencyConfig::for_mode(GpuMode::Plain, 0.2)).unwrap();
         assert_eq!(c.limit(), 2);
         let d1 = c.observe(0.4);
         assert!((d1 - 2.0 * (1.0 + 0.2 * 0.5)).abs() < 1e-12);
@@ -106,11 +106,10 @@ mod tests {
 
     #[test]
     fn floor_is_capped_by_d_max() {
-        let c = ConcurrencyController::new(ConcurrencyConfig::for_mode(GpuMode::Mig, 0.2))
-            .unwrap();
+        let c = ConcurrencyController::new(ConcurrencyConfig::for_mode(GpuMode::Mig, 0.2)).unwrap();
         assert_eq!(c.limit_at_least(2), 1);
-        let mut c = ConcurrencyController::new(ConcurrencyConfig::for_mode(GpuMode::Plain, 0.2))
-            .unwrap();
+        let mut c =
+            ConcurrencyController::new(ConcurrencyConfig::for_mode(GpuMode::Plain, 0.2)).unwrap();
         for _ in 0..100 {
             c.observe(1.0);
         }

@@ -20,7 +20,11 @@ pub struct ConfigError {
     pub reason: &'static str,
 }
 
-fn reject(knob: &'static str, value: impl fmt::Display, reason: &'static str) -> ConfigError {
+pub(crate) fn reject(
+    knob: &'static str,
+    value: impl fmt::Display,
+    reason: &'static str,
+) -> ConfigError {
     ConfigError {
         knob,
         value: value.to_string(),

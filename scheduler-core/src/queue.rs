@@ -32,6 +32,7 @@
 
 use std::cmp::Ordering;
 use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::hash::{BuildHasherDefault, Hasher};
 
 use serde::Serialize;
 
@@ -67,6 +68,27 @@ impl Ord for Vt {
     }
 }
 
+/// Hasher for ticket ids: they are sequential integers chosen by the queue itself (no hostile
+/// input), so one multiply is enough and saves SipHash on the hot path.
+#[derive(Debug, Default, Clone, Copy)]
+struct TicketHasher(u64);
+
+impl Hasher for TicketHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.0 = n.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+}
+
+type TicketMap = HashMap<u64, (FlowId, f64), BuildHasherDefault<TicketHasher>>;
+
 /// The state of a flow as the design names it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -89,7 +111,9 @@ enum Phase {
     /// Queue empty, invocations running.
     Running,
     /// Queue empty, nothing running, sticky until `until`.
-    Lingering { until: Time },
+    Lingering {
+        until: Time,
+    },
 }
 
 /// A transition the pool manager acts on.
@@ -218,7 +242,7 @@ pub struct MqfqQueue<T> {
     v: f64,
     sticky: Option<FlowId>,
     tau: Ewma,
-    outstanding: HashMap<u64, (FlowId, f64)>,
+    outstanding: TicketMap,
     next_ticket: u64,
     events: Vec<FlowEvent>,
     queued: usize,
@@ -257,7 +281,7 @@ impl<T> MqfqQueue<T> {
             v: 0.0,
             sticky: None,
             tau: Ewma::new(alpha),
-            outstanding: HashMap::new(),
+            outstanding: TicketMap::default(),
             next_ticket: 0,
             events: Vec::new(),
             queued: 0,
@@ -569,9 +593,7 @@ impl<T> MqfqQueue<T> {
             self.cfg.selection,
             Selection::Sticky | Selection::StickyResident
         );
-        if sticky_first
-            && let Some(s) = self.sticky
-        {
+        if sticky_first && let Some(s) = self.sticky {
             let f = &self.flows[s.ix()];
             // Stickiness exists to reuse resident memory: with residency-aware selection a
             // sticky flow whose memory is gone (or whose containers are all busy) gets no
@@ -771,7 +793,11 @@ impl<T> MqfqQueue<T> {
             self.expiries.pop_first();
             let was_short = self.counts_short(id);
             let f = &mut self.flows[id.ix()];
-            debug_assert_eq!(f.phase, Phase::Lingering { until }, "expiries hold no stale entry");
+            debug_assert_eq!(
+                f.phase,
+                Phase::Lingering { until },
+                "expiries hold no stale entry"
+            );
             if f.phase == (Phase::Lingering { until }) {
                 f.phase = Phase::Inactive;
                 if self.sticky == Some(id) {

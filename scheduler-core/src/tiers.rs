@@ -142,7 +142,12 @@ impl TierPolicy {
     /// Chooses idle Hot containers to evict so that `need` more bytes fit when `free` bytes are
     /// free now. Returns victims in eviction order; if even all idle Hot containers are not enough
     /// it returns all of them (the caller decides whether to wait). Ages the GDSF clock.
-    pub fn choose_victims(&mut self, candidates: &[ContainerView], need: u64, free: u64) -> Vec<u64> {
+    pub fn choose_victims(
+        &mut self,
+        candidates: &[ContainerView],
+        need: u64,
+        free: u64,
+    ) -> Vec<u64> {
         if need <= free {
             return Vec::new();
         }
@@ -193,7 +198,12 @@ impl TierPolicy {
     /// Predicted arrival: prefetch a function's Warm memory when the time since its last call is
     /// below `prefetch_iat × mean inter-arrival time`.
     #[must_use]
-    pub fn predicts_arrival(&self, now: Time, last_call: Option<Time>, mean_iat_s: Option<f64>) -> bool {
+    pub fn predicts_arrival(
+        &self,
+        now: Time,
+        last_call: Option<Time>,
+        mean_iat_s: Option<f64>,
+    ) -> bool {
         match (last_call, mean_iat_s) {
             (Some(last), Some(iat)) if iat > 0.0 => {
                 now.secs_since(last) < self.cfg.prefetch_iat * iat
@@ -235,8 +245,8 @@ mod tests {
                 mv: TierMove::Evict
             })
         );
-        assert!(Tier::Cold.apply(TierMove::Prefetch).is_err());
-        assert!(Tier::Hot.apply(TierMove::Create).is_err());
+        Tier::Cold.apply(TierMove::Prefetch).unwrap_err();
+        Tier::Hot.apply(TierMove::Create).unwrap_err();
     }
 
     #[test]
@@ -253,7 +263,10 @@ mod tests {
         ];
         assert_eq!(p.choose_victims(&cands, 500 * MB, 0), vec![3]);
         assert_eq!(p.choose_victims(&cands, 2500 * MB, 0), vec![3, 2, 4]);
-        assert_eq!(p.choose_victims(&cands, 100 * MB, 200 * MB), Vec::<u64>::new());
+        assert_eq!(
+            p.choose_victims(&cands, 100 * MB, 200 * MB),
+            Vec::<u64>::new()
+        );
         assert_eq!(
             p.choose_victims(&cands, 100_000 * MB, 0),
             vec![3, 2, 4, 1],

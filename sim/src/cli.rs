@@ -302,15 +302,24 @@ pub fn table(sums: &[Summary]) -> String {
             "\nmqfq-sticky / fcfs: mean {:.3}×, p99 {:.3}×, short-function mean {:.3}× ({:.1}× faster)",
             r(ours.mean_ms, fcfs.mean_ms),
             r(ours.p99_ms, fcfs.p99_ms),
-            r(ours.short_mean_ms.unwrap_or(f64::NAN), fcfs.short_mean_ms.unwrap_or(f64::NAN)),
-            r(fcfs.short_mean_ms.unwrap_or(f64::NAN), ours.short_mean_ms.unwrap_or(f64::NAN)),
+            r(
+                ours.short_mean_ms.unwrap_or(f64::NAN),
+                fcfs.short_mean_ms.unwrap_or(f64::NAN)
+            ),
+            r(
+                fcfs.short_mean_ms.unwrap_or(f64::NAN),
+                ours.short_mean_ms.unwrap_or(f64::NAN)
+            ),
         );
         let _ = writeln!(
             t,
             "mqfq-sticky / mqfq-paper: mean {:.3}×, p99 {:.3}×, short-function mean {:.3}×",
             r(ours.mean_ms, paper.mean_ms),
             r(ours.p99_ms, paper.p99_ms),
-            r(ours.short_mean_ms.unwrap_or(f64::NAN), paper.short_mean_ms.unwrap_or(f64::NAN)),
+            r(
+                ours.short_mean_ms.unwrap_or(f64::NAN),
+                paper.short_mean_ms.unwrap_or(f64::NAN)
+            ),
         );
     }
     t

@@ -29,7 +29,7 @@ pub fn cdf(path: &Path, series: &[(&str, Vec<f64>)]) -> Result<()> {
         .iter()
         .filter_map(|(_, v)| v.last().copied())
         .fold(0.0, f64::max);
-    if !(hi > lo) {
+    if hi.is_nan() || hi <= lo {
         return Err(anyhow!("no latencies to plot"));
     }
     let root = SVGBackend::new(path, (900, 560)).into_drawing_area();

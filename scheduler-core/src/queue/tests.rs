@@ -64,8 +64,15 @@ fn flows_more_than_t_ahead_are_throttled() {
     assert_eq!(second.item, 1, "hog at S=1 is still within T of V=0");
     assert_eq!(q.state(hog), Some(FlowState::Throttled), "hog at S=2 > V+T");
     let third = q.dispatch(secs(0.0)).unwrap();
-    assert_eq!(third.item, 100, "light must be served before hog runs further ahead");
-    assert_eq!(q.virtual_time(), 2.0, "V moves to hog's S once light drained");
+    assert_eq!(
+        third.item, 100,
+        "light must be served before hog runs further ahead"
+    );
+    assert_eq!(
+        q.virtual_time(),
+        2.0,
+        "V moves to hog's S once light drained"
+    );
 }
 
 #[test]
@@ -88,7 +95,11 @@ fn resident_flows_preferred_among_eligible() {
     q.enqueue(hot, "h1", secs(0.0)).unwrap();
     q.enqueue(cold, "c", secs(0.0)).unwrap();
     assert_eq!(q.dispatch(secs(0.0)).unwrap().item, "h0");
-    assert_eq!(q.dispatch(secs(0.0)).unwrap().item, "c", "hot at S=1 > V+0.5");
+    assert_eq!(
+        q.dispatch(secs(0.0)).unwrap().item,
+        "c",
+        "hot at S=1 > V+0.5"
+    );
 }
 
 #[test]
@@ -101,7 +112,11 @@ fn sticky_ttl_then_inactive_with_events() {
     let d = q.dispatch(secs(0.0)).unwrap();
     q.complete(&d.ticket, Some(1.0), secs(1.0)).unwrap();
     q.tick(secs(2.9));
-    assert_eq!(q.state(f), Some(FlowState::Active), "within TTL after last service");
+    assert_eq!(
+        q.state(f),
+        Some(FlowState::Active),
+        "within TTL after last service"
+    );
     assert!(q.drain_events().is_empty());
     // An arrival inside the TTL keeps it Active: no second activation.
     q.enqueue(f, (), secs(2.95)).unwrap();

@@ -79,13 +79,7 @@ impl Default for SimConfig {
     }
 }
 
-fn bad(knob: &'static str, v: impl ToString, reason: &'static str) -> ConfigError {
-    ConfigError {
-        knob,
-        value: v.to_string(),
-        reason,
-    }
-}
+use crate::config::reject as bad;
 
 impl SimConfig {
     /// Checks every knob.
@@ -368,21 +362,24 @@ impl<'t> Engine<'t> {
     /// invocations running plus the short slot (so a shrinking D cannot shut short flows out).
     fn dynamic_limit(&self, gpu: &Gpu) -> u32 {
         let floor = if self.reserve { gpu.long_slots + 1 } else { 1 };
-        gpu.conc.limit_at_least(floor.max(if self.reserve { 2 } else { 1 }))
+        gpu.conc
+            .limit_at_least(floor.max(if self.reserve { 2 } else { 1 }))
     }
 
     fn slots_free(&self, g: usize, admission: Admission) -> bool {
         let gpu = &self.gpus[g];
         match admission {
             Admission::Dynamic => gpu.slots < self.dynamic_limit(gpu),
-            Admission::Gated { d, util_limit } => gpu.slots < d && gpu.gate_est <= util_limit,
+            Admission::Gated { d, util_limit } => {
+                gpu.slots < d.min(gpu.conc.config().d_max) && gpu.gate_est <= util_limit
+            }
         }
     }
 
     fn limit(&self, g: usize, admission: Admission) -> u32 {
         match admission {
             Admission::Dynamic => self.dynamic_limit(&self.gpus[g]),
-            Admission::Gated { d, .. } => d,
+            Admission::Gated { d, .. } => d.min(self.gpus[g].conc.config().d_max),
         }
     }
 
@@ -481,9 +478,11 @@ impl<'t> Engine<'t> {
             })
             .collect();
         for r in waiting {
-            let others_active = self.runs.iter().flatten().any(|run| {
-                run.gpu == g && !matches!(run.phase, Phase::WaitMem)
-            });
+            let others_active = self
+                .runs
+                .iter()
+                .flatten()
+                .any(|run| run.gpu == g && !matches!(run.phase, Phase::WaitMem));
             self.acquire(r, !others_active, policy);
         }
     }
@@ -499,8 +498,7 @@ impl<'t> Engine<'t> {
         if k == 0 {
             return (1.0, 0.0);
         }
-        let cap = 1.0
-            + (self.cfg.corun_gain * f64::from(k - 1)).min(self.cfg.corun_gain_max);
+        let cap = 1.0 + (self.cfg.corun_gain * f64::from(k - 1)).min(self.cfg.corun_gain_max);
         let speed = if demand <= 1.0 {
             1.0
         } else {
@@ -590,7 +588,11 @@ impl<'t> Engine<'t> {
                         let gpu = &mut self.gpus[g];
                         if let Admission::Gated { .. } = admission {
                             let n = f64::from(gpu.slots);
-                            gpu.gate_est = if gpu.slots <= 1 { 0.0 } else { gpu.gate_est * (n - 1.0) / n };
+                            gpu.gate_est = if gpu.slots <= 1 {
+                                0.0
+                            } else {
+                                gpu.gate_est * (n - 1.0) / n
+                            };
                         }
                         gpu.slots -= 1;
                         if mem == MemoryStyle::EagerPrefetch && !policy.active(f) {
@@ -692,7 +694,11 @@ impl<'t> Engine<'t> {
 /// # Errors
 /// A bad knob, or [`SimError::Stuck`] if the event loop stops progressing.
 #[allow(clippy::too_many_lines)]
-pub fn simulate(trace: &Trace, policy: &mut dyn Policy, cfg: &SimConfig) -> Result<SimOutput, SimError> {
+pub fn simulate(
+    trace: &Trace,
+    policy: &mut dyn Policy,
+    cfg: &SimConfig,
+) -> Result<SimOutput, SimError> {
     cfg.validate()?;
     let mut q = cfg.profile.queue();
     let mut conc_cfg = cfg.profile.concurrency(cfg.mode);
@@ -907,11 +913,11 @@ pub fn simulate(trace: &Trace, policy: &mut dyn Policy, cfg: &SimConfig) -> Resu
                     e.runs.len() - 1
                 }
             };
-            let others_active = e
-                .runs
-                .iter()
-                .enumerate()
-                .any(|(i, r)| i != slot && r.as_ref().is_some_and(|r| r.gpu == g && !matches!(r.phase, Phase::WaitMem)));
+            let others_active = e.runs.iter().enumerate().any(|(i, r)| {
+                i != slot
+                    && r.as_ref()
+                        .is_some_and(|r| r.gpu == g && !matches!(r.phase, Phase::WaitMem))
+            });
             e.acquire(slot, !others_active, policy);
         }
     }

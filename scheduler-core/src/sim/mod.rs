@@ -6,10 +6,10 @@
 //! The model is documented in `docs/SIMULATOR.md` and in [`engine`].
 
 pub mod engine;
-pub mod workload;
 pub mod policy;
 pub mod report;
 pub mod trace;
+pub mod workload;
 
 pub use engine::{Audit, Record, SimConfig, SimError, SimOutput, simulate};
 pub use policy::{POLICIES, Policy, build};

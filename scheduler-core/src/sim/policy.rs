@@ -22,7 +22,14 @@ use crate::time::Time;
 use crate::{GpuMode, Profile};
 
 /// Every policy name, in the order `compare` prints them.
-pub const POLICIES: [&str; 6] = ["fcfs", "batch", "sjf", "paella", "mqfq-paper", "mqfq-sticky"];
+pub const POLICIES: [&str; 6] = [
+    "fcfs",
+    "batch",
+    "sjf",
+    "paella",
+    "mqfq-paper",
+    "mqfq-sticky",
+];
 
 /// How a policy wants GPU slots granted.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -258,9 +265,14 @@ impl Policy for OldestBatch {
 }
 
 /// Total order on estimates (never NaN).
-#[derive(Clone, Copy, Debug, PartialEq, PartialOrd)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 struct Est(f64);
 impl Eq for Est {}
+impl PartialOrd for Est {
+    fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(o))
+    }
+}
 impl Ord for Est {
     fn cmp(&self, o: &Self) -> std::cmp::Ordering {
         self.0.total_cmp(&o.0)
@@ -460,7 +472,11 @@ impl Mqfq {
 
 impl Policy for Mqfq {
     fn name(&self) -> &'static str {
-        if self.paper { "mqfq-paper" } else { "mqfq-sticky" }
+        if self.paper {
+            "mqfq-paper"
+        } else {
+            "mqfq-sticky"
+        }
     }
     fn arrive(&mut self, inv: usize, trace: &Trace, now: Time, _: &PoolView<'_>) {
         let f = trace.invocations[inv].func;

@@ -146,7 +146,9 @@ pub fn summarize(trace: &Trace, out: &SimOutput, short_threshold_ms: f64) -> Sum
     let (mut short, mut long) = (Vec::new(), Vec::new());
     let mut slowdowns = Vec::new();
     for f in 0..n {
-        let Some(m) = mean(&lat_by_f[f]) else { continue };
+        let Some(m) = mean(&lat_by_f[f]) else {
+            continue;
+        };
         let exec = mean(&exec_by_f[f]).unwrap_or(f64::NAN);
         let mut sorted = lat_by_f[f].clone();
         sorted.sort_by(f64::total_cmp);

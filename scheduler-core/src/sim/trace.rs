@@ -94,7 +94,12 @@ impl Trace {
         let (hline, header) = lines
             .by_ref()
             .find(|(_, l)| !l.trim().is_empty())
-            .ok_or_else(|| err(0, "empty trace: expected a header `time_ms,function,exec_ms,mem_mb`"))?;
+            .ok_or_else(|| {
+                err(
+                    0,
+                    "empty trace: expected a header `time_ms,function,exec_ms,mem_mb`",
+                )
+            })?;
         let cols: Vec<&str> = header.split(',').map(str::trim).collect();
         let mut index: HashMap<&str, usize> = HashMap::new();
         for (i, c) in cols.iter().enumerate() {
@@ -302,23 +307,63 @@ mod tests {
     fn errors_carry_line_numbers() {
         let cases = [
             ("", 0, "empty trace"),
-            ("time_ms,function,exec_ms\n0,a,1\n", 1, "missing required column `mem_mb`"),
-            ("time_ms,function,exec_ms,mem_mb,colour\n", 1, "unknown column `colour`"),
+            (
+                "time_ms,function,exec_ms\n0,a,1\n",
+                1,
+                "missing required column `mem_mb`",
+            ),
+            (
+                "time_ms,function,exec_ms,mem_mb,colour\n",
+                1,
+                "unknown column `colour`",
+            ),
             ("time_ms,function,exec_ms,mem_mb\n", 1, "no invocations"),
-            ("time_ms,function,exec_ms,mem_mb\n0,a,1\n", 2, "expected 4 fields"),
+            (
+                "time_ms,function,exec_ms,mem_mb\n0,a,1\n",
+                2,
+                "expected 4 fields",
+            ),
             ("time_ms,function,exec_ms,mem_mb\n-1,a,1,1\n", 2, "negative"),
-            ("time_ms,function,exec_ms,mem_mb\n5,a,1,1\n\n3,a,1,1\n", 4, "sorted"),
-            ("time_ms,function,exec_ms,mem_mb\n0,a,x,1\n", 2, "`x` is not a number"),
-            ("time_ms,function,exec_ms,mem_mb\n0,a,0,1\n", 2, "must be > 0"),
-            ("time_ms,function,exec_ms,mem_mb\n0,,1,1\n", 2, "`function` is empty"),
-            ("time_ms,function,exec_ms,mem_mb,util\n0,a,1,1,2\n", 2, "util"),
-            ("time_ms,function,exec_ms,mem_mb,weight\n0,a,1,1,0\n", 2, "weight"),
+            (
+                "time_ms,function,exec_ms,mem_mb\n5,a,1,1\n\n3,a,1,1\n",
+                4,
+                "sorted",
+            ),
+            (
+                "time_ms,function,exec_ms,mem_mb\n0,a,x,1\n",
+                2,
+                "`x` is not a number",
+            ),
+            (
+                "time_ms,function,exec_ms,mem_mb\n0,a,0,1\n",
+                2,
+                "must be > 0",
+            ),
+            (
+                "time_ms,function,exec_ms,mem_mb\n0,,1,1\n",
+                2,
+                "`function` is empty",
+            ),
+            (
+                "time_ms,function,exec_ms,mem_mb,util\n0,a,1,1,2\n",
+                2,
+                "util",
+            ),
+            (
+                "time_ms,function,exec_ms,mem_mb,weight\n0,a,1,1,0\n",
+                2,
+                "weight",
+            ),
             (
                 "time_ms,function,exec_ms,mem_mb,weight\n0,a,1,1,2\n1,a,1,1,3\n",
                 3,
                 "differs",
             ),
-            ("time_ms,function,exec_ms,mem_mb\n0,a,NaN,1\n", 2, "not finite"),
+            (
+                "time_ms,function,exec_ms,mem_mb\n0,a,NaN,1\n",
+                2,
+                "not finite",
+            ),
         ];
         for (text, line, needle) in cases {
             let e = Trace::parse(text).unwrap_err();
