@@ -10,8 +10,10 @@
 //! # Victim ranking: GreedyDual-Size-Frequency
 //! Under GPU-memory pressure, idle Hot containers of **inactive** flows go first, least recently
 //! used first (their flows promised no residency). Then idle containers of active flows, lowest
-//! GDSF priority first: `H = L + frequency × reload_cost / size`, where `L` is the priority of the
-//! last victim (the "inflation" that ages everything not used since). GDSF was chosen over LRU-K
+//! GDSF priority first. A container's priority is set each time it is used:
+//! `H = L + frequency × reload_cost / size`, where `L` is the priority of the last victim. `L`
+//! only grows, so a container not used for a while falls behind those used since (recency),
+//! one used often climbs (frequency), and a big or cheap-to-reload one sits lower (size, cost). GDSF was chosen over LRU-K
 //! because it weighs all three things the design asks for in one number with no window to tune:
 //! frequency (uses), footprint (size: evicting one large container frees what several small ones
 //! would) and recency (through `L`); and it takes the reload cost, which differs by orders of
@@ -92,6 +94,8 @@ pub struct ContainerView {
     pub uses: u64,
     /// Seconds it would cost to bring it back if evicted.
     pub reload_cost_s: f64,
+    /// Its GDSF priority, as returned by [`TierPolicy::credit`] at its last use.
+    pub priority: f64,
 }
 
 /// The tier policy: TTLs, the memory budget, victim choice, prefetch triggers.
@@ -131,12 +135,19 @@ impl TierPolicy {
         (capacity_bytes as f64 * (1.0 - self.cfg.headroom)) as u64
     }
 
-    /// GDSF priority of a container (higher = keep).
+    /// The GDSF priority a container earns when it is used (higher = keep): the current
+    /// inflation plus `uses × reload_cost / size`. Store it with the container.
     #[must_use]
     #[allow(clippy::cast_precision_loss)]
-    pub fn priority(&self, c: &ContainerView) -> f64 {
-        let size_mb = (c.bytes as f64 / (1024.0 * 1024.0)).max(1.0);
-        self.inflation + (c.uses.max(1) as f64) * c.reload_cost_s.max(0.0) / size_mb
+    pub fn credit(&self, uses: u64, reload_cost_s: f64, bytes: u64) -> f64 {
+        let size_mb = (bytes as f64 / (1024.0 * 1024.0)).max(1.0);
+        self.inflation + (uses.max(1) as f64) * reload_cost_s.max(0.0) / size_mb
+    }
+
+    /// The inflation `L` (priority of the last active-flow victim).
+    #[must_use]
+    pub fn inflation(&self) -> f64 {
+        self.inflation
     }
 
     /// Chooses idle Hot containers to evict so that `need` more bytes fit when `free` bytes are
@@ -159,7 +170,7 @@ impl TierPolicy {
             // Inactive flows first, by last use; then active flows, by GDSF priority.
             a.flow_active.cmp(&b.flow_active).then_with(|| {
                 if a.flow_active {
-                    self.priority(a).total_cmp(&self.priority(b))
+                    a.priority.total_cmp(&b.priority)
                 } else {
                     a.last_used.cmp(&b.last_used)
                 }
@@ -172,7 +183,7 @@ impl TierPolicy {
                 break;
             }
             if c.flow_active {
-                self.inflation = self.inflation.max(self.priority(c));
+                self.inflation = self.inflation.max(c.priority);
             }
             freed = freed.saturating_add(c.bytes);
             out.push(c.id);
@@ -220,6 +231,7 @@ mod tests {
     const MB: u64 = 1024 * 1024;
 
     fn c(id: u64, active: bool, mb: u64, last: f64, uses: u64, cost: f64) -> ContainerView {
+        let p = TierPolicy::new(TierConfig::default()).unwrap();
         ContainerView {
             id,
             tier: Tier::Hot,
@@ -229,6 +241,7 @@ mod tests {
             last_used: Time::from_secs_f64(last),
             uses,
             reload_cost_s: cost,
+            priority: p.credit(uses, cost, mb * MB),
         }
     }
 
@@ -276,10 +289,34 @@ mod tests {
 
     #[test]
     fn gdsf_weighs_size_and_cost() {
-        let p = TierPolicy::new(TierConfig::default()).unwrap();
         let small_costly = c(1, true, 100, 0.0, 1, 2.0);
         let big_cheap = c(2, true, 8000, 0.0, 1, 2.0);
-        assert!(p.priority(&small_costly) > p.priority(&big_cheap));
+        assert!(small_costly.priority > big_cheap.priority);
+    }
+
+    #[test]
+    fn gdsf_ages_what_was_not_used_since() {
+        let mut p = TierPolicy::new(TierConfig::default()).unwrap();
+        // A was used 10 times long ago; B once, but after an eviction raised L.
+        let a = ContainerView {
+            priority: p.credit(10, 1.0, 1024 * MB),
+            ..c(1, true, 1024, 0.0, 10, 1.0)
+        };
+        let victim = ContainerView {
+            priority: 0.05,
+            ..c(9, true, 1024, 0.0, 1, 1.0)
+        };
+        assert_eq!(p.choose_victims(&[victim], 1, 0), vec![9]);
+        assert_eq!(p.inflation(), 0.05);
+        let b = ContainerView {
+            priority: p.credit(1, 1.0, 1024 * MB),
+            ..c(2, true, 1024, 5.0, 1, 1.0)
+        };
+        assert!(
+            b.priority > a.priority,
+            "recent use outranks old frequency once L moved"
+        );
+        assert_eq!(p.choose_victims(&[a, b], 1, 0), vec![1]);
     }
 
     #[test]

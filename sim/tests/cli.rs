@@ -1,5 +1,8 @@
 //! The `mqfq-sim` binary end to end: real files, real process, real exit codes.
-#![expect(clippy::tests_outside_test_module, reason = "an integration-test crate is the test module")]
+#![expect(
+    clippy::tests_outside_test_module,
+    reason = "an integration-test crate is the test module"
+)]
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -32,7 +35,9 @@ fn stderr(o: &Output) -> String {
 
 fn gen_mix(dir: &Path) -> PathBuf {
     let trace = dir.join("mix.csv");
-    let o = run(bin().args(["gen", "mix", "--duration-s", "120", "--seed", "7", "--out"]).arg(&trace));
+    let o = run(bin()
+        .args(["gen", "mix", "--duration-s", "120", "--seed", "7", "--out"])
+        .arg(&trace));
     assert!(o.status.success(), "{}", stderr(&o));
     trace
 }
@@ -51,21 +56,42 @@ fn run_writes_one_row_per_invocation_and_a_json_summary() {
     assert!(o.status.success(), "{}", stderr(&o));
     let summary: serde_json::Value = serde_json::from_slice(&o.stdout).expect("JSON on stdout");
     assert_eq!(summary["invocations"].as_u64(), Some(rows as u64));
-    for key in ["mean_ms", "p50_ms", "p99_ms", "jain_slowdown", "gpu_busy", "throughput_per_s"] {
+    for key in [
+        "mean_ms",
+        "p50_ms",
+        "p99_ms",
+        "jain_slowdown",
+        "gpu_busy",
+        "throughput_per_s",
+    ] {
         assert!(summary[key].as_f64().is_some(), "summary lacks {key}");
     }
-    assert!(summary["per_function"].as_array().is_some_and(|a| !a.is_empty()));
+    assert!(
+        summary["per_function"]
+            .as_array()
+            .is_some_and(|a| !a.is_empty())
+    );
     let t = &summary["tiers"];
-    let tiers: u64 = ["hot", "warm", "cold"].iter().map(|k| t[k].as_u64().unwrap()).sum();
+    let tiers: u64 = ["hot", "warm", "cold"]
+        .iter()
+        .map(|k| t[k].as_u64().unwrap())
+        .sum();
     assert_eq!(tiers, rows as u64);
     let csv = fs::read_to_string(&per).unwrap();
     let mut lines = csv.lines();
-    assert_eq!(lines.next(), Some("function,arrival_ms,start_ms,end_ms,tier"));
+    assert_eq!(
+        lines.next(),
+        Some("function,arrival_ms,start_ms,end_ms,tier")
+    );
     let body: Vec<&str> = lines.collect();
     assert_eq!(body.len(), rows);
     for l in body {
         let f: Vec<&str> = l.split(',').collect();
-        let (a, s, e): (f64, f64, f64) = (f[1].parse().unwrap(), f[2].parse().unwrap(), f[3].parse().unwrap());
+        let (a, s, e): (f64, f64, f64) = (
+            f[1].parse().unwrap(),
+            f[2].parse().unwrap(),
+            f[3].parse().unwrap(),
+        );
         assert!(a <= s + 1e-3 && s < e, "{l}");
         assert!(["hot", "warm", "cold"].contains(&f[4]), "{l}");
     }
@@ -77,10 +103,24 @@ fn compare_prints_every_policy_and_draws_the_cdf() {
     let trace = gen_mix(&dir);
     let svg = dir.join("cdf.svg");
     let json = dir.join("all.json");
-    let o = run(bin().arg("compare").arg("--trace").arg(&trace).arg("--plot").arg(&svg).arg("--json").arg(&json));
+    let o = run(bin()
+        .arg("compare")
+        .arg("--trace")
+        .arg(&trace)
+        .arg("--plot")
+        .arg(&svg)
+        .arg("--json")
+        .arg(&json));
     assert!(o.status.success(), "{}", stderr(&o));
     let table = String::from_utf8_lossy(&o.stdout);
-    for p in ["fcfs", "batch", "sjf", "paella", "mqfq-paper", "mqfq-sticky"] {
+    for p in [
+        "fcfs",
+        "batch",
+        "sjf",
+        "paella",
+        "mqfq-paper",
+        "mqfq-sticky",
+    ] {
         assert!(table.contains(&format!("| {p} |")), "{p} missing:\n{table}");
     }
     assert!(table.contains("mqfq-sticky / fcfs"), "{table}");
@@ -97,9 +137,18 @@ fn compare_prints_every_policy_and_draws_the_cdf() {
 fn bad_traces_fail_with_the_line_number() {
     let dir = tmp("bad");
     let cases = [
-        ("time_ms,function,exec_ms\n0,a,1\n", "line 1: missing required column `mem_mb`"),
-        ("time_ms,function,exec_ms,mem_mb\n5,a,1,1\n3,a,1,1\n", "line 3: rows must be sorted"),
-        ("time_ms,function,exec_ms,mem_mb\n-5,a,1,1\n", "line 2: column `time_ms`: -5 is negative"),
+        (
+            "time_ms,function,exec_ms\n0,a,1\n",
+            "line 1: missing required column `mem_mb`",
+        ),
+        (
+            "time_ms,function,exec_ms,mem_mb\n5,a,1,1\n3,a,1,1\n",
+            "line 3: rows must be sorted",
+        ),
+        (
+            "time_ms,function,exec_ms,mem_mb\n-5,a,1,1\n",
+            "line 2: column `time_ms`: -5 is negative",
+        ),
     ];
     for (i, (text, needle)) in cases.iter().enumerate() {
         let trace = dir.join(format!("t{i}.csv"));
@@ -110,7 +159,11 @@ fn bad_traces_fail_with_the_line_number() {
             .arg("--per-invocation")
             .arg(dir.join("o.csv")));
         assert!(!o.status.success());
-        assert!(stderr(&o).contains(needle), "want {needle:?} in {}", stderr(&o));
+        assert!(
+            stderr(&o).contains(needle),
+            "want {needle:?} in {}",
+            stderr(&o)
+        );
     }
     let trace = dir.join("ok.csv");
     fs::write(&trace, "time_ms,function,exec_ms,mem_mb\n0,a,1,1\n").unwrap();
@@ -120,7 +173,11 @@ fn bad_traces_fail_with_the_line_number() {
         .arg("--per-invocation")
         .arg(dir.join("o.csv")));
     assert!(!o.status.success());
-    assert!(stderr(&o).contains("unknown policy `lottery`"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("unknown policy `lottery`"),
+        "{}",
+        stderr(&o)
+    );
     let o = run(bin()
         .args(["run", "--policy", "fcfs", "--mode", "vgpu", "--trace"])
         .arg(&trace)
@@ -128,7 +185,11 @@ fn bad_traces_fail_with_the_line_number() {
         .arg(dir.join("o.csv")));
     assert!(!o.status.success());
     assert!(stderr(&o).contains("`mode`"), "{}", stderr(&o));
-    let o = run(bin().args(["run", "--policy", "fcfs", "--trace"]).arg(dir.join("missing.csv")).arg("--per-invocation").arg(dir.join("o.csv")));
+    let o = run(bin()
+        .args(["run", "--policy", "fcfs", "--trace"])
+        .arg(dir.join("missing.csv"))
+        .arg("--per-invocation")
+        .arg(dir.join("o.csv")));
     assert!(!o.status.success());
     assert!(stderr(&o).contains("missing.csv"), "{}", stderr(&o));
 }
@@ -138,7 +199,11 @@ fn azure_converter_end_to_end() {
     let dir = tmp("azure");
     let inv = dir.join("inv.csv");
     let dur = dir.join("dur.csv");
-    fs::write(&inv, "HashOwner,HashApp,HashFunction,Trigger,1,2\no,app,fn1,http,3,2\n").unwrap();
+    fs::write(
+        &inv,
+        "HashOwner,HashApp,HashFunction,Trigger,1,2\no,app,fn1,http,3,2\n",
+    )
+    .unwrap();
     fs::write(
         &dur,
         "HashOwner,HashApp,HashFunction,Average,Count,Minimum,Maximum,percentile_Average_0,percentile_Average_1,percentile_Average_25,percentile_Average_50,percentile_Average_75,percentile_Average_99,percentile_Average_100\n\
@@ -146,11 +211,21 @@ fn azure_converter_end_to_end() {
     )
     .unwrap();
     let out = dir.join("trace.csv");
-    let o = run(bin().args(["gen", "azure", "--minutes", "2", "--invocations"]).arg(&inv).arg("--durations").arg(&dur).arg("--out").arg(&out));
+    let o = run(bin()
+        .args(["gen", "azure", "--minutes", "2", "--invocations"])
+        .arg(&inv)
+        .arg("--durations")
+        .arg(&dur)
+        .arg("--out")
+        .arg(&out));
     assert!(o.status.success(), "{}", stderr(&o));
     let text = fs::read_to_string(&out).unwrap();
     assert_eq!(text.lines().count(), 1 + 5);
     let per = dir.join("per.csv");
-    let o = run(bin().args(["run", "--policy", "sjf", "--trace"]).arg(&out).arg("--per-invocation").arg(&per));
+    let o = run(bin()
+        .args(["run", "--policy", "sjf", "--trace"])
+        .arg(&out)
+        .arg("--per-invocation")
+        .arg(&per));
     assert!(o.status.success(), "{}", stderr(&o));
 }

@@ -198,6 +198,7 @@ struct Container {
     last_used_ms: f64,
     uses: u64,
     ready_ms: f64,
+    gdsf: f64,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -338,6 +339,7 @@ impl<'t> Engine<'t> {
                     last_used: ms(c.last_used_ms),
                     uses: c.uses,
                     reload_cost_s: mb / bw / 1e3,
+                    priority: c.gdsf,
                 }
             })
             .collect();
@@ -455,6 +457,7 @@ impl<'t> Engine<'t> {
                     last_used_ms: self.now,
                     uses: 0,
                     ready_ms: until,
+                    gdsf: 0.0,
                 });
                 let c = self.containers.len() - 1;
                 self.by_func[f].push(c);
@@ -569,9 +572,17 @@ impl<'t> Engine<'t> {
                     let inv = run.current;
                     let c = run.container.expect("executing run has a container");
                     self.finish(inv, policy);
+                    let mb = self.mem(self.containers[c].func);
+                    let uses = self.containers[c].uses + 1;
+                    let credit = self.tiers.credit(
+                        uses,
+                        mb / self.cfg.pcie_gbps / 1e3,
+                        (mb * 1024.0 * 1024.0) as u64,
+                    );
                     let ct = &mut self.containers[c];
                     ct.last_used_ms = self.now;
-                    ct.uses += 1;
+                    ct.uses = uses;
+                    ct.gdsf = credit;
                     let run = self.runs[r].as_mut().expect("run");
                     if let Some(next) = run.rest.pop_front() {
                         run.current = next;
@@ -656,6 +667,7 @@ impl<'t> Engine<'t> {
                 last_used: ms(c.last_used_ms),
                 uses: c.uses,
                 reload_cost_s: 0.0,
+                priority: c.gdsf,
             };
             match self.tiers.expiry(&view, now) {
                 Some(crate::tiers::TierMove::Evict) => evict.push(i),
