@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Installs what building and testing mqfq-shim needs on Debian 12. Idempotent; safe to re-run.
+set -euo pipefail
+
+need_apt=()
+for pkg in build-essential pkg-config ca-certificates curl git; do
+    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need_apt+=("$pkg")
+done
+if [ ${#need_apt[@]} -gt 0 ]; then
+    if [ "$(id -u)" -ne 0 ]; then
+        echo "deps: missing ${need_apt[*]}; run as root (sudo) to install them" >&2
+        exit 1
+    fi
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends "${need_apt[@]}"
+fi
+
+export PATH="$HOME/.cargo/bin:$PATH"
+if ! command -v cargo >/dev/null 2>&1; then
+    # Debian 12's own rustc (1.63) is too old for this workspace (edition 2024): use rustup.
+    curl --proto '=https' --tlsv1.2 -sSf https://sh.rustup.rs | sh -s -- -y --profile minimal \
+        --component clippy,rustfmt
+fi
+for comp in clippy rustfmt; do
+    if ! cargo "${comp/rustfmt/fmt}" --version >/dev/null 2>&1; then
+        rustup component add "$comp"
+    fi
+done
