@@ -233,7 +233,7 @@ pub struct MqfqQueue<T> {
     cfg: QueueConfig,
     flows: Vec<Flow<T>>,
     by_key: HashMap<String, FlowId>,
-    backlog: BTreeSet<(Vt, FlowId)>,
+    long_backlog: BTreeSet<(Vt, FlowId)>,
     resident_backlog: BTreeSet<(Vt, FlowId)>,
     penalized: BTreeSet<(Vt, FlowId)>,
     short_backlog: BTreeSet<(Vt, FlowId)>,
@@ -272,7 +272,7 @@ impl<T> MqfqQueue<T> {
             cfg,
             flows: Vec::new(),
             by_key: HashMap::new(),
-            backlog: BTreeSet::new(),
+            long_backlog: BTreeSet::new(),
             resident_backlog: BTreeSet::new(),
             penalized: BTreeSet::new(),
             short_backlog: BTreeSet::new(),
@@ -522,8 +522,9 @@ impl<T> MqfqQueue<T> {
         let key = (Vt(f.start), id);
         if self.is_short(f) {
             self.short_backlog.insert(key);
+        } else {
+            self.long_backlog.insert(key);
         }
-        self.backlog.insert(key);
         if f.resident {
             self.resident_backlog.insert(key);
         } else {
@@ -536,8 +537,11 @@ impl<T> MqfqQueue<T> {
     fn index_remove(&mut self, id: FlowId) {
         let f = &self.flows[id.ix()];
         let key = (Vt(f.start), id);
-        self.short_backlog.remove(&key);
-        self.backlog.remove(&key);
+        if self.is_short(f) {
+            self.short_backlog.remove(&key);
+        } else {
+            self.long_backlog.remove(&key);
+        }
         if f.resident {
             self.resident_backlog.remove(&key);
         } else {
@@ -546,8 +550,19 @@ impl<T> MqfqQueue<T> {
         }
     }
 
+    /// The backlogged flow with the lowest start tag (short and long flows are kept apart so each
+    /// flow sits in one of them; the minimum is the lower of the two heads).
+    fn lowest(&self) -> Option<(f64, FlowId)> {
+        let s = self.short_backlog.first().map(|&(Vt(v), id)| (v, id));
+        let l = self.long_backlog.first().map(|&(Vt(v), id)| (v, id));
+        match (s, l) {
+            (Some(a), Some(b)) => Some(if (b.0, b.1) < (a.0, a.1) { b } else { a }),
+            (a, b) => a.or(b),
+        }
+    }
+
     fn update_v(&mut self) {
-        if let Some(&(Vt(min), _)) = self.backlog.first()
+        if let Some((min, _)) = self.lowest()
             && min > self.v
         {
             self.v = min;
@@ -622,7 +637,7 @@ impl<T> MqfqQueue<T> {
                 return Some(id);
             }
         }
-        self.backlog.first().map(|&(_, id)| id)
+        self.lowest().map(|(_, id)| id)
     }
 
     /// The flow [`dispatch`](Self::dispatch) would serve now, without serving it.

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Regenerates the simulator figures of docs/PERFORMANCE.md: the headline comparison on the
+# design-style mix (with its CDF plot), the three profiles, and a sweep over load, burstiness
+# and seeds. Prints Markdown.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PATH="$HOME/.cargo/bin:$PATH"
+cargo build --release --locked -q -p mqfq-sim
+sim=target/release/mqfq-sim
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+echo "### Headline: design-style mix, load 0.8, 30 min, seed 1, profile balanced"
+echo
+echo '`mqfq-sim gen mix --load 0.8 --duration-s 1800 --seed 1 --out mix.csv`'
+echo '`mqfq-sim compare --trace mix.csv --plot docs/img/cdf-mix.svg`'
+echo
+"$sim" gen mix --load 0.8 --duration-s 1800 --seed 1 --out "$tmp/mix.csv" 2>/dev/null
+mkdir -p docs/img
+"$sim" compare --trace "$tmp/mix.csv" --plot docs/img/cdf-mix.svg 2>/dev/null | tail -n +3
+echo
+echo "### Profiles on the same trace (mqfq-sticky only)"
+echo
+echo "| profile | mean s | p99 s | short mean s | Jain | vs fcfs mean / p99 / short | vs mqfq-paper mean / p99 / short |"
+echo "|---|---|---|---|---|---|---|"
+for p in light balanced throughput; do
+    out=$("$sim" compare --trace "$tmp/mix.csv" --profile "$p" 2>/dev/null)
+    row=$(echo "$out" | grep '^| mqfq-sticky |' | awk -F'|' '{print $3"|"$5"|"$6"|"$8}')
+    f=$(echo "$out" | grep '^mqfq-sticky / fcfs' | sed -E 's/.*mean ([0-9.]+)×, p99 ([0-9.]+)×, short-function mean ([0-9.]+)×.*/\1 \/ \2 \/ \3/')
+    q=$(echo "$out" | grep '^mqfq-sticky / mqfq-paper' | sed -E 's/.*mean ([0-9.]+)×, p99 ([0-9.]+)×, short-function mean ([0-9.]+)×.*/\1 \/ \2 \/ \3/')
+    echo "| $p |$row| $f | $q |"
+done
+echo
+echo "### Sweep: ratios of mqfq-sticky (balanced) to fcfs and to mqfq-paper"
+echo
+echo "| load | burst | seed | mean / fcfs | p99 / fcfs | short / fcfs | mean / paper | p99 / paper | short / paper |"
+echo "|---|---|---|---|---|---|---|---|---|"
+for load in 0.5 0.7 0.8 0.9; do
+    for burst in 1 4; do
+        for seed in 1 2 3; do
+            "$sim" gen mix --load "$load" --burst "$burst" --seed "$seed" --duration-s 1800 \
+                --out "$tmp/s.csv" 2>/dev/null
+            out=$("$sim" compare --trace "$tmp/s.csv" 2>/dev/null)
+            f=$(echo "$out" | grep '^mqfq-sticky / fcfs' | sed -E 's/.*mean ([0-9.]+)×, p99 ([0-9.]+)×, short-function mean ([0-9.]+)×.*/\1 | \2 | \3/')
+            q=$(echo "$out" | grep '^mqfq-sticky / mqfq-paper' | sed -E 's/.*mean ([0-9.]+)×, p99 ([0-9.]+)×, short-function mean ([0-9.]+)×.*/\1 | \2 | \3/')
+            echo "| $load | $burst | $seed | $f | $q |"
+        done
+    done
+done
