@@ -31,6 +31,19 @@ for p in light balanced throughput; do
     echo "| $p |$row| $f | $q |"
 done
 echo
+echo "### Ablation on the same trace: what each of our changes buys (balanced profile)"
+echo
+echo "| variant | flags | mean s | p99 s | short mean s | Jain |"
+echo "|---|---|---|---|---|---|"
+ablate() {
+    row=$("$sim" compare --trace "$tmp/mix.csv" "${@:3}" 2>/dev/null | grep '^| mqfq-sticky |' | awk -F'|' '{print $3"|"$5"|"$6"|"$8}')
+    echo "| $1 | \`$2\` |$row|"
+}
+ablate "mqfq-sticky as built" "(none)"
+ablate "short-slot reserve off" "--short-charge-s 0" --short-charge-s 0
+ablate "published T = 5 s" "--overrun-s 5" --overrun-s 5
+ablate "D_max = 2 (of which one reserved)" "--d-max 2" --d-max 2
+echo
 echo "### Sweep: ratios of mqfq-sticky (balanced) to fcfs and to mqfq-paper"
 echo
 echo "| load | burst | seed | mean / fcfs | p99 / fcfs | short / fcfs | mean / paper | p99 / paper | short / paper |"

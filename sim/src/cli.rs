@@ -57,9 +57,36 @@ struct NodeArgs {
     /// Override the sticky TTL, seconds.
     #[arg(long)]
     ttl_s: Option<f64>,
+    /// Override T as a multiple of τ_avg.
+    #[arg(long)]
+    overrun_tau: Option<f64>,
+    /// Override the sticky TTL as a multiple of the flow's inter-arrival time.
+    #[arg(long)]
+    ttl_iat: Option<f64>,
+    /// Charge of a function whose service time is still unknown, s.
+    #[arg(long)]
+    fallback_charge_s: Option<f64>,
+    /// Flows charged at most this are short for the slot reserve, s (0 = reserve off).
+    #[arg(long)]
+    short_charge_s: Option<f64>,
+    /// Gain α of the concurrency controller.
+    #[arg(long)]
+    alpha: Option<f64>,
+    /// Target utilization of the concurrency controller.
+    #[arg(long)]
+    u_target: Option<f64>,
     /// Override D_max.
     #[arg(long)]
     d_max: Option<u32>,
+    /// Fraction of GPU memory kept free.
+    #[arg(long, default_value_t = 0.15)]
+    headroom: f64,
+    /// Idle Hot containers are evicted after this long, s.
+    #[arg(long, default_value_t = 1800.0)]
+    hot_ttl_s: f64,
+    /// Warm containers are dropped after this long, s.
+    #[arg(long, default_value_t = 7200.0)]
+    warm_ttl_s: f64,
     /// Functions with mean exec below this are "short" in reports, ms.
     #[arg(long, default_value_t = 1000.0)]
     short_ms: f64,
@@ -76,11 +103,21 @@ impl NodeArgs {
             profile: self.profile.parse::<Profile>()?,
             overrides: Overrides {
                 overrun_s: self.overrun_s,
+                overrun_tau: self.overrun_tau,
                 ttl_s: self.ttl_s,
+                ttl_iat: self.ttl_iat,
+                fallback_charge_s: self.fallback_charge_s,
+                short_charge_s: self.short_charge_s,
+                alpha: self.alpha,
+                u_target: self.u_target,
                 d_max: self.d_max,
-                ..Overrides::default()
             },
-            tiers: TierConfig::default(),
+            tiers: TierConfig {
+                headroom: self.headroom,
+                hot_ttl_s: self.hot_ttl_s,
+                warm_ttl_s: self.warm_ttl_s,
+                ..TierConfig::default()
+            },
             ..SimConfig::default()
         };
         cfg.validate()?;
