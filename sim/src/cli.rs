@@ -229,6 +229,17 @@ fn write(path: &Path, text: &str) -> Result<()> {
     fs::write(path, text).with_context(|| format!("writing {}", path.display()))
 }
 
+fn save_trace(path: &Path, t: &Trace) -> Result<()> {
+    write(path, &t.to_csv())?;
+    eprintln!(
+        "wrote {} invocations of {} functions to {}",
+        t.invocations.len(),
+        t.functions.len(),
+        path.display()
+    );
+    Ok(())
+}
+
 impl Cli {
     /// Runs the chosen subcommand.
     ///
@@ -249,14 +260,7 @@ impl Cli {
                     burst_window_s: a.burst_window_s,
                     seed: a.seed,
                 })?;
-                write(&a.out, &t.to_csv())?;
-                eprintln!(
-                    "wrote {} invocations of {} functions to {}",
-                    t.invocations.len(),
-                    t.functions.len(),
-                    a.out.display()
-                );
-                Ok(())
+                save_trace(&a.out, &t)
             }
             Cmd::Gen(GenCmd::Azure(a)) => {
                 let mem = a.memory.as_deref().map(read).transpose()?;
@@ -272,14 +276,7 @@ impl Cli {
                         seed: a.seed,
                     },
                 )?;
-                write(&a.out, &t.to_csv())?;
-                eprintln!(
-                    "wrote {} invocations of {} functions to {}",
-                    t.invocations.len(),
-                    t.functions.len(),
-                    a.out.display()
-                );
-                Ok(())
+                save_trace(&a.out, &t)
             }
         }
     }
