@@ -1,0 +1,962 @@
+//! The containerd Task service: thin ttrpc adapters over plain async operations.
+//!
+//! Events go through one ordered channel (a single forwarder publishes them one at a time), so
+//! containerd always sees TaskCreate → TaskStart → TaskExit → TaskDelete and ExecAdded →
+//! ExecStarted → TaskExit. An exit that races its own start (a process that ends before `runc
+//! start` returns) is held until the start event is out.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use async_trait::async_trait;
+use containerd_shim::ExitSignal;
+use containerd_shim::monitor::{ExitEvent, Subject, Topic, monitor_subscribe};
+use containerd_shim::util::{convert_to_any, convert_to_timestamp};
+use containerd_shim_protos::api;
+use containerd_shim_protos::events::task::{
+    TaskCreate, TaskDelete, TaskExecAdded, TaskExecStarted, TaskExit, TaskIO, TaskPaused,
+    TaskResumed, TaskStart,
+};
+use containerd_shim_protos::protobuf::{MessageDyn, MessageField};
+use containerd_shim_protos::shim_async::Task;
+use containerd_shim_protos::ttrpc;
+use containerd_shim_protos::ttrpc::r#async::TtrpcContext;
+use tokio::sync::{Mutex, mpsc};
+
+use crate::error::{Error, Result};
+use crate::gpu::{self, Classification};
+use crate::io::{ProcessIo, StdioPaths};
+use crate::options;
+use crate::process::{Exit, Proc, Status, Transition};
+use crate::runtime::{CreateArgs, ExecArgs, Runtime, RuntimeFactory};
+
+/// How long an exit waits for its stdio to drain before it is published anyway.
+const DRAIN_LIMIT: Duration = Duration::from_secs(3);
+
+/// An event for containerd: topic and message.
+pub type Event = (&'static str, Box<dyn MessageDyn>);
+
+/// One container: its init process, exec processes, and what Create learned.
+#[derive(Debug)]
+pub struct Container {
+    /// Container id.
+    pub id: String,
+    /// Bundle directory.
+    pub bundle: PathBuf,
+    /// Whether the shim mounted `bundle/rootfs` (and must unmount it).
+    pub mounted_rootfs: bool,
+    /// Its runtime.
+    pub runtime: Arc<dyn Runtime>,
+    /// The init process.
+    pub init: Proc,
+    /// Exec processes by exec id.
+    pub execs: HashMap<String, Proc>,
+    /// GPU classification.
+    pub gpu: Classification,
+}
+
+impl Container {
+    fn proc_mut(&mut self, exec_id: &str) -> Result<&mut Proc> {
+        if exec_id.is_empty() {
+            Ok(&mut self.init)
+        } else {
+            self.execs
+                .get_mut(exec_id)
+                .ok_or_else(|| Error::NotFound(format!("exec {exec_id} in {}", self.id)))
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+struct State {
+    containers: HashMap<String, Container>,
+    /// Exits of pids not (yet) known: an exec that ended before its pid was recorded.
+    unclaimed: HashMap<u32, Exit>,
+}
+
+/// The task service.
+#[derive(Clone)]
+pub struct TaskService {
+    state: Arc<Mutex<State>>,
+    events: mpsc::UnboundedSender<Event>,
+    factory: Arc<dyn RuntimeFactory>,
+    exit: Arc<ExitSignal>,
+}
+
+fn nf(id: &str) -> Error {
+    Error::NotFound(format!("container {id}"))
+}
+
+fn exit_status(
+    exit: Option<Exit>,
+) -> (
+    u32,
+    MessageField<containerd_shim_protos::protobuf::well_known_types::timestamp::Timestamp>,
+) {
+    match exit {
+        Some(e) => (
+            e.code,
+            MessageField::some(convert_to_timestamp(Some(e.at.into()))),
+        ),
+        None => (0, MessageField::none()),
+    }
+}
+
+impl std::fmt::Debug for TaskService {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TaskService")
+            .field("factory", &self.factory)
+            .finish_non_exhaustive()
+    }
+}
+
+impl TaskService {
+    /// A service publishing into `events`, making runtimes with `factory`, signalling `exit`
+    /// when the last container is gone and containerd asks to shut down.
+    pub fn new(
+        events: mpsc::UnboundedSender<Event>,
+        factory: Arc<dyn RuntimeFactory>,
+        exit: Arc<ExitSignal>,
+    ) -> Self {
+        TaskService {
+            state: Arc::new(Mutex::new(State::default())),
+            events,
+            factory,
+            exit,
+        }
+    }
+
+    /// Starts the loop that turns reaped pids into process exits. Call once.
+    ///
+    /// # Errors
+    /// The exit monitor refused the subscription.
+    pub async fn watch_exits(&self) -> Result<()> {
+        let mut sub = monitor_subscribe(Topic::All).await?;
+        let svc = self.clone();
+        tokio::spawn(async move {
+            while let Some(ExitEvent { subject, exit_code }) = sub.rx.recv().await {
+                if let Subject::Pid(pid) = subject
+                    && let Ok(pid) = u32::try_from(pid)
+                {
+                    svc.on_exit(pid, u32::try_from(exit_code).unwrap_or(255))
+                        .await;
+                }
+            }
+        });
+        Ok(())
+    }
+
+    fn emit(&self, topic: &'static str, ev: Box<dyn MessageDyn>) {
+        // The forwarder only goes away at shutdown; events after that have nobody to go to.
+        let _ = self.events.send((topic, ev));
+    }
+
+    /// A pid was reaped.
+    pub async fn on_exit(&self, pid: u32, code: u32) {
+        let exit = Exit {
+            code,
+            at: SystemTime::now(),
+        };
+        let mut st = self.state.lock().await;
+        let mut found = None;
+        for c in st.containers.values_mut() {
+            let procs = std::iter::once(&mut c.init).chain(c.execs.values_mut());
+            for p in procs {
+                if p.pid == pid && p.pid != 0 && p.exit.is_none() {
+                    found = Some((c.id.clone(), p.exec_id.clone()));
+                    break;
+                }
+            }
+            if found.is_some() {
+                break;
+            }
+        }
+        match found {
+            Some((cid, eid)) => {
+                drop(st);
+                self.record_exit(&cid, &eid, exit).await;
+            }
+            None => {
+                if st.unclaimed.len() >= 4096 {
+                    st.unclaimed.clear();
+                }
+                st.unclaimed.insert(pid, exit);
+            }
+        }
+    }
+
+    /// Marks a process exited, then drains its stdio and publishes the exit.
+    async fn record_exit(&self, cid: &str, eid: &str, exit: Exit) {
+        let io = {
+            let mut st = self.state.lock().await;
+            let Some(c) = st.containers.get_mut(cid) else {
+                return;
+            };
+            let Ok(p) = c.proc_mut(eid) else { return };
+            p.exit = Some(exit);
+            p.status = Status::Stopped;
+            p.io.take()
+        };
+        let svc = self.clone();
+        let (cid, eid) = (cid.to_owned(), eid.to_owned());
+        tokio::spawn(async move {
+            if let Some(mut io) = io {
+                io.drain(DRAIN_LIMIT).await;
+            }
+            let mut st = svc.state.lock().await;
+            if let Some(c) = st.containers.get_mut(&cid)
+                && let Ok(p) = c.proc_mut(&eid)
+            {
+                if p.starting && !p.started {
+                    p.exit_ready = true;
+                } else {
+                    svc.publish_exit(&cid, p);
+                }
+            }
+        });
+    }
+
+    fn publish_exit(&self, cid: &str, p: &mut Proc) {
+        if p.exit_published {
+            return;
+        }
+        let Some(exit) = p.exit else { return };
+        p.exit_published = true;
+        let (code, at) = exit_status(Some(exit));
+        self.emit(
+            containerd_shim_protos::topics::TASK_EXIT_EVENT_TOPIC,
+            Box::new(TaskExit {
+                container_id: cid.to_owned(),
+                id: if p.exec_id.is_empty() {
+                    cid.to_owned()
+                } else {
+                    p.exec_id.clone()
+                },
+                pid: p.pid,
+                exit_status: code,
+                exited_at: at,
+                ..Default::default()
+            }),
+        );
+        p.exit_tx.send_replace(Some(exit));
+    }
+
+    async fn claim_early_exit(&self, cid: &str, eid: &str, pid: u32) {
+        let early = self.state.lock().await.unclaimed.remove(&pid);
+        if let Some(exit) = early {
+            self.record_exit(cid, eid, exit).await;
+        }
+    }
+
+    /// Create: classify, decode options, mount the rootfs, `runc create`.
+    ///
+    /// # Errors
+    /// `ALREADY_EXISTS`, `INVALID_ARGUMENT` (annotations, options, spec), `UNIMPLEMENTED`
+    /// (tty, log URIs), or runc's failure; nothing is left behind on error.
+    pub async fn create(&self, req: api::CreateTaskRequest) -> Result<u32> {
+        let id = req.id.clone();
+        if id.is_empty() || id.contains('/') {
+            return Err(Error::InvalidArgument(format!("container id {id:?}")));
+        }
+        if self.state.lock().await.containers.contains_key(&id) {
+            return Err(Error::AlreadyExists(format!("container {id}")));
+        }
+        let bundle = PathBuf::from(&req.bundle);
+        let spec_path = bundle.join("config.json");
+        let text = tokio::fs::read_to_string(&spec_path)
+            .await
+            .map_err(|e| Error::io(format!("read {}", spec_path.display()), e))?;
+        let spec: serde_json::Value = serde_json::from_str(&text)
+            .map_err(|e| Error::InvalidArgument(format!("{}: {e}", spec_path.display())))?;
+        let gpu = gpu::classify(&spec, &id)?;
+        let opts = options::decode(req.options.as_ref())?;
+        let stdio = StdioPaths {
+            stdin: req.stdin.clone(),
+            stdout: req.stdout.clone(),
+            stderr: req.stderr.clone(),
+            terminal: req.terminal,
+        };
+        stdio.check()?;
+        if !req.checkpoint.is_empty() {
+            return Err(Error::Unimplemented("restore from checkpoint"));
+        }
+        let runtime = self.factory.runtime(&bundle, &opts)?;
+
+        // From here on, undo everything on failure.
+        let rootfs = bundle.join("rootfs");
+        let mut mounted = false;
+        for m in &req.rootfs {
+            if let Err(e) = containerd_shim::util::mount_rootfs(m, &rootfs).await {
+                if mounted {
+                    unmount(&rootfs);
+                }
+                return Err(e.into());
+            }
+            mounted = true;
+        }
+        let io = match ProcessIo::new(&stdio) {
+            Ok(io) => io,
+            Err(e) => {
+                if mounted {
+                    unmount(&rootfs);
+                }
+                return Err(e);
+            }
+        };
+        let args = CreateArgs {
+            pid_file: bundle.join("init.pid"),
+            io: Some(io.child.clone()),
+            no_pivot: opts.no_pivot_root,
+            no_new_keyring: opts.no_new_keyring,
+        };
+        let pid = match runtime.create(&id, &bundle, &args).await {
+            Ok(pid) => pid,
+            Err(e) => {
+                // runc may have left state behind; remove it, then the mounts.
+                let _ = runtime.delete(&id, true).await;
+                drop(io);
+                if mounted {
+                    unmount(&rootfs);
+                }
+                return Err(e);
+            }
+        };
+        if let Classification::Gpu(w) = &gpu {
+            tracing::info!(
+                container = %id, function = %w.function, weight = w.weight,
+                tenant = ?w.tenant, gpus = ?w.gpus, "GPU container created"
+            );
+        }
+        let init = Proc::new("", pid, stdio.clone(), Some(io));
+        let mut st = self.state.lock().await;
+        st.containers.insert(
+            id.clone(),
+            Container {
+                id: id.clone(),
+                bundle,
+                mounted_rootfs: mounted,
+                runtime,
+                init,
+                execs: HashMap::new(),
+                gpu,
+            },
+        );
+        self.emit(
+            containerd_shim_protos::topics::TASK_CREATE_EVENT_TOPIC,
+            Box::new(TaskCreate {
+                container_id: id.clone(),
+                bundle: req.bundle.clone(),
+                rootfs: req.rootfs.clone(),
+                io: MessageField::some(TaskIO {
+                    stdin: stdio.stdin,
+                    stdout: stdio.stdout,
+                    stderr: stdio.stderr,
+                    terminal: stdio.terminal,
+                    ..Default::default()
+                }),
+                checkpoint: req.checkpoint.clone(),
+                pid,
+                ..Default::default()
+            }),
+        );
+        drop(st);
+        self.claim_early_exit(&id, "", pid).await;
+        Ok(pid)
+    }
+
+    /// Start the init (`runc start`) or an exec (`runc exec --detach`).
+    ///
+    /// # Errors
+    /// `NOT_FOUND`, `FAILED_PRECONDITION` unless Created, or runc's failure.
+    pub async fn start(&self, id: &str, exec_id: &str) -> Result<u32> {
+        let (runtime, spec, bundle, io) = {
+            let mut st = self.state.lock().await;
+            let c = st.containers.get_mut(id).ok_or_else(|| nf(id))?;
+            let runtime = c.runtime.clone();
+            let bundle = c.bundle.clone();
+            if !exec_id.is_empty() && c.init.status == Status::Stopped {
+                return Err(Error::FailedPrecondition(format!(
+                    "container {id} has exited; cannot start exec {exec_id}"
+                )));
+            }
+            let p = c.proc_mut(exec_id)?;
+            p.status.apply(Transition::Start)?;
+            if p.starting {
+                return Err(Error::FailedPrecondition(format!(
+                    "{id} {exec_id}: already starting"
+                )));
+            }
+            p.starting = true;
+            let io = p.io.as_ref().map(|io| io.child.clone());
+            (runtime, p.spec.clone(), bundle, io)
+        };
+        let result = if exec_id.is_empty() {
+            runtime.start(id).await.map(|()| None)
+        } else {
+            let spec =
+                spec.ok_or_else(|| Error::InvalidArgument(format!("exec {exec_id}: no spec")))?;
+            let args = ExecArgs {
+                pid_file: bundle.join(format!("{exec_id}.pid")),
+                io: io.map(|c| c as Arc<dyn runc::io::Io>),
+            };
+            runtime.exec(id, &spec, &args).await.map(Some)
+        };
+        let mut st = self.state.lock().await;
+        let c = st.containers.get_mut(id).ok_or_else(|| nf(id))?;
+        let p = c.proc_mut(exec_id)?;
+        p.starting = false;
+        let exec_pid = match result {
+            Ok(pid) => pid,
+            Err(e) => {
+                if !exec_id.is_empty() {
+                    // A failed exec never ran: it is over, and Wait must not hang.
+                    p.status = Status::Stopped;
+                    p.exit = Some(Exit {
+                        code: 255,
+                        at: SystemTime::now(),
+                    });
+                    p.exit_tx.send_replace(p.exit);
+                    p.exit_published = true;
+                }
+                return Err(e);
+            }
+        };
+        if let Some(pid) = exec_pid {
+            p.pid = pid;
+        }
+        if p.status == Status::Created {
+            p.status = Status::Running;
+        }
+        p.started = true;
+        let pid = p.pid;
+        if exec_id.is_empty() {
+            self.emit(
+                containerd_shim_protos::topics::TASK_START_EVENT_TOPIC,
+                Box::new(TaskStart {
+                    container_id: id.to_owned(),
+                    pid,
+                    ..Default::default()
+                }),
+            );
+        } else {
+            self.emit(
+                containerd_shim_protos::topics::TASK_EXEC_STARTED_EVENT_TOPIC,
+                Box::new(TaskExecStarted {
+                    container_id: id.to_owned(),
+                    exec_id: exec_id.to_owned(),
+                    pid,
+                    ..Default::default()
+                }),
+            );
+        }
+        if p.exit_ready {
+            self.publish_exit(id, p);
+        }
+        drop(st);
+        if exec_pid.is_some() {
+            self.claim_early_exit(id, exec_id, pid).await;
+        }
+        Ok(pid)
+    }
+
+    /// Records an exec process (`runc exec` happens at Start).
+    ///
+    /// # Errors
+    /// `NOT_FOUND`, `ALREADY_EXISTS`, `INVALID_ARGUMENT` for a bad process spec, `UNIMPLEMENTED`
+    /// for tty, `FAILED_PRECONDITION` if the container has exited.
+    pub async fn exec(&self, req: api::ExecProcessRequest) -> Result<()> {
+        let spec: oci_spec::runtime::Process = serde_json::from_slice(&req.spec.value)
+            .map_err(|e| Error::InvalidArgument(format!("exec {} spec: {e}", req.exec_id)))?;
+        if req.exec_id.is_empty() {
+            return Err(Error::InvalidArgument("exec id is empty".into()));
+        }
+        let stdio = StdioPaths {
+            stdin: req.stdin.clone(),
+            stdout: req.stdout.clone(),
+            stderr: req.stderr.clone(),
+            terminal: req.terminal,
+        };
+        stdio.check()?;
+        let mut st = self.state.lock().await;
+        let c = st.containers.get_mut(&req.id).ok_or_else(|| nf(&req.id))?;
+        if c.execs.contains_key(&req.exec_id) {
+            return Err(Error::AlreadyExists(format!(
+                "exec {} in {}",
+                req.exec_id, req.id
+            )));
+        }
+        if c.init.status == Status::Stopped {
+            return Err(Error::FailedPrecondition(format!(
+                "container {} has exited",
+                req.id
+            )));
+        }
+        let io = ProcessIo::new(&stdio)?;
+        let mut p = Proc::new(&req.exec_id, 0, stdio, Some(io));
+        p.spec = Some(spec);
+        c.execs.insert(req.exec_id.clone(), p);
+        self.emit(
+            containerd_shim_protos::topics::TASK_EXEC_ADDED_EVENT_TOPIC,
+            Box::new(TaskExecAdded {
+                container_id: req.id.clone(),
+                exec_id: req.exec_id.clone(),
+                ..Default::default()
+            }),
+        );
+        Ok(())
+    }
+
+    /// Signals the init (through runc, optionally every process) or an exec.
+    ///
+    /// # Errors
+    /// `NOT_FOUND` for unknown or finished processes, or runc's failure.
+    pub async fn kill(&self, id: &str, exec_id: &str, signal: u32, all: bool) -> Result<()> {
+        let (runtime, pid) = {
+            let mut st = self.state.lock().await;
+            let c = st.containers.get_mut(id).ok_or_else(|| nf(id))?;
+            let runtime = c.runtime.clone();
+            let p = c.proc_mut(exec_id)?;
+            if p.status == Status::Stopped && !all {
+                return Err(Error::NotFound(format!(
+                    "{id} {exec_id}: process already finished"
+                )));
+            }
+            (runtime, p.pid)
+        };
+        if exec_id.is_empty() {
+            return runtime.kill(id, signal, all).await;
+        }
+        if pid == 0 {
+            return Err(Error::NotFound(format!(
+                "exec {exec_id} in {id} was never started"
+            )));
+        }
+        let sig = nix::sys::signal::Signal::try_from(i32::try_from(signal).unwrap_or(-1))
+            .map_err(|_| Error::InvalidArgument(format!("signal {signal}")))?;
+        let pid = nix::unistd::Pid::from_raw(i32::try_from(pid).unwrap_or(-1));
+        nix::sys::signal::kill(pid, sig).map_err(|e| {
+            if e == nix::errno::Errno::ESRCH {
+                Error::NotFound(format!("exec {exec_id} in {id}: process already finished"))
+            } else {
+                Error::io(format!("kill exec {exec_id}"), e.into())
+            }
+        })
+    }
+
+    /// Deletes an exec record, or the container (`runc delete --force`, unmount, forget).
+    ///
+    /// # Errors
+    /// `NOT_FOUND`, `FAILED_PRECONDITION` while running, or runc's failure.
+    pub async fn delete(&self, id: &str, exec_id: &str) -> Result<api::DeleteResponse> {
+        if !exec_id.is_empty() {
+            let mut st = self.state.lock().await;
+            let c = st.containers.get_mut(id).ok_or_else(|| nf(id))?;
+            let p = c.proc_mut(exec_id)?;
+            if matches!(p.status, Status::Running | Status::Paused) {
+                return Err(Error::FailedPrecondition(format!(
+                    "exec {exec_id} in {id} is still running"
+                )));
+            }
+            let p = c.execs.remove(exec_id).ok_or_else(|| nf(id))?;
+            let (code, at) = exit_status(p.exit);
+            return Ok(api::DeleteResponse {
+                pid: p.pid,
+                exit_status: code,
+                exited_at: at,
+                ..Default::default()
+            });
+        }
+        let runtime = {
+            let st = self.state.lock().await;
+            let c = st.containers.get(id).ok_or_else(|| nf(id))?;
+            if matches!(c.init.status, Status::Running | Status::Paused) {
+                return Err(Error::FailedPrecondition(format!(
+                    "container {id} is still running; kill it first"
+                )));
+            }
+            c.runtime.clone()
+        };
+        match runtime.delete(id, true).await {
+            Ok(()) | Err(Error::NotFound(_)) => {}
+            Err(e) => return Err(e),
+        }
+        let mut st = self.state.lock().await;
+        let mut c = st.containers.remove(id).ok_or_else(|| nf(id))?;
+        if c.mounted_rootfs {
+            unmount(&c.bundle.join("rootfs"));
+        }
+        if let Some(mut io) = c.init.io.take() {
+            io.shutdown();
+        }
+        let (code, at) = exit_status(c.init.exit);
+        self.emit(
+            containerd_shim_protos::topics::TASK_DELETE_EVENT_TOPIC,
+            Box::new(TaskDelete {
+                container_id: id.to_owned(),
+                pid: c.init.pid,
+                exit_status: code,
+                exited_at: at.clone(),
+                id: id.to_owned(),
+                ..Default::default()
+            }),
+        );
+        Ok(api::DeleteResponse {
+            pid: c.init.pid,
+            exit_status: code,
+            exited_at: at,
+            ..Default::default()
+        })
+    }
+
+    async fn pause_resume(&self, id: &str, pause: bool) -> Result<()> {
+        let runtime = {
+            let st = self.state.lock().await;
+            let c = st.containers.get(id).ok_or_else(|| nf(id))?;
+            c.init.status.apply(if pause {
+                Transition::Pause
+            } else {
+                Transition::Resume
+            })?;
+            c.runtime.clone()
+        };
+        if pause {
+            runtime.pause(id).await?;
+        } else {
+            runtime.resume(id).await?;
+        }
+        let mut st = self.state.lock().await;
+        let c = st.containers.get_mut(id).ok_or_else(|| nf(id))?;
+        if c.init.status != Status::Stopped {
+            c.init.status = if pause {
+                Status::Paused
+            } else {
+                Status::Running
+            };
+        }
+        if pause {
+            self.emit(
+                containerd_shim_protos::topics::TASK_PAUSED_EVENT_TOPIC,
+                Box::new(TaskPaused {
+                    container_id: id.to_owned(),
+                    ..Default::default()
+                }),
+            );
+        } else {
+            self.emit(
+                containerd_shim_protos::topics::TASK_RESUMED_EVENT_TOPIC,
+                Box::new(TaskResumed {
+                    container_id: id.to_owned(),
+                    ..Default::default()
+                }),
+            );
+        }
+        Ok(())
+    }
+
+    /// The state of the init or an exec.
+    ///
+    /// # Errors
+    /// `NOT_FOUND`.
+    pub async fn state(&self, id: &str, exec_id: &str) -> Result<api::StateResponse> {
+        let mut st = self.state.lock().await;
+        let c = st.containers.get_mut(id).ok_or_else(|| nf(id))?;
+        let bundle = c.bundle.display().to_string();
+        let p = c.proc_mut(exec_id)?;
+        let status = match p.status {
+            Status::Created => api::Status::CREATED,
+            Status::Running => api::Status::RUNNING,
+            Status::Paused => api::Status::PAUSED,
+            Status::Stopped => api::Status::STOPPED,
+        };
+        let (code, at) = exit_status(p.exit);
+        Ok(api::StateResponse {
+            id: id.to_owned(),
+            bundle,
+            pid: p.pid,
+            status: status.into(),
+            stdin: p.stdio.stdin.clone(),
+            stdout: p.stdio.stdout.clone(),
+            stderr: p.stdio.stderr.clone(),
+            terminal: p.stdio.terminal,
+            exit_status: code,
+            exited_at: at,
+            exec_id: exec_id.to_owned(),
+            ..Default::default()
+        })
+    }
+
+    /// Waits for the init or an exec to exit (its exit event published).
+    ///
+    /// # Errors
+    /// `NOT_FOUND`.
+    pub async fn wait(&self, id: &str, exec_id: &str) -> Result<api::WaitResponse> {
+        let mut rx = {
+            let mut st = self.state.lock().await;
+            let c = st.containers.get_mut(id).ok_or_else(|| nf(id))?;
+            c.proc_mut(exec_id)?.exit_tx.subscribe()
+        };
+        let exit = loop {
+            if let Some(e) = *rx.borrow_and_update() {
+                break e;
+            }
+            if rx.changed().await.is_err() {
+                return Err(Error::NotFound(format!(
+                    "{id} {exec_id}: deleted while waiting"
+                )));
+            }
+        };
+        let (code, at) = exit_status(Some(exit));
+        Ok(api::WaitResponse {
+            exit_status: code,
+            exited_at: at,
+            ..Default::default()
+        })
+    }
+
+    async fn runtime_and_pid(&self, id: &str) -> Result<(Arc<dyn Runtime>, u32)> {
+        let st = self.state.lock().await;
+        let c = st.containers.get(id).ok_or_else(|| nf(id))?;
+        Ok((c.runtime.clone(), c.init.pid))
+    }
+
+    /// Whether no container is left.
+    pub async fn is_empty(&self) -> bool {
+        self.state.lock().await.containers.is_empty()
+    }
+
+    /// The GPU classification recorded at Create.
+    pub async fn classification(&self, id: &str) -> Option<Classification> {
+        self.state
+            .lock()
+            .await
+            .containers
+            .get(id)
+            .map(|c| c.gpu.clone())
+    }
+}
+
+/// Unmounts the rootfs (and anything below it), logging failures: there is nothing better to do
+/// on a cleanup path.
+pub fn unmount(rootfs: &Path) {
+    if let Some(p) = rootfs.to_str()
+        && let Err(e) = containerd_shim::mount::umount_recursive(Some(p), 0)
+    {
+        tracing::warn!("unmount {p}: {e}");
+    }
+}
+
+fn ttrpc_result<T>(r: Result<T>) -> ttrpc::Result<T> {
+    r.map_err(|e| {
+        tracing::debug!("task call failed: {}", e.full_message());
+        e.into()
+    })
+}
+
+#[async_trait]
+impl Task for TaskService {
+    async fn state(
+        &self,
+        _: &TtrpcContext,
+        req: api::StateRequest,
+    ) -> ttrpc::Result<api::StateResponse> {
+        ttrpc_result(TaskService::state(self, &req.id, &req.exec_id).await)
+    }
+
+    async fn create(
+        &self,
+        _: &TtrpcContext,
+        req: api::CreateTaskRequest,
+    ) -> ttrpc::Result<api::CreateTaskResponse> {
+        let pid = ttrpc_result(TaskService::create(self, req).await)?;
+        Ok(api::CreateTaskResponse {
+            pid,
+            ..Default::default()
+        })
+    }
+
+    async fn start(
+        &self,
+        _: &TtrpcContext,
+        req: api::StartRequest,
+    ) -> ttrpc::Result<api::StartResponse> {
+        let pid = ttrpc_result(TaskService::start(self, &req.id, &req.exec_id).await)?;
+        Ok(api::StartResponse {
+            pid,
+            ..Default::default()
+        })
+    }
+
+    async fn delete(
+        &self,
+        _: &TtrpcContext,
+        req: api::DeleteRequest,
+    ) -> ttrpc::Result<api::DeleteResponse> {
+        ttrpc_result(TaskService::delete(self, &req.id, &req.exec_id).await)
+    }
+
+    async fn pids(
+        &self,
+        _: &TtrpcContext,
+        req: api::PidsRequest,
+    ) -> ttrpc::Result<api::PidsResponse> {
+        let r = async {
+            let (runtime, _) = self.runtime_and_pid(&req.id).await?;
+            runtime.ps(&req.id).await
+        };
+        let pids = ttrpc_result(r.await)?;
+        Ok(api::PidsResponse {
+            processes: pids
+                .into_iter()
+                .map(|pid| api::ProcessInfo {
+                    pid,
+                    ..Default::default()
+                })
+                .collect(),
+            ..Default::default()
+        })
+    }
+
+    async fn pause(&self, _: &TtrpcContext, req: api::PauseRequest) -> ttrpc::Result<api::Empty> {
+        ttrpc_result(self.pause_resume(&req.id, true).await)?;
+        Ok(api::Empty::new())
+    }
+
+    async fn resume(&self, _: &TtrpcContext, req: api::ResumeRequest) -> ttrpc::Result<api::Empty> {
+        ttrpc_result(self.pause_resume(&req.id, false).await)?;
+        Ok(api::Empty::new())
+    }
+
+    async fn checkpoint(
+        &self,
+        _: &TtrpcContext,
+        _: api::CheckpointTaskRequest,
+    ) -> ttrpc::Result<api::Empty> {
+        Err(Error::Unimplemented("checkpoint").into())
+    }
+
+    async fn kill(&self, _: &TtrpcContext, req: api::KillRequest) -> ttrpc::Result<api::Empty> {
+        ttrpc_result(TaskService::kill(self, &req.id, &req.exec_id, req.signal, req.all).await)?;
+        Ok(api::Empty::new())
+    }
+
+    async fn exec(
+        &self,
+        _: &TtrpcContext,
+        req: api::ExecProcessRequest,
+    ) -> ttrpc::Result<api::Empty> {
+        ttrpc_result(TaskService::exec(self, req).await)?;
+        Ok(api::Empty::new())
+    }
+
+    async fn resize_pty(
+        &self,
+        _: &TtrpcContext,
+        req: api::ResizePtyRequest,
+    ) -> ttrpc::Result<api::Empty> {
+        // No process of this shim has a terminal yet (they are refused at Create/Exec), so a
+        // resize has nothing to act on; the process must exist, though.
+        let r = async {
+            let mut st = self.state.lock().await;
+            let c = st.containers.get_mut(&req.id).ok_or_else(|| nf(&req.id))?;
+            c.proc_mut(&req.exec_id).map(|_| ())
+        };
+        ttrpc_result(r.await)?;
+        Ok(api::Empty::new())
+    }
+
+    async fn close_io(
+        &self,
+        _: &TtrpcContext,
+        req: api::CloseIORequest,
+    ) -> ttrpc::Result<api::Empty> {
+        let r = async {
+            let mut st = self.state.lock().await;
+            let c = st.containers.get_mut(&req.id).ok_or_else(|| nf(&req.id))?;
+            let p = c.proc_mut(&req.exec_id)?;
+            if req.stdin
+                && let Some(io) = p.io.as_mut()
+            {
+                io.close_stdin();
+            }
+            Ok(())
+        };
+        ttrpc_result(r.await)?;
+        Ok(api::Empty::new())
+    }
+
+    async fn update(
+        &self,
+        _: &TtrpcContext,
+        req: api::UpdateTaskRequest,
+    ) -> ttrpc::Result<api::Empty> {
+        let r = async {
+            let resources: oci_spec::runtime::LinuxResources =
+                serde_json::from_slice(&req.resources.value)
+                    .map_err(|e| Error::InvalidArgument(format!("update resources: {e}")))?;
+            let (runtime, _) = self.runtime_and_pid(&req.id).await?;
+            runtime.update(&req.id, &resources).await
+        };
+        ttrpc_result(r.await)?;
+        Ok(api::Empty::new())
+    }
+
+    async fn wait(
+        &self,
+        _: &TtrpcContext,
+        req: api::WaitRequest,
+    ) -> ttrpc::Result<api::WaitResponse> {
+        ttrpc_result(TaskService::wait(self, &req.id, &req.exec_id).await)
+    }
+
+    async fn stats(
+        &self,
+        _: &TtrpcContext,
+        req: api::StatsRequest,
+    ) -> ttrpc::Result<api::StatsResponse> {
+        let r = async {
+            let (_, pid) = self.runtime_and_pid(&req.id).await?;
+            let cg = containerd_shim::cgroup::get_cgroup(pid)?;
+            let metrics = containerd_shim::cgroup::collect_metrics(&cg)?;
+            Ok(convert_to_any(Box::new(metrics))?)
+        };
+        let any = ttrpc_result(r.await)?;
+        Ok(api::StatsResponse {
+            stats: MessageField::some(any),
+            ..Default::default()
+        })
+    }
+
+    async fn connect(
+        &self,
+        _: &TtrpcContext,
+        req: api::ConnectRequest,
+    ) -> ttrpc::Result<api::ConnectResponse> {
+        let task_pid = self
+            .runtime_and_pid(&req.id)
+            .await
+            .map(|(_, p)| p)
+            .unwrap_or_default();
+        Ok(api::ConnectResponse {
+            shim_pid: std::process::id(),
+            task_pid,
+            version: crate::version(),
+            ..Default::default()
+        })
+    }
+
+    async fn shutdown(
+        &self,
+        _: &TtrpcContext,
+        req: api::ShutdownRequest,
+    ) -> ttrpc::Result<api::Empty> {
+        if req.now || self.is_empty().await {
+            self.exit.signal();
+        }
+        Ok(api::Empty::new())
+    }
+}
+
+#[cfg(test)]
+mod tests;

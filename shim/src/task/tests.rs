@@ -1,0 +1,324 @@
+use std::sync::atomic::Ordering;
+
+use containerd_shim_protos::protobuf::well_known_types::any::Any;
+use serde_json::json;
+
+use super::*;
+use crate::runtime::fake::{FakeFactory, FakeRuntime};
+
+struct Harness {
+    svc: TaskService,
+    events: mpsc::UnboundedReceiver<Event>,
+    fake: Arc<FakeRuntime>,
+    exit: Arc<ExitSignal>,
+    dir: tempfile::TempDir,
+}
+
+fn harness() -> Harness {
+    let (tx, events) = mpsc::unbounded_channel();
+    let fake = Arc::new(FakeRuntime::default());
+    let exit = Arc::new(ExitSignal::default());
+    let svc = TaskService::new(tx, Arc::new(FakeFactory(fake.clone())), exit.clone());
+    Harness {
+        svc,
+        events,
+        fake,
+        exit,
+        dir: tempfile::tempdir().unwrap(),
+    }
+}
+
+impl Harness {
+    fn bundle(&self, id: &str, spec: &serde_json::Value) -> api::CreateTaskRequest {
+        let b = self.dir.path().join(id);
+        std::fs::create_dir_all(&b).unwrap();
+        std::fs::write(b.join("config.json"), spec.to_string()).unwrap();
+        api::CreateTaskRequest {
+            id: id.into(),
+            bundle: b.to_str().unwrap().into(),
+            ..Default::default()
+        }
+    }
+
+    fn topics(&mut self) -> Vec<&'static str> {
+        let mut v = Vec::new();
+        while let Ok((t, _)) = self.events.try_recv() {
+            v.push(t.rsplit('/').next().unwrap());
+        }
+        v
+    }
+
+    async fn next_topic(&mut self) -> &'static str {
+        let (t, _) = tokio::time::timeout(Duration::from_secs(5), self.events.recv())
+            .await
+            .expect("event within 5 s")
+            .expect("channel open");
+        t.rsplit('/').next().unwrap()
+    }
+}
+
+fn plain() -> serde_json::Value {
+    json!({"process": {"args": ["sh"], "env": ["PATH=/bin"]}})
+}
+
+#[tokio::test]
+async fn init_lifecycle_publishes_events_in_order() {
+    let mut h = harness();
+    let req = h.bundle("c1", &plain());
+    let pid = h.svc.create(req).await.unwrap();
+    assert_eq!(
+        h.svc.classification("c1").await,
+        Some(Classification::NotGpu)
+    );
+    assert_eq!(
+        h.svc.state("c1", "").await.unwrap().status(),
+        api::Status::CREATED
+    );
+    assert_eq!(h.svc.start("c1", "").await.unwrap(), pid);
+    assert_eq!(
+        h.svc.state("c1", "").await.unwrap().status(),
+        api::Status::RUNNING
+    );
+    h.svc.on_exit(pid, 7).await;
+    let w = h.svc.wait("c1", "").await.unwrap();
+    assert_eq!(w.exit_status, 7);
+    assert!(w.exited_at.is_some());
+    let d = h.svc.delete("c1", "").await.unwrap();
+    assert_eq!((d.pid, d.exit_status), (pid, 7));
+    assert_eq!(h.topics(), vec!["create", "start", "exit", "delete"]);
+    assert_eq!(
+        h.fake.calls(),
+        vec!["create c1", "start c1", "delete c1 force=true"]
+    );
+    assert!(h.svc.is_empty().await);
+    assert!(matches!(
+        h.svc.state("c1", "").await,
+        Err(Error::NotFound(_))
+    ));
+}
+
+#[tokio::test]
+async fn an_exit_racing_its_start_is_published_after_the_start() {
+    let mut h = harness();
+    h.svc.watch_exits().await.unwrap();
+    h.fake.exit_during_start.store(true, Ordering::SeqCst);
+    let req = h.bundle("race", &plain());
+    h.svc.create(req).await.unwrap();
+    h.svc.start("race", "").await.unwrap();
+    let mut seen = Vec::new();
+    for _ in 0..3 {
+        seen.push(h.next_topic().await);
+    }
+    assert_eq!(seen, vec!["create", "start", "exit"]);
+    assert_eq!(h.svc.wait("race", "").await.unwrap().exit_status, 0);
+}
+
+#[tokio::test]
+async fn exec_lifecycle() {
+    let mut h = harness();
+    let req = h.bundle("c2", &plain());
+    h.svc.create(req).await.unwrap();
+    h.svc.start("c2", "").await.unwrap();
+    let spec = json!({"args": ["sh", "-c", "exit 3"], "cwd": "/", "user": {"uid": 0, "gid": 0}});
+    let exec = api::ExecProcessRequest {
+        id: "c2".into(),
+        exec_id: "e1".into(),
+        spec: MessageField::some(Any {
+            type_url: "types.containerd.io/opencontainers/runtime-spec/1/Process".into(),
+            value: spec.to_string().into_bytes(),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    h.svc.exec(exec.clone()).await.unwrap();
+    assert!(matches!(
+        h.svc.exec(exec).await,
+        Err(Error::AlreadyExists(_))
+    ));
+    assert!(matches!(
+        h.svc.kill("c2", "e1", 9, false).await,
+        Err(Error::NotFound(_))
+    ));
+    let epid = h.svc.start("c2", "e1").await.unwrap();
+    h.svc.on_exit(epid, 3).await;
+    assert_eq!(h.svc.wait("c2", "e1").await.unwrap().exit_status, 3);
+    assert_eq!(h.svc.delete("c2", "e1").await.unwrap().exit_status, 3);
+    assert!(matches!(
+        h.svc.state("c2", "e1").await,
+        Err(Error::NotFound(_))
+    ));
+    assert_eq!(
+        h.topics(),
+        vec!["create", "start", "exec-added", "exec-started", "exit"]
+    );
+    let bad = api::ExecProcessRequest {
+        id: "c2".into(),
+        exec_id: "e2".into(),
+        ..Default::default()
+    };
+    assert!(matches!(
+        h.svc.exec(bad).await,
+        Err(Error::InvalidArgument(_))
+    ));
+}
+
+#[tokio::test]
+async fn an_exec_that_exits_before_its_pid_is_known_is_not_lost() {
+    let mut h = harness();
+    let req = h.bundle("c3", &plain());
+    h.svc.create(req).await.unwrap();
+    h.svc.start("c3", "").await.unwrap();
+    let exec = api::ExecProcessRequest {
+        id: "c3".into(),
+        exec_id: "fast".into(),
+        spec: MessageField::some(Any {
+            value: json!({"args": ["true"], "cwd": "/", "user": {"uid": 0, "gid": 0}})
+                .to_string()
+                .into_bytes(),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    h.svc.exec(exec).await.unwrap();
+    // The reaper reports the pid the fake will hand out next, before start records it.
+    let calls_before = h.fake.calls().len();
+    let next_pid = {
+        // Peek: create a throwaway container to learn the counter, then predict +1.
+        let probe = h.bundle("probe", &plain());
+        h.svc.create(probe).await.unwrap() + 1
+    };
+    h.svc.on_exit(next_pid, 0).await;
+    let pid = h.svc.start("c3", "fast").await.unwrap();
+    assert_eq!(pid, next_pid);
+    assert_eq!(h.svc.wait("c3", "fast").await.unwrap().exit_status, 0);
+    assert!(h.fake.calls().len() > calls_before);
+    assert!(h.topics().contains(&"exec-started"));
+}
+
+#[tokio::test]
+async fn bad_annotations_create_nothing() {
+    let mut h = harness();
+    let spec = json!({"annotations": {"io.mqfq.weight": "-2"},
+                      "process": {"env": ["NVIDIA_VISIBLE_DEVICES=all"]}});
+    let req = h.bundle("bad", &spec);
+    match h.svc.create(req).await {
+        Err(Error::InvalidArgument(m)) => assert!(m.contains("io.mqfq.weight"), "{m}"),
+        other => panic!("{other:?}"),
+    }
+    assert!(h.fake.calls().is_empty(), "runc never ran");
+    assert!(h.topics().is_empty());
+    assert!(h.svc.is_empty().await);
+}
+
+#[tokio::test]
+async fn unsupported_stdio_and_failed_runc_leave_nothing() {
+    let mut h = harness();
+    let mut req = h.bundle("tty", &plain());
+    req.terminal = true;
+    assert!(matches!(
+        h.svc.create(req).await,
+        Err(Error::Unimplemented(_))
+    ));
+    h.fake.fail_create.store(true, Ordering::SeqCst);
+    let req = h.bundle("boom", &plain());
+    assert!(matches!(h.svc.create(req).await, Err(Error::Runc { .. })));
+    assert_eq!(
+        h.fake.calls(),
+        vec!["create boom", "delete boom force=true"]
+    );
+    assert!(h.svc.is_empty().await);
+    assert!(h.topics().is_empty());
+    let req = api::CreateTaskRequest {
+        id: "nobundle".into(),
+        bundle: h.dir.path().join("missing").to_str().unwrap().into(),
+        ..Default::default()
+    };
+    assert!(matches!(h.svc.create(req).await, Err(Error::Io { .. })));
+}
+
+#[tokio::test]
+async fn gpu_containers_are_classified_at_create() {
+    let h = harness();
+    let spec = json!({"annotations": {"io.mqfq.function": "resnet", "io.mqfq.weight": "2"},
+                      "process": {"env": ["NVIDIA_VISIBLE_DEVICES=0"]}});
+    let req = h.bundle("g1", &spec);
+    h.svc.create(req).await.unwrap();
+    match h.svc.classification("g1").await {
+        Some(Classification::Gpu(w)) => {
+            assert_eq!(w.function, "resnet");
+            assert_eq!(w.weight, 2.0);
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn state_machine_errors_and_pause_resume() {
+    let mut h = harness();
+    let req = h.bundle("p1", &plain());
+    let pid = h.svc.create(req.clone()).await.unwrap();
+    assert!(matches!(
+        h.svc.create(req).await,
+        Err(Error::AlreadyExists(_))
+    ));
+    assert!(matches!(
+        h.svc.pause_resume("p1", true).await,
+        Err(Error::FailedPrecondition(_))
+    ));
+    h.svc.start("p1", "").await.unwrap();
+    assert!(matches!(
+        h.svc.start("p1", "").await,
+        Err(Error::FailedPrecondition(_))
+    ));
+    assert!(matches!(
+        h.svc.delete("p1", "").await,
+        Err(Error::FailedPrecondition(_))
+    ));
+    h.svc.pause_resume("p1", true).await.unwrap();
+    assert_eq!(
+        h.svc.state("p1", "").await.unwrap().status(),
+        api::Status::PAUSED
+    );
+    h.svc.pause_resume("p1", false).await.unwrap();
+    h.svc.kill("p1", "", 15, false).await.unwrap();
+    h.svc.on_exit(pid, 143).await;
+    h.svc.wait("p1", "").await.unwrap();
+    assert!(matches!(
+        h.svc.kill("p1", "", 15, false).await,
+        Err(Error::NotFound(_))
+    ));
+    assert_eq!(
+        h.topics(),
+        vec!["create", "start", "paused", "resumed", "exit"]
+    );
+    assert!(matches!(
+        h.svc.start("nope", "").await,
+        Err(Error::NotFound(_))
+    ));
+    assert!(matches!(
+        h.svc.kill("nope", "", 9, false).await,
+        Err(Error::NotFound(_))
+    ));
+}
+
+#[tokio::test]
+async fn shutdown_only_when_empty() {
+    let h = harness();
+    let req = h.bundle("s1", &plain());
+    let pid = h.svc.create(req).await.unwrap();
+    assert!(!h.svc.is_empty().await);
+    h.svc.on_exit(pid, 0).await;
+    h.svc.wait("s1", "").await.unwrap();
+    h.svc.delete("s1", "").await.unwrap();
+    assert!(h.svc.is_empty().await);
+    // ExitSignal fires once signalled; nothing else flips it.
+    let waiter = {
+        let e = h.exit.clone();
+        tokio::spawn(async move { e.wait().await })
+    };
+    h.exit.signal();
+    tokio::time::timeout(Duration::from_secs(2), waiter)
+        .await
+        .unwrap()
+        .unwrap();
+}
