@@ -3,7 +3,8 @@
 set -euo pipefail
 
 need_apt=()
-for pkg in build-essential pkg-config ca-certificates curl git; do
+# containerd, runc and busybox-static: the shim's integration tests start a real containerd.
+for pkg in build-essential pkg-config ca-certificates curl git containerd runc busybox-static; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need_apt+=("$pkg")
 done
 if [ ${#need_apt[@]} -gt 0 ]; then

@@ -1,0 +1,217 @@
+//! The shim through a real containerd and runc, driven by `ctr` like an operator would.
+#![expect(
+    clippy::tests_outside_test_module,
+    reason = "an integration-test crate is the test module"
+)]
+
+use std::path::Path;
+use std::process::Output;
+use std::time::{Duration, Instant};
+
+use mqfq_testkit::{BUSYBOX, Containerd, MQFQ};
+
+fn containerd(name: &str) -> Option<Containerd> {
+    let shim = Path::new(env!("CARGO_BIN_EXE_containerd-shim-mqfq-v2"));
+    Containerd::start(&format!("it-{}-{name}", std::process::id()), shim.parent()?)
+}
+
+fn out(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn err(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn assert_clean(c: &Containerd) {
+    let left = c.leftovers();
+    assert!(
+        left.is_empty(),
+        "left behind: {left:#?}\ncontainerd log:\n{}",
+        c.log()
+    );
+}
+
+fn run_detached(c: &Containerd, id: &str) {
+    let o = c.ctr(&[
+        "run",
+        "-d",
+        "--snapshotter",
+        "native",
+        "--runtime",
+        MQFQ,
+        BUSYBOX,
+        id,
+        "sleep",
+        "300",
+    ]);
+    assert!(o.status.success(), "{}", err(&o));
+    assert!(c.wait_status(id, "RUNNING"), "{}", c.log());
+}
+
+#[test]
+fn run_rm_behaves_exactly_like_runc() {
+    let Some(c) = containerd("run") else { return };
+    let o = c.run(
+        MQFQ,
+        "m0",
+        &[],
+        &["sh", "-c", "echo out; echo err >&2; exit 7"],
+    );
+    assert_eq!(o.status.code(), Some(7), "{}", err(&o));
+    assert_eq!(out(&o), "out\n");
+    assert!(err(&o).contains("err"), "{}", err(&o));
+    let cases: [&[&str]; 5] = [
+        &["echo", "hello"],
+        &["sh", "-c", "exit 42"],
+        &["sh", "-c", "sleep 1 & kill -9 $!; wait $!"],
+        &["sh", "-c", "kill -9 $$"],
+        &[
+            "sh",
+            "-c",
+            "cat /proc/self/status | grep -c Cap; ls /nonexistent",
+        ],
+    ];
+    for (i, cmd) in cases.iter().enumerate() {
+        let ours = c.run(MQFQ, &format!("m{}", i + 1), &[], cmd);
+        let runc = c.run("io.containerd.runc.v2", &format!("r{}", i + 1), &[], cmd);
+        assert_eq!(ours.status.code(), runc.status.code(), "{cmd:?}");
+        assert_eq!(out(&ours), out(&runc), "{cmd:?}");
+        assert_eq!(err(&ours), err(&runc), "{cmd:?}");
+    }
+    // Larger output arrives whole: the exit is published after stdio drained.
+    let o = c.run(MQFQ, "big", &[], &["seq", "1", "20000"]);
+    assert!(o.status.success(), "{}", err(&o));
+    assert_eq!(out(&o).lines().count(), 20000);
+    assert_eq!(out(&o).lines().last(), Some("20000"));
+    assert_clean(&c);
+}
+
+#[test]
+fn exec_pause_resume_metrics_kill_delete() {
+    let Some(c) = containerd("life") else { return };
+    run_detached(&c, "l1");
+    let o = c.ctr(&[
+        "task",
+        "exec",
+        "--exec-id",
+        "e1",
+        "l1",
+        "sh",
+        "-c",
+        "echo in-exec; exit 3",
+    ]);
+    assert_eq!(o.status.code(), Some(3), "{}", err(&o));
+    assert_eq!(out(&o), "in-exec\n");
+    assert!(c.ctr(&["task", "pause", "l1"]).status.success());
+    assert!(c.wait_status("l1", "PAUSED"));
+    assert!(c.ctr(&["task", "resume", "l1"]).status.success());
+    assert!(c.wait_status("l1", "RUNNING"));
+    let m = c.ctr(&["task", "metrics", "l1"]);
+    assert!(m.status.success(), "{}", err(&m));
+    assert!(out(&m).contains("memory.usage"), "{}", out(&m));
+    let ps = c.ctr(&["task", "ps", "l1"]);
+    assert!(
+        ps.status.success() && out(&ps).lines().count() >= 2,
+        "{}",
+        out(&ps)
+    );
+    assert!(
+        c.ctr(&["task", "kill", "-s", "SIGKILL", "l1"])
+            .status
+            .success()
+    );
+    assert!(c.wait_status("l1", "STOPPED"), "{}", c.log());
+    let d = c.ctr(&["task", "delete", "l1"]);
+    assert!(d.status.success(), "{}", err(&d));
+    assert!(c.ctr(&["containers", "rm", "l1"]).status.success());
+    assert_clean(&c);
+}
+
+#[test]
+fn a_sigkilled_shim_is_cleaned_up_by_delete() {
+    let Some(c) = containerd("crash") else { return };
+    run_detached(&c, "k1");
+    let pids = mqfq_testkit::shim_pids(&c.socket().display().to_string());
+    assert_eq!(pids.len(), 1, "one shim for one container: {pids:?}");
+    let killed = std::process::Command::new("kill")
+        .args(["-9", &pids[0].to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    // containerd notices, runs `containerd-shim-mqfq-v2 delete`, and forgets the task.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !out(&c.ctr(&["task", "ls", "-q"])).trim().is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "task never cleaned:\n{}",
+            c.log()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(c.ctr(&["containers", "rm", "k1"]).status.success());
+    assert!(c.log().contains("cleaning up after shim disconnected"));
+    // containerd's `delete` run of the shim removes runc state and mounts; give it time.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !c.leftovers().is_empty() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_clean(&c);
+}
+
+#[test]
+fn bad_annotations_are_invalid_argument_and_leave_nothing() {
+    let Some(c) = containerd("badann") else {
+        return;
+    };
+    let o = c.run(
+        MQFQ,
+        "b1",
+        &["--annotation", "io.mqfq.weight=-3"],
+        &["true"],
+    );
+    assert!(!o.status.success());
+    assert!(err(&o).contains("io.mqfq.weight"), "{}", err(&o));
+    assert!(err(&o).contains("invalid argument"), "{}", err(&o));
+    // A failed `ctr run` leaves ctr's own container record; remove it, then nothing may remain.
+    let _ = c.ctr(&["containers", "rm", "b1"]);
+    assert_clean(&c);
+}
+
+#[test]
+fn gpu_containers_are_classified_and_run() {
+    let Some(c) = containerd("gpu") else { return };
+    let o = c.run(
+        MQFQ,
+        "g1",
+        &[
+            "--env",
+            "NVIDIA_VISIBLE_DEVICES=0",
+            "--annotation",
+            "io.mqfq.function=resnet",
+            "--annotation",
+            "io.mqfq.weight=2",
+        ],
+        &["sh", "-c", "echo $NVIDIA_VISIBLE_DEVICES"],
+    );
+    assert!(o.status.success(), "{}", err(&o));
+    assert_eq!(out(&o), "0\n");
+    let log = c.log();
+    let line = log
+        .lines()
+        .find(|l| l.contains("GPU container created"))
+        .unwrap_or_else(|| panic!("no classification line in:\n{log}"));
+    assert!(line.contains("resnet") && line.contains("g1"), "{line}");
+    assert_clean(&c);
+}
+
+#[test]
+fn version_flag() {
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_containerd-shim-mqfq-v2"))
+        .arg("-v")
+        .output()
+        .unwrap();
+    assert!(o.status.success());
+    let s = out(&o);
+    assert!(s.contains("mqfq-shim") && s.contains("revision"), "{s}");
+}

@@ -1,0 +1,414 @@
+//! Test harness for the runtime's integration tests: each test gets its own containerd (temp
+//! root and state, its own sockets, native snapshotter, debug log) with the shim under test on
+//! its PATH, an offline busybox OCI image built here from the host's static busybox, and
+//! helpers that report anything a test left behind (shim processes, runc state, mounts).
+//!
+//! Needs root, `containerd`, `ctr`, `runc` and `/bin/busybox` (Debian: containerd, runc,
+//! busybox-static). Without root the tests skip themselves, unless `MQFQ_REQUIRE_CONTAINERD=1`
+//! (set by `scripts/test.sh`), which turns a skip into a failure.
+
+use std::fmt::Write as _;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use sha2::{Digest, Sha256};
+
+/// The image every test uses.
+pub const BUSYBOX: &str = "docker.io/local/busybox:latest";
+/// Our runtime name.
+pub const MQFQ: &str = "io.containerd.mqfq.v2";
+
+/// A running throwaway containerd.
+#[derive(Debug)]
+pub struct Containerd {
+    dir: tempfile::TempDir,
+    child: Option<Child>,
+    /// The namespace tests use.
+    pub ns: String,
+}
+
+fn is_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+}
+
+fn have(bin: &str) -> bool {
+    Command::new("sh")
+        .args(["-c", &format!("command -v {bin}")])
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+/// Whether this machine can run the containerd tests; `Err` explains why not when it must.
+///
+/// # Errors
+/// When `MQFQ_REQUIRE_CONTAINERD=1` and something is missing.
+pub fn available() -> Result<bool, String> {
+    let mut missing = Vec::new();
+    if !is_root() {
+        missing.push("root".to_owned());
+    }
+    for b in ["containerd", "ctr", "runc"] {
+        if !have(b) {
+            missing.push(b.to_owned());
+        }
+    }
+    if !Path::new("/bin/busybox").exists() {
+        missing.push("/bin/busybox (busybox-static)".to_owned());
+    }
+    if missing.is_empty() {
+        return Ok(true);
+    }
+    let msg = format!("containerd tests need: {}", missing.join(", "));
+    if std::env::var("MQFQ_REQUIRE_CONTAINERD").as_deref() == Ok("1") {
+        Err(msg)
+    } else {
+        eprintln!("SKIPPED: {msg}");
+        Ok(false)
+    }
+}
+
+impl Containerd {
+    /// Starts containerd with `shim_dir` first on its PATH and imports the busybox image into
+    /// namespace `ns`. Returns `None` (test skipped) when the machine cannot run it.
+    ///
+    /// # Panics
+    /// When the machine should be able to run it but containerd does not come up.
+    #[must_use]
+    pub fn start(ns: &str, shim_dir: &Path) -> Option<Self> {
+        match available() {
+            Ok(true) => {}
+            Ok(false) => return None,
+            Err(e) => panic!("{e}"),
+        }
+        let dir = tempfile::Builder::new()
+            .prefix("mqfq-it-")
+            .tempdir_in("/tmp")
+            .expect("temp dir");
+        let d = dir.path();
+        let config = format!(
+            "version = 2\nroot = \"{root}\"\nstate = \"{state}\"\n\
+             disabled_plugins = [\"io.containerd.grpc.v1.cri\"]\n\
+             [grpc]\n  address = \"{sock}\"\n[ttrpc]\n  address = \"{sock}.ttrpc\"\n\
+             [debug]\n  level = \"debug\"\n",
+            root = d.join("root").display(),
+            state = d.join("state").display(),
+            sock = d.join("containerd.sock").display(),
+        );
+        std::fs::write(d.join("config.toml"), config).expect("write config");
+        let log = std::fs::File::create(d.join("containerd.log")).expect("log");
+        let path = format!(
+            "{}:{}",
+            shim_dir.display(),
+            std::env::var("PATH").unwrap_or_default()
+        );
+        let child = Command::new("containerd")
+            .arg("--config")
+            .arg(d.join("config.toml"))
+            .env("PATH", path)
+            .stdout(log.try_clone().expect("log"))
+            .stderr(log)
+            .spawn()
+            .expect("spawn containerd");
+        let c = Containerd {
+            dir,
+            child: Some(child),
+            ns: ns.to_owned(),
+        };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !c.ctr(&["version"]).status.success() {
+            assert!(
+                Instant::now() < deadline,
+                "containerd did not come up:\n{}",
+                c.log()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let tar = c.dir.path().join("busybox.tar");
+        build_busybox_image(&tar).expect("build busybox image");
+        let o = c.ctr(&[
+            "images",
+            "import",
+            "--snapshotter",
+            "native",
+            tar.to_str().expect("utf-8 path"),
+        ]);
+        assert!(
+            o.status.success(),
+            "import: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        Some(c)
+    }
+
+    /// containerd's socket.
+    #[must_use]
+    pub fn socket(&self) -> PathBuf {
+        self.dir.path().join("containerd.sock")
+    }
+
+    /// The scratch directory.
+    #[must_use]
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// Runs `ctr -a <socket> -n <ns> args…` (at most 60 s).
+    #[must_use]
+    pub fn ctr(&self, args: &[&str]) -> Output {
+        Command::new("timeout")
+            .arg("60")
+            .arg("ctr")
+            .arg("-a")
+            .arg(self.socket())
+            .arg("-n")
+            .arg(&self.ns)
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .expect("run ctr")
+    }
+
+    /// `ctr run --rm --snapshotter native --runtime <runtime> [extra…] busybox <id> cmd…`.
+    #[must_use]
+    pub fn run(&self, runtime: &str, id: &str, extra: &[&str], cmd: &[&str]) -> Output {
+        let mut args = vec![
+            "run",
+            "--rm",
+            "--snapshotter",
+            "native",
+            "--runtime",
+            runtime,
+        ];
+        args.extend_from_slice(extra);
+        args.push(BUSYBOX);
+        args.push(id);
+        args.extend_from_slice(cmd);
+        self.ctr(&args)
+    }
+
+    /// containerd's log so far (the shim's lines included).
+    #[must_use]
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("containerd.log")).unwrap_or_default()
+    }
+
+    /// Everything a test could have left behind: shim processes serving this containerd, runc
+    /// state in this namespace, mounts under the scratch directory, tasks and containers.
+    #[must_use]
+    pub fn leftovers(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        let sock = self.socket().display().to_string();
+        for pid in shim_pids(&sock) {
+            out.push(format!("shim process {pid}"));
+        }
+        let runc = Path::new("/run/containerd/runc").join(&self.ns);
+        if let Ok(rd) = std::fs::read_dir(&runc) {
+            for e in rd.flatten() {
+                out.push(format!("runc state {}", e.path().display()));
+            }
+        }
+        let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+        let d = self.dir.path().display().to_string();
+        for m in mounts.lines().filter(|l| l.contains(&d)) {
+            out.push(format!("mount {m}"));
+        }
+        let tasks = String::from_utf8_lossy(&self.ctr(&["task", "ls", "-q"]).stdout).into_owned();
+        for t in tasks.lines().filter(|l| !l.trim().is_empty()) {
+            out.push(format!("task {t}"));
+        }
+        let cs =
+            String::from_utf8_lossy(&self.ctr(&["containers", "ls", "-q"]).stdout).into_owned();
+        for c in cs.lines().filter(|l| !l.trim().is_empty()) {
+            out.push(format!("container {c}"));
+        }
+        out
+    }
+
+    /// Polls `ctr task ls` until `id` shows `status` (at most 20 s).
+    #[must_use]
+    pub fn wait_status(&self, id: &str, status: &str) -> bool {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            let o = String::from_utf8_lossy(&self.ctr(&["task", "ls"]).stdout).into_owned();
+            if o.lines()
+                .any(|l| l.split_whitespace().next() == Some(id) && l.contains(status))
+            {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        false
+    }
+}
+
+/// Pids of shim processes whose command line names this containerd's socket.
+#[must_use]
+pub fn shim_pids(sock: &str) -> Vec<u32> {
+    let mut v = Vec::new();
+    if let Ok(rd) = std::fs::read_dir("/proc") {
+        for e in rd.flatten() {
+            let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
+                continue;
+            };
+            let cmd = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
+            let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+            if cmd.contains("containerd-shim") && cmd.contains(sock) {
+                v.push(pid);
+            }
+        }
+    }
+    v
+}
+
+impl Drop for Containerd {
+    fn drop(&mut self) {
+        // Clean up even when the test failed: tasks, containers, shims, containerd, mounts.
+        let tasks = String::from_utf8_lossy(&self.ctr(&["task", "ls", "-q"]).stdout).into_owned();
+        for t in tasks.lines().filter(|l| !l.trim().is_empty()) {
+            let _ = self.ctr(&["task", "kill", "-s", "SIGKILL", t]);
+            let _ = self.ctr(&["task", "delete", "-f", t]);
+        }
+        let cs =
+            String::from_utf8_lossy(&self.ctr(&["containers", "ls", "-q"]).stdout).into_owned();
+        for c in cs.lines().filter(|l| !l.trim().is_empty()) {
+            let _ = self.ctr(&["containers", "rm", c]);
+        }
+        if let Some(mut child) = self.child.take() {
+            let _ = Command::new("kill").arg(child.id().to_string()).status();
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while Instant::now() < deadline {
+                if let Ok(Some(_)) = child.try_wait() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        let sock = self.socket().display().to_string();
+        for pid in shim_pids(&sock) {
+            let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+        }
+        let _ = Command::new("sh")
+            .arg("-c")
+            .arg(format!(
+                "grep -F '{}' /proc/self/mountinfo | awk '{{print $5}}' | sort -r | xargs -r -n1 umount -l",
+                self.dir.path().display()
+            ))
+            .status();
+        let _ = std::fs::remove_dir_all(Path::new("/run/containerd/runc").join(&self.ns));
+    }
+}
+
+fn digest(b: &[u8]) -> String {
+    let mut s = String::from("sha256:");
+    for byte in Sha256::digest(b) {
+        let _ = write!(s, "{byte:02x}");
+    }
+    s
+}
+
+fn header(path: &str, kind: tar::EntryType, mode: u32, size: u64) -> tar::Header {
+    let mut h = tar::Header::new_gnu();
+    h.set_path(path).expect("tar path");
+    h.set_entry_type(kind);
+    h.set_mode(mode);
+    h.set_size(size);
+    h.set_uid(0);
+    h.set_gid(0);
+    h.set_mtime(0);
+    h.set_cksum();
+    h
+}
+
+/// Builds a deterministic single-layer OCI image tar of the host's static busybox: one symlink
+/// per applet, `/etc/passwd` and `/etc/group`, empty `/proc`, `/sys`, `/dev`, `/tmp`.
+///
+/// # Errors
+/// Reading busybox or writing the tar failed.
+pub fn build_busybox_image(out: &Path) -> std::io::Result<()> {
+    let bb = std::fs::read("/bin/busybox")?;
+    let applets = Command::new("/bin/busybox").arg("--list").output()?;
+    let mut applets: Vec<String> = String::from_utf8_lossy(&applets.stdout)
+        .lines()
+        .map(str::to_owned)
+        .filter(|a| a != "busybox" && !a.is_empty())
+        .collect();
+    applets.sort();
+    let mut layer = tar::Builder::new(Vec::new());
+    for d in ["bin", "dev", "etc", "proc", "sys", "tmp"] {
+        let h = header(&format!("{d}/"), tar::EntryType::Directory, 0o755, 0);
+        layer.append(&h, std::io::empty())?;
+    }
+    layer.append(
+        &header(
+            "bin/busybox",
+            tar::EntryType::Regular,
+            0o755,
+            bb.len() as u64,
+        ),
+        &bb[..],
+    )?;
+    for a in &applets {
+        let mut h = header(&format!("bin/{a}"), tar::EntryType::Symlink, 0o777, 0);
+        h.set_link_name("busybox")?;
+        h.set_cksum();
+        layer.append(&h, std::io::empty())?;
+    }
+    for (p, c) in [
+        ("etc/passwd", "root:x:0:0:root:/:/bin/sh\n"),
+        ("etc/group", "root:x:0:\n"),
+    ] {
+        layer.append(
+            &header(p, tar::EntryType::Regular, 0o644, c.len() as u64),
+            c.as_bytes(),
+        )?;
+    }
+    let layer = layer.into_inner()?;
+    let config = serde_json::json!({
+        "architecture": "amd64", "os": "linux",
+        "config": {"Env": ["PATH=/bin"], "Cmd": ["sh"]},
+        "rootfs": {"type": "layers", "diff_ids": [digest(&layer)]}
+    })
+    .to_string()
+    .into_bytes();
+    let manifest = serde_json::json!({
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "config": {"mediaType": "application/vnd.oci.image.config.v1+json",
+                   "digest": digest(&config), "size": config.len()},
+        "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar",
+                    "digest": digest(&layer), "size": layer.len()}]
+    })
+    .to_string()
+    .into_bytes();
+    let index = serde_json::json!({
+        "schemaVersion": 2,
+        "manifests": [{"mediaType": "application/vnd.oci.image.manifest.v1+json",
+                       "digest": digest(&manifest), "size": manifest.len(),
+                       "platform": {"architecture": "amd64", "os": "linux"},
+                       "annotations": {"io.containerd.image.name": BUSYBOX,
+                                       "org.opencontainers.image.ref.name": "latest"}}]
+    })
+    .to_string()
+    .into_bytes();
+    let mut img = tar::Builder::new(std::fs::File::create(out)?);
+    let mut add = |name: &str, data: &[u8]| -> std::io::Result<()> {
+        img.append(
+            &header(name, tar::EntryType::Regular, 0o644, data.len() as u64),
+            data,
+        )
+    };
+    add("oci-layout", br#"{"imageLayoutVersion":"1.0.0"}"#)?;
+    add("index.json", &index)?;
+    for b in [&layer, &config, &manifest] {
+        let name = format!("blobs/sha256/{}", &digest(b)[7..]);
+        add(&name, b)?;
+    }
+    img.into_inner()?.flush()
+}
