@@ -1,0 +1,113 @@
+//! `ctr run --rm` wall time through containerd-shim-mqfq-v2 vs io.containerd.runc.v2, same
+//! image, alternating, N runs each, in one throwaway containerd; then each shim's RSS with one
+//! running container. Usage: `bench-ctr-run <dir of containerd-shim-mqfq-v2> [N]`.
+
+use std::path::Path;
+use std::time::Instant;
+
+use mqfq_testkit::{BUSYBOX, Containerd, MQFQ, shim_pids};
+
+fn stats(mut v: Vec<f64>) -> (f64, f64, f64) {
+    v.sort_by(f64::total_cmp);
+    #[allow(clippy::cast_precision_loss)]
+    let mean = v.iter().sum::<f64>() / v.len() as f64;
+    let p = |q: f64| {
+        #[allow(
+            clippy::cast_possible_truncation,
+            clippy::cast_sign_loss,
+            clippy::cast_precision_loss
+        )]
+        let i = ((v.len() as f64 * q).ceil() as usize).clamp(1, v.len()) - 1;
+        v[i]
+    };
+    (mean, p(0.5), p(0.9))
+}
+
+fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
+}
+
+fn main() -> std::process::ExitCode {
+    let args: Vec<String> = std::env::args().collect();
+    let Some(dir) = args.get(1) else {
+        eprintln!("usage: bench-ctr-run <dir of containerd-shim-mqfq-v2> [N]");
+        return std::process::ExitCode::from(2);
+    };
+    let n: usize = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(30);
+    let Some(c) = Containerd::start("bench", Path::new(dir)) else {
+        eprintln!("cannot run containerd here (needs root, containerd, runc, busybox-static)");
+        return std::process::ExitCode::FAILURE;
+    };
+    let runtimes = [MQFQ, "io.containerd.runc.v2"];
+    let mut times = [Vec::new(), Vec::new()];
+    // One warm-up each (page cache, first shim exec).
+    for (i, rt) in runtimes.iter().enumerate() {
+        let o = c.run(rt, &format!("warm{i}"), &[], &["true"]);
+        assert!(
+            o.status.success(),
+            "{rt}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+    for k in 0..n {
+        for (i, rt) in runtimes.iter().enumerate() {
+            let t = Instant::now();
+            let o = c.run(rt, &format!("b{k}-{i}"), &[], &["true"]);
+            times[i].push(t.elapsed().as_secs_f64() * 1e3);
+            assert!(
+                o.status.success(),
+                "{rt}: {}",
+                String::from_utf8_lossy(&o.stderr)
+            );
+        }
+    }
+    let sock = c.socket().display().to_string();
+    let mut rss = Vec::new();
+    for (i, rt) in runtimes.iter().enumerate() {
+        let id = format!("rss{i}");
+        let o = c.ctr(&[
+            "run",
+            "-d",
+            "--snapshotter",
+            "native",
+            "--runtime",
+            rt,
+            BUSYBOX,
+            &id,
+            "sleep",
+            "60",
+        ]);
+        assert!(o.status.success());
+        let before: Vec<u32> = shim_pids(&sock);
+        let pid = before.first().copied().unwrap_or(0);
+        rss.push(rss_kib(pid));
+        let _ = c.ctr(&["task", "kill", "-s", "SIGKILL", &id]);
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        let _ = c.ctr(&["task", "delete", "-f", &id]);
+        let _ = c.ctr(&["containers", "rm", &id]);
+    }
+    let (m0, p50_0, p90_0) = stats(times[0].clone());
+    let (m1, p50_1, p90_1) = stats(times[1].clone());
+    println!("ctr run --rm busybox true, N = {n} each, alternating");
+    println!("| runtime | mean ms | p50 ms | p90 ms | shim RSS KiB |");
+    println!("|---|---|---|---|---|");
+    println!(
+        "| {} | {m0:.1} | {p50_0:.1} | {p90_0:.1} | {} |",
+        runtimes[0], rss[0]
+    );
+    println!(
+        "| {} | {m1:.1} | {p50_1:.1} | {p90_1:.1} | {} |",
+        runtimes[1], rss[1]
+    );
+    println!(
+        "ratio mqfq / runc-v2: mean {:.3}×, p50 {:.3}×",
+        m0 / m1,
+        p50_0 / p50_1
+    );
+    std::process::ExitCode::SUCCESS
+}
