@@ -5,8 +5,12 @@
 //! kills the container with SIGPIPE). When the container exits, the pipes reach EOF; the exit is
 //! published only after the copies drained, so `ctr run --rm` sees all output.
 //!
-//! `binary://` and `file://` log URIs (nerdctl) and terminals are not supported yet: they are
-//! rejected with `UNIMPLEMENTED` at Create instead of losing output.
+//! Log URIs (nerdctl, `ctr --log-uri`): `file:///path` appends stdout and stderr to a file;
+//! `binary:///path?k=v` starts a logging binary with the output pipes' read ends as fds 3 and 4,
+//! a readiness pipe as fd 5 (closed by the binary when ready), `CONTAINER_ID` and
+//! `CONTAINER_NAMESPACE` in its environment, and `k v` pairs as arguments — containerd's
+//! protocol. Terminals are not supported yet: they are rejected with `UNIMPLEMENTED` at Create
+//! instead of losing output.
 
 use std::os::fd::OwnedFd;
 use std::sync::Mutex;
@@ -36,20 +40,101 @@ impl StdioPaths {
     /// Checks that the shim can serve these paths.
     ///
     /// # Errors
-    /// [`Error::Unimplemented`] for a terminal or a `binary://` / `file://` URI.
+    /// [`Error::Unimplemented`] for a terminal; [`Error::InvalidArgument`] for a malformed or
+    /// unknown log URI, or a URI on stdin.
     pub fn check(&self) -> Result<()> {
         if self.terminal {
             return Err(Error::Unimplemented("terminal (tty) stdio"));
         }
-        for p in [&self.stdin, &self.stdout, &self.stderr] {
-            if p.starts_with("binary://") {
-                return Err(Error::Unimplemented("binary:// log URIs"));
-            }
-            if p.starts_with("file://") {
-                return Err(Error::Unimplemented("file:// log URIs"));
-            }
+        if self.stdin.contains("://") {
+            return Err(Error::InvalidArgument(format!(
+                "stdin {:?} must be a FIFO",
+                self.stdin
+            )));
+        }
+        for p in [&self.stdout, &self.stderr] {
+            Target::parse(p)?;
         }
         Ok(())
+    }
+}
+
+/// Where an output stream goes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Target {
+    /// Nowhere.
+    Discard,
+    /// A FIFO (or plain path) containerd created.
+    Fifo(String),
+    /// `file:///path`.
+    File(String),
+    /// `binary:///path?k=v…`: the program and its arguments.
+    Binary(String, Vec<String>),
+}
+
+fn percent_decode(s: &str) -> Result<String> {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b'%' => {
+                let hex = s
+                    .get(i + 1..i + 3)
+                    .and_then(|h| u8::from_str_radix(h, 16).ok())
+                    .ok_or_else(|| Error::InvalidArgument(format!("bad escape in {s:?}")))?;
+                out.push(hex);
+                i += 3;
+            }
+            b'+' => {
+                out.push(b' ');
+                i += 1;
+            }
+            c => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8(out).map_err(|_| Error::InvalidArgument(format!("{s:?} is not UTF-8")))
+}
+
+impl Target {
+    /// Parses containerd's stdout/stderr string.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for an unknown scheme, a relative path, or bad escapes.
+    pub fn parse(s: &str) -> Result<Target> {
+        if s.is_empty() {
+            return Ok(Target::Discard);
+        }
+        let Some((scheme, rest)) = s.split_once("://") else {
+            return Ok(Target::Fifo(s.to_owned()));
+        };
+        let (path, query) = rest.split_once('?').unwrap_or((rest, ""));
+        let path = percent_decode(path)?;
+        if !path.starts_with('/') {
+            return Err(Error::InvalidArgument(format!(
+                "log URI {s:?}: path must be absolute"
+            )));
+        }
+        match scheme {
+            "file" => Ok(Target::File(path)),
+            "binary" => {
+                let mut args = Vec::new();
+                for kv in query.split('&').filter(|kv| !kv.is_empty()) {
+                    let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
+                    args.push(percent_decode(k)?);
+                    if !v.is_empty() {
+                        args.push(percent_decode(v)?);
+                    }
+                }
+                Ok(Target::Binary(path, args))
+            }
+            other => Err(Error::InvalidArgument(format!(
+                "log URI {s:?}: unknown scheme {other:?} (fifo path, file:// or binary://)"
+            ))),
+        }
     }
 }
 
@@ -135,6 +220,93 @@ async fn copy_out(rd: OwnedFd, path: String) {
     let _ = writer.flush().await;
 }
 
+async fn discard(rd: OwnedFd) {
+    if let Ok(mut r) = pipe::Receiver::from_owned_fd(rd) {
+        let _ = tokio::io::copy(&mut r, &mut tokio::io::sink()).await;
+    }
+}
+
+async fn copy_to_file(rd: OwnedFd, mut file: tokio::fs::File) {
+    if let Ok(mut r) = pipe::Receiver::from_owned_fd(rd) {
+        if let Err(e) = tokio::io::copy(&mut r, &mut file).await {
+            tracing::warn!("copy to log file: {e}");
+        }
+        let _ = file.flush().await;
+    }
+}
+
+/// How long a logging binary may take to signal readiness.
+const BINARY_READY: Duration = Duration::from_secs(10);
+
+/// Starts a logging binary with stdout/stderr read ends as fds 3 and 4 and the readiness pipe's
+/// write end as fd 5, then waits until it closes fd 5 (or exits).
+async fn start_binary(
+    bin: &str,
+    args: &[String],
+    out: OwnedFd,
+    err: OwnedFd,
+    id: &str,
+    namespace: &str,
+) -> Result<()> {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::process::CommandExt;
+
+    let (ready_rd, ready_wr) = pipe_pair("log binary readiness")?;
+    let fds = [out.as_raw_fd(), err.as_raw_fd(), ready_wr.as_raw_fd()];
+    let mut cmd = std::process::Command::new(bin);
+    cmd.args(args)
+        .env("CONTAINER_ID", id)
+        .env("CONTAINER_NAMESPACE", namespace)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    // SAFETY: the closure runs in the forked child before exec and only calls dup2, which is
+    // async-signal-safe; it touches no memory shared with the parent beyond the copied array.
+    unsafe {
+        cmd.pre_exec(move || {
+            // Move the three descriptors out of the way first, so dup2 onto 3, 4, 5 never
+            // clobbers one of them.
+            let mut tmp = [0; 3];
+            for (t, fd) in tmp.iter_mut().zip(fds) {
+                let d = libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 10);
+                if d < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                *t = d;
+            }
+            for (target, fd) in (3..).zip(tmp) {
+                // dup2 clears close-on-exec on the new descriptor.
+                if libc::dup2(fd, target) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            Ok(())
+        });
+    }
+    // The child is reaped by the shim's reaper; nothing waits on it here.
+    let child = cmd
+        .spawn()
+        .map_err(|e| Error::io(format!("start logging binary {bin}"), e))?;
+    drop(child);
+    drop((out, err, ready_wr));
+    let mut ready = pipe::Receiver::from_owned_fd(ready_rd)
+        .map_err(|e| Error::io("log binary readiness pipe", e))?;
+    let mut buf = [0u8; 1];
+    match tokio::time::timeout(
+        BINARY_READY,
+        tokio::io::AsyncReadExt::read(&mut ready, &mut buf),
+    )
+    .await
+    {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(e)) => Err(Error::io(format!("logging binary {bin}"), e)),
+        Err(_) => Err(Error::io(
+            format!("logging binary {bin} not ready after {BINARY_READY:?}"),
+            std::io::Error::from(std::io::ErrorKind::TimedOut),
+        )),
+    }
+}
+
 async fn copy_in(path: String, wr: OwnedFd) {
     let mut writer = match pipe::Sender::from_owned_fd(wr) {
         Ok(w) => w,
@@ -160,10 +332,12 @@ async fn copy_in(path: String, wr: OwnedFd) {
 
 impl ProcessIo {
     /// Creates the pipes for `paths` and starts copying. Call [`StdioPaths::check`] first.
+    /// `id` and `namespace` go to a logging binary's environment.
     ///
     /// # Errors
-    /// Pipe creation failed.
-    pub fn new(paths: &StdioPaths) -> Result<Self> {
+    /// Pipe creation failed, a log file could not be opened, or a logging binary could not be
+    /// started or did not become ready.
+    pub async fn new(paths: &StdioPaths, id: &str, namespace: &str) -> Result<Self> {
         let mut child = ChildEnds::default();
         let mut outputs = Vec::new();
         let mut stdin = None;
@@ -172,20 +346,29 @@ impl ProcessIo {
             child.stdin = Some(rd);
             stdin = Some(tokio::spawn(copy_in(paths.stdin.clone(), wr)));
         }
-        for (path, slot) in [
-            (&paths.stdout, &mut child.stdout),
-            (&paths.stderr, &mut child.stderr),
-        ] {
-            let (rd, wr) = pipe_pair("output")?;
-            *slot = Some(wr);
-            if path.is_empty() {
-                outputs.push(tokio::spawn(async move {
-                    if let Ok(mut r) = pipe::Receiver::from_owned_fd(rd) {
-                        let _ = tokio::io::copy(&mut r, &mut tokio::io::sink()).await;
+        let out_target = Target::parse(&paths.stdout)?;
+        let err_target = Target::parse(&paths.stderr)?;
+        let (out_rd, out_wr) = pipe_pair("stdout")?;
+        let (err_rd, err_wr) = pipe_pair("stderr")?;
+        child.stdout = Some(out_wr);
+        child.stderr = Some(err_wr);
+        if let Target::Binary(bin, args) = &out_target {
+            // One logging binary reads both streams (containerd sends the same URI for both).
+            start_binary(bin, args, out_rd, err_rd, id, namespace).await?;
+        } else {
+            for (rd, target) in [(out_rd, out_target), (err_rd, err_target)] {
+                outputs.push(match target {
+                    Target::Fifo(path) => tokio::spawn(copy_out(rd, path)),
+                    Target::File(path) => {
+                        let f = std::fs::OpenOptions::new()
+                            .create(true)
+                            .append(true)
+                            .open(&path)
+                            .map_err(|e| Error::io(format!("open log file {path}"), e))?;
+                        tokio::spawn(copy_to_file(rd, tokio::fs::File::from_std(f)))
                     }
-                }));
-            } else {
-                outputs.push(tokio::spawn(copy_out(rd, path.clone())));
+                    Target::Discard | Target::Binary(..) => tokio::spawn(discard(rd)),
+                });
             }
         }
         Ok(ProcessIo {
@@ -244,12 +427,39 @@ mod tests {
             ..StdioPaths::default()
         };
         assert!(matches!(tty.check(), Err(Error::Unimplemented(_))));
-        let bin = StdioPaths {
-            stdout: "binary:///usr/bin/logger?x=1".into(),
+        let bad = StdioPaths {
+            stdout: "syslog:///x".into(),
             ..StdioPaths::default()
         };
-        assert!(matches!(bin.check(), Err(Error::Unimplemented(_))));
+        assert!(matches!(bad.check(), Err(Error::InvalidArgument(_))));
         StdioPaths::default().check().unwrap();
+    }
+
+    #[test]
+    fn targets_parse_like_containerd() {
+        assert_eq!(Target::parse("").unwrap(), Target::Discard);
+        assert_eq!(
+            Target::parse("/run/x/stdout").unwrap(),
+            Target::Fifo("/run/x/stdout".into())
+        );
+        assert_eq!(
+            Target::parse("file:///var/log/a%20b.log").unwrap(),
+            Target::File("/var/log/a b.log".into())
+        );
+        assert_eq!(
+            Target::parse("binary:///usr/bin/nerdctl?_NERDCTL_INTERNAL_LOGGING=%2Fvar%2Flib&x")
+                .unwrap(),
+            Target::Binary(
+                "/usr/bin/nerdctl".into(),
+                vec![
+                    "_NERDCTL_INTERNAL_LOGGING".into(),
+                    "/var/lib".into(),
+                    "x".into()
+                ]
+            )
+        );
+        assert!(Target::parse("file://relative/path").is_err());
+        assert!(Target::parse("binary:///x?a=%zz").is_err());
     }
 
     #[tokio::test]
@@ -262,7 +472,7 @@ mod tests {
             stdout: fifo.to_str().unwrap().into(),
             ..StdioPaths::default()
         };
-        let mut io = ProcessIo::new(&paths).unwrap();
+        let mut io = ProcessIo::new(&paths, "c", "ns").await.unwrap();
         // Play the container: write to the child end, then close it.
         let wr = io.child.0.lock().unwrap().stdout.take().unwrap();
         io.child.0.lock().unwrap().stderr.take();

@@ -175,6 +175,7 @@ impl Shim for Service {
                 namespace: self.namespace.clone(),
             })),
             self.exit.clone(),
+            &self.namespace,
         );
         if let Err(e) = svc.watch_exits().await {
             tracing::error!("cannot watch process exits: {}", e.full_message());

@@ -206,6 +206,63 @@ fn gpu_containers_are_classified_and_run() {
 }
 
 #[test]
+fn log_uris_file_and_binary() {
+    let Some(c) = containerd("logs") else { return };
+    let file = c.dir().join("file.log");
+    let uri = format!("file://{}", file.display());
+    let o = c.run(
+        MQFQ,
+        "f1",
+        &["--log-uri", &uri],
+        &["sh", "-c", "echo to-out; echo to-err >&2"],
+    );
+    assert!(o.status.success(), "{}", err(&o));
+    let text = std::fs::read_to_string(&file).unwrap();
+    assert!(
+        text.contains("to-out") && text.contains("to-err"),
+        "{text:?}"
+    );
+
+    // A logging binary the way nerdctl's works: fds 3 and 4 are the streams, closing fd 5 says
+    // "ready", CONTAINER_ID / CONTAINER_NAMESPACE in the environment, query pairs as arguments.
+    let dir = c.dir().join("bin-logs");
+    std::fs::create_dir_all(&dir).unwrap();
+    let script = c.dir().join("logger.sh");
+    std::fs::write(
+        &script,
+        "#!/bin/sh\nd=\"$2\"\necho \"$CONTAINER_NAMESPACE/$CONTAINER_ID\" > \"$d/who\"\n\
+         exec 5>&-\ncat <&3 > \"$d/out\" & cat <&4 > \"$d/err\" &\nwait\n",
+    )
+    .unwrap();
+    std::process::Command::new("chmod")
+        .arg("+x")
+        .arg(&script)
+        .status()
+        .unwrap();
+    let uri = format!("binary://{}?dir={}", script.display(), dir.display());
+    let o = c.run(
+        MQFQ,
+        "b1",
+        &["--log-uri", &uri],
+        &["sh", "-c", "echo bin-out; echo bin-err >&2"],
+    );
+    assert!(o.status.success(), "{}", err(&o));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let read = |f: &str| std::fs::read_to_string(dir.join(f)).unwrap_or_default();
+    while !(read("out").contains("bin-out") && read("err").contains("bin-err")) {
+        assert!(
+            Instant::now() < deadline,
+            "out={:?} err={:?}",
+            read("out"),
+            read("err")
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(read("who").trim(), format!("{}/b1", c.ns));
+    assert_clean(&c);
+}
+
+#[test]
 fn version_flag() {
     let o = std::process::Command::new(env!("CARGO_BIN_EXE_containerd-shim-mqfq-v2"))
         .arg("-v")

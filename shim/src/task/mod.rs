@@ -83,6 +83,7 @@ pub struct TaskService {
     events: mpsc::UnboundedSender<Event>,
     factory: Arc<dyn RuntimeFactory>,
     exit: Arc<ExitSignal>,
+    namespace: String,
 }
 
 fn nf(id: &str) -> Error {
@@ -119,12 +120,14 @@ impl TaskService {
         events: mpsc::UnboundedSender<Event>,
         factory: Arc<dyn RuntimeFactory>,
         exit: Arc<ExitSignal>,
+        namespace: &str,
     ) -> Self {
         TaskService {
             state: Arc::new(Mutex::new(State::default())),
             events,
             factory,
             exit,
+            namespace: namespace.to_owned(),
         }
     }
 
@@ -296,7 +299,7 @@ impl TaskService {
             }
             mounted = true;
         }
-        let io = match ProcessIo::new(&stdio) {
+        let io = match ProcessIo::new(&stdio, &id, &self.namespace).await {
             Ok(io) => io,
             Err(e) => {
                 if mounted {
@@ -493,7 +496,7 @@ impl TaskService {
                 req.id
             )));
         }
-        let io = ProcessIo::new(&stdio)?;
+        let io = ProcessIo::new(&stdio, &req.id, &self.namespace).await?;
         let mut p = Proc::new(&req.exec_id, 0, stdio, Some(io));
         p.spec = Some(spec);
         c.execs.insert(req.exec_id.clone(), p);

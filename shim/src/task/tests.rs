@@ -18,7 +18,12 @@ fn harness() -> Harness {
     let (tx, events) = mpsc::unbounded_channel();
     let fake = Arc::new(FakeRuntime::default());
     let exit = Arc::new(ExitSignal::default());
-    let svc = TaskService::new(tx, Arc::new(FakeFactory(fake.clone())), exit.clone());
+    let svc = TaskService::new(
+        tx,
+        Arc::new(FakeFactory(fake.clone())),
+        exit.clone(),
+        "test",
+    );
     Harness {
         svc,
         events,
