@@ -458,8 +458,8 @@ mod tests {
                 ]
             )
         );
-        assert!(Target::parse("file://relative/path").is_err());
-        assert!(Target::parse("binary:///x?a=%zz").is_err());
+        Target::parse("file://relative/path").unwrap_err();
+        Target::parse("binary:///x?a=%zz").unwrap_err();
     }
 
     #[tokio::test]
