@@ -9,8 +9,8 @@
 //! `binary:///path?k=v` starts a logging binary with the output pipes' read ends as fds 3 and 4,
 //! a readiness pipe as fd 5 (closed by the binary when ready), `CONTAINER_ID` and
 //! `CONTAINER_NAMESPACE` in its environment, and `k v` pairs as arguments — containerd's
-//! protocol. Terminals are not supported yet: they are rejected with `UNIMPLEMENTED` at Create
-//! instead of losing output.
+//! protocol. Terminals go through [`crate::console`]: runc sends the pty master over a console
+//! socket and the shim copies between it and the FIFOs.
 
 use std::os::fd::OwnedFd;
 use std::sync::Mutex;
@@ -21,6 +21,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::unix::pipe;
 use tokio::task::JoinHandle;
 
+use crate::console::{Console, ConsoleSocket, fifo_sender};
 use crate::error::{Error, Result};
 
 /// Where a process's stdio goes, as containerd names it.
@@ -40,11 +41,13 @@ impl StdioPaths {
     /// Checks that the shim can serve these paths.
     ///
     /// # Errors
-    /// [`Error::Unimplemented`] for a terminal; [`Error::InvalidArgument`] for a malformed or
-    /// unknown log URI, or a URI on stdin.
+    /// [`Error::InvalidArgument`] for a malformed or unknown log URI, a URI on stdin, or a log
+    /// URI with a terminal.
     pub fn check(&self) -> Result<()> {
-        if self.terminal {
-            return Err(Error::Unimplemented("terminal (tty) stdio"));
+        if self.terminal && self.stdout.contains("://") {
+            return Err(Error::InvalidArgument(
+                "a terminal writes to a FIFO, not a log URI".into(),
+            ));
         }
         if self.stdin.contains("://") {
             return Err(Error::InvalidArgument(format!(
@@ -183,6 +186,9 @@ pub struct ProcessIo {
     pub child: std::sync::Arc<ChildIo>,
     stdin: Option<JoinHandle<()>>,
     outputs: Vec<JoinHandle<()>>,
+    console_socket: Option<ConsoleSocket>,
+    console: Option<Console>,
+    paths: StdioPaths,
 }
 
 fn pipe_pair(what: &str) -> Result<(OwnedFd, OwnedFd)> {
@@ -338,6 +344,16 @@ impl ProcessIo {
     /// Pipe creation failed, a log file could not be opened, or a logging binary could not be
     /// started or did not become ready.
     pub async fn new(paths: &StdioPaths, id: &str, namespace: &str) -> Result<Self> {
+        if paths.terminal {
+            return Ok(ProcessIo {
+                child: std::sync::Arc::new(ChildIo(Mutex::new(ChildEnds::default()))),
+                stdin: None,
+                outputs: Vec::new(),
+                console_socket: Some(ConsoleSocket::new()?),
+                console: None,
+                paths: paths.clone(),
+            });
+        }
         let mut child = ChildEnds::default();
         let mut outputs = Vec::new();
         let mut stdin = None;
@@ -375,7 +391,61 @@ impl ProcessIo {
             child: std::sync::Arc::new(ChildIo(Mutex::new(child))),
             stdin,
             outputs,
+            console_socket: None,
+            console: None,
+            paths: paths.clone(),
         })
+    }
+
+    /// The console socket runc must send the pty master to (terminals only).
+    #[must_use]
+    pub fn console_socket_path(&self) -> Option<std::path::PathBuf> {
+        self.console_socket.as_ref().map(|s| s.path().to_owned())
+    }
+
+    /// Takes the console socket, to receive on it without holding the process.
+    pub fn take_console_socket(&mut self) -> Option<ConsoleSocket> {
+        self.console_socket.take()
+    }
+
+    /// Starts copying between the pty master and the FIFOs.
+    ///
+    /// # Errors
+    /// The master cannot be used, or the stdout FIFO cannot be opened.
+    pub fn attach_console(&mut self, master: std::os::fd::OwnedFd) -> Result<()> {
+        let console = Console::new(master)?;
+        if !self.paths.stdout.is_empty() {
+            let out = fifo_sender(&self.paths.stdout)?;
+            let c = console.handle();
+            self.outputs
+                .push(tokio::spawn(async move { c.copy_out(out).await }));
+        } else {
+            let c = console.handle();
+            self.outputs.push(tokio::spawn(
+                async move { c.copy_out(tokio::io::sink()).await },
+            ));
+        }
+        if !self.paths.stdin.is_empty() {
+            let input = pipe::OpenOptions::new()
+                .read_write(true)
+                .open_receiver(&self.paths.stdin)
+                .map_err(|e| Error::io(format!("open stdin fifo {}", self.paths.stdin), e))?;
+            let c = console.handle();
+            self.stdin = Some(tokio::spawn(async move { c.copy_in(input).await }));
+        }
+        self.console = Some(console);
+        Ok(())
+    }
+
+    /// Resizes the terminal; a no-op for processes without one.
+    ///
+    /// # Errors
+    /// The ioctl failed.
+    pub fn resize(&self, width: u32, height: u32) -> Result<()> {
+        match &self.console {
+            Some(c) => c.resize(width, height),
+            None => Ok(()),
+        }
     }
 
     /// Closes the process's stdin (CloseIO): the process reads EOF.
@@ -424,9 +494,10 @@ mod tests {
     fn unsupported_stdio_is_refused_up_front() {
         let tty = StdioPaths {
             terminal: true,
+            stdout: "file:///tmp/x".into(),
             ..StdioPaths::default()
         };
-        assert!(matches!(tty.check(), Err(Error::Unimplemented(_))));
+        assert!(matches!(tty.check(), Err(Error::InvalidArgument(_))));
         let bad = StdioPaths {
             stdout: "syslog:///x".into(),
             ..StdioPaths::default()

@@ -6,9 +6,10 @@
 //! - [`task`]: the Task service (create, start, exec, kill, delete, pause, resume, state, wait,
 //!   pids, stats, update, close_io, resize_pty, connect, shutdown).
 //! - [`runtime`]: the runc seam, with the exit-monitor spawner.
-//! - [`gpu`], [`options`], [`io`], [`process`], [`error`]: classification, runtime options,
-//!   stdio, the process state machine, errors and their ttrpc codes.
+//! - [`gpu`], [`options`], [`io`], [`console`], [`process`], [`error`]: classification, runtime
+//!   options, stdio, terminals, the process state machine, errors and their ttrpc codes.
 
+pub mod console;
 pub mod error;
 pub mod gpu;
 pub mod io;

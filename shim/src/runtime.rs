@@ -34,6 +34,8 @@ pub struct CreateArgs {
     pub no_pivot: bool,
     /// `--no-new-keyring`.
     pub no_new_keyring: bool,
+    /// `--console-socket` (terminals).
+    pub console_socket: Option<PathBuf>,
 }
 
 /// What `exec` needs besides the container id and process spec.
@@ -43,6 +45,8 @@ pub struct ExecArgs {
     pub pid_file: PathBuf,
     /// The process's stdio.
     pub io: Option<Arc<dyn runc::io::Io>>,
+    /// `--console-socket` (terminals).
+    pub console_socket: Option<PathBuf>,
 }
 
 /// The container runtime operations the task service needs.
@@ -238,6 +242,9 @@ impl Runtime for RuncRuntime {
         if let Some(io) = &args.io {
             opts = opts.io(io.clone());
         }
+        if let Some(sock) = &args.console_socket {
+            opts = opts.console_socket(sock);
+        }
         self.runc
             .create(id, bundle, Some(&opts))
             .await
@@ -256,6 +263,9 @@ impl Runtime for RuncRuntime {
         let mut opts = ExecOpts::new().pid_file(&args.pid_file).detach(true);
         if let Some(io) = &args.io {
             opts = opts.io(io.clone());
+        }
+        if let Some(sock) = &args.console_socket {
+            opts = opts.console_socket(sock);
         }
         self.runc
             .exec(id, process, Some(&opts))

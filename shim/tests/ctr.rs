@@ -263,6 +263,42 @@ fn log_uris_file_and_binary() {
 }
 
 #[test]
+fn terminals_through_a_real_pty() {
+    let Some(c) = containerd("tty") else { return };
+    // `ctr -t` needs a console of its own: `script` gives it one.
+    let sock = c.socket().display().to_string();
+    let ctr = |args: &str| {
+        std::process::Command::new("script")
+            .args([
+                "-qec",
+                &format!("timeout 60 ctr -a {sock} -n {} {args}", c.ns),
+                "/dev/null",
+            ])
+            .output()
+            .unwrap()
+    };
+    let o = ctr(&format!(
+        "run --rm -t --snapshotter native --runtime {MQFQ} {BUSYBOX} t1 sh -c 'tty; stty size; exit 5'"
+    ));
+    let text = out(&o);
+    assert_eq!(o.status.code(), Some(5), "{text}{}", err(&o));
+    assert!(text.contains("/dev/pts/"), "{text}");
+    run_detached(&c, "t2");
+    let o = ctr("task exec -t --exec-id e1 t2 sh -c 'tty; exit 4'");
+    assert_eq!(o.status.code(), Some(4), "{}{}", out(&o), err(&o));
+    assert!(out(&o).contains("/dev/pts/"), "{}", out(&o));
+    assert!(
+        c.ctr(&["task", "kill", "-s", "SIGKILL", "t2"])
+            .status
+            .success()
+    );
+    assert!(c.wait_status("t2", "STOPPED"));
+    assert!(c.ctr(&["task", "delete", "t2"]).status.success());
+    assert!(c.ctr(&["containers", "rm", "t2"]).status.success());
+    assert_clean(&c);
+}
+
+#[test]
 fn version_flag() {
     let o = std::process::Command::new(env!("CARGO_BIN_EXE_containerd-shim-mqfq-v2"))
         .arg("-v")

@@ -24,6 +24,8 @@ pub struct FakeRuntime {
     /// Report the init's exit through the exit monitor while `start` is still running (a
     /// process that ends before `runc start` returns).
     pub exit_during_start: AtomicBool,
+    /// Report an exec's exit (code 9) through the exit monitor before `exec` returns its pid.
+    pub exit_during_exec: AtomicBool,
     init_pids: Mutex<std::collections::HashMap<String, u32>>,
 }
 
@@ -45,6 +47,9 @@ impl Runtime for FakeRuntime {
         // Like runc: the process got the child ends of its stdio; the shim's copies close.
         if let Some(io) = &args.io {
             io.close_after_start().await;
+        }
+        if let Some(sock) = &args.console_socket {
+            send_pty(sock);
         }
         if self.fail_create.swap(false, Ordering::SeqCst) {
             return Err(Error::Runc {
@@ -80,7 +85,18 @@ impl Runtime for FakeRuntime {
         if let Some(io) = &args.io {
             io.close_after_start().await;
         }
-        Ok(NEXT_PID.fetch_add(1, Ordering::SeqCst))
+        if let Some(sock) = &args.console_socket {
+            send_pty(sock);
+        }
+        let pid = NEXT_PID.fetch_add(1, Ordering::SeqCst);
+        if self.exit_during_exec.load(Ordering::SeqCst) {
+            let raw = i32::try_from(pid).expect("small pid");
+            containerd_shim::monitor::monitor_notify_by_pid(raw, 9)
+                .await
+                .expect("monitor");
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        Ok(pid)
     }
     async fn kill(&self, id: &str, signal: u32, all: bool) -> Result<()> {
         self.record(format!("kill {id} {signal} all={all}"));
@@ -106,6 +122,26 @@ impl Runtime for FakeRuntime {
         self.record(format!("update {id}"));
         Ok(())
     }
+}
+
+/// Like runc with `--console-socket`: open a pty and send its master over the socket.
+fn send_pty(sock: &Path) {
+    use std::io::IoSlice;
+    use std::os::fd::AsRawFd;
+
+    use nix::sys::socket::{ControlMessage, MsgFlags, sendmsg};
+
+    let pty = nix::pty::openpty(None, None).expect("openpty");
+    let s = std::os::unix::net::UnixStream::connect(sock).expect("connect console socket");
+    let fds = [pty.master.as_raw_fd()];
+    sendmsg::<()>(
+        s.as_raw_fd(),
+        &[IoSlice::new(b"/dev/pts/fake")],
+        &[ControlMessage::ScmRights(&fds)],
+        MsgFlags::empty(),
+        None,
+    )
+    .expect("send pty master");
 }
 
 /// Hands out one shared [`FakeRuntime`].

@@ -308,13 +308,25 @@ impl TaskService {
                 return Err(e);
             }
         };
+        let mut io = io;
         let args = CreateArgs {
             pid_file: bundle.join("init.pid"),
             io: Some(io.child.clone()),
             no_pivot: opts.no_pivot_root,
             no_new_keyring: opts.no_new_keyring,
+            console_socket: io.console_socket_path(),
         };
-        let pid = match runtime.create(&id, &bundle, &args).await {
+        let created = match runtime.create(&id, &bundle, &args).await {
+            Ok(pid) => match io.take_console_socket() {
+                None => Ok(pid),
+                Some(sock) => match sock.receive().await {
+                    Ok(master) => io.attach_console(master).map(|()| pid),
+                    Err(e) => Err(e),
+                },
+            },
+            Err(e) => Err(e),
+        };
+        let pid = match created {
             Ok(pid) => pid,
             Err(e) => {
                 // runc may have left state behind; remove it, then the mounts.
@@ -374,7 +386,7 @@ impl TaskService {
     /// # Errors
     /// `NOT_FOUND`, `FAILED_PRECONDITION` unless Created, or runc's failure.
     pub async fn start(&self, id: &str, exec_id: &str) -> Result<u32> {
-        let (runtime, spec, bundle, io) = {
+        let (runtime, spec, bundle, io, console) = {
             let mut st = self.state.lock().await;
             let c = st.containers.get_mut(id).ok_or_else(|| nf(id))?;
             let runtime = c.runtime.clone();
@@ -393,7 +405,12 @@ impl TaskService {
             }
             p.starting = true;
             let io = p.io.as_ref().map(|io| io.child.clone());
-            (runtime, p.spec.clone(), bundle, io)
+            let console = if exec_id.is_empty() {
+                None
+            } else {
+                p.io.as_mut().and_then(ProcessIo::take_console_socket)
+            };
+            (runtime, p.spec.clone(), bundle, io, console)
         };
         let result = if exec_id.is_empty() {
             runtime.start(id).await.map(|()| None)
@@ -403,15 +420,32 @@ impl TaskService {
             let args = ExecArgs {
                 pid_file: bundle.join(format!("{exec_id}.pid")),
                 io: io.map(|c| c as Arc<dyn runc::io::Io>),
+                console_socket: console.as_ref().map(|c| c.path().to_owned()),
             };
-            runtime.exec(id, &spec, &args).await.map(Some)
+            match runtime.exec(id, &spec, &args).await {
+                Ok(pid) => match &console {
+                    Some(sock) => sock.receive().await.map(|m| (pid, Some(m))),
+                    None => Ok((pid, None)),
+                },
+                Err(e) => Err(e),
+            }
+            .map(Some)
         };
         let mut st = self.state.lock().await;
         let c = st.containers.get_mut(id).ok_or_else(|| nf(id))?;
         let p = c.proc_mut(exec_id)?;
         p.starting = false;
         let exec_pid = match result {
-            Ok(pid) => pid,
+            Ok(None) => None,
+            Ok(Some((pid, master))) => {
+                if let Some(m) = master
+                    && let Some(io) = p.io.as_mut()
+                    && let Err(e) = io.attach_console(m)
+                {
+                    tracing::warn!("exec {exec_id} terminal: {}", e.full_message());
+                }
+                Some(pid)
+            }
             Err(e) => {
                 if !exec_id.is_empty() {
                     // A failed exec never ran: it is over, and Wait must not hang.
@@ -858,12 +892,13 @@ impl Task for TaskService {
         _: &TtrpcContext,
         req: api::ResizePtyRequest,
     ) -> ttrpc::Result<api::Empty> {
-        // No process of this shim has a terminal yet (they are refused at Create/Exec), so a
-        // resize has nothing to act on; the process must exist, though.
         let r = async {
             let mut st = self.state.lock().await;
             let c = st.containers.get_mut(&req.id).ok_or_else(|| nf(&req.id))?;
-            c.proc_mut(&req.exec_id).map(|_| ())
+            match c.proc_mut(&req.exec_id)?.io.as_ref() {
+                Some(io) => io.resize(req.width, req.height),
+                None => Ok(()),
+            }
         };
         ttrpc_result(r.await)?;
         Ok(api::Empty::new())

@@ -170,6 +170,7 @@ async fn exec_lifecycle() {
 #[tokio::test]
 async fn an_exec_that_exits_before_its_pid_is_known_is_not_lost() {
     let mut h = harness();
+    h.svc.watch_exits().await.unwrap();
     let req = h.bundle("c3", &plain());
     h.svc.create(req).await.unwrap();
     h.svc.start("c3", "").await.unwrap();
@@ -185,19 +186,18 @@ async fn an_exec_that_exits_before_its_pid_is_known_is_not_lost() {
         ..Default::default()
     };
     h.svc.exec(exec).await.unwrap();
-    // The reaper reports the pid the fake will hand out next, before start records it.
-    let calls_before = h.fake.calls().len();
-    let next_pid = {
-        // Peek: create a throwaway container to learn the counter, then predict +1.
-        let probe = h.bundle("probe", &plain());
-        h.svc.create(probe).await.unwrap() + 1
-    };
-    h.svc.on_exit(next_pid, 0).await;
-    let pid = h.svc.start("c3", "fast").await.unwrap();
-    assert_eq!(pid, next_pid);
-    assert_eq!(h.svc.wait("c3", "fast").await.unwrap().exit_status, 0);
-    assert!(h.fake.calls().len() > calls_before);
-    assert!(h.topics().contains(&"exec-started"));
+    // The reaper reports the exec's pid before `runc exec` returns it.
+    h.fake.exit_during_exec.store(true, Ordering::SeqCst);
+    h.svc.start("c3", "fast").await.unwrap();
+    let w = tokio::time::timeout(Duration::from_secs(5), h.svc.wait("c3", "fast"))
+        .await
+        .expect("the early exit was claimed")
+        .unwrap();
+    assert_eq!(w.exit_status, 9);
+    let topics = h.topics();
+    let started = topics.iter().position(|t| *t == "exec-started").unwrap();
+    let exited = topics.iter().rposition(|t| *t == "exit").unwrap();
+    assert!(started < exited, "{topics:?}");
 }
 
 #[tokio::test]
@@ -216,10 +216,17 @@ async fn bad_annotations_create_nothing() {
 }
 
 #[tokio::test]
-async fn unsupported_stdio_and_failed_runc_leave_nothing() {
+async fn bad_stdio_restore_and_failed_runc_leave_nothing() {
     let mut h = harness();
     let mut req = h.bundle("tty", &plain());
     req.terminal = true;
+    req.stdout = "file:///tmp/never".into();
+    assert!(matches!(
+        h.svc.create(req).await,
+        Err(Error::InvalidArgument(_))
+    ));
+    let mut req = h.bundle("ckpt", &plain());
+    req.checkpoint = "/some/checkpoint".into();
     assert!(matches!(
         h.svc.create(req).await,
         Err(Error::Unimplemented(_))
@@ -326,4 +333,29 @@ async fn shutdown_only_when_empty() {
         .await
         .unwrap()
         .unwrap();
+}
+
+#[tokio::test]
+async fn terminal_processes_get_their_pty_master() {
+    let h = harness();
+    let fifo = h.dir.path().join("tty-out");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+    let mut req = h.bundle("t1", &plain());
+    req.terminal = true;
+    req.stdout = fifo.to_str().unwrap().into();
+    let pid = h.svc.create(req).await.unwrap();
+    let resize = api::ResizePtyRequest {
+        id: "t1".into(),
+        width: 120,
+        height: 30,
+        ..Default::default()
+    };
+    {
+        let st = h.svc.state.lock().await;
+        let io = st.containers["t1"].init.io.as_ref().unwrap();
+        io.resize(resize.width, resize.height).unwrap();
+    }
+    h.svc.start("t1", "").await.unwrap();
+    h.svc.on_exit(pid, 0).await;
+    assert_eq!(h.svc.wait("t1", "").await.unwrap().exit_status, 0);
 }
