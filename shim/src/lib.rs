@@ -13,6 +13,7 @@ pub mod console;
 pub mod error;
 pub mod gpu;
 pub mod io;
+pub mod oom;
 pub mod options;
 pub mod process;
 pub mod runtime;

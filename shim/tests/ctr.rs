@@ -299,6 +299,36 @@ fn terminals_through_a_real_pty() {
 }
 
 #[test]
+fn oom_kills_publish_task_oom() {
+    let Some(c) = containerd("oom") else { return };
+    let mut events = std::process::Command::new("ctr")
+        .arg("-a")
+        .arg(c.socket())
+        .args(["-n", &c.ns, "events"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    // A 200 MiB buffer in a 32 MiB cgroup.
+    let o = c.run(
+        MQFQ,
+        "o1",
+        &["--memory-limit", "33554432"],
+        &["dd", "if=/dev/zero", "of=/dev/null", "bs=200M", "count=1"],
+    );
+    assert_eq!(o.status.code(), Some(137), "{}", err(&o));
+    std::thread::sleep(Duration::from_millis(500));
+    let _ = events.kill();
+    let stream = events.wait_with_output().unwrap();
+    let text = out(&stream);
+    assert!(text.contains("/tasks/oom"), "no OOM event in:\n{text}");
+    let oom = text.find("/tasks/oom").unwrap();
+    let exit = text.find("/tasks/exit").unwrap();
+    assert!(oom < exit, "OOM after exit:\n{text}");
+    assert_clean(&c);
+}
+
+#[test]
 fn version_flag() {
     let o = std::process::Command::new(env!("CARGO_BIN_EXE_containerd-shim-mqfq-v2"))
         .arg("-v")

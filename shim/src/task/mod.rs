@@ -253,6 +253,33 @@ impl TaskService {
         }
     }
 
+    /// Publishes `TaskOOM` whenever the kernel OOM-kills in the container's memory cgroup.
+    /// Best effort: a container without a memory cgroup simply gets no OOM events.
+    fn watch_oom(&self, id: &str, pid: u32) {
+        let cg = match crate::oom::memory_cgroup(pid, Path::new("/sys/fs/cgroup")) {
+            Ok(cg) => cg,
+            Err(e) => {
+                tracing::debug!("no OOM watch for {id}: {}", e.full_message());
+                return;
+            }
+        };
+        let events = self.events.clone();
+        let cid = id.to_owned();
+        let r = crate::oom::watch(&cg, move || {
+            tracing::info!(container = %cid, "OOM kill");
+            let _ = events.send((
+                containerd_shim_protos::topics::TASK_OOM_EVENT_TOPIC,
+                Box::new(containerd_shim_protos::events::task::TaskOOM {
+                    container_id: cid.clone(),
+                    ..Default::default()
+                }),
+            ));
+        });
+        if let Err(e) = r {
+            tracing::warn!("no OOM watch for {id}: {}", e.full_message());
+        }
+    }
+
     /// Create: classify, decode options, mount the rootfs, `runc create`.
     ///
     /// # Errors
@@ -469,6 +496,7 @@ impl TaskService {
         p.started = true;
         let pid = p.pid;
         if exec_id.is_empty() {
+            self.watch_oom(id, pid);
             self.emit(
                 containerd_shim_protos::topics::TASK_START_EVENT_TOPIC,
                 Box::new(TaskStart {
