@@ -17,6 +17,10 @@ use sha2::{Digest, Sha256};
 
 /// The image every test uses.
 pub const BUSYBOX: &str = "docker.io/local/busybox:latest";
+/// The CRI sandbox (pause) image: busybox waiting for SIGTERM.
+pub const PAUSE: &str = "docker.io/local/pause:latest";
+/// CRI's fixed containerd namespace.
+pub const CRI_NAMESPACE: &str = "k8s.io";
 /// Our runtime name.
 pub const MQFQ: &str = "io.containerd.mqfq.v2";
 
@@ -80,6 +84,18 @@ impl Containerd {
     /// When the machine should be able to run it but containerd does not come up.
     #[must_use]
     pub fn start(ns: &str, shim_dir: &Path) -> Option<Self> {
+        Self::launch(ns, shim_dir, false)
+    }
+
+    /// Like [`start`](Self::start) with the CRI plugin on (namespace `k8s.io`, runtime handlers
+    /// `runc` and `mqfq`, the local pause image, native snapshotter, `restrict_oom_score_adj`).
+    /// The CRI socket is [`socket`](Self::socket).
+    #[must_use]
+    pub fn start_cri(shim_dir: &Path) -> Option<Self> {
+        Self::launch(CRI_NAMESPACE, shim_dir, true)
+    }
+
+    fn launch(ns: &str, shim_dir: &Path, cri: bool) -> Option<Self> {
         match available() {
             Ok(true) => {}
             Ok(false) => return None,
@@ -90,15 +106,43 @@ impl Containerd {
             .tempdir_in("/tmp")
             .expect("temp dir");
         let d = dir.path();
-        let config = format!(
-            "version = 2\nroot = \"{root}\"\nstate = \"{state}\"\n\
-             disabled_plugins = [\"io.containerd.grpc.v1.cri\"]\n\
+        let mut config = format!(
+            "version = 2\nroot = \"{root}\"\nstate = \"{state}\"\n{disabled}\n\
              [grpc]\n  address = \"{sock}\"\n[ttrpc]\n  address = \"{sock}.ttrpc\"\n\
              [debug]\n  level = \"debug\"\n",
             root = d.join("root").display(),
             state = d.join("state").display(),
             sock = d.join("containerd.sock").display(),
+            disabled = if cri {
+                ""
+            } else {
+                "disabled_plugins = [\"io.containerd.grpc.v1.cri\"]"
+            },
         );
+        if cri {
+            let cri_cfg = format!(
+                r#"[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "{PAUSE}"
+  restrict_oom_score_adj = true
+  disable_tcp_service = true
+  stream_server_address = "127.0.0.1"
+  stream_server_port = "0"
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "{dir}/cni/bin"
+    conf_dir = "{dir}/cni/net.d"
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "native"
+    default_runtime_name = "runc"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.mqfq]
+      runtime_type = "{MQFQ}"
+      pod_annotations = ["io.mqfq.*"]
+"#,
+                dir = d.display()
+            );
+            config.push_str(&cri_cfg);
+        }
         std::fs::write(d.join("config.toml"), config).expect("write config");
         let log = std::fs::File::create(d.join("containerd.log")).expect("log");
         let path = format!(
@@ -128,20 +172,33 @@ impl Containerd {
             );
             std::thread::sleep(Duration::from_millis(100));
         }
-        let tar = c.dir.path().join("busybox.tar");
-        build_busybox_image(&tar).expect("build busybox image");
-        let o = c.ctr(&[
-            "images",
-            "import",
-            "--snapshotter",
-            "native",
-            tar.to_str().expect("utf-8 path"),
-        ]);
-        assert!(
-            o.status.success(),
-            "import: {}",
-            String::from_utf8_lossy(&o.stderr)
-        );
+        let images: &[(&str, &[&str])] = if cri {
+            &[
+                (BUSYBOX, &["sh"]),
+                (
+                    PAUSE,
+                    &["sh", "-c", "trap 'exit 0' TERM; while :; do sleep 1; done"],
+                ),
+            ]
+        } else {
+            &[(BUSYBOX, &["sh"])]
+        };
+        for (i, (name, cmd)) in images.iter().enumerate() {
+            let tar = c.dir.path().join(format!("image{i}.tar"));
+            build_busybox_image(&tar, name, cmd).expect("build busybox image");
+            let o = c.ctr(&[
+                "images",
+                "import",
+                "--snapshotter",
+                "native",
+                tar.to_str().expect("utf-8 path"),
+            ]);
+            assert!(
+                o.status.success(),
+                "import: {}",
+                String::from_utf8_lossy(&o.stderr)
+            );
+        }
         Some(c)
     }
 
@@ -326,12 +383,13 @@ fn header(path: &str, kind: tar::EntryType, mode: u32, size: u64) -> tar::Header
     h
 }
 
-/// Builds a deterministic single-layer OCI image tar of the host's static busybox: one symlink
-/// per applet, `/etc/passwd` and `/etc/group`, empty `/proc`, `/sys`, `/dev`, `/tmp`.
+/// Builds a deterministic single-layer OCI image tar of the host's static busybox named `name`
+/// with default command `cmd`: one symlink per applet, `/etc/passwd` and `/etc/group`, empty
+/// `/proc`, `/sys`, `/dev`, `/tmp`.
 ///
 /// # Errors
 /// Reading busybox or writing the tar failed.
-pub fn build_busybox_image(out: &Path) -> std::io::Result<()> {
+pub fn build_busybox_image(out: &Path, name: &str, cmd: &[&str]) -> std::io::Result<()> {
     let bb = std::fs::read("/bin/busybox")?;
     let applets = Command::new("/bin/busybox").arg("--list").output()?;
     let mut applets: Vec<String> = String::from_utf8_lossy(&applets.stdout)
@@ -372,7 +430,7 @@ pub fn build_busybox_image(out: &Path) -> std::io::Result<()> {
     let layer = layer.into_inner()?;
     let config = serde_json::json!({
         "architecture": "amd64", "os": "linux",
-        "config": {"Env": ["PATH=/bin"], "Cmd": ["sh"]},
+        "config": {"Env": ["PATH=/bin"], "Cmd": cmd},
         "rootfs": {"type": "layers", "diff_ids": [digest(&layer)]}
     })
     .to_string()
@@ -392,7 +450,7 @@ pub fn build_busybox_image(out: &Path) -> std::io::Result<()> {
         "manifests": [{"mediaType": "application/vnd.oci.image.manifest.v1+json",
                        "digest": digest(&manifest), "size": manifest.len(),
                        "platform": {"architecture": "amd64", "os": "linux"},
-                       "annotations": {"io.containerd.image.name": BUSYBOX,
+                       "annotations": {"io.containerd.image.name": name,
                                        "org.opencontainers.image.ref.name": "latest"}}]
     })
     .to_string()
