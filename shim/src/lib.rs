@@ -18,6 +18,7 @@ pub mod options;
 pub mod process;
 pub mod runtime;
 pub mod service;
+pub mod stats;
 pub mod task;
 
 /// Version and git revision, as `-v` prints them.

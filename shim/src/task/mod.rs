@@ -13,7 +13,7 @@ use std::time::{Duration, SystemTime};
 use async_trait::async_trait;
 use containerd_shim::ExitSignal;
 use containerd_shim::monitor::{ExitEvent, Subject, Topic, monitor_subscribe};
-use containerd_shim::util::{convert_to_any, convert_to_timestamp};
+use containerd_shim::util::convert_to_timestamp;
 use containerd_shim_protos::api;
 use containerd_shim_protos::events::task::{
     TaskCreate, TaskDelete, TaskExecAdded, TaskExecStarted, TaskExit, TaskIO, TaskPaused,
@@ -983,9 +983,7 @@ impl Task for TaskService {
     ) -> ttrpc::Result<api::StatsResponse> {
         let r = async {
             let (_, pid) = self.runtime_and_pid(&req.id).await?;
-            let cg = containerd_shim::cgroup::get_cgroup(pid)?;
-            let metrics = containerd_shim::cgroup::collect_metrics(&cg)?;
-            Ok(convert_to_any(Box::new(metrics))?)
+            crate::stats::collect(pid)
         };
         let any = ttrpc_result(r.await)?;
         Ok(api::StatsResponse {
