@@ -9,12 +9,14 @@ pub mod engine;
 pub mod policy;
 pub mod report;
 pub mod trace;
+pub mod types;
 pub mod workload;
 
-pub use engine::{Audit, Record, SimConfig, SimError, SimOutput, simulate};
+pub use engine::simulate;
 pub use policy::{POLICIES, Policy, build};
 pub use report::{Summary, summarize};
 pub use trace::{Trace, TraceError};
+pub use types::{Audit, Record, SimConfig, SimError, SimOutput};
 
 /// Runs the named policy over a trace with the given knobs.
 ///

@@ -6,8 +6,8 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
-use crate::sim::engine::{Audit, SimOutput};
 use crate::sim::trace::Trace;
+use crate::sim::types::{Audit, SimOutput};
 use crate::tiers::Tier;
 
 /// Per-function figures.

@@ -1,6 +1,9 @@
 use std::sync::atomic::Ordering;
 
 use containerd_shim_protos::protobuf::well_known_types::any::Any;
+use containerd_shim_protos::shim_async::Task;
+use containerd_shim_protos::ttrpc;
+use containerd_shim_protos::ttrpc::r#async::TtrpcContext;
 use serde_json::json;
 
 use super::*;
