@@ -329,6 +329,38 @@ fn oom_kills_publish_task_oom() {
 }
 
 #[test]
+fn runtime_config_file_is_honoured_and_checked() {
+    let Some(c) = containerd("opts") else { return };
+    let good = c.dir().join("good.toml");
+    std::fs::write(&good, "binary_name = \"runc\"\n").unwrap();
+    let good = good.display().to_string();
+    let o = c.run(
+        MQFQ,
+        "o1",
+        &["--runtime-config-path", &good],
+        &["echo", "configured"],
+    );
+    assert!(o.status.success(), "{}", err(&o));
+    assert_eq!(out(&o), "configured\n");
+    // A runc that does not exist: Create fails with runc's complaint, and leaves nothing.
+    let missing = c.dir().join("missing.toml");
+    std::fs::write(&missing, "binary_name = \"/nonexistent/runc\"\n").unwrap();
+    let missing = missing.display().to_string();
+    let o = c.run(MQFQ, "o2", &["--runtime-config-path", &missing], &["true"]);
+    assert!(!o.status.success());
+    let _ = c.ctr(&["containers", "rm", "o2"]);
+    // A misspelt key is an error naming it.
+    let typo = c.dir().join("typo.toml");
+    std::fs::write(&typo, "binary_nmae = \"runc\"\n").unwrap();
+    let typo = typo.display().to_string();
+    let o = c.run(MQFQ, "o3", &["--runtime-config-path", &typo], &["true"]);
+    assert!(!o.status.success());
+    assert!(err(&o).contains("binary_nmae"), "{}", err(&o));
+    let _ = c.ctr(&["containers", "rm", "o3"]);
+    assert_clean(&c);
+}
+
+#[test]
 fn version_flag() {
     let o = std::process::Command::new(env!("CARGO_BIN_EXE_containerd-shim-mqfq-v2"))
         .arg("-v")
