@@ -30,13 +30,15 @@ pub struct ConsoleSocket {
 }
 
 impl ConsoleSocket {
-    /// Binds `/tmp/mqfq-pty-XXXXXX/pty.sock` (short: socket paths are limited to 108 bytes,
+    /// Binds `/tmp/mqfq-pty-<random>/pty.sock` (short: socket paths are limited to 108 bytes,
     /// bundle paths can be longer).
     ///
     /// # Errors
     /// The directory or socket could not be made.
     pub fn new() -> Result<Self> {
-        let dir = nix::unistd::mkdtemp("/tmp/mqfq-pty-XXXXXX")
+        // mkdtemp replaces the trailing six X characters with random ones.
+        let template = format!("/tmp/mqfq-pty-{}", "X".repeat(6));
+        let dir = nix::unistd::mkdtemp(template.as_str())
             .map_err(|e| Error::io("create console socket dir", e.into()))?;
         let path = dir.join("pty.sock");
         let listener =
