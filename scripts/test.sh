@@ -12,5 +12,5 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 echo "== cargo test"
 # The containerd integration tests skip themselves where they cannot run; here they must run.
 MQFQ_REQUIRE_CONTAINERD=1 cargo test --workspace --locked
-echo "== benchmarks compile"
-cargo bench --workspace --locked --no-run
+echo "== benchmarks compile (scheduler-core holds the criterion benches)"
+cargo bench -p scheduler-core --locked --no-run
