@@ -620,7 +620,9 @@ impl TaskService {
                     "exec {exec_id} in {id} is still running"
                 )));
             }
-            let p = c.execs.remove(exec_id).ok_or_else(|| nf(id))?;
+            let mut p = c.execs.remove(exec_id).ok_or_else(|| nf(id))?;
+            // An exit still draining its stdio is published now, before the record goes.
+            self.publish_exit(id, &mut p);
             let (code, at) = exit_status(p.exit);
             return Ok(api::DeleteResponse {
                 pid: p.pid,
@@ -645,6 +647,8 @@ impl TaskService {
         }
         let mut st = self.state.lock().await;
         let mut c = st.containers.remove(id).ok_or_else(|| nf(id))?;
+        // TaskExit must precede TaskDelete even when the exit is still draining its stdio.
+        self.publish_exit(id, &mut c.init);
         if c.mounted_rootfs {
             unmount(&c.bundle.join("rootfs"));
         }

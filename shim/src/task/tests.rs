@@ -122,6 +122,21 @@ async fn an_exit_racing_its_start_is_published_after_the_start() {
 }
 
 #[tokio::test]
+async fn delete_right_after_an_exit_still_publishes_the_exit_first() {
+    let mut h = harness();
+    let req = h.bundle("d1", &plain());
+    let pid = h.svc.create(req).await.unwrap();
+    h.svc.start("d1", "").await.unwrap();
+    // The exit is recorded; its drain task has not run yet (single-threaded test runtime).
+    h.svc.on_exit(pid, 137).await;
+    let d = h.svc.delete("d1", "").await.unwrap();
+    assert_eq!(d.exit_status, 137);
+    tokio::task::yield_now().await;
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    assert_eq!(h.topics(), vec!["create", "start", "exit", "delete"]);
+}
+
+#[tokio::test]
 async fn exec_lifecycle() {
     let mut h = harness();
     let req = h.bundle("c2", &plain());
