@@ -68,6 +68,8 @@ impl Container {
 #[derive(Debug, Default)]
 struct State {
     containers: HashMap<String, Container>,
+    /// Ids whose Create is in progress (reserved, so a racing duplicate cannot clean up ours).
+    creating: std::collections::HashSet<String>,
     /// Exits of pids not (yet) known: an exec that ended before its pid was recorded.
     unclaimed: HashMap<u32, Exit>,
 }
@@ -286,9 +288,19 @@ impl TaskService {
         if id.is_empty() || id.contains('/') {
             return Err(Error::InvalidArgument(format!("container id {id:?}")));
         }
-        if self.state.lock().await.containers.contains_key(&id) {
-            return Err(Error::AlreadyExists(format!("container {id}")));
+        {
+            let mut st = self.state.lock().await;
+            if st.containers.contains_key(&id) || !st.creating.insert(id.clone()) {
+                return Err(Error::AlreadyExists(format!("container {id}")));
+            }
         }
+        let result = self.create_reserved(&id, req).await;
+        self.state.lock().await.creating.remove(&id);
+        result
+    }
+
+    async fn create_reserved(&self, id: &str, req: api::CreateTaskRequest) -> Result<u32> {
+        let id = id.to_owned();
         let bundle = PathBuf::from(&req.bundle);
         let spec_path = bundle.join("config.json");
         let text = tokio::fs::read_to_string(&spec_path)
@@ -540,21 +552,30 @@ impl TaskService {
             terminal: req.terminal,
         };
         stdio.check()?;
+        let check = |c: &Container| -> Result<()> {
+            if c.execs.contains_key(&req.exec_id) {
+                return Err(Error::AlreadyExists(format!(
+                    "exec {} in {}",
+                    req.exec_id, req.id
+                )));
+            }
+            if c.init.status == Status::Stopped {
+                return Err(Error::FailedPrecondition(format!(
+                    "container {} has exited",
+                    req.id
+                )));
+            }
+            Ok(())
+        };
+        {
+            let st = self.state.lock().await;
+            check(st.containers.get(&req.id).ok_or_else(|| nf(&req.id))?)?;
+        }
+        // Setting up stdio may wait on a logging binary: not under the lock.
+        let io = ProcessIo::new(&stdio, &req.id, &self.namespace).await?;
         let mut st = self.state.lock().await;
         let c = st.containers.get_mut(&req.id).ok_or_else(|| nf(&req.id))?;
-        if c.execs.contains_key(&req.exec_id) {
-            return Err(Error::AlreadyExists(format!(
-                "exec {} in {}",
-                req.exec_id, req.id
-            )));
-        }
-        if c.init.status == Status::Stopped {
-            return Err(Error::FailedPrecondition(format!(
-                "container {} has exited",
-                req.id
-            )));
-        }
-        let io = ProcessIo::new(&stdio, &req.id, &self.namespace).await?;
+        check(c)?;
         let mut p = Proc::new(&req.exec_id, 0, stdio, Some(io));
         p.spec = Some(spec);
         c.execs.insert(req.exec_id.clone(), p);

@@ -136,6 +136,28 @@ async fn delete_right_after_an_exit_still_publishes_the_exit_first() {
     assert_eq!(h.topics(), vec!["create", "start", "exit", "delete"]);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn racing_duplicate_creates_never_destroy_the_winner() {
+    let h = harness();
+    let req = h.bundle("dup", &plain());
+    let (a, b) = tokio::join!(h.svc.create(req.clone()), h.svc.create(req));
+    let (ok, err) = match (a, b) {
+        (Ok(p), Err(e)) | (Err(e), Ok(p)) => (p, e),
+        other => panic!("exactly one create must win: {other:?}"),
+    };
+    assert!(ok > 0);
+    assert!(matches!(err, Error::AlreadyExists(_)), "{err:?}");
+    assert_eq!(
+        h.fake.calls(),
+        vec!["create dup"],
+        "the loser never reached runc"
+    );
+    assert_eq!(
+        h.svc.state("dup", "").await.unwrap().status(),
+        api::Status::CREATED
+    );
+}
+
 #[tokio::test]
 async fn exec_lifecycle() {
     let mut h = harness();
