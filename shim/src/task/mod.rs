@@ -8,7 +8,7 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use containerd_shim::ExitSignal;
 use containerd_shim::monitor::{ExitEvent, Subject, Topic, monitor_subscribe};
@@ -30,6 +30,9 @@ use crate::runtime::{CreateArgs, ExecArgs, Runtime, RuntimeFactory};
 
 /// How long an exit waits for its stdio to drain before it is published anyway.
 const DRAIN_LIMIT: Duration = Duration::from_secs(3);
+
+/// How long an exit of an unknown pid is kept for a process whose pid is not recorded yet.
+const UNCLAIMED_TTL: Duration = Duration::from_secs(60);
 
 /// An event for containerd: topic and message.
 pub type Event = (&'static str, Box<dyn MessageDyn>);
@@ -70,8 +73,9 @@ struct State {
     containers: HashMap<String, Container>,
     /// Ids whose Create is in progress (reserved, so a racing duplicate cannot clean up ours).
     creating: std::collections::HashSet<String>,
-    /// Exits of pids not (yet) known: an exec that ended before its pid was recorded.
-    unclaimed: HashMap<u32, Exit>,
+    /// Exits of pids not (yet) known — an exec that ended before its pid was recorded — with
+    /// when they were seen. Most entries are runc's own processes; they age out.
+    unclaimed: HashMap<u32, (Exit, Instant)>,
 }
 
 /// The task service.
@@ -180,10 +184,10 @@ impl TaskService {
                 self.record_exit(&cid, &eid, exit).await;
             }
             None => {
-                if st.unclaimed.len() >= 4096 {
-                    st.unclaimed.clear();
-                }
-                st.unclaimed.insert(pid, exit);
+                let now = Instant::now();
+                st.unclaimed
+                    .retain(|_, (_, seen)| now.duration_since(*seen) < UNCLAIMED_TTL);
+                st.unclaimed.insert(pid, (exit, now));
             }
         }
     }
@@ -244,8 +248,16 @@ impl TaskService {
         p.exit_tx.send_replace(Some(exit));
     }
 
-    async fn claim_early_exit(&self, cid: &str, eid: &str, pid: u32) {
-        let early = self.state.lock().await.unclaimed.remove(&pid);
+    /// Claims an exit of `pid` seen since `since` (when runc was asked to make the process).
+    /// An older entry is another process that had the same pid before it was reused.
+    async fn claim_early_exit(&self, cid: &str, eid: &str, pid: u32, since: Instant) {
+        let early = {
+            let mut st = self.state.lock().await;
+            match st.unclaimed.remove(&pid) {
+                Some((exit, seen)) if seen >= since => Some(exit),
+                _ => None,
+            }
+        };
         if let Some(exit) = early {
             self.record_exit(cid, eid, exit).await;
         }
@@ -344,6 +356,7 @@ impl TaskService {
             }
         };
         let mut io = io;
+        let since = Instant::now();
         let args = CreateArgs {
             pid_file: bundle.join("init.pid"),
             io: Some(io.child.clone()),
@@ -412,7 +425,7 @@ impl TaskService {
             }),
         );
         drop(st);
-        self.claim_early_exit(&id, "", pid).await;
+        self.claim_early_exit(&id, "", pid, since).await;
         Ok(pid)
     }
 
@@ -447,6 +460,7 @@ impl TaskService {
             };
             (runtime, p.spec.clone(), bundle, io, console)
         };
+        let since = Instant::now();
         let result = if exec_id.is_empty() {
             runtime.start(id).await.map(|()| None)
         } else {
@@ -529,7 +543,7 @@ impl TaskService {
         }
         drop(st);
         if exec_pid.is_some() {
-            self.claim_early_exit(id, exec_id, pid).await;
+            self.claim_early_exit(id, exec_id, pid, since).await;
         }
         Ok(pid)
     }

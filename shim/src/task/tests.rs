@@ -159,6 +159,44 @@ async fn racing_duplicate_creates_never_destroy_the_winner() {
 }
 
 #[tokio::test]
+async fn a_stale_exit_of_a_reused_pid_is_not_claimed() {
+    let h = harness();
+    let req = h.bundle("r1", &plain());
+    h.svc.create(req).await.unwrap();
+    h.svc.start("r1", "").await.unwrap();
+    let exec = api::ExecProcessRequest {
+        id: "r1".into(),
+        exec_id: "probe".into(),
+        spec: MessageField::some(Any {
+            value: json!({"args": ["true"], "cwd": "/", "user": {"uid": 0, "gid": 0}})
+                .to_string()
+                .into_bytes(),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    h.svc.exec(exec).await.unwrap();
+    // Some earlier process (a runc run, say) had every pid the fake may hand out next, and
+    // exited before this exec was started.
+    let base = {
+        let probe = h.bundle("probe", &plain());
+        h.svc.create(probe).await.unwrap()
+    };
+    for pid in base + 1..base + 1000 {
+        h.svc.on_exit(pid, 99).await;
+    }
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    let pid = h.svc.start("r1", "probe").await.unwrap();
+    assert!(pid > base && pid < base + 1000, "the exec's pid {pid} had a stale exit");
+    let st = h.svc.state("r1", "probe").await.unwrap();
+    assert_eq!(
+        st.status(),
+        api::Status::RUNNING,
+        "a stale exit was taken for pid {pid}"
+    );
+}
+
+#[tokio::test]
 async fn exec_lifecycle() {
     let mut h = harness();
     let req = h.bundle("c2", &plain());
