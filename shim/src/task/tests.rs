@@ -187,7 +187,10 @@ async fn a_stale_exit_of_a_reused_pid_is_not_claimed() {
     }
     tokio::time::sleep(Duration::from_millis(5)).await;
     let pid = h.svc.start("r1", "probe").await.unwrap();
-    assert!(pid > base && pid < base + 1000, "the exec's pid {pid} had a stale exit");
+    assert!(
+        pid > base && pid < base + 1000,
+        "the exec's pid {pid} had a stale exit"
+    );
     let st = h.svc.state("r1", "probe").await.unwrap();
     assert_eq!(
         st.status(),
