@@ -12,11 +12,12 @@ fn bin() -> Command {
     Command::new(env!("CARGO_BIN_EXE_mqfq-sim"))
 }
 
-fn tmp(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("mqfq-sim-cli-{}-{name}", std::process::id()));
-    let _ = fs::remove_dir_all(&d);
-    fs::create_dir_all(&d).unwrap();
-    d
+/// A scratch directory removed when the test ends, pass or fail.
+fn tmp(name: &str) -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix(&format!("mqfq-sim-cli-{name}-"))
+        .tempdir()
+        .unwrap()
 }
 
 fn run(cmd: &mut Command) -> Output {
@@ -44,8 +45,9 @@ fn gen_mix(dir: &Path) -> PathBuf {
 
 #[test]
 fn run_writes_one_row_per_invocation_and_a_json_summary() {
-    let dir = tmp("run");
-    let trace = gen_mix(&dir);
+    let scratch = tmp("run");
+    let dir = scratch.path();
+    let trace = gen_mix(dir);
     let rows = fs::read_to_string(&trace).unwrap().lines().count() - 1;
     let per = dir.join("per.csv");
     let o = run(bin()
@@ -99,8 +101,9 @@ fn run_writes_one_row_per_invocation_and_a_json_summary() {
 
 #[test]
 fn compare_prints_every_policy_and_draws_the_cdf() {
-    let dir = tmp("compare");
-    let trace = gen_mix(&dir);
+    let scratch = tmp("compare");
+    let dir = scratch.path();
+    let trace = gen_mix(dir);
     let svg = dir.join("cdf.svg");
     let json = dir.join("all.json");
     let o = run(bin()
@@ -135,7 +138,8 @@ fn compare_prints_every_policy_and_draws_the_cdf() {
 
 #[test]
 fn bad_traces_fail_with_the_line_number() {
-    let dir = tmp("bad");
+    let scratch = tmp("bad");
+    let dir = scratch.path();
     let cases = [
         (
             "time_ms,function,exec_ms\n0,a,1\n",
@@ -196,7 +200,8 @@ fn bad_traces_fail_with_the_line_number() {
 
 #[test]
 fn azure_converter_end_to_end() {
-    let dir = tmp("azure");
+    let scratch = tmp("azure");
+    let dir = scratch.path();
     let inv = dir.join("inv.csv");
     let dur = dir.join("dur.csv");
     fs::write(
