@@ -33,18 +33,7 @@ fn assert_clean(c: &Containerd) {
 }
 
 fn run_detached(c: &Containerd, id: &str) {
-    let o = c.ctr(&[
-        "run",
-        "-d",
-        "--snapshotter",
-        "native",
-        "--runtime",
-        MQFQ,
-        BUSYBOX,
-        id,
-        "sleep",
-        "300",
-    ]);
+    let o = c.run_detached(MQFQ, id, &["sleep", "300"]);
     assert!(o.status.success(), "{}", err(&o));
     assert!(c.wait_status(id, "RUNNING"), "{}", c.log());
 }

@@ -330,30 +330,25 @@ pub fn table(sums: &[Summary]) -> String {
     if let (Some(ours), Some(fcfs), Some(paper)) =
         (find("mqfq-sticky"), find("fcfs"), find("mqfq-paper"))
     {
-        let r = |a: f64, b: f64| a / b;
+        // (mean, p99, short-function mean) of `a` relative to `b`.
+        let ratios = |a: &Summary, b: &Summary| {
+            let short = |s: &Summary| s.short_mean_ms.unwrap_or(f64::NAN);
+            (
+                a.mean_ms / b.mean_ms,
+                a.p99_ms / b.p99_ms,
+                short(a) / short(b),
+            )
+        };
+        let (mean, p99, short) = ratios(ours, fcfs);
         let _ = writeln!(
             t,
-            "\nmqfq-sticky / fcfs: mean {:.3}×, p99 {:.3}×, short-function mean {:.3}× ({:.1}× faster)",
-            r(ours.mean_ms, fcfs.mean_ms),
-            r(ours.p99_ms, fcfs.p99_ms),
-            r(
-                ours.short_mean_ms.unwrap_or(f64::NAN),
-                fcfs.short_mean_ms.unwrap_or(f64::NAN)
-            ),
-            r(
-                fcfs.short_mean_ms.unwrap_or(f64::NAN),
-                ours.short_mean_ms.unwrap_or(f64::NAN)
-            ),
+            "\nmqfq-sticky / fcfs: mean {mean:.3}×, p99 {p99:.3}×, short-function mean {short:.3}× ({:.1}× faster)",
+            1.0 / short
         );
+        let (mean, p99, short) = ratios(ours, paper);
         let _ = writeln!(
             t,
-            "mqfq-sticky / mqfq-paper: mean {:.3}×, p99 {:.3}×, short-function mean {:.3}×",
-            r(ours.mean_ms, paper.mean_ms),
-            r(ours.p99_ms, paper.p99_ms),
-            r(
-                ours.short_mean_ms.unwrap_or(f64::NAN),
-                paper.short_mean_ms.unwrap_or(f64::NAN)
-            ),
+            "mqfq-sticky / mqfq-paper: mean {mean:.3}×, p99 {p99:.3}×, short-function mean {short:.3}×"
         );
     }
     t

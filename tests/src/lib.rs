@@ -248,6 +248,16 @@ impl Containerd {
         self.ctr(&args)
     }
 
+    /// `ctr run -d --snapshotter native --runtime <runtime> busybox <id> cmd…` (detached).
+    #[must_use]
+    pub fn run_detached(&self, runtime: &str, id: &str, cmd: &[&str]) -> Output {
+        let mut args = vec!["run", "-d", "--snapshotter", "native", "--runtime", runtime];
+        args.push(BUSYBOX);
+        args.push(id);
+        args.extend_from_slice(cmd);
+        self.ctr(&args)
+    }
+
     /// containerd's log so far (the shim's lines included).
     #[must_use]
     pub fn log(&self) -> String {

@@ -65,6 +65,21 @@ impl Harness {
     }
 }
 
+/// An ExecProcess request whose process runs `args`.
+fn exec_req(id: &str, exec_id: &str, args: &[&str]) -> api::ExecProcessRequest {
+    let spec = json!({"args": args, "cwd": "/", "user": {"uid": 0, "gid": 0}});
+    api::ExecProcessRequest {
+        id: id.into(),
+        exec_id: exec_id.into(),
+        spec: MessageField::some(Any {
+            type_url: "types.containerd.io/opencontainers/runtime-spec/1/Process".into(),
+            value: spec.to_string().into_bytes(),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
 fn plain() -> serde_json::Value {
     json!({"process": {"args": ["sh"], "env": ["PATH=/bin"]}})
 }
@@ -164,17 +179,7 @@ async fn a_stale_exit_of_a_reused_pid_is_not_claimed() {
     let req = h.bundle("r1", &plain());
     h.svc.create(req).await.unwrap();
     h.svc.start("r1", "").await.unwrap();
-    let exec = api::ExecProcessRequest {
-        id: "r1".into(),
-        exec_id: "probe".into(),
-        spec: MessageField::some(Any {
-            value: json!({"args": ["true"], "cwd": "/", "user": {"uid": 0, "gid": 0}})
-                .to_string()
-                .into_bytes(),
-            ..Default::default()
-        }),
-        ..Default::default()
-    };
+    let exec = exec_req("r1", "probe", &["true"]);
     h.svc.exec(exec).await.unwrap();
     // Some earlier process (a runc run, say) had every pid the fake may hand out next, and
     // exited before this exec was started.
@@ -205,17 +210,7 @@ async fn exec_lifecycle() {
     let req = h.bundle("c2", &plain());
     h.svc.create(req).await.unwrap();
     h.svc.start("c2", "").await.unwrap();
-    let spec = json!({"args": ["sh", "-c", "exit 3"], "cwd": "/", "user": {"uid": 0, "gid": 0}});
-    let exec = api::ExecProcessRequest {
-        id: "c2".into(),
-        exec_id: "e1".into(),
-        spec: MessageField::some(Any {
-            type_url: "types.containerd.io/opencontainers/runtime-spec/1/Process".into(),
-            value: spec.to_string().into_bytes(),
-            ..Default::default()
-        }),
-        ..Default::default()
-    };
+    let exec = exec_req("c2", "e1", &["sh", "-c", "exit 3"]);
     h.svc.exec(exec.clone()).await.unwrap();
     assert!(matches!(
         h.svc.exec(exec).await,
@@ -255,17 +250,7 @@ async fn an_exec_that_exits_before_its_pid_is_known_is_not_lost() {
     let req = h.bundle("c3", &plain());
     h.svc.create(req).await.unwrap();
     h.svc.start("c3", "").await.unwrap();
-    let exec = api::ExecProcessRequest {
-        id: "c3".into(),
-        exec_id: "fast".into(),
-        spec: MessageField::some(Any {
-            value: json!({"args": ["true"], "cwd": "/", "user": {"uid": 0, "gid": 0}})
-                .to_string()
-                .into_bytes(),
-            ..Default::default()
-        }),
-        ..Default::default()
-    };
+    let exec = exec_req("c3", "fast", &["true"]);
     h.svc.exec(exec).await.unwrap();
     // The reaper reports the exec's pid before `runc exec` returns it.
     h.fake.exit_during_exec.store(true, Ordering::SeqCst);

@@ -5,7 +5,7 @@
 use std::path::Path;
 use std::time::Instant;
 
-use mqfq_testkit::{BUSYBOX, Containerd, MQFQ, shim_pids};
+use mqfq_testkit::{Containerd, MQFQ, shim_pids};
 
 fn stats(mut v: Vec<f64>) -> (f64, f64, f64) {
     v.sort_by(f64::total_cmp);
@@ -70,18 +70,7 @@ fn main() -> std::process::ExitCode {
     let mut rss = Vec::new();
     for (i, rt) in runtimes.iter().enumerate() {
         let id = format!("rss{i}");
-        let o = c.ctr(&[
-            "run",
-            "-d",
-            "--snapshotter",
-            "native",
-            "--runtime",
-            rt,
-            BUSYBOX,
-            &id,
-            "sleep",
-            "60",
-        ]);
+        let o = c.run_detached(rt, &id, &["sleep", "60"]);
         assert!(o.status.success());
         let before: Vec<u32> = shim_pids(&sock);
         let pid = before.first().copied().unwrap_or(0);
