@@ -254,13 +254,19 @@ fn log_uris_file_and_binary() {
 #[test]
 fn terminals_through_a_real_pty() {
     let Some(c) = containerd("tty") else { return };
-    // `ctr -t` needs a console of its own: `script` gives it one.
+    // `ctr -t` needs a console of its own: `script` gives it one. `timeout` must stay in the
+    // terminal's foreground process group (`--foreground`), or ctr is stopped by SIGTTOU when it
+    // puts the console in raw mode; `script` runs the line with $SHELL, so pin that too.
     let sock = c.socket().display().to_string();
     let ctr = |args: &str| {
         std::process::Command::new("script")
+            .env("SHELL", "/bin/sh")
             .args([
                 "-qec",
-                &format!("timeout 60 ctr -a {sock} -n {} {args}", c.ns),
+                &format!(
+                    "exec timeout --foreground 60 ctr -a {sock} -n {} {args}",
+                    c.ns
+                ),
                 "/dev/null",
             ])
             .output()
