@@ -770,6 +770,59 @@ impl<T> MqfqQueue<T> {
         Ok(())
     }
 
+    /// Records an invocation of flow `id` that is already running without having been dispatched
+    /// by this queue (the daemon restarted while it ran, or it started while the daemon was
+    /// unreachable). It is charged like a dispatch, so the flow pays for it, and it must be
+    /// completed with the returned ticket.
+    ///
+    /// # Errors
+    /// Unknown flow.
+    pub fn adopt(&mut self, id: FlowId, now: Time) -> Result<Ticket, QueueError> {
+        self.get(id)?;
+        let was_short = self.counts_short(id);
+        let charge = self.charge_of(&self.flows[id.ix()]);
+        let v = self.v;
+        let phase = self.flows[id.ix()].phase;
+        match phase {
+            Phase::Backlogged => {
+                // The head moves back by the adopted charge, as if it had been dispatched first.
+                self.index_remove(id);
+                let f = &mut self.flows[id.ix()];
+                f.start += charge / f.weight;
+                f.finish += charge / f.weight;
+                self.index_insert(id);
+            }
+            Phase::Inactive | Phase::Lingering { .. } | Phase::Running => {
+                if let Phase::Lingering { until } = phase {
+                    self.expiries.remove(&(until, id));
+                }
+                if phase == Phase::Inactive {
+                    self.events.push(FlowEvent::Activated(id));
+                }
+                let f = &mut self.flows[id.ix()];
+                f.finish = f.finish.max(v) + charge / f.weight;
+                f.phase = Phase::Running;
+            }
+        }
+        let f = &mut self.flows[id.ix()];
+        let ticket = Ticket {
+            id: self.next_ticket,
+            flow: id,
+            start: f.finish - charge / f.weight,
+            finish: f.finish,
+            charge,
+            v,
+        };
+        f.in_flight += 1;
+        f.dispatched += 1;
+        f.last_service = Some(now);
+        self.next_ticket += 1;
+        self.outstanding.insert(ticket.id, (id, charge));
+        self.update_v();
+        self.recount(id, was_short);
+        Ok(ticket)
+    }
+
     /// Removes the first queued item of flow `id` that matches `pred` (an admission whose caller
     /// went away). The flow keeps its tags.
     pub fn withdraw(&mut self, id: FlowId, mut pred: impl FnMut(&T) -> bool) -> Option<T> {

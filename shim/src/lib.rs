@@ -9,7 +9,9 @@
 //! - [`gpu`], [`options`], [`io`], [`console`], [`process`], [`error`]: classification, runtime
 //!   options, stdio, terminals, the process state machine, errors and their ttrpc codes.
 
+pub mod api;
 pub mod console;
+pub mod daemon;
 pub mod error;
 pub mod gpu;
 pub mod io;

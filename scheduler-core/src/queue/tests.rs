@@ -255,3 +255,28 @@ fn iat_ttl_rule() {
     q.enqueue(f, (), secs(2.0)).unwrap();
     assert_eq!(q.ttl_of(f), 6.0);
 }
+
+#[test]
+fn adopted_invocations_are_charged_and_completed_like_dispatched_ones() {
+    let mut q = MqfqQueue::new(fixed(100.0, 5.0, Selection::LowestStart)).unwrap();
+    let a = q.flow("a");
+    let b = q.flow("b");
+    // `a` was running when the daemon restarted: adopting it activates the flow and charges it.
+    let t = q.adopt(a, secs(0.0)).unwrap();
+    assert_eq!(q.drain_events(), vec![FlowEvent::Activated(a)]);
+    assert_eq!(q.in_flight(), 1);
+    assert_eq!(q.state(a), Some(FlowState::Active));
+    assert_eq!((t.start, t.finish), (0.0, 1.0));
+    // A new arrival of `a` starts after the adopted charge, so `b` goes first.
+    q.enqueue(b, "b1", secs(0.0)).unwrap();
+    q.enqueue(a, "a1", secs(0.0)).unwrap();
+    assert_eq!(q.dispatch(secs(0.0)).unwrap().item, "b1");
+    // Adopting on a backlogged flow pushes its head back by one charge.
+    let t2 = q.adopt(a, secs(0.0)).unwrap();
+    assert_eq!((t2.start, t2.finish), (1.0, 2.0));
+    assert_eq!(q.dispatch(secs(0.0)).unwrap().ticket.start, 2.0);
+    q.complete(&t, Some(1.0), secs(1.0)).unwrap();
+    q.complete(&t2, Some(1.0), secs(1.0)).unwrap();
+    assert_eq!(q.complete(&t, None, secs(1.0)).unwrap_err(), QueueError::UnknownTicket(t.id));
+    assert_eq!(q.adopt(FlowId(9), secs(1.0)).unwrap_err(), QueueError::UnknownFlow(FlowId(9)));
+}

@@ -1,0 +1,29 @@
+//! The mqfqd admission API (`proto/mqfqd.proto`), generated at build time by ttrpc-codegen.
+//! Shims, `mqfqd` and `mqfqctl` all use these types, so the wire format has one definition.
+
+/// Messages.
+#[allow(
+    warnings,
+    clippy::all,
+    clippy::pedantic,
+    clippy::undocumented_unsafe_blocks,
+    clippy::uninlined_format_args
+)]
+pub mod mqfqd {
+    include!(concat!(env!("OUT_DIR"), "/mqfqd.rs"));
+}
+
+/// The ttrpc client and server glue.
+#[allow(
+    warnings,
+    clippy::all,
+    clippy::pedantic,
+    clippy::undocumented_unsafe_blocks,
+    clippy::uninlined_format_args
+)]
+pub mod mqfqd_ttrpc {
+    include!(concat!(env!("OUT_DIR"), "/mqfqd_ttrpc.rs"));
+}
+
+pub use mqfqd::*;
+pub use mqfqd_ttrpc::{Admission, AdmissionClient, create_admission};

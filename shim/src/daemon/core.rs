@@ -1,0 +1,824 @@
+//! The daemon's decisions, without I/O: per-GPU MQFQ-Sticky queues and concurrency limits,
+//! leases, waiting admissions, re-registration, and the dispatch record.
+//!
+//! Every operation takes `now` and first expires sticky TTLs up to it, so the dispatch record
+//! (enqueue, dispatch, release, withdraw, adopt — with times and the free slots each dispatch was
+//! given) is enough to replay the queue's decisions exactly; the integration tests do that.
+//!
+//! Each GPU has its own queue and limit; an admission is routed at arrival to the least loaded
+//! GPU among those the container was given. A container given several GPUs is gated on one of
+//! them (gang admission across GPUs is not implemented; see docs/ARCHITECTURE.md).
+
+use std::collections::{BTreeMap, HashMap};
+
+use scheduler_core::concurrency::ConcurrencyController;
+use scheduler_core::config::{ConcurrencyConfig, GpuMode, QueueConfig};
+use scheduler_core::{FlowId, FlowState, MqfqQueue, Ticket, Time};
+use serde::{Deserialize, Serialize};
+
+/// Errors of the admission core; each names the field at fault.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum CoreError {
+    /// A request field is missing or out of range.
+    #[error("invalid `{field}`: {reason}")]
+    Invalid {
+        /// The protocol field.
+        field: &'static str,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The container named a GPU this node does not have.
+    #[error("unknown GPU {0:?} (not an index, UUID or MIG device of this node)")]
+    UnknownGpu(String),
+    /// The container already waits for admission.
+    #[error("container {0} is already waiting for admission")]
+    AlreadyWaiting(String),
+    /// Release of a lease that is not held.
+    #[error("lease {0} is not held")]
+    UnknownLease(u64),
+    /// Bad scheduler knobs.
+    #[error(transparent)]
+    Config(#[from] scheduler_core::ConfigError),
+}
+
+/// One GPU as the monitor described it.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct GpuInfo {
+    /// NVML index.
+    pub index: u32,
+    /// `GPU-…` UUID.
+    pub uuid: String,
+    /// Product name.
+    pub name: String,
+    /// Plain, MPS or MIG (sets D_max).
+    pub mode: GpuMode,
+    /// Framebuffer size in bytes.
+    pub memory_total: u64,
+    /// MIG device UUIDs (`MIG-…`) on this GPU.
+    pub mig: Vec<String>,
+}
+
+/// Start of a task or its resume after a pause.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Kind {
+    /// Task Start.
+    Start,
+    /// Task Resume.
+    Resume,
+}
+
+/// An admission request, validated by [`Core::admit`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct AdmitInfo {
+    /// containerd namespace.
+    pub namespace: String,
+    /// Container id.
+    pub container_id: String,
+    /// Function key.
+    pub function: String,
+    /// Tenant (informational).
+    pub tenant: String,
+    /// Flow weight; 0 means 1.
+    pub weight: f64,
+    /// Requested GPUs as named by the container; empty means all.
+    pub gpus: Vec<String>,
+    /// Start or Resume.
+    pub kind: Kind,
+    /// The shim's pid.
+    pub shim_pid: u32,
+}
+
+impl AdmitInfo {
+    /// `namespace/container_id`.
+    #[must_use]
+    pub fn key(&self) -> String {
+        format!("{}/{}", self.namespace, self.container_id)
+    }
+}
+
+/// A dispatched admission.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Grant {
+    /// `namespace/container_id`.
+    pub key: String,
+    /// The lease.
+    pub lease: u64,
+    /// The GPU it counts against.
+    pub gpu: u32,
+    /// Time queued.
+    pub waited_ns: u64,
+}
+
+/// One line of the dispatch record.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum Record {
+    /// An admission joined its flow's queue.
+    Enqueue {
+        /// Sequence number.
+        seq: u64,
+        /// Daemon time, ns.
+        t_ns: u64,
+        /// GPU queue.
+        gpu: u32,
+        /// Container key.
+        key: String,
+        /// Function.
+        function: String,
+        /// Weight in force.
+        weight: f64,
+        /// Start or resume.
+        kind: Kind,
+    },
+    /// The queue dispatched an admission.
+    Dispatch {
+        /// Sequence number.
+        seq: u64,
+        /// Daemon time, ns.
+        t_ns: u64,
+        /// GPU.
+        gpu: u32,
+        /// Container key.
+        key: String,
+        /// Function.
+        function: String,
+        /// The lease granted.
+        lease: u64,
+        /// Free slots passed to the queue.
+        free: u32,
+        /// Leases on this GPU after the dispatch.
+        running: u32,
+        /// The concurrency limit in force.
+        limit: u32,
+        /// D at the time.
+        d: f64,
+        /// Time queued, ns.
+        waited_ns: u64,
+    },
+    /// A lease ended.
+    Release {
+        /// Sequence number.
+        seq: u64,
+        /// Daemon time, ns.
+        t_ns: u64,
+        /// GPU.
+        gpu: u32,
+        /// Container key.
+        key: String,
+        /// Function.
+        function: String,
+        /// The lease.
+        lease: u64,
+        /// Measured service, seconds.
+        measured_s: Option<f64>,
+        /// Why it ended.
+        reason: String,
+    },
+    /// A waiting admission left the queue.
+    Withdraw {
+        /// Sequence number.
+        seq: u64,
+        /// Daemon time, ns.
+        t_ns: u64,
+        /// GPU.
+        gpu: u32,
+        /// Container key.
+        key: String,
+        /// Function.
+        function: String,
+        /// Why.
+        reason: String,
+    },
+    /// A running container was adopted (re-registration, fail-open start).
+    Adopt {
+        /// Sequence number.
+        seq: u64,
+        /// Daemon time, ns.
+        t_ns: u64,
+        /// GPU.
+        gpu: u32,
+        /// Container key.
+        key: String,
+        /// Function.
+        function: String,
+        /// The lease it now holds.
+        lease: u64,
+    },
+}
+
+/// A running container a shim re-registers.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RunningInfo {
+    /// Its identity, as at admission.
+    pub info: AdmitInfo,
+    /// The lease it holds from this daemon, if any (0 = none).
+    pub lease: u64,
+}
+
+#[derive(Debug)]
+struct Gpu {
+    info: GpuInfo,
+    queue: MqfqQueue<String>,
+    conc: ConcurrencyController,
+    running: u32,
+    long_running: u32,
+    memory_used: u64,
+}
+
+#[derive(Clone, Debug)]
+struct Waiting {
+    gpu: u32,
+    flow: FlowId,
+    function: String,
+    shim_pid: u32,
+}
+
+/// A held lease.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Lease {
+    /// Container key.
+    pub key: String,
+    /// Function.
+    pub function: String,
+    /// GPU.
+    pub gpu: u32,
+    /// Holder shim's pid.
+    pub shim_pid: u32,
+    /// When it was granted.
+    pub since: Time,
+    ticket: Ticket,
+    long: bool,
+}
+
+/// A read-only view of one GPU.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct GpuView {
+    /// What the monitor said.
+    pub info: GpuInfo,
+    /// D.
+    pub d: f64,
+    /// Limit in force.
+    pub limit: u32,
+    /// Leases held.
+    pub running: u32,
+    /// Last utilization sample.
+    pub utilization: Option<f64>,
+    /// Last memory sample.
+    pub memory_used: u64,
+    /// Its queue's V.
+    pub virtual_time: f64,
+    /// Admissions waiting.
+    pub queued: usize,
+}
+
+/// The daemon's admission state.
+#[derive(Debug)]
+pub struct Core {
+    queue_cfg: QueueConfig,
+    gpus: Vec<Gpu>,
+    waiting: HashMap<String, Waiting>,
+    leases: BTreeMap<u64, Lease>,
+    lease_of: HashMap<String, u64>,
+    next_lease: u64,
+    seq: u64,
+    log: Vec<Record>,
+    fail_open_starts: u64,
+}
+
+fn invalid(field: &'static str, reason: impl Into<String>) -> CoreError {
+    CoreError::Invalid {
+        field,
+        reason: reason.into(),
+    }
+}
+
+impl Core {
+    /// A core for `gpus`, with the queue knobs and, per GPU mode, the concurrency knobs.
+    ///
+    /// # Errors
+    /// Invalid knobs; no GPU.
+    pub fn new(
+        gpus: Vec<GpuInfo>,
+        queue_cfg: &QueueConfig,
+        conc: impl Fn(GpuMode) -> ConcurrencyConfig,
+    ) -> Result<Self, CoreError> {
+        if gpus.is_empty() {
+            return Err(invalid("gpus", "the node has no GPU to gate"));
+        }
+        let gpus = gpus
+            .into_iter()
+            .map(|info| {
+                Ok(Gpu {
+                    queue: MqfqQueue::new(queue_cfg.clone())?,
+                    conc: ConcurrencyController::new(conc(info.mode))?,
+                    info,
+                    running: 0,
+                    long_running: 0,
+                    memory_used: 0,
+                })
+            })
+            .collect::<Result<Vec<_>, CoreError>>()?;
+        Ok(Core {
+            queue_cfg: queue_cfg.clone(),
+            gpus,
+            waiting: HashMap::new(),
+            leases: BTreeMap::new(),
+            lease_of: HashMap::new(),
+            next_lease: 1,
+            seq: 0,
+            log: Vec::new(),
+            fail_open_starts: 0,
+        })
+    }
+
+    fn next_seq(&mut self) -> u64 {
+        self.seq += 1;
+        self.seq
+    }
+
+    /// Which of this node's GPUs a container's device names cover.
+    ///
+    /// # Errors
+    /// [`CoreError::UnknownGpu`] for a name that matches nothing.
+    pub fn resolve(&self, names: &[String]) -> Result<Vec<u32>, CoreError> {
+        let all = || self.gpus.iter().map(|g| g.info.index).collect::<Vec<_>>();
+        if names.is_empty() {
+            return Ok(all());
+        }
+        let mut out = Vec::new();
+        for raw in names {
+            let n = raw.trim();
+            if n.is_empty() || n == "all" {
+                return Ok(all());
+            }
+            // `2` or MIG `2:1` by index.
+            let idx_part = n.split(':').next().unwrap_or(n);
+            let found = if let Ok(i) = idx_part.parse::<u32>() {
+                self.gpus.iter().find(|g| g.info.index == i)
+            } else {
+                self.gpus
+                    .iter()
+                    .find(|g| g.info.uuid == n || g.info.mig.iter().any(|m| m == n))
+            };
+            let g = found.ok_or_else(|| CoreError::UnknownGpu(n.to_owned()))?;
+            if !out.contains(&g.info.index) {
+                out.push(g.info.index);
+            }
+        }
+        Ok(out)
+    }
+
+    fn slot(&self, index: u32) -> usize {
+        self.gpus
+            .iter()
+            .position(|g| g.info.index == index)
+            .unwrap_or(0)
+    }
+
+    /// Least loaded GPU (leases + waiting, relative to its limit) among `candidates`.
+    fn route(&self, candidates: &[u32]) -> usize {
+        let load = |i: usize| {
+            let g = &self.gpus[i];
+            let busy = f64::from(g.running) + g.queue.queued() as f64;
+            busy / f64::from(g.conc.limit())
+        };
+        candidates
+            .iter()
+            .map(|&c| self.slot(c))
+            .min_by(|&a, &b| load(a).total_cmp(&load(b)).then(a.cmp(&b)))
+            .unwrap_or(0)
+    }
+
+    fn validate(info: &AdmitInfo) -> Result<f64, CoreError> {
+        if info.namespace.is_empty() {
+            return Err(invalid("namespace", "must not be empty"));
+        }
+        if info.container_id.is_empty() || info.container_id.contains('/') {
+            return Err(invalid(
+                "container_id",
+                format!("{:?} must be non-empty without '/'", info.container_id),
+            ));
+        }
+        if info.function.is_empty() {
+            return Err(invalid("function", "must not be empty"));
+        }
+        let w = if info.weight == 0.0 { 1.0 } else { info.weight };
+        if !(w.is_finite() && w > 0.0) {
+            return Err(invalid(
+                "weight",
+                format!("{} must be a finite number > 0", info.weight),
+            ));
+        }
+        Ok(w)
+    }
+
+    fn tick(&mut self, now: Time) {
+        for g in &mut self.gpus {
+            g.queue.tick(now);
+            g.queue.drain_events();
+        }
+    }
+
+    /// Queues an admission; returns every grant this made (possibly the request's own).
+    ///
+    /// # Errors
+    /// Invalid fields, unknown GPU, or the container already waiting; nothing changes then.
+    pub fn admit(&mut self, info: &AdmitInfo, now: Time) -> Result<Vec<Grant>, CoreError> {
+        let weight = Self::validate(info)?;
+        let candidates = self.resolve(&info.gpus)?;
+        let key = info.key();
+        if self.waiting.contains_key(&key) {
+            return Err(CoreError::AlreadyWaiting(key));
+        }
+        self.tick(now);
+        if let Some(&lease) = self.lease_of.get(&key) {
+            // Already admitted (a retried call after a lost reply): the same lease again.
+            let l = &self.leases[&lease];
+            return Ok(vec![Grant {
+                key,
+                lease,
+                gpu: l.gpu,
+                waited_ns: 0,
+            }]);
+        }
+        let slot = self.route(&candidates);
+        let seq = self.next_seq();
+        let g = &mut self.gpus[slot];
+        let flow = g.queue.flow(&info.function);
+        g.queue.set_weight(flow, weight).map_err(|_| {
+            invalid("weight", format!("{weight} must be a finite number > 0"))
+        })?;
+        g.queue
+            .enqueue(flow, key.clone(), now)
+            .map_err(|e| invalid("function", e.to_string()))?;
+        let gpu = g.info.index;
+        self.log.push(Record::Enqueue {
+            seq,
+            t_ns: now.as_nanos(),
+            gpu,
+            key: key.clone(),
+            function: info.function.clone(),
+            weight,
+            kind: info.kind,
+        });
+        self.waiting.insert(
+            key,
+            Waiting {
+                gpu,
+                flow,
+                function: info.function.clone(),
+                shim_pid: info.shim_pid,
+            },
+        );
+        Ok(self.pump(slot, now))
+    }
+
+    /// The limit in force on a GPU: ⌊D⌋, but while short flows are active never below the long
+    /// invocations running plus the reserved short slot (as in the simulator).
+    fn limit_of(&self, slot: usize) -> u32 {
+        let g = &self.gpus[slot];
+        let reserve = self.queue_cfg.short_charge_s > 0.0 && g.queue.active_short_flows() > 0;
+        if reserve {
+            g.conc.limit_at_least((g.long_running + 1).max(2))
+        } else {
+            g.conc.limit()
+        }
+    }
+
+    /// Dispatches on one GPU while slots are free.
+    fn pump(&mut self, slot: usize, now: Time) -> Vec<Grant> {
+        let mut grants = Vec::new();
+        loop {
+            let limit = self.limit_of(slot);
+            let g = &mut self.gpus[slot];
+            if g.running >= limit {
+                break;
+            }
+            let free = if limit < 2 {
+                u32::MAX
+            } else {
+                limit - g.running
+            };
+            let Some(d) = g.queue.dispatch_slot(now, free) else {
+                break;
+            };
+            let long = !g.queue.is_short_flow(d.ticket.flow);
+            g.running += 1;
+            if long {
+                g.long_running += 1;
+            }
+            let gpu = g.info.index;
+            let running = g.running;
+            let dval = g.conc.d();
+            let key = d.item;
+            let (function, shim_pid) = self
+                .waiting
+                .remove(&key)
+                .map_or((String::new(), 0), |w| (w.function, w.shim_pid));
+            let lease = self.next_lease;
+            self.next_lease += 1;
+            let waited_ns = now.as_nanos().saturating_sub(d.enqueued_at.as_nanos());
+            let seq = self.next_seq();
+            self.log.push(Record::Dispatch {
+                seq,
+                t_ns: now.as_nanos(),
+                gpu,
+                key: key.clone(),
+                function: function.clone(),
+                lease,
+                free,
+                running,
+                limit,
+                d: dval,
+                waited_ns,
+            });
+            self.lease_of.insert(key.clone(), lease);
+            self.leases.insert(
+                lease,
+                Lease {
+                    key: key.clone(),
+                    function,
+                    gpu,
+                    shim_pid,
+                    since: now,
+                    ticket: d.ticket,
+                    long,
+                },
+            );
+            grants.push(Grant {
+                key,
+                lease,
+                gpu,
+                waited_ns,
+            });
+        }
+        grants
+    }
+
+    fn pump_all(&mut self, now: Time) -> Vec<Grant> {
+        (0..self.gpus.len())
+            .flat_map(|s| self.pump(s, now))
+            .collect()
+    }
+
+    /// Records which shim holds a freshly granted lease (the server knows the caller).
+    pub fn set_holder(&mut self, lease: u64, shim_pid: u32) {
+        if let Some(l) = self.leases.get_mut(&lease) {
+            l.shim_pid = shim_pid;
+        }
+    }
+
+    /// The shim pid that asked for a waiting admission.
+    #[must_use]
+    pub fn waiter_pid(&self, key: &str) -> Option<u32> {
+        self.waiting.get(key).map(|w| w.shim_pid)
+    }
+
+    /// Withdraws a waiting admission. Returns whether one was waiting.
+    pub fn cancel(&mut self, key: &str, reason: &str, now: Time) -> bool {
+        self.tick(now);
+        let Some(w) = self.waiting.remove(key) else {
+            return false;
+        };
+        let slot = self.slot(w.gpu);
+        self.gpus[slot].queue.withdraw(w.flow, |k| k == key);
+        let seq = self.next_seq();
+        self.log.push(Record::Withdraw {
+            seq,
+            t_ns: now.as_nanos(),
+            gpu: w.gpu,
+            key: key.to_owned(),
+            function: w.function,
+            reason: reason.to_owned(),
+        });
+        true
+    }
+
+    /// Ends a lease; `measured` is the service it received (seconds) when known. Returns the
+    /// grants the freed slot made.
+    ///
+    /// # Errors
+    /// [`CoreError::UnknownLease`]; nothing changes then.
+    pub fn release(
+        &mut self,
+        lease: u64,
+        measured: Option<f64>,
+        reason: &str,
+        now: Time,
+    ) -> Result<Vec<Grant>, CoreError> {
+        self.tick(now);
+        let l = self
+            .leases
+            .remove(&lease)
+            .ok_or(CoreError::UnknownLease(lease))?;
+        self.lease_of.remove(&l.key);
+        let slot = self.slot(l.gpu);
+        let g = &mut self.gpus[slot];
+        // The ticket is outstanding by construction; a failure here would be a bug in this file.
+        let _ = g.queue.complete(&l.ticket, measured, now);
+        g.running = g.running.saturating_sub(1);
+        if l.long {
+            g.long_running = g.long_running.saturating_sub(1);
+        }
+        let seq = self.next_seq();
+        self.log.push(Record::Release {
+            seq,
+            t_ns: now.as_nanos(),
+            gpu: l.gpu,
+            key: l.key,
+            function: l.function,
+            lease,
+            measured_s: measured,
+            reason: reason.to_owned(),
+        });
+        Ok(self.pump(slot, now))
+    }
+
+    /// A utilization sample (0–1) and memory reading for a GPU; D moves, and a higher limit may
+    /// dispatch.
+    pub fn observe(
+        &mut self,
+        index: u32,
+        utilization: f64,
+        memory_used: u64,
+        now: Time,
+    ) -> Vec<Grant> {
+        self.tick(now);
+        let slot = self.slot(index);
+        let g = &mut self.gpus[slot];
+        g.conc.observe(utilization);
+        g.memory_used = memory_used;
+        self.pump(slot, now)
+    }
+
+    /// Expires sticky TTLs and dispatches what is due (a timer calls this).
+    pub fn tick_all(&mut self, now: Time) -> Vec<Grant> {
+        self.tick(now);
+        self.pump_all(now)
+    }
+
+    /// A shim died: its waiting admissions are withdrawn and its leases released. Returns the
+    /// withdrawn keys, the released leases, and the grants the freed slots made.
+    pub fn shim_gone(&mut self, pid: u32, now: Time) -> (Vec<String>, Vec<u64>, Vec<Grant>) {
+        let keys: Vec<String> = self
+            .waiting
+            .iter()
+            .filter(|(_, w)| w.shim_pid == pid)
+            .map(|(k, _)| k.clone())
+            .collect();
+        for k in &keys {
+            self.cancel(k, "shim gone", now);
+        }
+        let leases: Vec<u64> = self
+            .leases
+            .iter()
+            .filter(|(_, l)| l.shim_pid == pid)
+            .map(|(&id, _)| id)
+            .collect();
+        let mut grants = Vec::new();
+        for &id in &leases {
+            if let Ok(g) = self.release(id, None, "shim gone", now) {
+                grants.extend(g);
+            }
+        }
+        (keys, leases, grants)
+    }
+
+    /// A shim (re)registers its running GPU containers. Leases this daemon granted are kept;
+    /// the others (granted by a previous daemon, or fail-open starts) are adopted with new
+    /// leases. Returns `(key, lease)` for each.
+    ///
+    /// # Errors
+    /// An invalid entry; entries before it are kept (registration is idempotent, the shim
+    /// sends the whole set again).
+    pub fn register(
+        &mut self,
+        shim_pid: u32,
+        running: &[RunningInfo],
+        fail_open_starts: u64,
+        now: Time,
+    ) -> Result<Vec<(String, u64)>, CoreError> {
+        self.tick(now);
+        self.fail_open_starts += fail_open_starts;
+        let mut out = Vec::new();
+        for r in running {
+            let weight = Self::validate(&r.info)?;
+            let key = r.info.key();
+            if let Some(&lease) = self.lease_of.get(&key) {
+                self.set_holder(lease, shim_pid);
+                out.push((key, lease));
+                continue;
+            }
+            if self.waiting.contains_key(&key) {
+                // It runs, so it no longer waits.
+                self.cancel(&key, "registered as running", now);
+            }
+            let candidates = self.resolve(&r.info.gpus)?;
+            let slot = self.route(&candidates);
+            let g = &mut self.gpus[slot];
+            let flow = g.queue.flow(&r.info.function);
+            let _ = g.queue.set_weight(flow, weight);
+            let ticket = g
+                .queue
+                .adopt(flow, now)
+                .map_err(|e| invalid("function", e.to_string()))?;
+            let long = !g.queue.is_short_flow(flow);
+            g.running += 1;
+            if long {
+                g.long_running += 1;
+            }
+            let gpu = g.info.index;
+            let lease = self.next_lease;
+            self.next_lease += 1;
+            let seq = self.next_seq();
+            self.log.push(Record::Adopt {
+                seq,
+                t_ns: now.as_nanos(),
+                gpu,
+                key: key.clone(),
+                function: r.info.function.clone(),
+                lease,
+            });
+            self.lease_of.insert(key.clone(), lease);
+            self.leases.insert(
+                lease,
+                Lease {
+                    key: key.clone(),
+                    function: r.info.function.clone(),
+                    gpu,
+                    shim_pid,
+                    since: now,
+                    ticket,
+                    long,
+                },
+            );
+            out.push((key, lease));
+        }
+        Ok(out)
+    }
+
+    /// Takes the dispatch record since the last call.
+    pub fn drain_log(&mut self) -> Vec<Record> {
+        std::mem::take(&mut self.log)
+    }
+
+    /// The leases held.
+    pub fn leases(&self) -> impl Iterator<Item = (u64, &Lease)> {
+        self.leases.iter().map(|(&id, l)| (id, l))
+    }
+
+    /// Admissions waiting.
+    #[must_use]
+    pub fn waiting(&self) -> usize {
+        self.waiting.len()
+    }
+
+    /// Starts let through without a lease, as shims reported them.
+    #[must_use]
+    pub fn fail_open_starts(&self) -> u64 {
+        self.fail_open_starts
+    }
+
+    /// The GPUs.
+    #[must_use]
+    pub fn gpus(&self) -> Vec<GpuView> {
+        (0..self.gpus.len())
+            .map(|s| {
+                let g = &self.gpus[s];
+                GpuView {
+                    info: g.info.clone(),
+                    d: g.conc.d(),
+                    limit: self.limit_of(s),
+                    running: g.running,
+                    utilization: g.conc.last_utilization(),
+                    memory_used: g.memory_used,
+                    virtual_time: g.queue.virtual_time(),
+                    queued: g.queue.queued(),
+                }
+            })
+            .collect()
+    }
+
+    /// Every flow on every GPU, with its GPU index.
+    #[must_use]
+    pub fn flows(&self) -> Vec<(u32, scheduler_core::queue::FlowSnapshot)> {
+        self.gpus
+            .iter()
+            .flat_map(|g| g.queue.snapshots().into_iter().map(|f| (g.info.index, f)))
+            .collect()
+    }
+
+    /// Text for a flow state.
+    #[must_use]
+    pub fn state_name(s: FlowState) -> &'static str {
+        match s {
+            FlowState::Active => "active",
+            FlowState::Throttled => "throttled",
+            FlowState::Inactive => "inactive",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

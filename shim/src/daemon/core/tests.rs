@@ -1,0 +1,272 @@
+use super::*;
+use proptest::prelude::*;
+use scheduler_core::config::{Overrun, Selection, StickyTtl};
+
+fn secs(s: f64) -> Time {
+    Time::from_secs_f64(s)
+}
+
+fn gpu(index: u32) -> GpuInfo {
+    GpuInfo {
+        index,
+        uuid: format!("GPU-{index}"),
+        name: "sim".into(),
+        mode: GpuMode::Plain,
+        memory_total: 1 << 30,
+        mig: vec![format!("MIG-{index}-a")],
+    }
+}
+
+fn qcfg() -> QueueConfig {
+    QueueConfig {
+        overrun: Overrun::Fixed(0.5),
+        ttl: StickyTtl::Fixed(1.0),
+        fallback_ttl_s: 1.0,
+        fallback_charge_s: 1.0,
+        ewma_alpha: 0.5,
+        charge_correction: true,
+        selection: Selection::StickyResident,
+        short_charge_s: 0.0,
+    }
+}
+
+fn core(n: u32, d: u32) -> Core {
+    Core::new((0..n).map(gpu).collect(), &qcfg(), |_| ConcurrencyConfig {
+        alpha: 0.2,
+        u_target: 0.9,
+        d_max: d,
+        d_initial: f64::from(d),
+    })
+    .unwrap()
+}
+
+fn req(id: &str, function: &str) -> AdmitInfo {
+    AdmitInfo {
+        namespace: "ns".into(),
+        container_id: id.into(),
+        function: function.into(),
+        tenant: String::new(),
+        weight: 0.0,
+        gpus: vec![],
+        kind: Kind::Start,
+        shim_pid: 7,
+    }
+}
+
+fn keys(g: &[Grant]) -> Vec<&str> {
+    g.iter().map(|g| g.key.as_str()).collect()
+}
+
+#[test]
+fn admits_up_to_the_limit_then_queues_and_release_dispatches_fairly() {
+    let mut c = core(1, 1);
+    let g = c.admit(&req("f0", "flood"), secs(0.0)).unwrap();
+    assert_eq!(keys(&g), ["ns/f0"]);
+    for i in 1..6 {
+        assert!(c.admit(&req(&format!("f{i}"), "flood"), secs(0.0)).unwrap().is_empty());
+    }
+    assert!(c.admit(&req("l0", "light"), secs(0.1)).unwrap().is_empty());
+    assert_eq!(c.waiting(), 6);
+    // The light function is one flood invocation ahead of FCFS's sixth place.
+    let mut lease = g[0].lease;
+    let mut order = Vec::new();
+    while let Ok(next) = c.release(lease, Some(1.0), "exit", secs(1.0)) {
+        let Some(n) = next.first() else { break };
+        order.push(n.key.clone());
+        lease = n.lease;
+    }
+    assert_eq!(order.len(), 6);
+    let light = order.iter().position(|k| k == "ns/l0").unwrap();
+    assert!(light <= 1, "{order:?}");
+    assert_eq!(c.leases().count(), 0);
+    assert_eq!(c.waiting(), 0);
+}
+
+#[test]
+fn bad_requests_name_the_field_and_change_nothing() {
+    let mut c = core(1, 2);
+    let mut r = req("", "f");
+    assert!(
+        matches!(c.admit(&r, secs(0.0)).unwrap_err(), CoreError::Invalid { field: "container_id", .. })
+    );
+    r = req("a", "");
+    assert!(matches!(c.admit(&r, secs(0.0)).unwrap_err(), CoreError::Invalid { field: "function", .. }));
+    r = req("a", "f");
+    r.weight = f64::NAN;
+    assert!(matches!(c.admit(&r, secs(0.0)).unwrap_err(), CoreError::Invalid { field: "weight", .. }));
+    r.weight = -1.0;
+    assert!(matches!(c.admit(&r, secs(0.0)).unwrap_err(), CoreError::Invalid { field: "weight", .. }));
+    r = req("a", "f");
+    r.namespace = String::new();
+    assert!(matches!(c.admit(&r, secs(0.0)).unwrap_err(), CoreError::Invalid { field: "namespace", .. }));
+    r = req("a", "f");
+    r.gpus = vec!["7".into()];
+    assert_eq!(c.admit(&r, secs(0.0)).unwrap_err(), CoreError::UnknownGpu("7".into()));
+    assert_eq!(c.release(99, None, "exit", secs(0.0)).unwrap_err(), CoreError::UnknownLease(99));
+    assert!(c.drain_log().is_empty());
+    assert_eq!(c.leases().count(), 0);
+    assert_eq!(c.waiting(), 0);
+}
+
+#[test]
+fn duplicate_admissions_are_refused_or_answered_with_the_same_lease() {
+    let mut c = core(1, 1);
+    let g = c.admit(&req("a", "f"), secs(0.0)).unwrap();
+    let again = c.admit(&req("a", "f"), secs(0.0)).unwrap();
+    assert_eq!(again[0].lease, g[0].lease);
+    assert!(c.admit(&req("b", "f"), secs(0.0)).unwrap().is_empty());
+    assert_eq!(
+        c.admit(&req("b", "f"), secs(0.0)).unwrap_err(),
+        CoreError::AlreadyWaiting("ns/b".into())
+    );
+}
+
+#[test]
+fn devices_resolve_by_index_uuid_and_mig_and_route_to_the_least_loaded() {
+    let c = core(2, 1);
+    let n = |v: &[&str]| v.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
+    assert_eq!(c.resolve(&n(&[])).unwrap(), [0, 1]);
+    assert_eq!(c.resolve(&n(&["all"])).unwrap(), [0, 1]);
+    assert_eq!(c.resolve(&n(&["1"])).unwrap(), [1]);
+    assert_eq!(c.resolve(&n(&["0:1"])).unwrap(), [0]);
+    assert_eq!(c.resolve(&n(&["GPU-1", "MIG-0-a"])).unwrap(), [1, 0]);
+    assert_eq!(c.resolve(&n(&["GPU-x"])).unwrap_err(), CoreError::UnknownGpu("GPU-x".into()));
+    let mut c = c;
+    let a = c.admit(&req("a", "f"), secs(0.0)).unwrap();
+    let b = c.admit(&req("b", "f"), secs(0.0)).unwrap();
+    assert_eq!((a[0].gpu, b[0].gpu), (0, 1));
+}
+
+#[test]
+fn cancel_and_dead_shims_free_everything_they_held() {
+    let mut c = core(1, 1);
+    let a = c.admit(&req("a", "f"), secs(0.0)).unwrap();
+    assert_eq!(a.len(), 1);
+    c.admit(&req("b", "f"), secs(0.0)).unwrap();
+    let mut other = req("c", "g");
+    other.shim_pid = 8;
+    c.admit(&other, secs(0.0)).unwrap();
+    assert!(c.cancel("ns/b", "killed", secs(0.1)));
+    assert!(!c.cancel("ns/b", "killed", secs(0.1)));
+    // Shim 7 (holding `a`) dies: its lease goes and `c` (shim 8) is dispatched.
+    let (withdrawn, released, grants) = c.shim_gone(7, secs(0.2));
+    assert!(withdrawn.is_empty());
+    assert_eq!(released, [a[0].lease]);
+    assert_eq!(keys(&grants), ["ns/c"]);
+    let (_, released, _) = c.shim_gone(8, secs(0.3));
+    assert_eq!(released.len(), 1);
+    assert_eq!(c.leases().count(), 0);
+    assert_eq!(c.gpus()[0].running, 0);
+}
+
+#[test]
+fn registration_adopts_running_containers_and_keeps_known_leases() {
+    let mut c = core(1, 1);
+    let run = |id: &str, lease| RunningInfo {
+        info: req(id, "f"),
+        lease,
+    };
+    let adopted = c
+        .register(7, &[run("a", 0), run("b", 41)], 2, secs(0.0))
+        .unwrap();
+    assert_eq!(adopted.len(), 2);
+    assert_eq!(c.gpus()[0].running, 2);
+    assert_eq!(c.fail_open_starts(), 2);
+    // Registering again is idempotent.
+    let again = c.register(7, &[run("a", 0), run("b", 41)], 0, secs(0.1)).unwrap();
+    assert_eq!(again, adopted);
+    assert_eq!(c.gpus()[0].running, 2);
+    // Over the limit: new work waits until both adopted leases end.
+    assert!(c.admit(&req("x", "g"), secs(0.2)).unwrap().is_empty());
+    assert!(c.release(adopted[0].1, Some(1.0), "exit", secs(1.0)).unwrap().is_empty());
+    let g = c.release(adopted[1].1, Some(1.0), "exit", secs(1.0)).unwrap();
+    assert_eq!(keys(&g), ["ns/x"]);
+}
+
+#[test]
+fn utilization_moves_the_limit() {
+    let mut c = Core::new(vec![gpu(0)], &qcfg(), |_| ConcurrencyConfig {
+        alpha: 0.5,
+        u_target: 0.9,
+        d_max: 4,
+        d_initial: 1.0,
+    })
+    .unwrap();
+    c.admit(&req("a", "f"), secs(0.0)).unwrap();
+    assert!(c.admit(&req("b", "f"), secs(0.0)).unwrap().is_empty());
+    // Idle GPU: D grows (1 × (1 + 0.5 × 0.9) = 1.45, then 2.1) and `b` is let in.
+    assert!(c.observe(0, 0.0, 5, secs(0.1)).is_empty());
+    let g = c.observe(0, 0.0, 5, secs(0.2));
+    assert_eq!(keys(&g), ["ns/b"]);
+    assert_eq!(c.gpus()[0].limit, 2);
+    assert_eq!(c.gpus()[0].memory_used, 5);
+}
+
+#[derive(Clone, Debug)]
+enum Op {
+    Admit(u8, u8),
+    Release(u8),
+    Cancel(u8),
+    Observe(u8),
+    ShimGone,
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        (0u8..12, 0u8..3).prop_map(|(c, f)| Op::Admit(c, f)),
+        (0u8..12).prop_map(Op::Release),
+        (0u8..12).prop_map(Op::Cancel),
+        (0u8..=10).prop_map(Op::Observe),
+        Just(Op::ShimGone),
+    ]
+}
+
+proptest! {
+    /// Every dispatch respects the limit in force, and once everything is released or
+    /// withdrawn no lease or slot is left.
+    #[test]
+    fn never_over_the_limit_and_nothing_leaks(ops in prop::collection::vec(op(), 1..80)) {
+        let mut c = core(2, 3);
+        let mut t = 0.0;
+        for o in ops {
+            t += 0.05;
+            let now = secs(t);
+            match o {
+                Op::Admit(id, f) => {
+                    let mut r = req(&format!("c{id}"), &format!("f{f}"));
+                    r.shim_pid = u32::from(id % 2);
+                    let _ = c.admit(&r, now);
+                }
+                Op::Release(id) => {
+                    let lease = c.leases().find(|(_, l)| l.key == format!("ns/c{id}")).map(|(l, _)| l);
+                    if let Some(l) = lease {
+                        c.release(l, Some(0.3), "exit", now).unwrap();
+                    }
+                }
+                Op::Cancel(id) => {
+                    c.cancel(&format!("ns/c{id}"), "killed", now);
+                }
+                Op::Observe(u) => {
+                    c.observe(u32::from(u % 2), f64::from(u) / 10.0, 0, now);
+                }
+                Op::ShimGone => {
+                    c.shim_gone(1, now);
+                }
+            }
+            for r in c.drain_log() {
+                if let Record::Dispatch { running, limit, .. } = r {
+                    prop_assert!(running <= limit, "{running} > {limit}");
+                    prop_assert!(limit <= 3);
+                }
+            }
+        }
+        c.shim_gone(0, secs(t + 1.0));
+        c.shim_gone(1, secs(t + 1.0));
+        prop_assert_eq!(c.leases().count(), 0);
+        prop_assert_eq!(c.waiting(), 0);
+        for g in c.gpus() {
+            prop_assert_eq!(g.running, 0);
+            prop_assert_eq!(g.queued, 0);
+        }
+    }
+}
