@@ -21,6 +21,9 @@ pub enum Error {
     /// The process is not in a state that allows the call.
     #[error("{0}")]
     FailedPrecondition(String),
+    /// A service the call needs (mqfqd, with fail-closed admission) is unreachable.
+    #[error("{0}")]
+    Unavailable(String),
     /// The call is not supported by this shim.
     #[error("{0} is not implemented by the mqfq shim")]
     Unimplemented(&'static str),
@@ -72,6 +75,7 @@ impl Error {
             Error::AlreadyExists(_) => ttrpc::Code::ALREADY_EXISTS,
             Error::FailedPrecondition(_) => ttrpc::Code::FAILED_PRECONDITION,
             Error::Unimplemented(_) => ttrpc::Code::UNIMPLEMENTED,
+            Error::Unavailable(_) => ttrpc::Code::UNAVAILABLE,
             Error::Runc { .. } | Error::Io { .. } | Error::Shim(_) => ttrpc::Code::INTERNAL,
         }
     }

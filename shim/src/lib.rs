@@ -11,10 +11,13 @@
 
 pub mod api;
 pub mod console;
+pub mod ctl;
 pub mod daemon;
 pub mod error;
+pub mod gate;
 pub mod gpu;
 pub mod io;
+pub mod logging;
 pub mod oom;
 pub mod options;
 pub mod process;

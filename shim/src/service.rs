@@ -176,12 +176,27 @@ impl Shim for Service {
             })),
             self.exit.clone(),
             &self.namespace,
+            gate(),
         );
         if let Err(e) = svc.watch_exits().await {
             tracing::error!("cannot watch process exits: {}", e.full_message());
         }
         svc
     }
+}
+
+/// The admission gate, configured from the environment containerd gave the shim. A bad value
+/// fails closed: the operator asked for something other than the defaults.
+fn gate() -> Arc<dyn crate::gate::Gate> {
+    let cfg = crate::gate::GateConfig::from_env().unwrap_or_else(|e| {
+        tracing::error!("{}; GPU admission fails closed", e.full_message());
+        crate::gate::GateConfig {
+            socket: crate::daemon::config::DEFAULT_SOCKET.into(),
+            fail_open: false,
+            reconnect_grace: std::time::Duration::from_secs(5),
+        }
+    });
+    Arc::new(crate::gate::DaemonGate::new(cfg))
 }
 
 /// Saves the options into the bundle before handing out the runtime (for `delete`).

@@ -277,6 +277,12 @@ fn adopted_invocations_are_charged_and_completed_like_dispatched_ones() {
     assert_eq!(q.dispatch(secs(0.0)).unwrap().ticket.start, 2.0);
     q.complete(&t, Some(1.0), secs(1.0)).unwrap();
     q.complete(&t2, Some(1.0), secs(1.0)).unwrap();
-    assert_eq!(q.complete(&t, None, secs(1.0)).unwrap_err(), QueueError::UnknownTicket(t.id));
-    assert_eq!(q.adopt(FlowId(9), secs(1.0)).unwrap_err(), QueueError::UnknownFlow(FlowId(9)));
+    assert_eq!(
+        q.complete(&t, None, secs(1.0)).unwrap_err(),
+        QueueError::UnknownTicket(t.id)
+    );
+    assert_eq!(
+        q.adopt(FlowId(9), secs(1.0)).unwrap_err(),
+        QueueError::UnknownFlow(FlowId(9))
+    );
 }

@@ -446,9 +446,9 @@ impl Core {
         let seq = self.next_seq();
         let g = &mut self.gpus[slot];
         let flow = g.queue.flow(&info.function);
-        g.queue.set_weight(flow, weight).map_err(|_| {
-            invalid("weight", format!("{weight} must be a finite number > 0"))
-        })?;
+        g.queue
+            .set_weight(flow, weight)
+            .map_err(|_| invalid("weight", format!("{weight} must be a finite number > 0")))?;
         g.queue
             .enqueue(flow, key.clone(), now)
             .map_err(|e| invalid("function", e.to_string()))?;

@@ -6,4 +6,133 @@
 //! - [`server`]: the ttrpc service, shim liveness, the sampling loop, the dispatch log.
 //! - [`metrics`]: Prometheus metrics and their HTTP endpoint.
 
+pub mod config;
 pub mod core;
+pub mod metrics;
+pub mod monitor;
+pub mod server;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use self::config::{Backend, DaemonConfig};
+use self::monitor::{GpuMonitor, NvmlGpus, SimulatedGpus};
+
+/// Why the daemon could not start or stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// A knob out of range.
+    #[error(transparent)]
+    Config(#[from] scheduler_core::ConfigError),
+    /// The core refused (no GPU).
+    #[error(transparent)]
+    Core(#[from] self::core::CoreError),
+    /// The GPU monitor failed.
+    #[error(transparent)]
+    Monitor(#[from] self::monitor::MonitorError),
+    /// Sockets, files.
+    #[error("{what}: {source}")]
+    Io {
+        /// What was being done.
+        what: String,
+        /// Why it failed.
+        source: std::io::Error,
+    },
+}
+
+fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> RunError {
+    let what = what.into();
+    move |source| RunError::Io { what, source }
+}
+
+/// The monitor the config asks for; `auto` falls back to simulated GPUs when NVML cannot load.
+///
+/// # Errors
+/// `backend = "nvml"` and NVML fails.
+pub fn open_monitor(cfg: &DaemonConfig) -> Result<Box<dyn GpuMonitor>, RunError> {
+    let simulated = || -> Result<Box<dyn GpuMonitor>, RunError> {
+        let s = &cfg.simulated;
+        let mode = s.mode.parse().map_err(RunError::Config)?;
+        Ok(Box::new(SimulatedGpus::new(
+            s.gpus,
+            s.memory_gib << 30,
+            mode,
+            s.utilization_per_lease,
+        )))
+    };
+    match cfg.backend {
+        Backend::Simulated => simulated(),
+        Backend::Nvml => Ok(Box::new(NvmlGpus::open(
+            &cfg.nvml_library,
+            &cfg.mps_pipe_dir,
+        )?)),
+        Backend::Auto => match NvmlGpus::open(&cfg.nvml_library, &cfg.mps_pipe_dir) {
+            Ok(n) => Ok(Box::new(n)),
+            Err(e) => {
+                tracing::warn!("{e}: no NVIDIA GPU monitor, using simulated GPUs");
+                simulated()
+            }
+        },
+    }
+}
+
+/// Runs `mqfqd` until `stop` resolves: binds the socket, starts sampling and metrics.
+///
+/// # Errors
+/// Bad config values, the monitor, or the socket / metrics address.
+pub async fn run(
+    cfg: DaemonConfig,
+    stop: impl std::future::Future<Output = ()>,
+) -> Result<(), RunError> {
+    let mut monitor = open_monitor(&cfg)?;
+    let gpus = monitor.devices()?;
+    let queue = cfg.queue_config()?;
+    for g in &gpus {
+        cfg.concurrency_config(g.mode)?;
+    }
+    // Every mode was checked just above.
+    let core = self::core::Core::new(gpus.clone(), &queue, |mode| {
+        cfg.concurrency_config(mode)
+            .unwrap_or_else(|_| scheduler_core::Profile::Balanced.concurrency(mode))
+    })?;
+    let daemon = server::Daemon::new(core, monitor.backend(), cfg.dispatch_log.as_deref())
+        .map_err(io("open dispatch_log"))?;
+    let mut server = server::bind(&cfg.socket)
+        .map_err(io(format!("listen on {}", cfg.socket.display())))?
+        .register_service(crate::api::create_admission(Arc::new(server::Service(
+            daemon.clone(),
+        ))));
+    let metrics_task = if cfg.metrics_addr.is_empty() {
+        None
+    } else {
+        let l = tokio::net::TcpListener::bind(&cfg.metrics_addr)
+            .await
+            .map_err(io(format!("metrics_addr {}", cfg.metrics_addr)))?;
+        Some(tokio::spawn(metrics::serve(l, daemon.metrics())))
+    };
+    server.start().await.map_err(|e| RunError::Io {
+        what: "start ttrpc server".into(),
+        source: std::io::Error::other(e.to_string()),
+    })?;
+    let sampler = tokio::spawn(
+        daemon
+            .clone()
+            .sample_loop(monitor, Duration::from_millis(cfg.sample_interval_ms)),
+    );
+    tracing::info!(
+        socket = %cfg.socket.display(),
+        backend = daemon.status().backend,
+        gpus = gpus.len(),
+        boot_id = daemon.boot_id(),
+        "mqfqd ready"
+    );
+    stop.await;
+    tracing::info!("mqfqd stopping");
+    sampler.abort();
+    if let Some(t) = metrics_task {
+        t.abort();
+    }
+    let _ = server.shutdown().await;
+    let _ = std::fs::remove_file(&cfg.socket);
+    Ok(())
+}

@@ -22,6 +22,7 @@ use containerd_shim_protos::protobuf::{MessageDyn, MessageField};
 use tokio::sync::{Mutex, mpsc};
 
 use crate::error::{Error, Result};
+use crate::gate::{Gate, Kind};
 use crate::gpu::{self, Classification};
 use crate::io::{ProcessIo, StdioPaths};
 use crate::options;
@@ -86,6 +87,7 @@ pub struct TaskService {
     factory: Arc<dyn RuntimeFactory>,
     exit: Arc<ExitSignal>,
     namespace: String,
+    gate: Arc<dyn Gate>,
 }
 
 fn nf(id: &str) -> Error {
@@ -117,12 +119,14 @@ impl std::fmt::Debug for TaskService {
 
 impl TaskService {
     /// A service publishing into `events`, making runtimes with `factory`, signalling `exit`
-    /// when the last container is gone and containerd asks to shut down.
+    /// when the last container is gone and containerd asks to shut down, gating GPU starts on
+    /// `gate`.
     pub fn new(
         events: mpsc::UnboundedSender<Event>,
         factory: Arc<dyn RuntimeFactory>,
         exit: Arc<ExitSignal>,
         namespace: &str,
+        gate: Arc<dyn Gate>,
     ) -> Self {
         TaskService {
             state: Arc::new(Mutex::new(State::default())),
@@ -130,6 +134,14 @@ impl TaskService {
             factory,
             exit,
             namespace: namespace.to_owned(),
+            gate,
+        }
+    }
+
+    /// Ends the container's GPU lease, if it is GPU work and holds one.
+    async fn release_lease(&self, id: &str, gpu: bool, reason: &str) {
+        if gpu {
+            self.gate.release(&self.namespace, id, reason).await;
         }
     }
 
@@ -194,16 +206,18 @@ impl TaskService {
 
     /// Marks a process exited, then drains its stdio and publishes the exit.
     async fn record_exit(&self, cid: &str, eid: &str, exit: Exit) {
-        let io = {
+        let (io, gpu) = {
             let mut st = self.state.lock().await;
             let Some(c) = st.containers.get_mut(cid) else {
                 return;
             };
+            let gpu = eid.is_empty() && matches!(c.gpu, Classification::Gpu(_));
             let Ok(p) = c.proc_mut(eid) else { return };
             p.exit = Some(exit);
             p.status = Status::Stopped;
-            p.io.take()
+            (p.io.take(), gpu)
         };
+        self.release_lease(cid, gpu, "exit").await;
         let svc = self.clone();
         let (cid, eid) = (cid.to_owned(), eid.to_owned());
         tokio::spawn(async move {
@@ -434,7 +448,7 @@ impl TaskService {
     /// # Errors
     /// `NOT_FOUND`, `FAILED_PRECONDITION` unless Created, or runc's failure.
     pub async fn start(&self, id: &str, exec_id: &str) -> Result<u32> {
-        let (runtime, spec, bundle, io, console) = {
+        let (runtime, spec, bundle, io, console, work) = {
             let mut st = self.state.lock().await;
             let c = st.containers.get_mut(id).ok_or_else(|| nf(id))?;
             let runtime = c.runtime.clone();
@@ -444,6 +458,10 @@ impl TaskService {
                     "container {id} has exited; cannot start exec {exec_id}"
                 )));
             }
+            let work = match (&c.gpu, exec_id.is_empty()) {
+                (Classification::Gpu(w), true) => Some(w.clone()),
+                _ => None,
+            };
             let p = c.proc_mut(exec_id)?;
             p.status.apply(Transition::Start)?;
             if p.starting {
@@ -458,8 +476,18 @@ impl TaskService {
             } else {
                 p.io.as_mut().and_then(ProcessIo::take_console_socket)
             };
-            (runtime, p.spec.clone(), bundle, io, console)
+            (runtime, p.spec.clone(), bundle, io, console, work)
         };
+        // A GPU container's start waits for the node's queue; execs never do.
+        if let Some(w) = &work
+            && let Err(e) = self.gate.admit(&self.namespace, id, w, Kind::Start).await
+        {
+            let mut st = self.state.lock().await;
+            if let Some(c) = st.containers.get_mut(id) {
+                c.init.starting = false;
+            }
+            return Err(e);
+        }
         let since = Instant::now();
         let result = if exec_id.is_empty() {
             runtime.start(id).await.map(|()| None)
@@ -496,6 +524,11 @@ impl TaskService {
                 Some(pid)
             }
             Err(e) => {
+                if work.is_some() {
+                    drop(st);
+                    self.release_lease(id, true, "start failed").await;
+                    return Err(e);
+                }
                 if !exec_id.is_empty() {
                     // A failed exec never ran: it is over, and Wait must not hang.
                     p.status = Status::Stopped;
@@ -609,20 +642,27 @@ impl TaskService {
     /// # Errors
     /// `NOT_FOUND` for unknown or finished processes, or runc's failure.
     pub async fn kill(&self, id: &str, exec_id: &str, signal: u32, all: bool) -> Result<()> {
-        let (runtime, pid) = {
+        let (runtime, pid, gpu) = {
             let mut st = self.state.lock().await;
             let c = st.containers.get_mut(id).ok_or_else(|| nf(id))?;
             let runtime = c.runtime.clone();
+            let gpu = exec_id.is_empty() && matches!(c.gpu, Classification::Gpu(_));
             let p = c.proc_mut(exec_id)?;
             if p.status == Status::Stopped && !all {
                 return Err(Error::NotFound(format!(
                     "{id} {exec_id}: process already finished"
                 )));
             }
-            (runtime, p.pid)
+            (runtime, p.pid, gpu)
         };
         if exec_id.is_empty() {
-            return runtime.kill(id, signal, all).await;
+            if gpu {
+                // A start still waiting for admission must not be let in after the kill.
+                self.gate.cancel(&self.namespace, id).await;
+            }
+            runtime.kill(id, signal, all).await?;
+            self.release_lease(id, gpu, "kill").await;
+            return Ok(());
         }
         if pid == 0 {
             return Err(Error::NotFound(format!(
@@ -666,7 +706,7 @@ impl TaskService {
                 ..Default::default()
             });
         }
-        let runtime = {
+        let (runtime, gpu) = {
             let st = self.state.lock().await;
             let c = st.containers.get(id).ok_or_else(|| nf(id))?;
             if matches!(c.init.status, Status::Running | Status::Paused) {
@@ -674,8 +714,12 @@ impl TaskService {
                     "container {id} is still running; kill it first"
                 )));
             }
-            c.runtime.clone()
+            (c.runtime.clone(), matches!(c.gpu, Classification::Gpu(_)))
         };
+        if gpu {
+            self.gate.cancel(&self.namespace, id).await;
+            self.release_lease(id, true, "delete").await;
+        }
         match runtime.delete(id, true).await {
             Ok(()) | Err(Error::NotFound(_)) => {}
             Err(e) => return Err(e),
@@ -711,7 +755,7 @@ impl TaskService {
     }
 
     async fn pause_resume(&self, id: &str, pause: bool) -> Result<()> {
-        let runtime = {
+        let (runtime, work) = {
             let st = self.state.lock().await;
             let c = st.containers.get(id).ok_or_else(|| nf(id))?;
             c.init.status.apply(if pause {
@@ -719,12 +763,27 @@ impl TaskService {
             } else {
                 Transition::Resume
             })?;
-            c.runtime.clone()
+            let work = match &c.gpu {
+                Classification::Gpu(w) => Some(w.clone()),
+                Classification::NotGpu => None,
+            };
+            (c.runtime.clone(), work)
         };
         if pause {
             runtime.pause(id).await?;
+            // A frozen container uses no GPU time: its slot goes to the queue.
+            self.release_lease(id, work.is_some(), "pause").await;
         } else {
-            runtime.resume(id).await?;
+            if let Some(w) = &work {
+                self.gate
+                    .admit(&self.namespace, id, w, Kind::Resume)
+                    .await?;
+            }
+            if let Err(e) = runtime.resume(id).await {
+                self.release_lease(id, work.is_some(), "resume failed")
+                    .await;
+                return Err(e);
+            }
         }
         let mut st = self.state.lock().await;
         let c = st.containers.get_mut(id).ok_or_else(|| nf(id))?;

@@ -26,6 +26,12 @@ fn harness() -> Harness {
         Arc::new(FakeFactory(fake.clone())),
         exit.clone(),
         "test",
+        // No daemon socket: GPU starts fail open at once.
+        Arc::new(crate::gate::DaemonGate::new(crate::gate::GateConfig {
+            socket: "/nonexistent/mqfqd.sock".into(),
+            fail_open: true,
+            reconnect_grace: std::time::Duration::ZERO,
+        })),
     );
     Harness {
         svc,

@@ -63,7 +63,11 @@ fn admits_up_to_the_limit_then_queues_and_release_dispatches_fairly() {
     let g = c.admit(&req("f0", "flood"), secs(0.0)).unwrap();
     assert_eq!(keys(&g), ["ns/f0"]);
     for i in 1..6 {
-        assert!(c.admit(&req(&format!("f{i}"), "flood"), secs(0.0)).unwrap().is_empty());
+        assert!(
+            c.admit(&req(&format!("f{i}"), "flood"), secs(0.0))
+                .unwrap()
+                .is_empty()
+        );
     }
     assert!(c.admit(&req("l0", "light"), secs(0.1)).unwrap().is_empty());
     assert_eq!(c.waiting(), 6);
@@ -86,23 +90,57 @@ fn admits_up_to_the_limit_then_queues_and_release_dispatches_fairly() {
 fn bad_requests_name_the_field_and_change_nothing() {
     let mut c = core(1, 2);
     let mut r = req("", "f");
-    assert!(
-        matches!(c.admit(&r, secs(0.0)).unwrap_err(), CoreError::Invalid { field: "container_id", .. })
-    );
+    assert!(matches!(
+        c.admit(&r, secs(0.0)).unwrap_err(),
+        CoreError::Invalid {
+            field: "container_id",
+            ..
+        }
+    ));
     r = req("a", "");
-    assert!(matches!(c.admit(&r, secs(0.0)).unwrap_err(), CoreError::Invalid { field: "function", .. }));
+    assert!(matches!(
+        c.admit(&r, secs(0.0)).unwrap_err(),
+        CoreError::Invalid {
+            field: "function",
+            ..
+        }
+    ));
     r = req("a", "f");
     r.weight = f64::NAN;
-    assert!(matches!(c.admit(&r, secs(0.0)).unwrap_err(), CoreError::Invalid { field: "weight", .. }));
+    assert!(matches!(
+        c.admit(&r, secs(0.0)).unwrap_err(),
+        CoreError::Invalid {
+            field: "weight",
+            ..
+        }
+    ));
     r.weight = -1.0;
-    assert!(matches!(c.admit(&r, secs(0.0)).unwrap_err(), CoreError::Invalid { field: "weight", .. }));
+    assert!(matches!(
+        c.admit(&r, secs(0.0)).unwrap_err(),
+        CoreError::Invalid {
+            field: "weight",
+            ..
+        }
+    ));
     r = req("a", "f");
     r.namespace = String::new();
-    assert!(matches!(c.admit(&r, secs(0.0)).unwrap_err(), CoreError::Invalid { field: "namespace", .. }));
+    assert!(matches!(
+        c.admit(&r, secs(0.0)).unwrap_err(),
+        CoreError::Invalid {
+            field: "namespace",
+            ..
+        }
+    ));
     r = req("a", "f");
     r.gpus = vec!["7".into()];
-    assert_eq!(c.admit(&r, secs(0.0)).unwrap_err(), CoreError::UnknownGpu("7".into()));
-    assert_eq!(c.release(99, None, "exit", secs(0.0)).unwrap_err(), CoreError::UnknownLease(99));
+    assert_eq!(
+        c.admit(&r, secs(0.0)).unwrap_err(),
+        CoreError::UnknownGpu("7".into())
+    );
+    assert_eq!(
+        c.release(99, None, "exit", secs(0.0)).unwrap_err(),
+        CoreError::UnknownLease(99)
+    );
     assert!(c.drain_log().is_empty());
     assert_eq!(c.leases().count(), 0);
     assert_eq!(c.waiting(), 0);
@@ -130,7 +168,10 @@ fn devices_resolve_by_index_uuid_and_mig_and_route_to_the_least_loaded() {
     assert_eq!(c.resolve(&n(&["1"])).unwrap(), [1]);
     assert_eq!(c.resolve(&n(&["0:1"])).unwrap(), [0]);
     assert_eq!(c.resolve(&n(&["GPU-1", "MIG-0-a"])).unwrap(), [1, 0]);
-    assert_eq!(c.resolve(&n(&["GPU-x"])).unwrap_err(), CoreError::UnknownGpu("GPU-x".into()));
+    assert_eq!(
+        c.resolve(&n(&["GPU-x"])).unwrap_err(),
+        CoreError::UnknownGpu("GPU-x".into())
+    );
     let mut c = c;
     let a = c.admit(&req("a", "f"), secs(0.0)).unwrap();
     let b = c.admit(&req("b", "f"), secs(0.0)).unwrap();
@@ -173,13 +214,21 @@ fn registration_adopts_running_containers_and_keeps_known_leases() {
     assert_eq!(c.gpus()[0].running, 2);
     assert_eq!(c.fail_open_starts(), 2);
     // Registering again is idempotent.
-    let again = c.register(7, &[run("a", 0), run("b", 41)], 0, secs(0.1)).unwrap();
+    let again = c
+        .register(7, &[run("a", 0), run("b", 41)], 0, secs(0.1))
+        .unwrap();
     assert_eq!(again, adopted);
     assert_eq!(c.gpus()[0].running, 2);
     // Over the limit: new work waits until both adopted leases end.
     assert!(c.admit(&req("x", "g"), secs(0.2)).unwrap().is_empty());
-    assert!(c.release(adopted[0].1, Some(1.0), "exit", secs(1.0)).unwrap().is_empty());
-    let g = c.release(adopted[1].1, Some(1.0), "exit", secs(1.0)).unwrap();
+    assert!(
+        c.release(adopted[0].1, Some(1.0), "exit", secs(1.0))
+            .unwrap()
+            .is_empty()
+    );
+    let g = c
+        .release(adopted[1].1, Some(1.0), "exit", secs(1.0))
+        .unwrap();
     assert_eq!(keys(&g), ["ns/x"]);
 }
 

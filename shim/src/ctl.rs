@@ -1,0 +1,153 @@
+//! `mqfqctl`: the operator's view of `mqfqd` (status, a refreshing top), over the same ttrpc API
+//! the shims use.
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use serde_json::json;
+
+use crate::api;
+
+/// Connects to the daemon.
+///
+/// # Errors
+/// Nothing listens on `socket`.
+pub async fn connect(socket: &Path) -> Result<api::AdmissionClient, ttrpc::Error> {
+    let c = ttrpc::r#async::Client::connect(&format!("unix://{}", socket.display())).await?;
+    Ok(api::AdmissionClient::new(c))
+}
+
+/// One Status call, with a 5 s deadline.
+///
+/// # Errors
+/// The daemon is unreachable or failed.
+pub async fn status(socket: &Path) -> Result<api::StatusResponse, ttrpc::Error> {
+    let c = connect(socket).await?;
+    c.status(
+        ttrpc::context::with_timeout(5_000_000_000),
+        &api::StatusRequest::default(),
+    )
+    .await
+}
+
+fn gib(b: u64) -> f64 {
+    #[allow(clippy::cast_precision_loss)]
+    let g = b as f64 / f64::from(1u32 << 30);
+    g
+}
+
+/// The status as a table.
+#[must_use]
+pub fn render(s: &api::StatusResponse) -> String {
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        "mqfqd {} · backend {} · {} waiting · {} leases · {} fail-open starts reported",
+        s.boot_id,
+        s.backend,
+        s.waiting,
+        s.leases.len(),
+        s.fail_open_starts
+    );
+    let _ = writeln!(
+        o,
+        "\n{:>3} {:<7} {:>6} {:>5} {:>7} {:>6} {:>6} {:>15} {:>9}  NAME",
+        "GPU", "MODE", "D", "LIMIT", "RUNNING", "QUEUED", "UTIL", "MEMORY GiB", "V"
+    );
+    for g in &s.gpus {
+        let _ = writeln!(
+            o,
+            "{:>3} {:<7} {:>6.2} {:>5} {:>7} {:>6} {:>5.0}% {:>7.1}/{:<7.1} {:>9.3}  {}",
+            g.index,
+            g.mode,
+            g.d,
+            g.limit,
+            g.running,
+            g.queued,
+            g.utilization * 100.0,
+            gib(g.memory_used),
+            gib(g.memory_total),
+            g.virtual_time,
+            g.name
+        );
+    }
+    let _ = writeln!(
+        o,
+        "\n{:<28} {:>3} {:<9} {:>9} {:>9} {:>6} {:>8} {:>6} {:>9} {:>9}",
+        "FUNCTION",
+        "GPU",
+        "STATE",
+        "START",
+        "FINISH",
+        "QUEUED",
+        "INFLIGHT",
+        "WEIGHT",
+        "SERVICE s",
+        "GPU s"
+    );
+    for f in &s.flows {
+        let _ = writeln!(
+            o,
+            "{:<28} {:>3} {:<9} {:>9.3} {:>9.3} {:>6} {:>8} {:>6.2} {:>9.3} {:>9.2}",
+            f.function,
+            f.gpu,
+            f.state,
+            f.start_tag,
+            f.finish_tag,
+            f.queued,
+            f.in_flight,
+            f.weight,
+            f.service_s,
+            f.gpu_time_s
+        );
+    }
+    if !s.leases.is_empty() {
+        let _ = writeln!(
+            o,
+            "\n{:>6} {:<36} {:<24} {:>3} {:>8} {:>8}",
+            "LEASE", "CONTAINER", "FUNCTION", "GPU", "SHIM", "HELD s"
+        );
+        for l in &s.leases {
+            #[allow(clippy::cast_precision_loss)]
+            let held = l.held_ns as f64 / 1e9;
+            let _ = writeln!(
+                o,
+                "{:>6} {:<36} {:<24} {:>3} {:>8} {:>8.2}",
+                l.lease_id,
+                format!("{}/{}", l.namespace, l.container_id),
+                l.function,
+                l.gpu,
+                l.shim_pid,
+                held
+            );
+        }
+    }
+    o
+}
+
+/// The status as JSON (for scripts and tests).
+#[must_use]
+pub fn to_json(s: &api::StatusResponse) -> serde_json::Value {
+    json!({
+        "boot_id": s.boot_id,
+        "backend": s.backend,
+        "waiting": s.waiting,
+        "fail_open_starts": s.fail_open_starts,
+        "gpus": s.gpus.iter().map(|g| json!({
+            "index": g.index, "uuid": g.uuid, "name": g.name, "mode": g.mode, "d": g.d,
+            "limit": g.limit, "running": g.running, "queued": g.queued,
+            "utilization": g.utilization, "memory_used": g.memory_used,
+            "memory_total": g.memory_total, "virtual_time": g.virtual_time,
+        })).collect::<Vec<_>>(),
+        "flows": s.flows.iter().map(|f| json!({
+            "function": f.function, "gpu": f.gpu, "state": f.state, "start_tag": f.start_tag,
+            "finish_tag": f.finish_tag, "queued": f.queued, "in_flight": f.in_flight,
+            "weight": f.weight, "service_s": f.service_s, "gpu_time_s": f.gpu_time_s,
+            "dispatched": f.dispatched, "completed": f.completed,
+        })).collect::<Vec<_>>(),
+        "leases": s.leases.iter().map(|l| json!({
+            "lease_id": l.lease_id, "namespace": l.namespace, "container_id": l.container_id,
+            "function": l.function, "gpu": l.gpu, "shim_pid": l.shim_pid, "held_ns": l.held_ns,
+        })).collect::<Vec<_>>(),
+    })
+}

@@ -1,0 +1,266 @@
+//! Prometheus metrics of `mqfqd` and a minimal HTTP endpoint for them (`GET /metrics`).
+//!
+//! Counters move as the dispatch record is written, gauges at every sample, so a scrape costs
+//! one text encoding and never takes the admission lock.
+
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use super::core::{GpuView, Record};
+
+type Labels = Vec<(String, String)>;
+
+fn function(f: &str) -> Labels {
+    vec![("function".into(), f.into())]
+}
+
+fn gpu(i: u32) -> Labels {
+    vec![("gpu".into(), i.to_string())]
+}
+
+/// The daemon's metrics.
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Registry,
+    queue_length: Family<Labels, Gauge>,
+    queue_wait: Family<Labels, Histogram>,
+    gpu_time: Family<Labels, Counter<f64, AtomicU64>>,
+    admitted: Family<Labels, Counter>,
+    completed: Family<Labels, Counter>,
+    d: Family<Labels, Gauge<f64, AtomicU64>>,
+    limit: Family<Labels, Gauge>,
+    running: Family<Labels, Gauge>,
+    utilization: Family<Labels, Gauge<f64, AtomicU64>>,
+    memory_used: Family<Labels, Gauge>,
+    memory_total: Family<Labels, Gauge>,
+    fail_open: Gauge,
+    dead_shim_releases: Counter,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    /// Registers every family.
+    #[must_use]
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix("mqfq");
+        let m = Metrics {
+            queue_length: Family::default(),
+            queue_wait: Family::new_with_constructor(|| {
+                Histogram::new(
+                    [
+                        0.001, 0.005, 0.025, 0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+                    ]
+                    .into_iter(),
+                )
+            }),
+            gpu_time: Family::default(),
+            admitted: Family::default(),
+            completed: Family::default(),
+            d: Family::default(),
+            limit: Family::default(),
+            running: Family::default(),
+            utilization: Family::default(),
+            memory_used: Family::default(),
+            memory_total: Family::default(),
+            fail_open: Gauge::default(),
+            dead_shim_releases: Counter::default(),
+            registry: Registry::default(),
+        };
+        registry.register(
+            "queue_length",
+            "Admissions waiting, per function",
+            m.queue_length.clone(),
+        );
+        registry.register(
+            "queue_wait_seconds",
+            "Time from Admit to dispatch, per function",
+            m.queue_wait.clone(),
+        );
+        registry.register(
+            "gpu_time_seconds",
+            "Measured GPU service (lease time), per function",
+            m.gpu_time.clone(),
+        );
+        registry.register(
+            "admitted",
+            "Admissions dispatched, per function",
+            m.admitted.clone(),
+        );
+        registry.register(
+            "completed",
+            "Leases ended, per function",
+            m.completed.clone(),
+        );
+        registry.register(
+            "gpu_concurrency_d",
+            "Dynamic concurrency D, per GPU",
+            m.d.clone(),
+        );
+        registry.register(
+            "gpu_concurrency_limit",
+            "Concurrency limit in force, per GPU",
+            m.limit.clone(),
+        );
+        registry.register("gpu_leases", "Leases held, per GPU", m.running.clone());
+        registry.register(
+            "gpu_utilization_ratio",
+            "Last utilization sample, per GPU",
+            m.utilization.clone(),
+        );
+        registry.register(
+            "gpu_memory_used_bytes",
+            "GPU memory in use",
+            m.memory_used.clone(),
+        );
+        registry.register(
+            "gpu_memory_total_bytes",
+            "GPU memory size",
+            m.memory_total.clone(),
+        );
+        registry.register(
+            "fail_open_starts",
+            "GPU task starts shims let through without a lease while mqfqd was unreachable (as reported on reconnect)",
+            m.fail_open.clone(),
+        );
+        registry.register(
+            "dead_shim_releases",
+            "Leases released because their shim died",
+            m.dead_shim_releases.clone(),
+        );
+        Metrics { registry, ..m }
+    }
+
+    /// Accounts the dispatch record.
+    pub fn record(&self, records: &[Record]) {
+        for r in records {
+            match r {
+                Record::Dispatch {
+                    function,
+                    waited_ns,
+                    ..
+                } => {
+                    self.admitted.get_or_create(&self::function(function)).inc();
+                    #[allow(clippy::cast_precision_loss)]
+                    self.queue_wait
+                        .get_or_create(&self::function(function))
+                        .observe(*waited_ns as f64 / 1e9);
+                }
+                Record::Adopt { function, .. } => {
+                    self.admitted.get_or_create(&self::function(function)).inc();
+                }
+                Record::Release {
+                    function,
+                    measured_s,
+                    reason,
+                    ..
+                } => {
+                    self.completed
+                        .get_or_create(&self::function(function))
+                        .inc();
+                    if let Some(s) = measured_s {
+                        self.gpu_time
+                            .get_or_create(&self::function(function))
+                            .inc_by(*s);
+                    }
+                    if reason == "shim gone" {
+                        self.dead_shim_releases.inc();
+                    }
+                }
+                Record::Enqueue { .. } | Record::Withdraw { .. } => {}
+            }
+        }
+    }
+
+    /// Refreshes the gauges.
+    pub fn gauges(&self, gpus: &[GpuView], queued: &[(String, u64)], fail_open: u64) {
+        for g in gpus {
+            let l = gpu(g.info.index);
+            self.d.get_or_create(&l).set(g.d);
+            self.limit.get_or_create(&l).set(i64::from(g.limit));
+            self.running.get_or_create(&l).set(i64::from(g.running));
+            self.utilization
+                .get_or_create(&l)
+                .set(g.utilization.unwrap_or(0.0));
+            self.memory_used
+                .get_or_create(&l)
+                .set(i64::try_from(g.memory_used).unwrap_or(i64::MAX));
+            self.memory_total
+                .get_or_create(&l)
+                .set(i64::try_from(g.info.memory_total).unwrap_or(i64::MAX));
+        }
+        for (f, n) in queued {
+            self.queue_length
+                .get_or_create(&function(f))
+                .set(i64::try_from(*n).unwrap_or(i64::MAX));
+        }
+        self.fail_open
+            .set(i64::try_from(fail_open).unwrap_or(i64::MAX));
+    }
+
+    /// The text exposition.
+    #[must_use]
+    pub fn render(&self) -> String {
+        let mut s = String::new();
+        // Writing into a String cannot fail.
+        let _ = encode(&mut s, &self.registry);
+        s
+    }
+}
+
+/// Serves `GET /metrics` on `listener` until the task is dropped.
+pub async fn serve(listener: tokio::net::TcpListener, metrics: Arc<Metrics>) {
+    loop {
+        let Ok((mut conn, _)) = listener.accept().await else {
+            continue;
+        };
+        let metrics = Some(metrics.clone());
+        tokio::spawn(async move {
+            let mut buf = vec![0u8; 4096];
+            let mut len = 0;
+            // Read the request head (bounded), then answer and close.
+            while len < buf.len() {
+                match tokio::time::timeout(
+                    std::time::Duration::from_secs(5),
+                    conn.read(&mut buf[len..]),
+                )
+                .await
+                {
+                    Ok(Ok(0)) | Err(_) | Ok(Err(_)) => break,
+                    Ok(Ok(n)) => len += n,
+                }
+                if buf[..len].windows(4).any(|w| w == b"\r\n\r\n") {
+                    break;
+                }
+            }
+            let head = String::from_utf8_lossy(&buf[..len]);
+            let (status, body) = match (
+                head.split_whitespace().next(),
+                head.split_whitespace().nth(1),
+                metrics,
+            ) {
+                (Some("GET"), Some("/metrics"), Some(m)) => ("200 OK", m.render()),
+                (Some("GET"), Some(_), _) => ("404 Not Found", "try /metrics\n".to_owned()),
+                _ => ("400 Bad Request", "bad request\n".to_owned()),
+            };
+            let reply = format!(
+                "HTTP/1.1 {status}\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            let _ = conn.write_all(reply.as_bytes()).await;
+            let _ = conn.shutdown().await;
+        });
+    }
+}

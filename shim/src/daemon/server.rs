@@ -1,0 +1,593 @@
+//! The ttrpc service of `mqfqd`: Admit blocks on a oneshot until the core grants it; shim
+//! liveness through pidfds (a dead shim's leases are released and its waits withdrawn); the
+//! sampling loop that drives D; the dispatch log and metrics.
+
+use std::collections::{HashMap, HashSet};
+use std::io::Write;
+use std::os::fd::{FromRawFd, OwnedFd};
+use std::path::Path;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use scheduler_core::Time;
+use tokio::io::unix::AsyncFd;
+use tokio::sync::oneshot;
+use ttrpc::r#async::TtrpcContext;
+
+use super::core::{AdmitInfo, Core, CoreError, Grant, Kind, RunningInfo};
+use super::metrics::Metrics;
+use super::monitor::GpuMonitor;
+use crate::api;
+
+type Waiter = oneshot::Sender<Result<Grant, String>>;
+
+struct Inner {
+    core: Core,
+    waiters: HashMap<String, Waiter>,
+    watched: HashSet<u32>,
+    log: Option<std::io::BufWriter<std::fs::File>>,
+}
+
+/// The daemon's shared state.
+pub struct Daemon {
+    inner: Mutex<Inner>,
+    started: Instant,
+    boot_id: String,
+    backend: &'static str,
+    metrics: Arc<Metrics>,
+}
+
+impl std::fmt::Debug for Daemon {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Daemon")
+            .field("boot_id", &self.boot_id)
+            .field("backend", &self.backend)
+            .finish_non_exhaustive()
+    }
+}
+
+fn status(code: ttrpc::Code, msg: impl ToString) -> ttrpc::Error {
+    ttrpc::Error::RpcStatus(ttrpc::get_status(code, msg))
+}
+
+/// The one mapping from core errors to ttrpc codes.
+#[must_use]
+pub fn to_ttrpc(e: &CoreError) -> ttrpc::Error {
+    let code = match e {
+        CoreError::Invalid { .. } | CoreError::UnknownGpu(_) | CoreError::Config(_) => {
+            ttrpc::Code::INVALID_ARGUMENT
+        }
+        CoreError::AlreadyWaiting(_) => ttrpc::Code::ALREADY_EXISTS,
+        CoreError::UnknownLease(_) => ttrpc::Code::NOT_FOUND,
+    };
+    status(code, e)
+}
+
+fn info_of(
+    namespace: &str,
+    container_id: &str,
+    function: &str,
+    tenant: &str,
+    weight: f64,
+    gpus: &[String],
+    kind: Kind,
+    shim_pid: u32,
+) -> AdmitInfo {
+    AdmitInfo {
+        namespace: namespace.to_owned(),
+        container_id: container_id.to_owned(),
+        function: function.to_owned(),
+        tenant: tenant.to_owned(),
+        weight,
+        gpus: gpus.to_vec(),
+        kind,
+        shim_pid,
+    }
+}
+
+impl Daemon {
+    /// A daemon over `core`, writing the dispatch record to `log` when given.
+    ///
+    /// # Errors
+    /// The log file cannot be opened.
+    pub fn new(
+        core: Core,
+        backend: &'static str,
+        log: Option<&Path>,
+    ) -> std::io::Result<Arc<Self>> {
+        let log = match log {
+            Some(p) => {
+                if let Some(dir) = p.parent() {
+                    std::fs::create_dir_all(dir)?;
+                }
+                Some(std::io::BufWriter::new(
+                    std::fs::OpenOptions::new()
+                        .create(true)
+                        .append(true)
+                        .open(p)?,
+                ))
+            }
+            None => None,
+        };
+        let boot_id = format!(
+            "{}-{}",
+            std::process::id(),
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos())
+        );
+        Ok(Arc::new(Daemon {
+            inner: Mutex::new(Inner {
+                core,
+                waiters: HashMap::new(),
+                watched: HashSet::new(),
+                log,
+            }),
+            started: Instant::now(),
+            boot_id,
+            backend,
+            metrics: Arc::new(Metrics::new()),
+        }))
+    }
+
+    /// The metrics.
+    #[must_use]
+    pub fn metrics(&self) -> Arc<Metrics> {
+        self.metrics.clone()
+    }
+
+    /// Identifies this run of the daemon.
+    #[must_use]
+    pub fn boot_id(&self) -> &str {
+        &self.boot_id
+    }
+
+    fn now(&self) -> Time {
+        Time::from_nanos(u64::try_from(self.started.elapsed().as_nanos()).unwrap_or(u64::MAX))
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        // A panic while holding the lock would be a bug; the state is still consistent enough
+        // to keep serving (every core operation validates before it changes anything).
+        self.inner
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Hands grants to their waiters; a grant nobody waits for any more is released at once
+    /// (which may grant the next one). Then writes the record.
+    fn settle(&self, inner: &mut Inner, mut grants: Vec<Grant>) {
+        let now = self.now();
+        while let Some(g) = grants.pop() {
+            let delivered = match inner.waiters.remove(&g.key) {
+                Some(tx) => tx.send(Ok(g.clone())).is_ok(),
+                None => false,
+            };
+            if !delivered {
+                tracing::info!(key = %g.key, lease = g.lease, "grant without a waiter: released");
+                if let Ok(more) = inner.core.release(g.lease, None, "caller gone", now) {
+                    grants.extend(more);
+                }
+            }
+        }
+        let records = inner.core.drain_log();
+        if records.is_empty() {
+            return;
+        }
+        self.metrics.record(&records);
+        if let Some(w) = inner.log.as_mut() {
+            for r in &records {
+                if let Ok(line) = serde_json::to_string(r) {
+                    let _ = writeln!(w, "{line}");
+                }
+            }
+            let _ = w.flush();
+        }
+    }
+
+    /// Watches a shim's pid: when it exits, its leases and waits go.
+    fn watch(self: &Arc<Self>, inner: &mut Inner, pid: u32) {
+        if pid == 0 || !inner.watched.insert(pid) {
+            return;
+        }
+        let Ok(raw) = i32::try_from(pid) else { return };
+        // SAFETY: pidfd_open takes a pid and flags and returns a new fd or -1; no memory is
+        // passed.
+        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, raw, 0) };
+        let daemon = self.clone();
+        if fd < 0 {
+            let err = std::io::Error::last_os_error();
+            tracing::warn!(
+                pid,
+                "cannot watch shim: {err}; its leases end only by Release"
+            );
+            if err.raw_os_error() == Some(libc::ESRCH) {
+                // Already gone.
+                tokio::spawn(async move { daemon.shim_gone(pid) });
+            }
+            return;
+        }
+        // SAFETY: `fd` is a new pidfd that nothing else owns.
+        let fd = unsafe { OwnedFd::from_raw_fd(i32::try_from(fd).unwrap_or(-1)) };
+        tokio::spawn(async move {
+            // SAFETY: the pidfd is owned by the AsyncFd for as long as it is registered.
+            match unsafe { AsyncFd::register(fd) } {
+                Ok(afd) => {
+                    // A pidfd turns readable when the process exits.
+                    let _ = afd.readable().await;
+                }
+                Err(e) => tracing::warn!(pid, "cannot poll shim pidfd: {e}"),
+            }
+            daemon.shim_gone(pid);
+        });
+    }
+
+    fn shim_gone(&self, pid: u32) {
+        let now = self.now();
+        let mut inner = self.lock();
+        inner.watched.remove(&pid);
+        let (keys, leases, grants) = inner.core.shim_gone(pid, now);
+        for k in &keys {
+            if let Some(tx) = inner.waiters.remove(k) {
+                let _ = tx.send(Err(format!("shim {pid} exited")));
+            }
+        }
+        if !keys.is_empty() || !leases.is_empty() {
+            tracing::info!(pid, withdrawn = ?keys, released = ?leases, "shim gone");
+        }
+        self.settle(&mut inner, grants);
+    }
+
+    /// Runs the sampling loop forever: utilization → D, TTL expiry, gauges.
+    pub async fn sample_loop(self: Arc<Self>, mut monitor: Box<dyn GpuMonitor>, every: Duration) {
+        let mut tick = tokio::time::interval(every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut failing = false;
+        loop {
+            tick.tick().await;
+            let leases: Vec<u32> = self.lock().core.gpus().iter().map(|g| g.running).collect();
+            let samples = match monitor.sample(&leases) {
+                Ok(s) => {
+                    if failing {
+                        tracing::info!("GPU sampling recovered");
+                        failing = false;
+                    }
+                    s
+                }
+                Err(e) => {
+                    if !failing {
+                        tracing::warn!("GPU sampling failed: {e}; D keeps its value");
+                        failing = true;
+                    }
+                    Vec::new()
+                }
+            };
+            let now = self.now();
+            let mut inner = self.lock();
+            let mut grants = inner.core.tick_all(now);
+            for s in samples {
+                grants.extend(
+                    inner
+                        .core
+                        .observe(s.index, s.utilization, s.memory_used, now),
+                );
+            }
+            self.settle(&mut inner, grants);
+            let gpus = inner.core.gpus();
+            let mut queued: HashMap<String, u64> = HashMap::new();
+            for (_, f) in inner.core.flows() {
+                *queued.entry(f.key.clone()).or_default() += f.queued as u64;
+            }
+            let fail_open = inner.core.fail_open_starts();
+            drop(inner);
+            let queued: Vec<(String, u64)> = queued.into_iter().collect();
+            self.metrics.gauges(&gpus, &queued, fail_open);
+        }
+    }
+
+    /// The Status answer.
+    #[must_use]
+    pub fn status(&self) -> api::StatusResponse {
+        let now = self.now();
+        let inner = self.lock();
+        let core = &inner.core;
+        let gpus = core
+            .gpus()
+            .into_iter()
+            .map(|g| api::GpuStatus {
+                index: g.info.index,
+                uuid: g.info.uuid,
+                name: g.info.name,
+                mode: format!("{:?}", g.info.mode).to_lowercase(),
+                d: g.d,
+                limit: g.limit,
+                running: g.running,
+                utilization: g.utilization.unwrap_or(0.0),
+                memory_used: g.memory_used,
+                memory_total: g.info.memory_total,
+                virtual_time: g.virtual_time,
+                queued: g.queued as u64,
+                ..Default::default()
+            })
+            .collect();
+        let flows = core
+            .flows()
+            .into_iter()
+            .map(|(gpu, f)| api::FlowStatus {
+                function: f.key,
+                gpu,
+                state: Core::state_name(f.state).into(),
+                start_tag: f.start,
+                finish_tag: f.finish,
+                queued: f.queued as u64,
+                in_flight: f.in_flight,
+                weight: f.weight,
+                service_s: f.service_s.unwrap_or(0.0),
+                gpu_time_s: f.gpu_time_s,
+                dispatched: f.dispatched,
+                completed: f.completed,
+                ..Default::default()
+            })
+            .collect();
+        let leases = core
+            .leases()
+            .map(|(id, l)| {
+                let (ns, cid) = l.key.split_once('/').unwrap_or(("", &l.key));
+                api::LeaseStatus {
+                    lease_id: id,
+                    namespace: ns.into(),
+                    container_id: cid.into(),
+                    function: l.function.clone(),
+                    gpu: l.gpu,
+                    shim_pid: l.shim_pid,
+                    held_ns: now.as_nanos().saturating_sub(l.since.as_nanos()),
+                    ..Default::default()
+                }
+            })
+            .collect();
+        api::StatusResponse {
+            boot_id: self.boot_id.clone(),
+            backend: self.backend.into(),
+            gpus,
+            flows,
+            leases,
+            waiting: core.waiting() as u64,
+            fail_open_starts: core.fail_open_starts(),
+            ..Default::default()
+        }
+    }
+}
+
+/// The ttrpc service object.
+#[derive(Debug, Clone)]
+pub struct Service(pub Arc<Daemon>);
+
+#[async_trait]
+impl api::Admission for Service {
+    async fn admit(
+        &self,
+        _ctx: &TtrpcContext,
+        req: api::AdmitRequest,
+    ) -> ttrpc::Result<api::AdmitResponse> {
+        let d = &self.0;
+        let kind = match req.kind.enum_value() {
+            Ok(api::Kind::START) => Kind::Start,
+            Ok(api::Kind::RESUME) => Kind::Resume,
+            Err(v) => {
+                return Err(status(
+                    ttrpc::Code::INVALID_ARGUMENT,
+                    format!("invalid `kind`: {v} is neither START nor RESUME"),
+                ));
+            }
+        };
+        let info = info_of(
+            &req.namespace,
+            &req.container_id,
+            &req.function,
+            &req.tenant,
+            req.weight,
+            &req.gpus,
+            kind,
+            req.shim_pid,
+        );
+        let key = info.key();
+        let (tx, rx) = oneshot::channel();
+        {
+            let now = d.now();
+            let mut inner = d.lock();
+            if inner.waiters.contains_key(&key) {
+                return Err(to_ttrpc(&CoreError::AlreadyWaiting(key)));
+            }
+            inner.waiters.insert(key.clone(), tx);
+            match inner.core.admit(&info, now) {
+                Ok(grants) => d.settle(&mut inner, grants),
+                Err(e) => {
+                    inner.waiters.remove(&key);
+                    return Err(to_ttrpc(&e));
+                }
+            }
+            d.watch(&mut inner, req.shim_pid);
+        }
+        match rx.await {
+            Ok(Ok(g)) => Ok(api::AdmitResponse {
+                lease_id: g.lease,
+                gpu: g.gpu,
+                waited_ns: g.waited_ns,
+                ..Default::default()
+            }),
+            Ok(Err(why)) => Err(status(
+                ttrpc::Code::CANCELLED,
+                format!("admission of {key} cancelled: {why}"),
+            )),
+            Err(_) => Err(status(
+                ttrpc::Code::CANCELLED,
+                format!("admission of {key} cancelled"),
+            )),
+        }
+    }
+
+    async fn release(
+        &self,
+        _ctx: &TtrpcContext,
+        req: api::ReleaseRequest,
+    ) -> ttrpc::Result<api::ReleaseResponse> {
+        let d = &self.0;
+        #[allow(clippy::cast_precision_loss)]
+        let measured = (req.service_ns > 0).then(|| req.service_ns as f64 / 1e9);
+        let reason = if req.reason.is_empty() {
+            "release"
+        } else {
+            &req.reason
+        };
+        let now = d.now();
+        let mut inner = d.lock();
+        let grants = inner
+            .core
+            .release(req.lease_id, measured, reason, now)
+            .map_err(|e| to_ttrpc(&e))?;
+        d.settle(&mut inner, grants);
+        Ok(api::ReleaseResponse::default())
+    }
+
+    async fn cancel(
+        &self,
+        _ctx: &TtrpcContext,
+        req: api::CancelRequest,
+    ) -> ttrpc::Result<api::CancelResponse> {
+        let d = &self.0;
+        let key = format!("{}/{}", req.namespace, req.container_id);
+        let now = d.now();
+        let mut inner = d.lock();
+        let withdrawn = inner.core.cancel(&key, "cancelled", now);
+        if let Some(tx) = inner.waiters.remove(&key) {
+            let _ = tx.send(Err("cancelled by the shim".into()));
+        }
+        d.settle(&mut inner, Vec::new());
+        Ok(api::CancelResponse {
+            withdrawn,
+            ..Default::default()
+        })
+    }
+
+    async fn register(
+        &self,
+        _ctx: &TtrpcContext,
+        req: api::RegisterRequest,
+    ) -> ttrpc::Result<api::RegisterResponse> {
+        let d = &self.0;
+        let running: Vec<RunningInfo> = req
+            .running
+            .iter()
+            .map(|r| RunningInfo {
+                info: info_of(
+                    &r.namespace,
+                    &r.container_id,
+                    &r.function,
+                    &r.tenant,
+                    r.weight,
+                    &r.gpus,
+                    Kind::Start,
+                    req.shim_pid,
+                ),
+                lease: r.lease_id,
+            })
+            .collect();
+        let now = d.now();
+        let mut inner = d.lock();
+        let adopted = inner
+            .core
+            .register(req.shim_pid, &running, req.fail_open_starts, now)
+            .map_err(|e| to_ttrpc(&e));
+        d.settle(&mut inner, Vec::new());
+        let adopted = adopted?;
+        d.watch(&mut inner, req.shim_pid);
+        if !running.is_empty() || req.fail_open_starts > 0 {
+            tracing::info!(
+                shim = req.shim_pid,
+                containers = running.len(),
+                fail_open = req.fail_open_starts,
+                "shim registered"
+            );
+        }
+        Ok(api::RegisterResponse {
+            leases: adopted
+                .into_iter()
+                .map(|(key, lease)| {
+                    let (ns, cid) = key.split_once('/').unwrap_or(("", &key));
+                    api::Adopted {
+                        namespace: ns.into(),
+                        container_id: cid.into(),
+                        lease_id: lease,
+                        ..Default::default()
+                    }
+                })
+                .collect(),
+            boot_id: d.boot_id.clone(),
+            ..Default::default()
+        })
+    }
+
+    async fn status(
+        &self,
+        _ctx: &TtrpcContext,
+        _req: api::StatusRequest,
+    ) -> ttrpc::Result<api::StatusResponse> {
+        Ok(self.0.status())
+    }
+}
+
+/// Binds the socket: parent directory made root-only, a stale socket replaced, a live one (another
+/// mqfqd) refused; the socket itself is mode 0600.
+///
+/// # Errors
+/// Another daemon listens there, or the filesystem refuses.
+pub fn bind(path: &Path) -> std::io::Result<ttrpc::r#async::Server> {
+    use std::os::unix::fs::PermissionsExt;
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    if path.exists() {
+        if std::os::unix::net::UnixStream::connect(path).is_ok() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::AddrInUse,
+                format!("{} is served by a running mqfqd", path.display()),
+            ));
+        }
+        std::fs::remove_file(path)?;
+    }
+    let server = ttrpc::r#async::Server::new()
+        .bind(&format!("unix://{}", path.display()))
+        .map_err(|e| std::io::Error::other(e.to_string()))?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
+    Ok(server)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_core_error_has_one_ttrpc_code() {
+        let code = |e: CoreError| match to_ttrpc(&e) {
+            ttrpc::Error::RpcStatus(s) => s.code(),
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(
+            code(CoreError::Invalid {
+                field: "weight",
+                reason: String::new()
+            }),
+            ttrpc::Code::INVALID_ARGUMENT
+        );
+        assert_eq!(
+            code(CoreError::UnknownGpu("x".into())),
+            ttrpc::Code::INVALID_ARGUMENT
+        );
+        assert_eq!(
+            code(CoreError::AlreadyWaiting("k".into())),
+            ttrpc::Code::ALREADY_EXISTS
+        );
+        assert_eq!(code(CoreError::UnknownLease(1)), ttrpc::Code::NOT_FOUND);
+    }
+}

@@ -1,0 +1,410 @@
+//! The shim's side of admission: Start / Resume of a GPU container wait here until `mqfqd`
+//! dispatches them; the lease ends at exit, Pause, Kill or Delete.
+//!
+//! The gate remembers every GPU container it let run (with its lease, or none for a fail-open
+//! start). Whenever it (re)connects — and once a second while it holds any — it registers that
+//! set with the daemon, so a restarted daemon rebuilds its state and counts every running
+//! container. While the daemon is unreachable the gate fails **open** by default (the task
+//! starts, a warning is logged, and the start is counted and reported on reconnect) or
+//! **closed** (`MQFQ_FAIL=closed`: Start fails with UNAVAILABLE and the container stays Created).
+//!
+//! Configuration comes from the shim's environment, which containerd passes on:
+//! `MQFQ_DAEMON_SOCKET` (default `/run/mqfq/mqfqd.sock`), `MQFQ_FAIL` (`open` | `closed`),
+//! `MQFQ_RECONNECT_GRACE_MS` (how long a lost daemon is waited for before failing open or
+//! closed; default 5000).
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex as StdMutex};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use tokio::sync::Mutex;
+
+use crate::api;
+use crate::daemon::config::DEFAULT_SOCKET;
+use crate::error::{Error, Result};
+use crate::gpu::{GpuSelection, GpuWork};
+
+/// Start or Resume.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// Task Start.
+    Start,
+    /// Task Resume.
+    Resume,
+}
+
+/// Where GPU starts wait.
+#[async_trait]
+pub trait Gate: Send + Sync + std::fmt::Debug {
+    /// Waits until the container may run.
+    ///
+    /// # Errors
+    /// The admission was cancelled, refused (bad request), or the daemon is unreachable and the
+    /// gate fails closed.
+    async fn admit(&self, ns: &str, id: &str, work: &GpuWork, kind: Kind) -> Result<()>;
+    /// Withdraws a waiting admission of this container, if any.
+    async fn cancel(&self, ns: &str, id: &str);
+    /// Ends the container's lease, if it holds one.
+    async fn release(&self, ns: &str, id: &str, reason: &str);
+}
+
+/// Gate settings.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GateConfig {
+    /// mqfqd's socket.
+    pub socket: PathBuf,
+    /// Fail open (default) or closed while the daemon is unreachable.
+    pub fail_open: bool,
+    /// How long a daemon that was there is waited for.
+    pub reconnect_grace: Duration,
+}
+
+impl GateConfig {
+    /// From the environment (see the module docs).
+    ///
+    /// # Errors
+    /// `MQFQ_FAIL` or `MQFQ_RECONNECT_GRACE_MS` with a value they cannot take.
+    pub fn from_env() -> Result<Self> {
+        let socket = std::env::var_os("MQFQ_DAEMON_SOCKET")
+            .map_or_else(|| PathBuf::from(DEFAULT_SOCKET), PathBuf::from);
+        let fail_open = match std::env::var("MQFQ_FAIL").as_deref() {
+            Err(_) | Ok("" | "open") => true,
+            Ok("closed") => false,
+            Ok(v) => {
+                return Err(Error::InvalidArgument(format!(
+                    "MQFQ_FAIL={v:?}: must be open or closed"
+                )));
+            }
+        };
+        let grace = match std::env::var("MQFQ_RECONNECT_GRACE_MS") {
+            Err(_) => 5000,
+            Ok(v) => v.parse::<u64>().map_err(|_| {
+                Error::InvalidArgument(format!(
+                    "MQFQ_RECONNECT_GRACE_MS={v:?}: must be milliseconds"
+                ))
+            })?,
+        };
+        Ok(GateConfig {
+            socket,
+            fail_open,
+            reconnect_grace: Duration::from_millis(grace),
+        })
+    }
+}
+
+#[derive(Clone, Debug)]
+struct Held {
+    ns: String,
+    id: String,
+    work: GpuWork,
+    /// 0: started fail-open, not known to the daemon yet.
+    lease: u64,
+    since: Instant,
+}
+
+#[derive(Default)]
+struct Conn {
+    client: Option<api::AdmissionClient>,
+    boot_id: String,
+}
+
+/// The gate backed by `mqfqd`.
+pub struct DaemonGate {
+    cfg: GateConfig,
+    conn: Mutex<Conn>,
+    /// Serializes registration with releases, so a release is never undone by a registration
+    /// that read the set before it.
+    sync: Mutex<()>,
+    held: StdMutex<HashMap<String, Held>>,
+    unreported_fail_open: AtomicU64,
+    heartbeat: AtomicBool,
+}
+
+impl std::fmt::Debug for DaemonGate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DaemonGate")
+            .field("cfg", &self.cfg)
+            .finish_non_exhaustive()
+    }
+}
+
+fn key(ns: &str, id: &str) -> String {
+    format!("{ns}/{id}")
+}
+
+fn gpus(w: &GpuWork) -> Vec<String> {
+    match &w.gpus {
+        GpuSelection::All => Vec::new(),
+        GpuSelection::Devices(d) => d.clone(),
+    }
+}
+
+enum Attempt {
+    Admitted(u64),
+    Lost(String),
+    Refused(Error),
+}
+
+impl DaemonGate {
+    /// A gate for `cfg`.
+    #[must_use]
+    pub fn new(cfg: GateConfig) -> Arc<Self> {
+        Arc::new(DaemonGate {
+            cfg,
+            conn: Mutex::new(Conn::default()),
+            sync: Mutex::new(()),
+            held: StdMutex::new(HashMap::new()),
+            unreported_fail_open: AtomicU64::new(0),
+            heartbeat: AtomicBool::new(false),
+        })
+    }
+
+    fn held(&self) -> std::sync::MutexGuard<'_, HashMap<String, Held>> {
+        self.held
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The connected client, connecting and registering first when needed.
+    async fn client(&self) -> std::result::Result<api::AdmissionClient, String> {
+        let mut conn = self.conn.lock().await;
+        if let Some(c) = &conn.client {
+            return Ok(c.clone());
+        }
+        let c = crate::ctl::connect(&self.cfg.socket)
+            .await
+            .map_err(|e| e.to_string())?;
+        conn.client = Some(c.clone());
+        drop(conn);
+        self.register(&c).await?;
+        Ok(c)
+    }
+
+    async fn forget(&self) {
+        self.conn.lock().await.client = None;
+    }
+
+    /// Sends the held set; adopts the leases the daemon answers with.
+    async fn register(&self, c: &api::AdmissionClient) -> std::result::Result<(), String> {
+        let _sync = self.sync.lock().await;
+        let fail_open = self.unreported_fail_open.load(Ordering::SeqCst);
+        let running: Vec<api::Running> = self
+            .held()
+            .values()
+            .map(|h| api::Running {
+                namespace: h.ns.clone(),
+                container_id: h.id.clone(),
+                function: h.work.function.clone(),
+                tenant: h.work.tenant.clone().unwrap_or_default(),
+                weight: h.work.weight,
+                gpus: gpus(&h.work),
+                lease_id: h.lease,
+                running_ns: u64::try_from(h.since.elapsed().as_nanos()).unwrap_or(u64::MAX),
+                ..Default::default()
+            })
+            .collect();
+        let req = api::RegisterRequest {
+            shim_pid: std::process::id(),
+            running,
+            fail_open_starts: fail_open,
+            ..Default::default()
+        };
+        let resp = c
+            .register(ttrpc::context::with_timeout(5_000_000_000), &req)
+            .await
+            .map_err(|e| e.to_string())?;
+        self.unreported_fail_open
+            .fetch_sub(fail_open, Ordering::SeqCst);
+        {
+            let mut held = self.held();
+            for a in resp.leases {
+                if let Some(h) = held.get_mut(&key(&a.namespace, &a.container_id)) {
+                    h.lease = a.lease_id;
+                }
+            }
+        }
+        let mut conn = self.conn.lock().await;
+        if conn.boot_id != resp.boot_id {
+            if !conn.boot_id.is_empty() {
+                tracing::info!(boot_id = %resp.boot_id, "mqfqd restarted: containers re-registered");
+            }
+            conn.boot_id = resp.boot_id;
+        }
+        Ok(())
+    }
+
+    /// Once a second while anything is held: registration doubles as the liveness check, so a
+    /// restarted daemon learns about this shim's containers without waiting for a new call.
+    fn start_heartbeat(self: &Arc<Self>) {
+        if self.heartbeat.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        let gate = Arc::downgrade(self);
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                let Some(g) = gate.upgrade() else { return };
+                let idle = g.held().is_empty();
+                if idle && g.unreported_fail_open.load(Ordering::SeqCst) == 0 {
+                    continue;
+                }
+                let cached = g.conn.lock().await.client.clone();
+                let ok = match cached {
+                    Some(c) => g.register(&c).await.is_ok(),
+                    None => g.client().await.is_ok(),
+                };
+                if !ok {
+                    g.forget().await;
+                }
+            }
+        });
+    }
+
+    async fn attempt(&self, ns: &str, id: &str, work: &GpuWork, kind: Kind) -> Attempt {
+        let c = match self.client().await {
+            Ok(c) => c,
+            Err(e) => {
+                self.forget().await;
+                return Attempt::Lost(e);
+            }
+        };
+        let req = api::AdmitRequest {
+            namespace: ns.to_owned(),
+            container_id: id.to_owned(),
+            function: work.function.clone(),
+            tenant: work.tenant.clone().unwrap_or_default(),
+            weight: work.weight,
+            gpus: gpus(work),
+            kind: match kind {
+                Kind::Start => api::Kind::START,
+                Kind::Resume => api::Kind::RESUME,
+            }
+            .into(),
+            shim_pid: std::process::id(),
+            ..Default::default()
+        };
+        // No deadline: the call returns when the queue dispatches it.
+        match c.admit(ttrpc::context::with_timeout(0), &req).await {
+            Ok(r) => Attempt::Admitted(r.lease_id),
+            Err(ttrpc::Error::RpcStatus(s)) => {
+                let msg = format!("mqfqd: {}", s.message);
+                Attempt::Refused(match s.code() {
+                    ttrpc::Code::INVALID_ARGUMENT => Error::InvalidArgument(msg),
+                    ttrpc::Code::CANCELLED => Error::FailedPrecondition(format!(
+                        "start of {id} cancelled while waiting for GPU admission ({msg})"
+                    )),
+                    _ => Error::FailedPrecondition(msg),
+                })
+            }
+            Err(e) => {
+                self.forget().await;
+                Attempt::Lost(e.to_string())
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl Gate for Arc<DaemonGate> {
+    async fn admit(&self, ns: &str, id: &str, work: &GpuWork, kind: Kind) -> Result<()> {
+        let first_loss = Instant::now();
+        let lost = loop {
+            match self.attempt(ns, id, work, kind).await {
+                Attempt::Admitted(lease) => {
+                    self.held().insert(
+                        key(ns, id),
+                        Held {
+                            ns: ns.to_owned(),
+                            id: id.to_owned(),
+                            work: work.clone(),
+                            lease,
+                            since: Instant::now(),
+                        },
+                    );
+                    self.start_heartbeat();
+                    return Ok(());
+                }
+                Attempt::Refused(e) => return Err(e),
+                Attempt::Lost(e) => {
+                    // A daemon that is not installed (no socket) is not waited for; one that
+                    // went away (restart) is, for the grace period.
+                    if !self.cfg.socket.exists() || first_loss.elapsed() >= self.cfg.reconnect_grace
+                    {
+                        break e;
+                    }
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            }
+        };
+        let socket = self.cfg.socket.display();
+        if !self.cfg.fail_open {
+            return Err(Error::Unavailable(format!(
+                "GPU admission for {id}: mqfqd at {socket} is unreachable ({lost}) and MQFQ_FAIL=closed"
+            )));
+        }
+        tracing::warn!(
+            container = %id, function = %work.function,
+            "mqfqd at {socket} is unreachable ({lost}): starting without admission (fail-open)"
+        );
+        self.unreported_fail_open.fetch_add(1, Ordering::SeqCst);
+        self.held().insert(
+            key(ns, id),
+            Held {
+                ns: ns.to_owned(),
+                id: id.to_owned(),
+                work: work.clone(),
+                lease: 0,
+                since: Instant::now(),
+            },
+        );
+        self.start_heartbeat();
+        Ok(())
+    }
+
+    async fn cancel(&self, ns: &str, id: &str) {
+        let Some(c) = self.conn.lock().await.client.clone() else {
+            return;
+        };
+        let req = api::CancelRequest {
+            namespace: ns.to_owned(),
+            container_id: id.to_owned(),
+            ..Default::default()
+        };
+        if let Err(e) = c
+            .cancel(ttrpc::context::with_timeout(5_000_000_000), &req)
+            .await
+        {
+            tracing::warn!(container = %id, "cancel admission: {e}");
+        }
+    }
+
+    async fn release(&self, ns: &str, id: &str, reason: &str) {
+        let _sync = self.sync.lock().await;
+        let removed = self.held().remove(&key(ns, id));
+        let Some(h) = removed else {
+            return;
+        };
+        if h.lease == 0 {
+            return;
+        }
+        let Some(c) = self.conn.lock().await.client.clone() else {
+            return;
+        };
+        let req = api::ReleaseRequest {
+            lease_id: h.lease,
+            service_ns: u64::try_from(h.since.elapsed().as_nanos()).unwrap_or(u64::MAX),
+            reason: reason.to_owned(),
+            ..Default::default()
+        };
+        if let Err(e) = c
+            .release(ttrpc::context::with_timeout(5_000_000_000), &req)
+            .await
+        {
+            // A daemon that restarted never saw this lease; one that is gone frees it anyway.
+            tracing::info!(container = %id, lease = h.lease, "release: {e}");
+        }
+    }
+}
