@@ -121,6 +121,8 @@ pub struct DaemonGate {
     held: StdMutex<HashMap<String, Held>>,
     unreported_fail_open: AtomicU64,
     heartbeat: AtomicBool,
+    /// Whether a daemon ever answered: one that did and went away is waited for.
+    seen_daemon: AtomicBool,
 }
 
 impl std::fmt::Debug for DaemonGate {
@@ -159,6 +161,7 @@ impl DaemonGate {
             held: StdMutex::new(HashMap::new()),
             unreported_fail_open: AtomicU64::new(0),
             heartbeat: AtomicBool::new(false),
+            seen_daemon: AtomicBool::new(false),
         })
     }
 
@@ -179,6 +182,7 @@ impl DaemonGate {
             .map_err(|e| e.to_string())?;
         conn.client = Some(c.clone());
         drop(conn);
+        self.seen_daemon.store(true, Ordering::SeqCst);
         self.register(&c).await?;
         Ok(c)
     }
@@ -236,7 +240,7 @@ impl DaemonGate {
         Ok(())
     }
 
-    /// Once a second while anything is held: registration doubles as the liveness check, so a
+    /// Once a second while anything is held (faster while the daemon is away): registration doubles as the liveness check, so a
     /// restarted daemon learns about this shim's containers without waiting for a new call.
     fn start_heartbeat(self: &Arc<Self>) {
         if self.heartbeat.swap(true, Ordering::SeqCst) {
@@ -244,8 +248,12 @@ impl DaemonGate {
         }
         let gate = Arc::downgrade(self);
         tokio::spawn(async move {
+            let mut connected = true;
             loop {
-                tokio::time::sleep(Duration::from_secs(1)).await;
+                // Every second; every 200 ms while the daemon is away, so a restarted one hears
+                // from this shim well within its restart grace.
+                let period = if connected { 1000 } else { 200 };
+                tokio::time::sleep(Duration::from_millis(period)).await;
                 let Some(g) = gate.upgrade() else { return };
                 let idle = g.held().is_empty();
                 if idle && g.unreported_fail_open.load(Ordering::SeqCst) == 0 {
@@ -259,6 +267,7 @@ impl DaemonGate {
                 if !ok {
                     g.forget().await;
                 }
+                connected = ok;
             }
         });
     }
@@ -329,10 +338,11 @@ impl Gate for Arc<DaemonGate> {
                 }
                 Attempt::Refused(e) => return Err(e),
                 Attempt::Lost(e) => {
-                    // A daemon that is not installed (no socket) is not waited for; one that
-                    // went away (restart) is, for the grace period.
-                    if !self.cfg.socket.exists() || first_loss.elapsed() >= self.cfg.reconnect_grace
-                    {
+                    // A daemon that is not there (no socket, never seen) is not waited for; one
+                    // that went away (a restart) is, for the grace period.
+                    let absent =
+                        !self.seen_daemon.load(Ordering::SeqCst) && !self.cfg.socket.exists();
+                    if absent || first_loss.elapsed() >= self.cfg.reconnect_grace {
                         break e;
                     }
                     tokio::time::sleep(Duration::from_millis(100)).await;

@@ -84,7 +84,15 @@ impl Containerd {
     /// When the machine should be able to run it but containerd does not come up.
     #[must_use]
     pub fn start(ns: &str, shim_dir: &Path) -> Option<Self> {
-        Self::launch(ns, shim_dir, false)
+        Self::launch(ns, shim_dir, false, &[])
+    }
+
+    /// Like [`start`](Self::start), with extra environment for containerd and so for its shims
+    /// (`MQFQ_FAIL`, `MQFQ_RECONNECT_GRACE_MS`). The shims always get `MQFQ_DAEMON_SOCKET` =
+    /// [`daemon_socket`](Self::daemon_socket), where a test may start its own `mqfqd`.
+    #[must_use]
+    pub fn start_with_env(ns: &str, shim_dir: &Path, env: &[(&str, &str)]) -> Option<Self> {
+        Self::launch(ns, shim_dir, false, env)
     }
 
     /// Like [`start`](Self::start) with the CRI plugin on (namespace `k8s.io`, runtime handlers
@@ -92,10 +100,10 @@ impl Containerd {
     /// The CRI socket is [`socket`](Self::socket).
     #[must_use]
     pub fn start_cri(shim_dir: &Path) -> Option<Self> {
-        Self::launch(CRI_NAMESPACE, shim_dir, true)
+        Self::launch(CRI_NAMESPACE, shim_dir, true, &[])
     }
 
-    fn launch(ns: &str, shim_dir: &Path, cri: bool) -> Option<Self> {
+    fn launch(ns: &str, shim_dir: &Path, cri: bool, env: &[(&str, &str)]) -> Option<Self> {
         match available() {
             Ok(true) => {}
             Ok(false) => return None,
@@ -154,6 +162,8 @@ impl Containerd {
             .arg("--config")
             .arg(d.join("config.toml"))
             .env("PATH", path)
+            .env("MQFQ_DAEMON_SOCKET", d.join("mqfqd.sock"))
+            .envs(env.iter().copied())
             .stdout(log.try_clone().expect("log"))
             .stderr(log)
             .spawn()
@@ -200,6 +210,12 @@ impl Containerd {
             );
         }
         Some(c)
+    }
+
+    /// Where this containerd's shims look for `mqfqd`.
+    #[must_use]
+    pub fn daemon_socket(&self) -> PathBuf {
+        self.dir.path().join("mqfqd.sock")
     }
 
     /// containerd's socket.

@@ -10,6 +10,7 @@
 //! mps_pipe_dir = "/tmp/nvidia-mps"  # an MPS control daemon here puts GPUs in MPS mode
 //! sample_interval_ms = 100          # utilization sampling (at most 100)
 //! dispatch_log = ""                 # JSON-lines record of every queue decision; "" = off
+//! restart_grace_ms = 2000           # after start, dispatch nothing while shims re-register
 //!
 //! [queue]          # overrides of the profile: overrun_s | overrun_tau, ttl_s | ttl_iat,
 //!                  # fallback_charge_s, short_charge_s
@@ -144,6 +145,9 @@ pub struct DaemonConfig {
     pub sample_interval_ms: u64,
     /// Dispatch record file.
     pub dispatch_log: Option<PathBuf>,
+    /// How long after start nothing is dispatched, so shims can re-register running
+    /// containers (they do every second).
+    pub restart_grace_ms: u64,
     /// Queue overrides.
     pub queue: QueueSection,
     /// Concurrency overrides.
@@ -163,6 +167,7 @@ impl Default for DaemonConfig {
             mps_pipe_dir: PathBuf::from("/tmp/nvidia-mps"),
             sample_interval_ms: 100,
             dispatch_log: None,
+            restart_grace_ms: 2000,
             queue: QueueSection::default(),
             concurrency: ConcurrencySection::default(),
             simulated: SimulatedSection::default(),

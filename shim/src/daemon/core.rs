@@ -284,6 +284,7 @@ pub struct Core {
     seq: u64,
     log: Vec<Record>,
     fail_open_starts: u64,
+    hold: Time,
 }
 
 fn invalid(field: &'static str, reason: impl Into<String>) -> CoreError {
@@ -329,6 +330,7 @@ impl Core {
             seq: 0,
             log: Vec::new(),
             fail_open_starts: 0,
+            hold: Time::ZERO,
         })
     }
 
@@ -486,9 +488,18 @@ impl Core {
         }
     }
 
+    /// Dispatches nothing before `until`: a restarted daemon first lets the shims re-register
+    /// the containers that are running, so that it does not hand their slots out again.
+    pub fn hold_until(&mut self, until: Time) {
+        self.hold = until;
+    }
+
     /// Dispatches on one GPU while slots are free.
     fn pump(&mut self, slot: usize, now: Time) -> Vec<Grant> {
         let mut grants = Vec::new();
+        if now < self.hold {
+            return grants;
+        }
         loop {
             let limit = self.limit_of(slot);
             let g = &mut self.gpus[slot];

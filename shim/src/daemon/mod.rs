@@ -1,10 +1,10 @@
 //! `mqfqd`, the node daemon: the node's MQFQ-Sticky admission queue behind a ttrpc socket.
 //!
-//! - [`core`]: the decisions (queues, limits, leases, the dispatch record), without I/O.
-//! - [`monitor`]: GPU monitoring behind a trait (NVML, simulated).
-//! - [`config`]: `mqfqd.toml`.
-//! - [`server`]: the ttrpc service, shim liveness, the sampling loop, the dispatch log.
-//! - [`metrics`]: Prometheus metrics and their HTTP endpoint.
+//! - [`core`] — the decisions (queues, limits, leases, the dispatch record), without I/O.
+//! - [`monitor`] — GPU monitoring behind a trait (NVML, simulated).
+//! - [`config`] — `mqfqd.toml`.
+//! - [`server`] — the ttrpc service, shim liveness, the sampling loop, the dispatch log.
+//! - [`metrics`] — Prometheus metrics and their HTTP endpoint.
 
 pub mod config;
 pub mod core;
@@ -91,10 +91,14 @@ pub async fn run(
         cfg.concurrency_config(g.mode)?;
     }
     // Every mode was checked just above.
-    let core = self::core::Core::new(gpus.clone(), &queue, |mode| {
+    let mut core = self::core::Core::new(gpus.clone(), &queue, |mode| {
         cfg.concurrency_config(mode)
             .unwrap_or_else(|_| scheduler_core::Profile::Balanced.concurrency(mode))
     })?;
+    // Daemon time starts at zero with the daemon.
+    core.hold_until(scheduler_core::Time::from_nanos(
+        cfg.restart_grace_ms.saturating_mul(1_000_000),
+    ));
     let daemon = server::Daemon::new(core, monitor.backend(), cfg.dispatch_log.as_deref())
         .map_err(io("open dispatch_log"))?;
     let mut server = server::bind(&cfg.socket)

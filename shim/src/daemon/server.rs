@@ -64,24 +64,28 @@ pub fn to_ttrpc(e: &CoreError) -> ttrpc::Error {
     status(code, e)
 }
 
-fn info_of(
-    namespace: &str,
-    container_id: &str,
-    function: &str,
-    tenant: &str,
-    weight: f64,
-    gpus: &[String],
-    kind: Kind,
-    shim_pid: u32,
-) -> AdmitInfo {
+fn admit_info(req: &api::AdmitRequest, kind: Kind) -> AdmitInfo {
     AdmitInfo {
-        namespace: namespace.to_owned(),
-        container_id: container_id.to_owned(),
-        function: function.to_owned(),
-        tenant: tenant.to_owned(),
-        weight,
-        gpus: gpus.to_vec(),
+        namespace: req.namespace.clone(),
+        container_id: req.container_id.clone(),
+        function: req.function.clone(),
+        tenant: req.tenant.clone(),
+        weight: req.weight,
+        gpus: req.gpus.clone(),
         kind,
+        shim_pid: req.shim_pid,
+    }
+}
+
+fn running_info(r: &api::Running, shim_pid: u32) -> AdmitInfo {
+    AdmitInfo {
+        namespace: r.namespace.clone(),
+        container_id: r.container_id.clone(),
+        function: r.function.clone(),
+        tenant: r.tenant.clone(),
+        weight: r.weight,
+        gpus: r.gpus.clone(),
+        kind: Kind::Start,
         shim_pid,
     }
 }
@@ -381,16 +385,7 @@ impl api::Admission for Service {
                 ));
             }
         };
-        let info = info_of(
-            &req.namespace,
-            &req.container_id,
-            &req.function,
-            &req.tenant,
-            req.weight,
-            &req.gpus,
-            kind,
-            req.shim_pid,
-        );
+        let info = admit_info(&req, kind);
         let key = info.key();
         let (tx, rx) = oneshot::channel();
         {
@@ -480,16 +475,7 @@ impl api::Admission for Service {
             .running
             .iter()
             .map(|r| RunningInfo {
-                info: info_of(
-                    &r.namespace,
-                    &r.container_id,
-                    &r.function,
-                    &r.tenant,
-                    r.weight,
-                    &r.gpus,
-                    Kind::Start,
-                    req.shim_pid,
-                ),
+                info: running_info(r, req.shim_pid),
                 lease: r.lease_id,
             })
             .collect();

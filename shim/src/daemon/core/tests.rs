@@ -319,3 +319,27 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn nothing_is_dispatched_during_the_restart_hold() {
+    let mut c = core(1, 1);
+    c.hold_until(secs(1.5));
+    assert!(c.admit(&req("w", "f"), secs(0.1)).unwrap().is_empty());
+    // A running container re-registers during the hold and takes the only slot.
+    let adopted = c
+        .register(
+            9,
+            &[RunningInfo {
+                info: req("r", "f"),
+                lease: 0,
+            }],
+            0,
+            secs(0.5),
+        )
+        .unwrap();
+    assert!(c.tick_all(secs(1.6)).is_empty());
+    let g = c
+        .release(adopted[0].1, Some(1.0), "exit", secs(2.0))
+        .unwrap();
+    assert_eq!(keys(&g), ["ns/w"]);
+}

@@ -1,0 +1,590 @@
+//! `mqfqd` gating real containers: containerd + runc + the shim + the daemon, driven by `ctr`.
+#![expect(
+    clippy::tests_outside_test_module,
+    reason = "an integration-test crate is the test module"
+)]
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output};
+use std::time::{Duration, Instant};
+
+use mqfq_shim::api;
+use mqfq_shim::daemon::config::DaemonConfig;
+use mqfq_testkit::{Containerd, MQFQ};
+use scheduler_core::{MqfqQueue, Time};
+use serde_json::Value;
+
+fn containerd(name: &str, env: &[(&str, &str)]) -> Option<Containerd> {
+    let shim = Path::new(env!("CARGO_BIN_EXE_containerd-shim-mqfq-v2"));
+    Containerd::start_with_env(
+        &format!("it-{}-{name}", std::process::id()),
+        shim.parent()?,
+        env,
+    )
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// A private mqfqd with simulated GPUs and a dispatch log.
+struct Mqfqd {
+    child: Option<Child>,
+    socket: PathBuf,
+    config: PathBuf,
+    log: PathBuf,
+    stderr: PathBuf,
+}
+
+impl Mqfqd {
+    fn start(dir: &Path, socket: &Path, extra: &str) -> Self {
+        let config = dir.join("mqfqd.toml");
+        let log = dir.join("dispatch.jsonl");
+        let toml = format!(
+            "socket = \"{}\"\nmetrics_addr = \"\"\nbackend = \"simulated\"\ndispatch_log = \"{}\"\n{extra}",
+            socket.display(),
+            log.display()
+        );
+        std::fs::write(&config, toml).unwrap();
+        let mut d = Mqfqd {
+            child: None,
+            socket: socket.to_owned(),
+            config,
+            log,
+            stderr: dir.join("mqfqd.log"),
+        };
+        d.spawn();
+        d
+    }
+
+    fn spawn(&mut self) {
+        let err = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.stderr)
+            .unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_mqfqd"))
+            .arg("--config")
+            .arg(&self.config)
+            .stderr(err)
+            .spawn()
+            .unwrap();
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while std::os::unix::net::UnixStream::connect(&self.socket).is_err() {
+            assert!(
+                Instant::now() < deadline,
+                "mqfqd did not come up: {}",
+                self.stderr()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn kill9(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    fn stderr(&self) -> String {
+        std::fs::read_to_string(&self.stderr).unwrap_or_default()
+    }
+
+    fn status(&self) -> Value {
+        let o = Command::new(env!("CARGO_BIN_EXE_mqfqctl"))
+            .arg("--socket")
+            .arg(&self.socket)
+            .args(["status", "--json"])
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "mqfqctl: {}", text(&o));
+        serde_json::from_slice(&o.stdout).unwrap()
+    }
+
+    fn wait_for(&self, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let s = self.status();
+            if pred(&s) {
+                return s;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "never {what}: {s:#}\n{}",
+                self.stderr()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn records(&self) -> Vec<Value> {
+        std::fs::read_to_string(&self.log)
+            .unwrap_or_default()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+}
+
+impl Drop for Mqfqd {
+    fn drop(&mut self) {
+        if let Some(c) = self.child.as_mut() {
+            let _ = Command::new("kill").arg(c.id().to_string()).status();
+            let _ = c.wait();
+        }
+    }
+}
+
+fn leases(s: &Value) -> usize {
+    s["leases"].as_array().map_or(0, Vec::len)
+}
+
+fn waiting(s: &Value) -> u64 {
+    s["waiting"].as_u64().unwrap_or(0)
+}
+
+/// `ctr run --rm` of an annotated busybox "GPU function" in a thread.
+fn gpu_run(
+    c: &Containerd,
+    id: &str,
+    function: &str,
+    out: &Path,
+    script: &str,
+) -> std::thread::JoinHandle<Output> {
+    let sock = c.socket();
+    let ns = c.ns.clone();
+    let args: Vec<String> = [
+        "-a",
+        sock.to_str().unwrap(),
+        "-n",
+        &ns,
+        "run",
+        "--rm",
+        "--snapshotter",
+        "native",
+        "--runtime",
+        MQFQ,
+        "--env",
+        "NVIDIA_VISIBLE_DEVICES=0",
+        "--env",
+        &format!("ID={id}"),
+        "--annotation",
+        &format!("io.mqfq.function={function}"),
+        "--mount",
+        &format!("type=bind,src={},dst=/out,options=rbind:rw", out.display()),
+        mqfq_testkit::BUSYBOX,
+        id,
+        "sh",
+        "-c",
+        script,
+    ]
+    .iter()
+    .map(|s| (*s).to_owned())
+    .collect();
+    std::thread::spawn(move || Command::new("ctr").args(&args).output().unwrap())
+}
+
+/// Each container marks itself running, works, counts how many are marked, unmarks itself.
+const WORK: &str =
+    "touch /out/run/$ID; sleep 0.4; ls /out/run | wc -l >> /out/counts; rm /out/run/$ID";
+
+#[test]
+fn starts_wait_for_mqfq_sticky_within_d_and_a_flood_cannot_starve_a_light_function() {
+    let Some(c) = containerd("gate", &[]) else {
+        return;
+    };
+    let extra = "[simulated]\nutilization_per_lease = 0.5\n[concurrency]\nd_max = 2\nd_initial = 2\n\
+                 [queue]\noverrun_s = 0.5\nttl_s = 1.0\nfallback_charge_s = 0.5\nshort_charge_s = 0\n";
+    let d = Mqfqd::start(c.dir(), &c.daemon_socket(), extra);
+    let out = c.dir().join("out");
+    std::fs::create_dir_all(out.join("run")).unwrap();
+    // Skewed rates: a flood of 10 at once, 3 of a medium function a little later, then one light.
+    let mut runs = Vec::new();
+    for i in 0..10 {
+        runs.push(gpu_run(&c, &format!("flood{i}"), "flood", &out, WORK));
+    }
+    d.wait_for("the flood queued", |s| waiting(s) >= 6);
+    for i in 0..3 {
+        runs.push(gpu_run(&c, &format!("medium{i}"), "medium", &out, WORK));
+    }
+    d.wait_for("medium queued", |s| waiting(s) >= 8);
+    runs.push(gpu_run(&c, "light0", "light", &out, WORK));
+    for r in runs {
+        let o = r.join().unwrap();
+        assert!(o.status.success(), "{}\n{}", text(&o), c.log());
+    }
+    let s = d.wait_for("every lease released", |s| {
+        leases(s) == 0 && waiting(s) == 0
+    });
+    assert_eq!(s["gpus"][0]["running"], 0);
+
+    // (a) Never more than D: the daemon's limit in force, and what the containers saw.
+    let records = d.records();
+    let dispatches: Vec<&Value> = records
+        .iter()
+        .filter(|r| r["event"] == "dispatch")
+        .collect();
+    assert_eq!(dispatches.len(), 14, "{records:#?}");
+    for r in &dispatches {
+        let (running, limit) = (r["running"].as_u64().unwrap(), r["limit"].as_u64().unwrap());
+        assert!(running <= limit && limit <= 2, "{r}");
+    }
+    let counts = std::fs::read_to_string(out.join("counts")).unwrap();
+    assert_eq!(counts.lines().count(), 14);
+    for n in counts.lines() {
+        assert!(n.trim().parse::<u32>().unwrap() <= 2, "{counts}");
+    }
+
+    // (b) The order is MQFQ-Sticky's: replaying the record through scheduler-core gives the same
+    // dispatch at every step.
+    let cfg = DaemonConfig::parse(&std::fs::read_to_string(&d.config).unwrap(), &d.config).unwrap();
+    let mut q: MqfqQueue<String> = MqfqQueue::new(cfg.queue_config().unwrap()).unwrap();
+    let mut tickets = HashMap::new();
+    for r in &records {
+        let t = Time::from_nanos(r["t_ns"].as_u64().unwrap());
+        let key = r["key"].as_str().unwrap().to_owned();
+        let f = q.flow(r["function"].as_str().unwrap());
+        q.tick(t);
+        match r["event"].as_str().unwrap() {
+            "enqueue" => {
+                q.set_weight(f, r["weight"].as_f64().unwrap()).unwrap();
+                q.enqueue(f, key, t).unwrap();
+            }
+            "dispatch" => {
+                let free = u32::try_from(r["free"].as_u64().unwrap()).unwrap();
+                let got = q.dispatch_slot(t, free).expect("replay dispatches too");
+                assert_eq!(got.item, key, "replay diverges at {r}");
+                tickets.insert(r["lease"].as_u64().unwrap(), got.ticket);
+            }
+            "release" => {
+                let ticket = tickets.remove(&r["lease"].as_u64().unwrap()).unwrap();
+                q.complete(&ticket, r["measured_s"].as_f64(), t).unwrap();
+            }
+            other => panic!("unexpected {other} in {r}"),
+        }
+    }
+
+    // (c) The light function is not starved: it is dispatched while most of the flood still
+    // waits (FCFS would run every flood container first).
+    let order: Vec<&str> = dispatches
+        .iter()
+        .map(|r| r["function"].as_str().unwrap())
+        .collect();
+    let light = order.iter().position(|f| *f == "light").unwrap();
+    let flood_after = order[light..].iter().filter(|f| **f == "flood").count();
+    assert!(flood_after >= 3, "{order:?}");
+    let first_medium = order.iter().position(|f| *f == "medium").unwrap();
+    assert!(
+        order[first_medium..]
+            .iter()
+            .filter(|f| **f == "flood")
+            .count()
+            >= 3,
+        "{order:?}"
+    );
+}
+
+#[test]
+fn a_killed_daemon_loses_no_container_and_leaks_no_lease() {
+    let Some(c) = containerd("restart", &[("MQFQ_RECONNECT_GRACE_MS", "60000")]) else {
+        return;
+    };
+    let extra = "[concurrency]\nd_max = 1\nd_initial = 1\n";
+    let mut d = Mqfqd::start(c.dir(), &c.daemon_socket(), extra);
+    let out = c.dir().join("out");
+    std::fs::create_dir_all(out.join("run")).unwrap();
+    let slow = "touch /out/run/$ID; sleep 2; ls /out/run | wc -l >> /out/counts; rm /out/run/$ID";
+    let runs: Vec<_> = (0..3)
+        .map(|i| gpu_run(&c, &format!("r{i}"), "fn", &out, slow))
+        .collect();
+    let before = d.wait_for("one running, two waiting", |s| {
+        leases(s) == 1 && waiting(s) == 2
+    });
+    d.kill9();
+    std::thread::sleep(Duration::from_millis(300));
+    d.spawn();
+    // The new daemon learns the running container from its shim and queues the other two again.
+    let after = d.wait_for("state rebuilt", |s| leases(s) == 1 && waiting(s) == 2);
+    assert_ne!(before["boot_id"], after["boot_id"]);
+    assert!(
+        d.records().iter().any(|r| r["event"] == "adopt"),
+        "{:#?}",
+        d.records()
+    );
+    for r in runs {
+        let o = r.join().unwrap();
+        assert!(o.status.success(), "{}\n{}", text(&o), c.log());
+    }
+    d.wait_for("no lease left", |s| leases(s) == 0 && waiting(s) == 0);
+    let counts = std::fs::read_to_string(out.join("counts")).unwrap();
+    assert_eq!(counts.lines().count(), 3, "every container ran");
+    assert!(
+        counts.lines().all(|n| n.trim() == "1"),
+        "one at a time: {counts}"
+    );
+    assert!(c.leftovers().is_empty(), "{:?}", c.leftovers());
+}
+
+#[test]
+fn killed_shims_release_their_leases_and_waits() {
+    let Some(c) = containerd("shimkill", &[]) else {
+        return;
+    };
+    let d = Mqfqd::start(
+        c.dir(),
+        &c.daemon_socket(),
+        "[concurrency]\nd_max = 1\nd_initial = 1\n",
+    );
+    let out = c.dir().join("out");
+    std::fs::create_dir_all(out.join("run")).unwrap();
+    let a = gpu_run(&c, "holder", "fa", &out, "sleep 300");
+    let s = d.wait_for("holder admitted", |s| leases(s) == 1);
+    let holder_shim = s["leases"][0]["shim_pid"].as_u64().unwrap();
+    let b = gpu_run(&c, "waiter", "fb", &out, "sleep 300");
+    d.wait_for("waiter queued", |s| waiting(s) == 1);
+    let shims = mqfq_testkit::shim_pids(&c.socket().display().to_string());
+    let waiter_shim = shims
+        .iter()
+        .find(|p| u64::from(**p) != holder_shim)
+        .copied()
+        .expect("the waiter's shim");
+    assert!(
+        Command::new("kill")
+            .args(["-9", &waiter_shim.to_string()])
+            .status()
+            .unwrap()
+            .success()
+    );
+    d.wait_for("the dead waiter withdrawn", |s| {
+        waiting(s) == 0 && leases(s) == 1
+    });
+    assert!(
+        Command::new("kill")
+            .args(["-9", &holder_shim.to_string()])
+            .status()
+            .unwrap()
+            .success()
+    );
+    d.wait_for("the dead holder's lease released", |s| {
+        leases(s) == 0 && waiting(s) == 0
+    });
+    assert!(
+        d.records()
+            .iter()
+            .any(|r| r["event"] == "release" && r["reason"] == "shim gone")
+    );
+    let _ = (a.join(), b.join());
+    // containerd cleans up after the dead shims.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let o = c.ctr(&["task", "ls", "-q"]);
+        if String::from_utf8_lossy(&o.stdout).trim().is_empty() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "tasks left:\n{}", c.log());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    for id in ["holder", "waiter"] {
+        let _ = c.ctr(&["containers", "rm", id]);
+    }
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !c.leftovers().is_empty() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(c.leftovers().is_empty(), "{:?}", c.leftovers());
+}
+
+#[test]
+fn fail_open_starts_are_counted_and_adopted_fail_closed_refuses() {
+    let Some(c) = containerd("failopen", &[]) else {
+        return;
+    };
+    let out = c.dir().join("out");
+    std::fs::create_dir_all(out.join("run")).unwrap();
+    // No daemon: the GPU container starts anyway.
+    let o = c.ctr(&[
+        "run",
+        "-d",
+        "--snapshotter",
+        "native",
+        "--runtime",
+        MQFQ,
+        "--env",
+        "NVIDIA_VISIBLE_DEVICES=0",
+        "--annotation",
+        "io.mqfq.function=early",
+        mqfq_testkit::BUSYBOX,
+        "early",
+        "sleep",
+        "300",
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(c.wait_status("early", "RUNNING"));
+    assert!(c.log().contains("fail-open"), "{}", c.log());
+    // The daemon comes up: the shim registers the container and reports the fail-open start.
+    let d = Mqfqd::start(c.dir(), &c.daemon_socket(), "");
+    let s = d.wait_for("the early container adopted", |s| leases(s) == 1);
+    assert_eq!(s["fail_open_starts"], 1);
+    assert_eq!(s["leases"][0]["container_id"], "early");
+    assert!(
+        c.ctr(&["task", "kill", "-s", "SIGKILL", "early"])
+            .status
+            .success()
+    );
+    d.wait_for("its lease released", |s| leases(s) == 0);
+    assert!(c.wait_status("early", "STOPPED"));
+    assert!(c.ctr(&["task", "delete", "early"]).status.success());
+    assert!(c.ctr(&["containers", "rm", "early"]).status.success());
+    drop(d);
+
+    let Some(closed) = containerd("failclosed", &[("MQFQ_FAIL", "closed")]) else {
+        return;
+    };
+    let o = closed.run(
+        MQFQ,
+        "refused",
+        &["--env", "NVIDIA_VISIBLE_DEVICES=0"],
+        &["true"],
+    );
+    assert!(!o.status.success());
+    let msg = text(&o);
+    assert!(
+        msg.contains("unreachable") && msg.contains("MQFQ_FAIL=closed"),
+        "{msg}"
+    );
+    let _ = closed.ctr(&["task", "delete", "-f", "refused"]);
+    let _ = closed.ctr(&["containers", "rm", "refused"]);
+    assert!(closed.leftovers().is_empty(), "{:?}", closed.leftovers());
+}
+
+#[test]
+fn malformed_frames_and_requests_get_clear_errors_and_change_nothing() {
+    let dir = tempfile::tempdir_in("/tmp").unwrap();
+    let sock = dir.path().join("d.sock");
+    let d = Mqfqd::start(dir.path(), &sock, "");
+    // Garbage, a truncated frame, and a frame with an oversized length.
+    for bytes in [
+        &b"GET / HTTP/1.1\r\n\r\n"[..],
+        &[0, 0, 0, 9, 0, 0, 0, 1, 1][..],
+        &[0xff, 0xff, 0xff, 0xff, 0, 0, 0, 1, 1, 0][..],
+    ] {
+        let mut s = std::os::unix::net::UnixStream::connect(&sock).unwrap();
+        let _ = s.write_all(bytes);
+        drop(s);
+    }
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let c = mqfq_shim::ctl::connect(&sock).await.unwrap();
+        let ctx = || ttrpc::context::with_timeout(5_000_000_000);
+        let good = api::AdmitRequest {
+            namespace: "ns".into(),
+            container_id: "c1".into(),
+            function: "f".into(),
+            shim_pid: std::process::id(),
+            ..Default::default()
+        };
+        let cases: Vec<(api::AdmitRequest, &str)> = vec![
+            (
+                api::AdmitRequest {
+                    container_id: String::new(),
+                    ..good.clone()
+                },
+                "container_id",
+            ),
+            (
+                api::AdmitRequest {
+                    namespace: String::new(),
+                    ..good.clone()
+                },
+                "namespace",
+            ),
+            (
+                api::AdmitRequest {
+                    function: String::new(),
+                    ..good.clone()
+                },
+                "function",
+            ),
+            (
+                api::AdmitRequest {
+                    weight: -2.0,
+                    ..good.clone()
+                },
+                "weight",
+            ),
+            (
+                api::AdmitRequest {
+                    weight: f64::INFINITY,
+                    ..good.clone()
+                },
+                "weight",
+            ),
+            (
+                api::AdmitRequest {
+                    gpus: vec!["GPU-nope".into()],
+                    ..good.clone()
+                },
+                "GPU-nope",
+            ),
+            (
+                api::AdmitRequest {
+                    kind: protobuf::EnumOrUnknown::from_i32(7),
+                    ..good.clone()
+                },
+                "kind",
+            ),
+        ];
+        for (req, field) in cases {
+            match c.admit(ctx(), &req).await {
+                Err(ttrpc::Error::RpcStatus(s)) => {
+                    assert_eq!(s.code(), ttrpc::Code::INVALID_ARGUMENT, "{s:?}");
+                    assert!(s.message.contains(field), "{field}: {}", s.message);
+                }
+                other => panic!("{field}: {other:?}"),
+            }
+        }
+        let r = c
+            .release(
+                ctx(),
+                &api::ReleaseRequest {
+                    lease_id: 42,
+                    ..Default::default()
+                },
+            )
+            .await;
+        assert!(matches!(r, Err(ttrpc::Error::RpcStatus(s)) if s.code() == ttrpc::Code::NOT_FOUND));
+        // The good request still works after all that.
+        let ok = c.admit(ctx(), &good).await.unwrap();
+        c.release(
+            ctx(),
+            &api::ReleaseRequest {
+                lease_id: ok.lease_id,
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    });
+    let s = d.status();
+    assert_eq!((leases(&s), waiting(&s)), (0, 0));
+    let records = d.records();
+    assert_eq!(
+        records
+            .iter()
+            .map(|r| r["event"].as_str().unwrap())
+            .collect::<Vec<_>>(),
+        ["enqueue", "dispatch", "release"],
+        "bad requests changed nothing"
+    );
+}
