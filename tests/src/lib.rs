@@ -496,3 +496,37 @@ pub fn build_busybox_image(out: &Path, name: &str, cmd: &[&str]) -> std::io::Res
     }
     img.into_inner()?.flush()
 }
+
+/// Compiles one of the CPU-only library doubles in `tests/doubles/` (`nvml` →
+/// `libnvidia-ml.so.1`) into `out` with the system C compiler and returns its path.
+///
+/// # Errors
+/// No C compiler, or it failed.
+pub fn build_double(name: &str, out: &Path) -> std::io::Result<PathBuf> {
+    let (src, lib) = match name {
+        "nvml" => ("nvml.c", "libnvidia-ml.so.1"),
+        other => {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::NotFound,
+                format!("no double named {other}"),
+            ));
+        }
+    };
+    let src = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("doubles")
+        .join(src);
+    let path = out.join(lib);
+    let o = Command::new("cc")
+        .args(["-shared", "-fPIC", "-O1", "-Wall", "-Werror", "-o"])
+        .arg(&path)
+        .arg(&src)
+        .output()?;
+    if !o.status.success() {
+        return Err(std::io::Error::other(format!(
+            "cc {}: {}",
+            src.display(),
+            String::from_utf8_lossy(&o.stderr)
+        )));
+    }
+    Ok(path)
+}

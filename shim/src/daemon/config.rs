@@ -315,7 +315,12 @@ impl DaemonConfig {
         let mut c = p.concurrency(mode);
         self.overrides().apply(&mut q, &mut c)?;
         if let Some(d) = self.concurrency.d_initial {
-            c.d_initial = d;
+            // Checked as given for whole GPUs; an MPS or MIG ceiling clamps it.
+            c.d_initial = if mode == GpuMode::Plain {
+                d
+            } else {
+                d.min(f64::from(c.d_max))
+            };
         }
         c.validate()?;
         Ok(c)

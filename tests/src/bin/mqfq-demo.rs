@@ -1,0 +1,214 @@
+//! The README demo: a private containerd with containerd-shim-mqfq-v2, a private `mqfqd` on a
+//! simulated GPU, and a mixed workload of annotated busybox "GPU functions" (sleep-based
+//! service) submitted through `ctr`. Prints per-function queue wait, latency and fairness, and
+//! the daemon's view. Usage: `mqfq-demo <dir with containerd-shim-mqfq-v2, mqfqd, mqfqctl>`.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::process::{Command, ExitCode};
+use std::time::{Duration, Instant};
+
+use mqfq_testkit::{BUSYBOX, Containerd, MQFQ};
+
+/// (function, service seconds, invocations, seconds between arrivals)
+const MIX: [(&str, f64, usize, f64); 3] = [
+    ("thumbnail", 0.3, 16, 0.3),
+    ("bert", 1.0, 6, 0.8),
+    ("train-batch", 3.0, 4, 0.0),
+];
+
+fn pct(v: &mut [f64], q: f64) -> f64 {
+    v.sort_by(f64::total_cmp);
+    #[allow(
+        clippy::cast_possible_truncation,
+        clippy::cast_sign_loss,
+        clippy::cast_precision_loss
+    )]
+    let i = ((v.len() as f64 * q).ceil() as usize).clamp(1, v.len()) - 1;
+    v[i]
+}
+
+#[allow(clippy::cast_precision_loss)]
+fn mean(v: &[f64]) -> f64 {
+    v.iter().sum::<f64>() / v.len().max(1) as f64
+}
+
+fn main() -> ExitCode {
+    let Some(bin) = std::env::args().nth(1).map(PathBuf::from) else {
+        eprintln!("usage: mqfq-demo <dir with containerd-shim-mqfq-v2, mqfqd, mqfqctl>");
+        return ExitCode::from(2);
+    };
+    let Some(c) = Containerd::start_with_env("demo", &bin, &[]) else {
+        eprintln!("cannot run containerd here (needs root, containerd, runc, busybox-static)");
+        return ExitCode::FAILURE;
+    };
+    let sock = c.daemon_socket();
+    let log = c.dir().join("dispatch.jsonl");
+    let cfg = c.dir().join("mqfqd.toml");
+    let toml = format!(
+        "socket = \"{}\"\nmetrics_addr = \"127.0.0.1:9464\"\nbackend = \"auto\"\ndispatch_log = \"{}\"\n\
+         restart_grace_ms = 0\n[concurrency]\nd_max = 3\n[simulated]\nutilization_per_lease = 0.3\n",
+        sock.display(),
+        log.display()
+    );
+    if let Err(e) = std::fs::write(&cfg, toml) {
+        eprintln!("write {}: {e}", cfg.display());
+        return ExitCode::FAILURE;
+    }
+    let daemon_log = c.dir().join("mqfqd.log");
+    let mut daemon = match Command::new(bin.join("mqfqd"))
+        .arg("--config")
+        .arg(&cfg)
+        .stderr(std::fs::File::create(&daemon_log).expect("daemon log"))
+        .spawn()
+    {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("start mqfqd: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while std::os::unix::net::UnixStream::connect(&sock).is_err() {
+        if Instant::now() > deadline {
+            eprintln!(
+                "mqfqd did not start:\n{}",
+                std::fs::read_to_string(&daemon_log).unwrap_or_default()
+            );
+            let _ = daemon.kill();
+            return ExitCode::FAILURE;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    println!(
+        "containerd {} · mqfqd {} · metrics http://127.0.0.1:9464/metrics",
+        c.socket().display(),
+        sock.display()
+    );
+    println!(
+        "watch it live from another shell:  {} --socket {} top\n",
+        bin.join("mqfqctl").display(),
+        sock.display()
+    );
+
+    let started = Instant::now();
+    let mut runs = Vec::new();
+    for (f, service, n, gap) in MIX {
+        for i in 0..n {
+            let args: Vec<String> = vec![
+                "-a".into(),
+                c.socket().display().to_string(),
+                "-n".into(),
+                c.ns.clone(),
+                "run".into(),
+                "--rm".into(),
+                "--snapshotter".into(),
+                "native".into(),
+                "--runtime".into(),
+                MQFQ.into(),
+                "--env".into(),
+                "NVIDIA_VISIBLE_DEVICES=0".into(),
+                "--annotation".into(),
+                format!("io.mqfq.function={f}"),
+                BUSYBOX.into(),
+                format!("{f}-{i}"),
+                "sleep".into(),
+                format!("{service}"),
+            ];
+            let delay = Duration::from_secs_f64(gap * i as f64);
+            runs.push((
+                f,
+                service,
+                std::thread::spawn(move || {
+                    std::thread::sleep(delay);
+                    let t = Instant::now();
+                    let ok = Command::new("ctr")
+                        .args(&args)
+                        .output()
+                        .is_ok_and(|o| o.status.success());
+                    (ok, t.elapsed().as_secs_f64())
+                }),
+            ));
+        }
+    }
+    let mut lat: HashMap<&str, Vec<f64>> = HashMap::new();
+    let mut failed = 0;
+    for (f, _, h) in runs {
+        match h.join() {
+            Ok((true, s)) => lat.entry(f).or_default().push(s),
+            _ => failed += 1,
+        }
+    }
+    let wall = started.elapsed().as_secs_f64();
+    let mut wait: HashMap<String, Vec<f64>> = HashMap::new();
+    for line in std::fs::read_to_string(&log).unwrap_or_default().lines() {
+        let Ok(r) = serde_json::from_str::<serde_json::Value>(line) else {
+            continue;
+        };
+        if r["event"] == "dispatch" {
+            #[allow(clippy::cast_precision_loss)]
+            let w = r["waited_ns"].as_u64().unwrap_or(0) as f64 / 1e9;
+            wait.entry(r["function"].as_str().unwrap_or("").to_owned())
+                .or_default()
+                .push(w);
+        }
+    }
+    println!(
+        "{} invocations in {wall:.1} s ({failed} failed); GPU concurrency limit D ≤ 3\n",
+        MIX.iter().map(|m| m.2).sum::<usize>()
+    );
+    println!(
+        "{:<12} {:>4} {:>9} {:>10} {:>10} {:>12} {:>12} {:>9}",
+        "function",
+        "n",
+        "service",
+        "wait mean",
+        "wait p95",
+        "latency mean",
+        "latency p95",
+        "slowdown"
+    );
+    let mut slowdowns = Vec::new();
+    for (f, service, _, _) in MIX {
+        let mut l = lat.remove(f).unwrap_or_default();
+        let mut w = wait.remove(f).unwrap_or_default();
+        if l.is_empty() {
+            continue;
+        }
+        let sd = mean(&l) / service;
+        slowdowns.push(sd);
+        println!(
+            "{f:<12} {:>4} {service:>8.1}s {:>9.2}s {:>9.2}s {:>11.2}s {:>11.2}s {sd:>8.2}×",
+            l.len(),
+            mean(&w),
+            if w.is_empty() { 0.0 } else { pct(&mut w, 0.95) },
+            mean(&l),
+            pct(&mut l, 0.95),
+        );
+    }
+    #[allow(clippy::cast_precision_loss)]
+    let jain = slowdowns.iter().sum::<f64>().powi(2)
+        / (slowdowns.len() as f64 * slowdowns.iter().map(|x| x * x).sum::<f64>());
+    println!(
+        "\nJain's fairness over per-function mean slowdown: {jain:.2} (1 = every function slowed alike)"
+    );
+    println!(
+        "latency = `ctr run --rm` wall time (create + queue wait + run + delete); wait = time queued in mqfqd\n"
+    );
+    if let Ok(o) = Command::new(bin.join("mqfqctl"))
+        .arg("--socket")
+        .arg(&sock)
+        .arg("status")
+        .output()
+    {
+        print!("{}", String::from_utf8_lossy(&o.stdout));
+    }
+    println!("\ndispatch record: {}", log.display());
+    let _ = Command::new("kill").arg(daemon.id().to_string()).status();
+    let _ = daemon.wait();
+    if failed == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
