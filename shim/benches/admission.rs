@@ -50,7 +50,10 @@ async fn pair(c: &api::AdmissionClient, i: usize) -> f64 {
 }
 
 fn main() {
-    let n: usize = std::env::var("N").ok().and_then(|v| v.parse().ok()).unwrap_or(5000);
+    let n: usize = std::env::var("N")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(5000);
     let dir = tempfile::tempdir().expect("tempdir");
     let sock = dir.path().join("d.sock");
     let cfg = DaemonConfig::parse(

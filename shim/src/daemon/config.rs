@@ -345,6 +345,12 @@ mod tests {
     }
 
     #[test]
+    fn the_packaged_example_is_the_defaults() {
+        let text = include_str!("../../../packaging/mqfqd.toml");
+        assert_eq!(parse(text).unwrap(), DaemonConfig::default());
+    }
+
+    #[test]
     fn overrides_reach_the_knobs() {
         let c = parse(
             "profile = \"light\"\n[queue]\noverrun_s = 0.5\n[concurrency]\nd_max = 2\nd_initial = 2\n",
