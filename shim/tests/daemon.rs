@@ -290,6 +290,24 @@ fn starts_wait_for_mqfq_sticky_within_d_and_a_flood_cannot_starve_a_light_functi
             >= 3,
         "{order:?}"
     );
+
+    // A malformed annotation is refused at Create, before the queue sees anything.
+    let o = c.run(
+        MQFQ,
+        "bad",
+        &[
+            "--env",
+            "NVIDIA_VISIBLE_DEVICES=0",
+            "--annotation",
+            "io.mqfq.weight=heavy",
+        ],
+        &["true"],
+    );
+    assert!(!o.status.success());
+    assert!(text(&o).contains("io.mqfq.weight"), "{}", text(&o));
+    assert_eq!(d.records().len(), records.len(), "the queue saw nothing");
+    let _ = c.ctr(&["containers", "rm", "bad"]);
+    assert!(c.leftovers().is_empty(), "{:?}", c.leftovers());
 }
 
 #[test]

@@ -363,9 +363,27 @@ impl Core {
                     .iter()
                     .find(|g| g.info.uuid == n || g.info.mig.iter().any(|m| m == n))
             };
-            let g = found.ok_or_else(|| CoreError::UnknownGpu(n.to_owned()))?;
-            if !out.contains(&g.info.index) {
-                out.push(g.info.index);
+            if let Some(g) = found {
+                if !out.contains(&g.info.index) {
+                    out.push(g.info.index);
+                }
+                continue;
+            }
+            // NVML (through nvml-wrapper) does not list MIG instances here: a MIG UUID we do not
+            // know is on one of the GPUs in MIG mode.
+            let mig: Vec<u32> = self
+                .gpus
+                .iter()
+                .filter(|g| n.starts_with("MIG-") && g.info.mode == GpuMode::Mig)
+                .map(|g| g.info.index)
+                .collect();
+            if mig.is_empty() {
+                return Err(CoreError::UnknownGpu(n.to_owned()));
+            }
+            for i in mig {
+                if !out.contains(&i) {
+                    out.push(i);
+                }
             }
         }
         Ok(out)

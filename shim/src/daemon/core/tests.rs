@@ -343,3 +343,23 @@ fn nothing_is_dispatched_during_the_restart_hold() {
         .unwrap();
     assert_eq!(keys(&g), ["ns/w"]);
 }
+
+#[test]
+fn unknown_mig_uuids_go_to_the_gpus_in_mig_mode() {
+    let mut g1 = gpu(1);
+    g1.mode = GpuMode::Mig;
+    let c = Core::new(vec![gpu(0), g1], &qcfg(), |_| ConcurrencyConfig {
+        alpha: 0.2,
+        u_target: 0.9,
+        d_max: 1,
+        d_initial: 1.0,
+    })
+    .unwrap();
+    assert_eq!(c.resolve(&["MIG-unlisted".to_owned()]).unwrap(), [1]);
+    assert_eq!(
+        c.resolve(&["GPU-unlisted".to_owned()]).unwrap_err(),
+        CoreError::UnknownGpu("GPU-unlisted".into())
+    );
+    let plain = core(1, 1);
+    assert!(plain.resolve(&["MIG-x".to_owned()]).is_err());
+}
