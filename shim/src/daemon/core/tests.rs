@@ -361,5 +361,8 @@ fn unknown_mig_uuids_go_to_the_gpus_in_mig_mode() {
         CoreError::UnknownGpu("GPU-unlisted".into())
     );
     let plain = core(1, 1);
-    assert!(plain.resolve(&["MIG-x".to_owned()]).is_err());
+    assert_eq!(
+        plain.resolve(&["MIG-x".to_owned()]).unwrap_err(),
+        CoreError::UnknownGpu("MIG-x".into())
+    );
 }
