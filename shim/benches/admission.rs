@@ -59,7 +59,7 @@ fn main() {
     let cfg = DaemonConfig::parse(
         &format!(
             "socket = \"{}\"\nmetrics_addr = \"\"\nbackend = \"simulated\"\nrestart_grace_ms = 0\n\
-             [simulated]\nutilization_per_lease = 0.01\n",
+             [simulated]\nutilization_per_lease = 0.01\n[nvidia]\nedits = false\n",
             sock.display()
         ),
         std::path::Path::new("bench.toml"),

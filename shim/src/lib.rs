@@ -18,6 +18,7 @@ pub mod gate;
 pub mod gpu;
 pub mod io;
 pub mod logging;
+pub mod nvidia;
 pub mod oom;
 pub mod options;
 pub mod process;

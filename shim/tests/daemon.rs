@@ -47,9 +47,12 @@ impl Mqfqd {
         let config = dir.join("mqfqd.toml");
         let log = dir.join("dispatch.jsonl");
         let toml = format!(
-            "socket = \"{}\"\nmetrics_addr = \"\"\nbackend = \"simulated\"\ndispatch_log = \"{}\"\n{extra}",
+            "socket = \"{}\"\nmetrics_addr = \"\"\nbackend = \"simulated\"\ndispatch_log = \"{}\"\n\
+             [nvidia]\nedits_file = \"{}\"\ndriver_root = \"{}\"\ncdi_dirs = []\n{extra}",
             socket.display(),
-            log.display()
+            log.display(),
+            dir.join("nvidia-edits.json").display(),
+            dir.join("no-driver").display(),
         );
         std::fs::write(&config, toml).unwrap();
         let mut d = Mqfqd {

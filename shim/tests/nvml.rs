@@ -79,14 +79,17 @@ fn nvml_backend_reads_the_double_and_drives_d() {
         &cfg,
         format!(
             "socket = \"{}\"\nmetrics_addr = \"\"\nbackend = \"nvml\"\nnvml_library = \"{lib_s}\"\n\
-             mps_pipe_dir = \"/nonexistent-mps\"\n[concurrency]\nd_initial = 4\n",
+             mps_pipe_dir = \"/nonexistent-mps\"\n[concurrency]\nd_initial = 4\n\
+             [nvidia]\nedits = false\n",
             sock.display()
         ),
     )
     .unwrap();
+    let persist = dir.path().join("persist");
     let mut child = Command::new(env!("CARGO_BIN_EXE_mqfqd"))
         .arg("--config")
         .arg(&cfg)
+        .env("FAKE_NVML_PERSIST", &persist)
         .spawn()
         .unwrap();
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -107,6 +110,8 @@ fn nvml_backend_reads_the_double_and_drives_d() {
     assert_eq!(s["gpus"][0]["utilization"], 1.0);
     assert_eq!(s["gpus"][1]["mode"], "mig");
     assert_eq!(s["gpus"][1]["d"], 1.0);
+    // The warm driver: persistence mode asked for on both GPUs.
+    assert_eq!(std::fs::read_to_string(&persist).unwrap(), "0 1\n1 1\n");
     // Idle again: D climbs past where it started.
     std::fs::write(&util, "0\n0\n").unwrap();
     let deadline = Instant::now() + Duration::from_secs(30);

@@ -6,6 +6,7 @@
  *   FAKE_NVML_MIG    index of a GPU that reports MIG mode on (unset: none)
  *   FAKE_NVML_UTIL   file whose lines are each GPU's utilization percent, read at every call
  *   FAKE_NVML_FAIL   if set, nvmlInit fails with NVML_ERROR_DRIVER_NOT_LOADED
+ *   FAKE_NVML_PERSIST file that nvmlDeviceSetPersistenceMode appends "<index> <mode>" to
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -137,5 +138,18 @@ nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t d, unsigned int *current, unsigne
     if (!valid(d) || !current || !pending) return NVML_ERROR_INVALID_ARGUMENT;
     const char *mig = getenv("FAKE_NVML_MIG");
     *current = *pending = (mig && atoi(mig) == d->index) ? 1 : 0;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceSetPersistenceMode(nvmlDevice_t d, int mode) {
+    if (!valid(d)) return NVML_ERROR_INVALID_ARGUMENT;
+    const char *path = getenv("FAKE_NVML_PERSIST");
+    if (path) {
+        FILE *f = fopen(path, "a");
+        if (f) {
+            fprintf(f, "%d %d\n", d->index, mode);
+            fclose(f);
+        }
+    }
     return NVML_SUCCESS;
 }

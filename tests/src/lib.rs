@@ -163,6 +163,7 @@ impl Containerd {
             .arg(d.join("config.toml"))
             .env("PATH", path)
             .env("MQFQ_DAEMON_SOCKET", d.join("mqfqd.sock"))
+            .env("MQFQ_EDITS_FILE", d.join("nvidia-edits.json"))
             .envs(env.iter().copied())
             .stdout(log.try_clone().expect("log"))
             .stderr(log)
@@ -216,6 +217,12 @@ impl Containerd {
     #[must_use]
     pub fn daemon_socket(&self) -> PathBuf {
         self.dir.path().join("mqfqd.sock")
+    }
+
+    /// Where this containerd's shims read the node's NVIDIA edits.
+    #[must_use]
+    pub fn edits_file(&self) -> PathBuf {
+        self.dir.path().join("nvidia-edits.json")
     }
 
     /// containerd's socket.

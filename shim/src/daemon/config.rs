@@ -16,6 +16,10 @@
 //!                  # fallback_charge_s, short_charge_s
 //! [concurrency]    # alpha, u_target, d_max, d_initial
 //! [simulated]      # gpus = 1, memory_gib = 80, utilization_per_lease = 0.3, mode = "plain"
+//! [nvidia]         # pre-created GPU state: edits = true, driver_root = "/",
+//!                  # cdi_dirs = ["/etc/cdi", "/var/run/cdi"],
+//!                  # edits_file = "/run/mqfq/nvidia-edits.json", refresh_interval_ms = 5000,
+//!                  # persistence_mode = true, warm_budget_mib = 1024, warm_paths = []
 //! ```
 
 use std::path::{Path, PathBuf};
@@ -125,6 +129,43 @@ impl Default for SimulatedSection {
     }
 }
 
+/// Pre-created GPU state: the NVIDIA edits, a warm driver and warm libraries.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct NvidiaSection {
+    /// Build and publish the edits.
+    pub edits: bool,
+    /// Where the driver lives (discovery when no CDI spec exists).
+    pub driver_root: PathBuf,
+    /// CDI spec directories, later ones winning.
+    pub cdi_dirs: Vec<PathBuf>,
+    /// Where the edits are written for the shims.
+    pub edits_file: PathBuf,
+    /// How often the sources are checked for changes.
+    pub refresh_interval_ms: u64,
+    /// Turn on persistence mode on every GPU (keeps the driver initialized).
+    pub persistence_mode: bool,
+    /// Page-cache warming budget.
+    pub warm_budget_mib: u64,
+    /// Extra files or directories to warm (large CUDA libraries of frequent images).
+    pub warm_paths: Vec<PathBuf>,
+}
+
+impl Default for NvidiaSection {
+    fn default() -> Self {
+        NvidiaSection {
+            edits: true,
+            driver_root: PathBuf::from("/"),
+            cdi_dirs: vec![PathBuf::from("/etc/cdi"), PathBuf::from("/var/run/cdi")],
+            edits_file: PathBuf::from(crate::nvidia::DEFAULT_EDITS_FILE),
+            refresh_interval_ms: 5000,
+            persistence_mode: true,
+            warm_budget_mib: 1024,
+            warm_paths: Vec::new(),
+        }
+    }
+}
+
 /// The whole file.
 #[derive(Clone, Debug, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -154,6 +195,8 @@ pub struct DaemonConfig {
     pub concurrency: ConcurrencySection,
     /// Simulated GPUs.
     pub simulated: SimulatedSection,
+    /// Pre-created GPU state.
+    pub nvidia: NvidiaSection,
 }
 
 impl Default for DaemonConfig {
@@ -171,6 +214,7 @@ impl Default for DaemonConfig {
             queue: QueueSection::default(),
             concurrency: ConcurrencySection::default(),
             simulated: SimulatedSection::default(),
+            nvidia: NvidiaSection::default(),
         }
     }
 }
@@ -259,6 +303,13 @@ impl DaemonConfig {
         s.mode
             .parse::<GpuMode>()
             .map_err(|_| reject("simulated.mode", &s.mode, "must be plain, mps or mig"))?;
+        if self.nvidia.refresh_interval_ms < 100 {
+            return Err(reject(
+                "nvidia.refresh_interval_ms",
+                self.nvidia.refresh_interval_ms,
+                "must be at least 100",
+            ));
+        }
         Ok(())
     }
 
@@ -376,6 +427,11 @@ mod tests {
             ("[simulated]\ngpus = 0", "simulated.gpus"),
             ("[simulated]\nmode = \"vgpu\"", "simulated.mode"),
             ("backend = \"cuda\"", "backend"),
+            (
+                "[nvidia]\nrefresh_interval_ms = 5",
+                "nvidia.refresh_interval_ms",
+            ),
+            ("[nvidia]\ndriver = \"/\"", "driver"),
             ("sample_interval_ms = \"fast\"", "sample_interval_ms"),
         ];
         for (text, key) in cases {

@@ -86,6 +86,14 @@ pub async fn run(
 ) -> Result<(), RunError> {
     let mut monitor = open_monitor(&cfg)?;
     let gpus = monitor.devices()?;
+    if cfg.nvidia.persistence_mode {
+        match monitor.keep_driver_warm() {
+            Ok(what) => tracing::info!("warm driver: {what}"),
+            Err(e) => tracing::warn!(
+                "warm driver: {e}; the first CUDA call of a container may pay driver initialization"
+            ),
+        }
+    }
     let queue = cfg.queue_config()?;
     for g in &gpus {
         cfg.concurrency_config(g.mode)?;
@@ -118,6 +126,10 @@ pub async fn run(
         what: "start ttrpc server".into(),
         source: std::io::Error::other(e.to_string()),
     })?;
+    let edits_task = cfg
+        .nvidia
+        .edits
+        .then(|| tokio::spawn(edits_loop(cfg.nvidia.clone(), cfg.mps_pipe_dir.clone())));
     let sampler = tokio::spawn(
         daemon
             .clone()
@@ -133,10 +145,82 @@ pub async fn run(
     stop.await;
     tracing::info!("mqfqd stopping");
     sampler.abort();
+    if let Some(t) = edits_task {
+        t.abort();
+    }
     if let Some(t) = metrics_task {
         t.abort();
     }
     let _ = server.shutdown().await;
     let _ = std::fs::remove_file(&cfg.socket);
     Ok(())
+}
+
+/// Builds the NVIDIA edits at start and whenever their sources change, publishes them for the
+/// shims, and warms the page cache with the files they mount.
+async fn edits_loop(cfg: config::NvidiaSection, mps: std::path::PathBuf) {
+    let mut last = None;
+    loop {
+        let fp = crate::nvidia::fingerprint(&cfg.cdi_dirs, &cfg.driver_root, &mps);
+        if last.as_ref() != Some(&fp) {
+            last = Some(fp);
+            let c = cfg.clone();
+            let m = mps.clone();
+            let built = tokio::task::spawn_blocking(move || {
+                crate::nvidia::build(&c.cdi_dirs, &c.driver_root, &m)
+            })
+            .await
+            .ok()
+            .flatten();
+            publish(&cfg, built).await;
+        }
+        tokio::time::sleep(Duration::from_millis(cfg.refresh_interval_ms)).await;
+    }
+}
+
+async fn publish(cfg: &config::NvidiaSection, built: Option<crate::nvidia::edits::NodeEdits>) {
+    let Some(edits) = built else {
+        if std::fs::remove_file(&cfg.edits_file).is_ok() {
+            tracing::info!(
+                "no NVIDIA driver any more: removed {}",
+                cfg.edits_file.display()
+            );
+        } else {
+            tracing::info!("no NVIDIA driver: GPU containers get no pre-computed edits");
+        }
+        return;
+    };
+    if let Some(e) = &edits.error {
+        tracing::error!(
+            "NVIDIA setup is broken ({}): GPU containers will fail at Create: {e}",
+            edits.source
+        );
+    } else {
+        tracing::info!(
+            source = %edits.source, driver = %edits.driver_version, gpus = edits.devices.len(),
+            mounts = edits.common.mounts.len(), "NVIDIA edits built"
+        );
+    }
+    if let Err(e) = crate::nvidia::store(&cfg.edits_file, &edits) {
+        tracing::error!("publish NVIDIA edits: {e}");
+        return;
+    }
+    let mut paths: Vec<std::path::PathBuf> = edits
+        .common
+        .mounts
+        .iter()
+        .map(|m| m.host_path.clone().into())
+        .collect();
+    paths.extend(cfg.warm_paths.iter().cloned());
+    let budget = cfg.warm_budget_mib.saturating_mul(1 << 20);
+    if let Ok(w) =
+        tokio::task::spawn_blocking(move || crate::nvidia::warm::warm(&paths, budget)).await
+    {
+        tracing::info!(
+            files = w.files,
+            bytes = w.bytes,
+            skipped = w.skipped,
+            "page cache warmed"
+        );
+    }
 }

@@ -58,6 +58,14 @@ pub trait GpuMonitor: Send {
     /// # Errors
     /// The backend failed.
     fn sample(&mut self, leases: &[u32]) -> Result<Vec<Sample>, MonitorError>;
+    /// Keeps the driver initialized between containers (persistence mode), so a new
+    /// container's first CUDA call does not pay driver initialization. Returns what was done.
+    ///
+    /// # Errors
+    /// The backend refused (not root, unsupported); the caller logs it and carries on.
+    fn keep_driver_warm(&mut self) -> Result<String, MonitorError> {
+        Ok(format!("{} GPUs need no warm driver", self.backend()))
+    }
 }
 
 /// GPUs that exist only in the daemon: utilization grows with the leases held and saturates, so
@@ -180,6 +188,19 @@ impl GpuMonitor for NvmlGpus {
                 })
             })
             .collect()
+    }
+
+    fn keep_driver_warm(&mut self) -> Result<String, MonitorError> {
+        let n = self.nvml.device_count().map_err(nvml_err("device count"))?;
+        for i in 0..n {
+            let mut d = self
+                .nvml
+                .device_by_index(i)
+                .map_err(nvml_err("device by index"))?;
+            d.set_persistent(true)
+                .map_err(nvml_err("set persistence mode"))?;
+        }
+        Ok(format!("persistence mode on for {n} GPUs"))
     }
 
     fn sample(&mut self, _leases: &[u32]) -> Result<Vec<Sample>, MonitorError> {

@@ -332,9 +332,27 @@ impl TaskService {
         let text = tokio::fs::read_to_string(&spec_path)
             .await
             .map_err(|e| Error::io(format!("read {}", spec_path.display()), e))?;
-        let spec: serde_json::Value = serde_json::from_str(&text)
+        let mut spec: serde_json::Value = serde_json::from_str(&text)
             .map_err(|e| Error::InvalidArgument(format!("{}: {e}", spec_path.display())))?;
         let gpu = gpu::classify(&spec, &id)?;
+        // The node's pre-computed NVIDIA edits go straight into the spec: no hook process.
+        let nvidia = match &gpu {
+            Classification::Gpu(w) => {
+                let file = crate::nvidia::edits_file();
+                let prepared = crate::nvidia::prepare(&mut spec, w, &file)
+                    .map_err(|e| Error::InvalidArgument(format!("GPU container {id}: {e}")))?;
+                if prepared.is_some() {
+                    let text = serde_json::to_vec(&spec).map_err(|e| {
+                        Error::InvalidArgument(format!("{}: {e}", spec_path.display()))
+                    })?;
+                    tokio::fs::write(&spec_path, text)
+                        .await
+                        .map_err(|e| Error::io(format!("write {}", spec_path.display()), e))?;
+                }
+                prepared
+            }
+            Classification::NotGpu => None,
+        };
         let opts = options::decode(req.options.as_ref())?;
         let stdio = StdioPaths {
             stdin: req.stdin.clone(),
@@ -359,6 +377,21 @@ impl TaskService {
                 return Err(e.into());
             }
             mounted = true;
+        }
+        if let Some((edits, applied)) = &nvidia {
+            match crate::nvidia::edits::make_symlinks(&rootfs, edits) {
+                Ok(links) => tracing::info!(
+                    container = %id, devices = applied.devices, mounts = applied.mounts,
+                    symlinks = links, legacy_hooks_dropped = applied.hooks_dropped,
+                    hooks_not_run = ?applied.hooks_skipped, "NVIDIA edits applied"
+                ),
+                Err(e) => {
+                    if mounted {
+                        unmount(&rootfs);
+                    }
+                    return Err(Error::InvalidArgument(format!("GPU container {id}: {e}")));
+                }
+            }
         }
         let io = match ProcessIo::new(&stdio, &id, &self.namespace).await {
             Ok(io) => io,

@@ -47,9 +47,11 @@ fn main() -> ExitCode {
     let cfg = c.dir().join("mqfqd.toml");
     let toml = format!(
         "socket = \"{}\"\nmetrics_addr = \"127.0.0.1:9464\"\nbackend = \"auto\"\ndispatch_log = \"{}\"\n\
-         restart_grace_ms = 0\n[concurrency]\nd_max = 3\n[simulated]\nutilization_per_lease = 0.3\n",
+         restart_grace_ms = 0\n[concurrency]\nd_max = 3\n[simulated]\nutilization_per_lease = 0.3\n\
+         [nvidia]\nedits_file = \"{}\"\n",
         sock.display(),
-        log.display()
+        log.display(),
+        c.edits_file().display()
     );
     if let Err(e) = std::fs::write(&cfg, toml) {
         eprintln!("write {}: {e}", cfg.display());

@@ -1,0 +1,302 @@
+//! Discovery of the NVIDIA edits from a driver root, for nodes without a CDI spec: the driver
+//! version and GPUs from `/proc/driver/nvidia`, device nodes from `/dev` (type and numbers read
+//! once here), driver libraries from the root's `/etc/ld.so.cache`, binaries, firmware and IPC
+//! sockets. The root is `/` in production; tests point it at a fake driver root.
+
+use std::path::{Path, PathBuf};
+
+use super::edits::{ContainerEdits, DeviceNode, EditError, Mount, NamedDevice, NodeEdits, Symlink};
+
+/// Driver libraries (by soname prefix) mounted into GPU containers: utility and compute.
+pub const LIBRARIES: &[&str] = &[
+    "libnvidia-ml.so",
+    "libnvidia-cfg.so",
+    "libcuda.so",
+    "libcudadebugger.so",
+    "libnvidia-opencl.so",
+    "libnvidia-ptxjitcompiler.so",
+    "libnvidia-nvvm.so",
+    "libnvidia-gpucomp.so",
+    "libnvidia-allocator.so",
+];
+
+/// Driver binaries mounted when present.
+pub const BINARIES: &[&str] = &[
+    "nvidia-smi",
+    "nvidia-debugdump",
+    "nvidia-persistenced",
+    "nvidia-cuda-mps-control",
+    "nvidia-cuda-mps-server",
+];
+
+const CONTROL_NODES: &[&str] = &[
+    "/dev/nvidiactl",
+    "/dev/nvidia-uvm",
+    "/dev/nvidia-uvm-tools",
+    "/dev/nvidia-modeset",
+];
+
+fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> EditError {
+    let what = what.into();
+    move |source| EditError::Io { what, source }
+}
+
+/// The `(soname, path)` entries of a glibc ld.so.cache (the "glibc-ld.so.cache1.1" format,
+/// alone or after the old "ld.so-1.7.0" table).
+///
+/// # Errors
+/// Unreadable, or not an ld.so.cache.
+pub fn read_ld_cache(path: &Path) -> Result<Vec<(String, String)>, EditError> {
+    let data = std::fs::read(path).map_err(io(format!("read {}", path.display())))?;
+    parse_ld_cache(&data).map_err(|reason| EditError::Spec {
+        file: path.to_owned(),
+        reason,
+    })
+}
+
+fn u32_at(d: &[u8], off: usize) -> Option<u32> {
+    d.get(off..off + 4)
+        .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+}
+
+fn cstr_at(d: &[u8], off: usize) -> Option<String> {
+    let rest = d.get(off..)?;
+    let end = rest.iter().position(|&b| b == 0)?;
+    String::from_utf8(rest[..end].to_vec()).ok()
+}
+
+fn parse_ld_cache(d: &[u8]) -> Result<Vec<(String, String)>, String> {
+    const MAGIC: &[u8] = b"glibc-ld.so.cache1.1";
+    let start = d
+        .windows(MAGIC.len())
+        .position(|w| w == MAGIC)
+        .ok_or("no glibc-ld.so.cache1.1 header")?;
+    let h = &d[start..];
+    let nlibs = u32_at(h, 20).ok_or("truncated header")? as usize;
+    // Header 48 bytes, entries 24 bytes: flags i32, key u32, value u32, osversion u32, hwcap u64.
+    if h.len() < 48 + nlibs.saturating_mul(24) {
+        return Err(format!("truncated: {nlibs} entries announced"));
+    }
+    let mut out = Vec::with_capacity(nlibs);
+    for i in 0..nlibs {
+        let e = 48 + i * 24;
+        let key = u32_at(h, e + 4).ok_or("truncated entry")? as usize;
+        let value = u32_at(h, e + 8).ok_or("truncated entry")? as usize;
+        // String offsets count from the start of the new-format header.
+        let (Some(k), Some(v)) = (cstr_at(h, key), cstr_at(h, value)) else {
+            return Err(format!("entry {i}: string offset out of range"));
+        };
+        out.push((k, v));
+    }
+    Ok(out)
+}
+
+fn host(root: &Path, path: &str) -> String {
+    root.join(path.trim_start_matches('/'))
+        .display()
+        .to_string()
+}
+
+fn node(root: &Path, path: &str) -> DeviceNode {
+    DeviceNode {
+        path: path.to_owned(),
+        host_path: Some(host(root, path)),
+        ..DeviceNode::default()
+    }
+}
+
+fn driver_version(root: &Path) -> Result<String, EditError> {
+    let f = root.join("proc/driver/nvidia/version");
+    let text = std::fs::read_to_string(&f).map_err(|e| EditError::NoDriver {
+        root: root.to_owned(),
+        reason: format!("{}: {e}", f.display()),
+    })?;
+    // "NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.54.15  Tue Mar  5 …"
+    text.split_whitespace()
+        .find(|w| {
+            w.split('.').count() >= 2
+                && w.split('.')
+                    .all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
+        })
+        .map(str::to_owned)
+        .ok_or_else(|| EditError::NoDriver {
+            root: root.to_owned(),
+            reason: format!("no version number in {}", f.display()),
+        })
+}
+
+/// `(minor, uuid)` per GPU in bus order (NVML's index order), from
+/// `/proc/driver/nvidia/gpus/<bus id>/information`.
+fn gpus(root: &Path) -> Vec<(u32, Option<String>)> {
+    let dir = root.join("proc/driver/nvidia/gpus");
+    let mut buses: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .map(|rd| rd.filter_map(Result::ok).map(|e| e.path()).collect())
+        .unwrap_or_default();
+    buses.sort();
+    let mut out = Vec::new();
+    for b in buses {
+        let info = std::fs::read_to_string(b.join("information")).unwrap_or_default();
+        let field = |name: &str| {
+            info.lines()
+                .find_map(|l| l.strip_prefix(name))
+                .map(|v| v.trim_start_matches(':').trim().to_owned())
+        };
+        if let Some(minor) = field("Device Minor").and_then(|m| m.parse().ok()) {
+            out.push((minor, field("GPU UUID")));
+        }
+    }
+    if out.is_empty() {
+        // No /proc details: the device nodes themselves, by minor.
+        let mut minors: Vec<u32> = std::fs::read_dir(root.join("dev"))
+            .map(|rd| {
+                rd.filter_map(Result::ok)
+                    .filter_map(|e| e.file_name().to_str()?.strip_prefix("nvidia")?.parse().ok())
+                    .collect()
+            })
+            .unwrap_or_default();
+        minors.sort_unstable();
+        out = minors.into_iter().map(|m| (m, None)).collect();
+    }
+    out
+}
+
+/// Discovers the edits under `root`; `mps_pipe_dir` is mounted when an MPS daemon has made it.
+///
+/// # Errors
+/// No driver (version file, GPUs), an unreadable ld.so.cache, or device nodes that are not
+/// devices.
+pub fn discover(root: &Path, mps_pipe_dir: &Path) -> Result<NodeEdits, EditError> {
+    let version = driver_version(root)?;
+    let gpus = gpus(root);
+    if gpus.is_empty() {
+        return Err(EditError::NoDriver {
+            root: root.to_owned(),
+            reason: "no GPUs in /proc/driver/nvidia/gpus and no /dev/nvidiaN".into(),
+        });
+    }
+    let mut common = ContainerEdits {
+        env: vec!["NVIDIA_VISIBLE_DEVICES=void".into()],
+        ..ContainerEdits::default()
+    };
+    for p in CONTROL_NODES {
+        if root.join(p.trim_start_matches('/')).exists() {
+            common.device_nodes.push(node(root, p));
+        }
+    }
+    // Libraries of this driver version, through the root's own ld.so.cache.
+    let cache = read_ld_cache(&root.join("etc/ld.so.cache"))?;
+    for (soname, path) in cache {
+        if !LIBRARIES.iter().any(|p| soname.starts_with(p)) {
+            continue;
+        }
+        let host_link = PathBuf::from(host(root, &path));
+        let Ok(real) = std::fs::canonicalize(&host_link) else {
+            continue;
+        };
+        let Some(real_name) = real.file_name().and_then(|n| n.to_str()) else {
+            continue;
+        };
+        if !real_name.ends_with(&version) {
+            continue;
+        }
+        let dir = Path::new(&path).parent().unwrap_or(Path::new("/"));
+        let container_real = dir.join(real_name).display().to_string();
+        if !common
+            .mounts
+            .iter()
+            .any(|m| m.container_path == container_real)
+        {
+            common.mounts.push(Mount {
+                host_path: real.display().to_string(),
+                container_path: container_real.clone(),
+                ..Mount::default()
+            });
+        }
+        if path != container_real {
+            common.symlinks.push(Symlink {
+                link: path.clone(),
+                target: real_name.to_owned(),
+            });
+        }
+        // The development name (libcuda.so) that frameworks dlopen.
+        if let Some(base) = soname.split(".so").next() {
+            let dev = dir.join(format!("{base}.so")).display().to_string();
+            if dev != path && !common.symlinks.iter().any(|s| s.link == dev) {
+                common.symlinks.push(Symlink {
+                    link: dev,
+                    target: soname.clone(),
+                });
+            }
+        }
+    }
+    if common.mounts.is_empty() {
+        return Err(EditError::NoDriver {
+            root: root.to_owned(),
+            reason: format!(
+                "no driver {version} libraries in {}/etc/ld.so.cache",
+                root.display()
+            ),
+        });
+    }
+    for b in BINARIES {
+        let p = format!("/usr/bin/{b}");
+        if root.join(p.trim_start_matches('/')).is_file() {
+            common.mounts.push(Mount {
+                host_path: host(root, &p),
+                container_path: p,
+                ..Mount::default()
+            });
+        }
+    }
+    let fw = format!("/lib/firmware/nvidia/{version}");
+    if root.join(fw.trim_start_matches('/')).is_dir() {
+        common.mounts.push(Mount {
+            host_path: host(root, &fw),
+            container_path: fw,
+            ..Mount::default()
+        });
+    }
+    let persistenced = "/run/nvidia-persistenced/socket";
+    if root.join(persistenced.trim_start_matches('/')).exists() {
+        common.mounts.push(Mount {
+            host_path: host(root, persistenced),
+            container_path: persistenced.into(),
+            ..Mount::default()
+        });
+    }
+    if mps_pipe_dir.is_dir() {
+        common.mounts.push(Mount {
+            host_path: mps_pipe_dir.display().to_string(),
+            container_path: mps_pipe_dir.display().to_string(),
+            kind: None,
+            options: ["rbind", "rprivate", "nosuid", "nodev"]
+                .map(String::from)
+                .to_vec(),
+        });
+    }
+    let devices = gpus
+        .into_iter()
+        .enumerate()
+        .map(|(i, (minor, uuid))| {
+            let mut names = vec![i.to_string()];
+            names.extend(uuid);
+            NamedDevice {
+                names,
+                mig: false,
+                edits: ContainerEdits {
+                    device_nodes: vec![node(root, &format!("/dev/nvidia{minor}"))],
+                    ..ContainerEdits::default()
+                },
+            }
+        })
+        .collect();
+    let mut edits = NodeEdits {
+        source: format!("discovery:{}", root.display()),
+        driver_version: version,
+        common,
+        devices,
+        error: None,
+    };
+    edits.fill_device_numbers()?;
+    Ok(edits)
+}
