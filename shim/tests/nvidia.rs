@@ -1,0 +1,439 @@
+//! Pre-created NVIDIA edits: discovery from a fake driver root built here (libraries named like
+//! the driver's with a real ld.so.cache, device nodes made with mknod), CDI import from fixture
+//! specs, and an end-to-end `ctr run` of a GPU container that sees the injected nodes and mounts.
+#![expect(
+    clippy::tests_outside_test_module,
+    reason = "an integration-test crate is the test module"
+)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use mqfq_shim::gpu::GpuSelection;
+use mqfq_shim::nvidia::{cdi, discover, edits};
+use mqfq_testkit::{Containerd, MQFQ};
+
+const VERSION: &str = "550.54.15";
+const LIBDIR: &str = "usr/lib/x86_64-linux-gnu";
+
+fn must_run() -> bool {
+    std::env::var_os("MQFQ_REQUIRE_CONTAINERD").is_some()
+}
+
+fn sh(cmd: &mut Command) -> Result<(), String> {
+    let o = cmd.output().map_err(|e| format!("{cmd:?}: {e}"))?;
+    if o.status.success() {
+        Ok(())
+    } else {
+        Err(format!("{cmd:?}: {}", String::from_utf8_lossy(&o.stderr)))
+    }
+}
+
+/// A driver root: two GPUs, control nodes, two driver libraries of this version, one of an old
+/// version and one unrelated library, all in a real ld.so.cache; nvidia-smi and firmware.
+fn fake_root(dir: &Path) -> Result<PathBuf, String> {
+    let root = dir.join("root");
+    let lib = root.join(LIBDIR);
+    for d in [
+        lib.clone(),
+        root.join("etc"),
+        root.join("dev"),
+        root.join("usr/bin"),
+        root.join(format!("lib/firmware/nvidia/{VERSION}")),
+        root.join("proc/driver/nvidia/gpus/0000:3b:00.0"),
+        root.join("proc/driver/nvidia/gpus/0000:86:00.0"),
+        root.join("var/cache/ldconfig"),
+    ] {
+        std::fs::create_dir_all(&d).map_err(|e| e.to_string())?;
+    }
+    let src = dir.join("empty.c");
+    std::fs::write(&src, "int mqfq_fake_symbol;\n").map_err(|e| e.to_string())?;
+    for (soname, file) in [
+        ("libcuda.so.1", format!("libcuda.so.{VERSION}")),
+        ("libnvidia-ml.so.1", format!("libnvidia-ml.so.{VERSION}")),
+        (
+            "libnvidia-ptxjitcompiler.so.1",
+            "libnvidia-ptxjitcompiler.so.470.1".to_owned(),
+        ),
+        ("libfoo.so.1", "libfoo.so.1.0".to_owned()),
+    ] {
+        sh(Command::new("cc")
+            .args(["-shared", "-fPIC", &format!("-Wl,-soname,{soname}"), "-o"])
+            .arg(lib.join(&file))
+            .arg(&src))?;
+        std::os::unix::fs::symlink(&file, lib.join(soname)).map_err(|e| e.to_string())?;
+    }
+    std::fs::write(root.join("etc/ld.so.conf"), format!("/{LIBDIR}\n"))
+        .map_err(|e| e.to_string())?;
+    sh(Command::new("ldconfig").arg("-r").arg(&root))?;
+    for (name, major, minor) in [
+        ("nvidia0", 195, 0),
+        ("nvidia1", 195, 1),
+        ("nvidiactl", 195, 255),
+        ("nvidia-uvm", 508, 0),
+    ] {
+        sh(Command::new("mknod")
+            .arg(root.join("dev").join(name))
+            .args(["c", &major.to_string(), &minor.to_string()]))?;
+    }
+    let w = |p: &str, t: &str| std::fs::write(root.join(p), t).map_err(|e| e.to_string());
+    w(
+        "proc/driver/nvidia/version",
+        &format!(
+            "NVRM version: NVIDIA UNIX x86_64 Kernel Module  {VERSION}  Tue Mar  5 22:23:56 UTC 2024\nGCC version:  gcc version 12.2.0\n"
+        ),
+    )?;
+    w(
+        "proc/driver/nvidia/gpus/0000:3b:00.0/information",
+        "Model: \t\t NVIDIA H100\nGPU UUID: \t GPU-aaaaaaaa-0000-4000-8000-000000000000\nDevice Minor: \t 0\n",
+    )?;
+    w(
+        "proc/driver/nvidia/gpus/0000:86:00.0/information",
+        "Model: \t\t NVIDIA H100\nGPU UUID: \t GPU-bbbbbbbb-0000-4000-8000-000000000000\nDevice Minor: \t 1\n",
+    )?;
+    w("usr/bin/nvidia-smi", "#!/bin/sh\necho fake nvidia-smi\n")?;
+    std::fs::set_permissions(
+        root.join("usr/bin/nvidia-smi"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .map_err(|e| e.to_string())?;
+    w(&format!("lib/firmware/nvidia/{VERSION}/gsp.bin"), "fw")?;
+    Ok(root)
+}
+
+fn root_or_skip(dir: &Path) -> Option<PathBuf> {
+    match fake_root(dir) {
+        Ok(r) => Some(r),
+        Err(e) if must_run() => panic!("fake driver root: {e}"),
+        Err(e) => {
+            eprintln!("skipped (needs root, cc, ldconfig): {e}");
+            None
+        }
+    }
+}
+
+#[test]
+fn discovery_from_a_fake_driver_root_gives_the_exact_edits() {
+    let dir = tempfile::tempdir_in("/tmp").unwrap();
+    let Some(root) = root_or_skip(dir.path()) else {
+        return;
+    };
+    let cache = discover::read_ld_cache(&root.join("etc/ld.so.cache")).unwrap();
+    assert!(
+        cache.contains(&("libcuda.so.1".into(), format!("/{LIBDIR}/libcuda.so.1"))),
+        "{cache:?}"
+    );
+    let e = discover::discover(&root, &dir.path().join("no-mps")).unwrap();
+    assert_eq!(e.driver_version, VERSION);
+    assert_eq!(e.source, format!("discovery:{}", root.display()));
+    let h = |p: &str| root.join(p.trim_start_matches('/')).display().to_string();
+    let nodes: Vec<(String, Option<String>, i64, i64)> = e
+        .common
+        .device_nodes
+        .iter()
+        .map(|n| {
+            (
+                n.path.clone(),
+                n.host_path.clone(),
+                n.major.unwrap(),
+                n.minor.unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        nodes,
+        [
+            ("/dev/nvidiactl".into(), Some(h("/dev/nvidiactl")), 195, 255),
+            ("/dev/nvidia-uvm".into(), Some(h("/dev/nvidia-uvm")), 508, 0),
+        ]
+    );
+    let mut mounts: Vec<(String, String)> = e
+        .common
+        .mounts
+        .iter()
+        .map(|m| (m.container_path.clone(), m.host_path.clone()))
+        .collect();
+    mounts.sort();
+    let mut want = vec![
+        (
+            format!("/{LIBDIR}/libcuda.so.{VERSION}"),
+            h(&format!("{LIBDIR}/libcuda.so.{VERSION}")),
+        ),
+        (
+            format!("/{LIBDIR}/libnvidia-ml.so.{VERSION}"),
+            h(&format!("{LIBDIR}/libnvidia-ml.so.{VERSION}")),
+        ),
+        ("/usr/bin/nvidia-smi".into(), h("/usr/bin/nvidia-smi")),
+        (
+            format!("/lib/firmware/nvidia/{VERSION}"),
+            h(&format!("lib/firmware/nvidia/{VERSION}")),
+        ),
+    ];
+    want.sort();
+    assert_eq!(
+        mounts, want,
+        "only this driver version's libraries, no libfoo"
+    );
+    let links: Vec<(String, String)> = e
+        .common
+        .symlinks
+        .iter()
+        .map(|s| (s.link.clone(), s.target.clone()))
+        .collect();
+    for l in [
+        (
+            format!("/{LIBDIR}/libcuda.so.1"),
+            format!("libcuda.so.{VERSION}"),
+        ),
+        (format!("/{LIBDIR}/libcuda.so"), "libcuda.so.1".to_owned()),
+        (
+            format!("/{LIBDIR}/libnvidia-ml.so.1"),
+            format!("libnvidia-ml.so.{VERSION}"),
+        ),
+    ] {
+        assert!(links.contains(&l), "{l:?} not in {links:?}");
+    }
+    assert_eq!(e.common.env, ["NVIDIA_VISIBLE_DEVICES=void"]);
+    let names: Vec<&[String]> = e.devices.iter().map(|d| d.names.as_slice()).collect();
+    assert_eq!(
+        names,
+        [
+            [
+                "0".to_owned(),
+                "GPU-aaaaaaaa-0000-4000-8000-000000000000".to_owned()
+            ],
+            [
+                "1".to_owned(),
+                "GPU-bbbbbbbb-0000-4000-8000-000000000000".to_owned()
+            ],
+        ]
+    );
+    let one = e
+        .select(&GpuSelection::Devices(vec![
+            "GPU-bbbbbbbb-0000-4000-8000-000000000000".into(),
+        ]))
+        .unwrap();
+    let paths: Vec<&str> = one.device_nodes.iter().map(|n| n.path.as_str()).collect();
+    assert_eq!(paths, ["/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia1"]);
+    assert_eq!(
+        (one.device_nodes[2].major, one.device_nodes[2].minor),
+        (Some(195), Some(1))
+    );
+
+    // An MPS daemon's pipe directory is mounted (read-write) when it exists.
+    let mps = dir.path().join("mps");
+    std::fs::create_dir_all(&mps).unwrap();
+    let e = discover::discover(&root, &mps).unwrap();
+    let m = e
+        .common
+        .mounts
+        .iter()
+        .find(|m| m.container_path == mps.display().to_string())
+        .unwrap();
+    assert!(!m.options.contains(&"ro".to_owned()));
+
+    // No driver, and a broken cache, say so.
+    let err = discover::discover(&dir.path().join("nothing"), &mps).unwrap_err();
+    assert!(matches!(err, edits::EditError::NoDriver { .. }), "{err}");
+    std::fs::write(
+        root.join("etc/ld.so.cache"),
+        b"glibc-ld.so.cache1.1\x05\0\0\0",
+    )
+    .unwrap();
+    let err = discover::discover(&root, &mps).unwrap_err().to_string();
+    assert!(
+        err.contains("ld.so.cache") && err.contains("truncated"),
+        "{err}"
+    );
+}
+
+fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/cdi")
+}
+
+#[test]
+fn cdi_specs_import_whole_gpus_mig_and_mps() {
+    let whole = cdi::import(&[fixtures().join("whole")]).unwrap().unwrap();
+    assert_eq!(whole.devices.len(), 1, "index and UUID entries merge");
+    assert_eq!(
+        whole.devices[0].names,
+        ["0", "GPU-1d7a0c2e-0000-4000-8000-000000000000"]
+    );
+    assert_eq!(whole.common.symlinks.len(), 1);
+    assert_eq!(
+        whole.common.symlinks[0].link,
+        "/usr/lib/x86_64-linux-gnu/libcuda.so"
+    );
+    assert_eq!(
+        whole.common.hooks.len(),
+        1,
+        "update-ldcache is kept, and reported as not run"
+    );
+    let mut spec = serde_json::json!({});
+    let sel = whole.select(&GpuSelection::All).unwrap();
+    let applied = edits::apply(&mut spec, &sel).unwrap();
+    assert_eq!((applied.devices, applied.mounts), (3, 1));
+    assert_eq!(applied.hooks_skipped, ["update-ldcache"]);
+
+    let mig = cdi::import(&[fixtures().join("mig")]).unwrap().unwrap();
+    let m = mig.devices.iter().find(|d| d.mig).unwrap();
+    assert_eq!(m.names, ["0:1", "MIG-5e5c6a4e-0000-4000-8000-000000000001"]);
+    let sel = mig
+        .select(&GpuSelection::Devices(vec![
+            "MIG-5e5c6a4e-0000-4000-8000-000000000001".into(),
+        ]))
+        .unwrap();
+    assert_eq!(sel.device_nodes.len(), 4);
+    assert_eq!(
+        mig.select(&GpuSelection::All).unwrap().device_nodes.len(),
+        2,
+        "all = whole GPUs"
+    );
+
+    let mps = cdi::import(&[fixtures().join("mps")]).unwrap().unwrap();
+    assert_eq!(mps.devices.len(), 2);
+    assert_eq!(mps.common.mounts[0].container_path, "/tmp/nvidia-mps");
+    // A later directory wins.
+    let both = cdi::import(&[fixtures().join("whole"), fixtures().join("mps")])
+        .unwrap()
+        .unwrap();
+    assert!(both.source.contains("mps"), "{}", both.source);
+
+    // A stale spec (a node that no longer exists, numbers not given) names the file and node.
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("nvidia.json"),
+        r#"{"cdiVersion":"0.5.0","kind":"nvidia.com/gpu","devices":[{"name":"0","containerEdits":{"deviceNodes":[{"path":"/dev/nvidia0","hostPath":"/nonexistent/nvidia0"}]}}]}"#,
+    )
+    .unwrap();
+    let err = cdi::import(&[dir.path().to_owned()])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("nvidia.json") && err.contains("/dev/nvidia0") && err.contains("stale"),
+        "{err}"
+    );
+    std::fs::write(
+        dir.path().join("nvidia.json"),
+        r#"{"kind": "nvidia.com/gpu", "devi"#,
+    )
+    .unwrap();
+    assert!(
+        cdi::import(&[dir.path().to_owned()])
+            .unwrap_err()
+            .to_string()
+            .contains("nvidia.json")
+    );
+    // Other vendors' specs are not ours.
+    std::fs::write(
+        dir.path().join("nvidia.json"),
+        r#"{"cdiVersion":"0.5.0","kind":"vendor.com/fpga","devices":[]}"#,
+    )
+    .unwrap();
+    assert!(cdi::import(&[dir.path().to_owned()]).unwrap().is_none());
+}
+
+#[test]
+fn a_gpu_container_gets_the_cached_edits_without_a_hook() {
+    let dir = tempfile::tempdir_in("/tmp").unwrap();
+    let Some(root) = root_or_skip(dir.path()) else {
+        return;
+    };
+    let shim = Path::new(env!("CARGO_BIN_EXE_containerd-shim-mqfq-v2"));
+    let Some(c) = Containerd::start(
+        &format!("it-{}-nv", std::process::id()),
+        shim.parent().unwrap(),
+    ) else {
+        return;
+    };
+    // mqfqd builds the edits from the fake root and publishes them where the shims look.
+    let cfg = c.dir().join("mqfqd.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "socket = \"{}\"\nmetrics_addr = \"\"\nbackend = \"simulated\"\nrestart_grace_ms = 0\n\
+             [simulated]\ngpus = 2\n[nvidia]\ndriver_root = \"{}\"\ncdi_dirs = []\nedits_file = \"{}\"\n",
+            c.daemon_socket().display(),
+            root.display(),
+            c.edits_file().display()
+        ),
+    )
+    .unwrap();
+    let daemon = Reaped(
+        Command::new(env!("CARGO_BIN_EXE_mqfqd"))
+            .arg("--config")
+            .arg(&cfg)
+            .spawn()
+            .unwrap(),
+    );
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !c.edits_file().exists() {
+        assert!(Instant::now() < deadline, "mqfqd wrote no edits");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let script = format!(
+        "ls -ln /dev/nvidia1 /dev/nvidiactl /dev/nvidia-uvm; test -e /dev/nvidia0 || echo no-nvidia0; \
+         readlink /{LIBDIR}/libcuda.so.1; readlink /{LIBDIR}/libcuda.so; \
+         test -s /{LIBDIR}/libcuda.so.{VERSION} && echo lib-mounted; /usr/bin/nvidia-smi; \
+         echo vis=$NVIDIA_VISIBLE_DEVICES"
+    );
+    let o = c.run(
+        MQFQ,
+        "nv1",
+        &[
+            "--env",
+            "NVIDIA_VISIBLE_DEVICES=1",
+            "--annotation",
+            "io.mqfq.function=nv",
+        ],
+        &["sh", "-c", &script],
+    );
+    let out = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(
+        o.status.success(),
+        "{out}{}\n{}",
+        String::from_utf8_lossy(&o.stderr),
+        c.log()
+    );
+    for want in [
+        "195,   1",
+        "195, 255",
+        "508,   0",
+        "no-nvidia0",
+        &format!("libcuda.so.{VERSION}"),
+        "libcuda.so.1",
+        "lib-mounted",
+        "fake nvidia-smi",
+        "vis=void",
+    ] {
+        assert!(out.contains(want), "{want:?} missing from:\n{out}");
+    }
+    assert!(c.log().contains("NVIDIA edits applied"), "{}", c.log());
+    // A GPU the node does not have fails Create, naming it, and leaves nothing behind.
+    let o = c.run(
+        MQFQ,
+        "nv2",
+        &["--env", "NVIDIA_VISIBLE_DEVICES=7"],
+        &["true"],
+    );
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert!(!o.status.success());
+    assert!(
+        err.contains("\"7\"") && err.contains("not on this node"),
+        "{err}"
+    );
+    let _ = c.ctr(&["containers", "rm", "nv2"]);
+    assert!(c.leftovers().is_empty(), "{:?}", c.leftovers());
+    drop(daemon);
+}
+
+/// A child killed and reaped when dropped, panics included.
+struct Reaped(std::process::Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
