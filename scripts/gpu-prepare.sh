@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Builds what tests/gpu/run.sh needs into gpu-bin/ (release binaries and ctxbench), small enough
+# to carry to a GPU machine that has no Rust toolchain.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PATH="$HOME/.cargo/bin:$PATH"
+cargo build --release --locked -q -p mqfq-shim -p mqfq-testkit
+mkdir -p gpu-bin
+cp target/release/{mqfqd,mqfqctl,containerd-shim-mqfq-v2,mqfq-demo} gpu-bin/
+strip gpu-bin/* 2>/dev/null || true
+cc -O2 -o gpu-bin/ctxbench tests/gpu/ctxbench.c -ldl
+du -sh gpu-bin

@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# The GPU check, for a machine with an NVIDIA GPU (one call, ≤ 5 minutes). Writes everything to
+# $OUT (default ./gpu-out): results.txt plus raw files. Each step is guarded: a missing piece is
+# recorded as such, never fatal. Binaries come from gpu-bin/ (built beforehand with
+# `scripts/gpu-prepare.sh`) or from `cargo build --release` when cargo is available.
+#
+# Measures: (1) CUDA context creation in a fresh process, with no other CUDA process and while a
+# held primary context keeps the driver warm; (2) mqfqd's discovery and edits against the real
+# driver (CDI spec or driver root) and its NVML view; (3) where containerd and runc exist, a GPU
+# container created with the cached edits.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+OUT=${OUT:-$PWD/gpu-out}
+mkdir -p "$OUT"
+R="$OUT/results.txt"
+: > "$R"
+say() { echo "$*" | tee -a "$R"; }
+
+say "# mqfq-shim GPU check $(date -u +%FT%TZ) on $(hostname)"
+if command -v nvidia-smi >/dev/null; then
+    nvidia-smi --query-gpu=index,name,uuid,driver_version,persistence_mode,mig.mode.current,memory.total \
+        --format=csv | tee -a "$R"
+else
+    say "nvidia-smi: not found"
+fi
+
+BIN=gpu-bin
+if [ ! -x "$BIN/mqfqd" ]; then
+    if command -v cargo >/dev/null; then
+        timeout 240 cargo build --release -q -p mqfq-shim && BIN=target/release
+    fi
+fi
+[ -x "$BIN/mqfqd" ] || say "mqfqd: no binary (run scripts/gpu-prepare.sh first)"
+
+# (1) Context creation: cold (fresh process; persistence mode as found), then warm (another
+# process holds the primary context).
+CTX=$BIN/ctxbench
+if [ ! -x "$CTX" ] && command -v cc >/dev/null; then
+    cc -O2 -o "$OUT/ctxbench" tests/gpu/ctxbench.c -ldl && CTX=$OUT/ctxbench
+fi
+if [ -x "$CTX" ]; then
+    say "## context creation, no other CUDA process (3 runs)"
+    for i in 1 2 3; do timeout 60 "$CTX" once 2>&1 | tr '\n' ' ' | tee -a "$R"; echo | tee -a "$R"; done
+    timeout 90 "$CTX" hold 40 > "$OUT/holder.txt" 2>&1 &
+    HOLDER=$!
+    sleep 5
+    say "## context creation while a held primary context keeps the driver warm (3 runs)"
+    for i in 1 2 3; do timeout 60 "$CTX" once 2>&1 | tr '\n' ' ' | tee -a "$R"; echo | tee -a "$R"; done
+    kill "$HOLDER" 2>/dev/null; wait "$HOLDER" 2>/dev/null
+else
+    say "ctxbench: no binary and no cc"
+fi
+
+# (2) Discovery and edits against the real driver, and the NVML view.
+if [ -x "$BIN/mqfqd" ]; then
+    cat > "$OUT/mqfqd.toml" <<TOML
+socket = "$OUT/mqfqd.sock"
+metrics_addr = ""
+backend = "nvml"
+dispatch_log = "$OUT/dispatch.jsonl"
+[nvidia]
+edits_file = "$OUT/nvidia-edits.json"
+TOML
+    ls /etc/cdi /var/run/cdi > "$OUT/cdi-dirs.txt" 2>&1
+    start=$(date +%s%N)
+    "$BIN/mqfqd" --config "$OUT/mqfqd.toml" 2> "$OUT/mqfqd.log" &
+    D=$!
+    for _ in $(seq 100); do [ -s "$OUT/nvidia-edits.json" ] && break; sleep 0.1; done
+    end=$(date +%s%N)
+    if [ -s "$OUT/nvidia-edits.json" ]; then
+        say "## mqfqd with NVML: edits published $(( (end - start) / 1000000 )) ms after exec (daemon start included)"
+    else
+        say "## mqfqd with NVML: no edits after 10 s"
+    fi
+    sleep 2
+    "$BIN/mqfqctl" --socket "$OUT/mqfqd.sock" status 2>&1 | head -20 | tee -a "$R"
+    "$BIN/mqfqctl" --socket "$OUT/mqfqd.sock" status --json > "$OUT/status.json" 2>&1
+    if [ -s "$OUT/nvidia-edits.json" ]; then
+        python3 - "$OUT/nvidia-edits.json" <<'PY' | tee -a "$R"
+import json, sys
+e = json.load(open(sys.argv[1]))
+c = e["common"]
+print(f"edits: source={e['source']} driver={e['driver_version']} error={e.get('error')}")
+print(f"  common: {len(c.get('deviceNodes', []))} device nodes, {len(c.get('mounts', []))} mounts, "
+      f"{len(c.get('symlinks', []))} symlinks, hooks not run: {[h['args'][1:2] for h in c.get('hooks', [])]}")
+print(f"  devices: {[d['names'] for d in e['devices']]}")
+PY
+    else
+        say "edits: none published (see mqfqd.log)"
+    fi
+    grep -E "warm driver|page cache|NVIDIA" "$OUT/mqfqd.log" | tee -a "$R"
+    # (3) A GPU container with the cached edits, where containerd and runc exist.
+    if command -v containerd >/dev/null && command -v runc >/dev/null && [ -x "$BIN/mqfq-demo" ]; then
+        say "## containerd present: see demo.txt for GPU containers through the shim"
+        timeout 150 "$BIN/mqfq-demo" "$PWD/$BIN" > "$OUT/demo.txt" 2>&1
+        tail -20 "$OUT/demo.txt" | tee -a "$R"
+    else
+        say "## no containerd/runc here: container creation with the edits not checked on this machine"
+    fi
+    kill "$D" 2>/dev/null; wait "$D" 2>/dev/null
+fi
+say "# done $(date -u +%FT%TZ)"
