@@ -195,6 +195,23 @@ fn discovery_from_a_fake_driver_root_gives_the_exact_edits() {
         assert!(links.contains(&l), "{l:?} not in {links:?}");
     }
     assert_eq!(e.common.env, ["NVIDIA_VISIBLE_DEVICES=void"]);
+    let mut libs: Vec<(&str, &str)> = e
+        .common
+        .libraries
+        .iter()
+        .map(|l| (l.soname.as_str(), l.path.as_str()))
+        .collect();
+    libs.sort_unstable();
+    assert_eq!(
+        libs,
+        [
+            ("libcuda.so.1", format!("/{LIBDIR}/libcuda.so.1").as_str()),
+            (
+                "libnvidia-ml.so.1",
+                format!("/{LIBDIR}/libnvidia-ml.so.1").as_str()
+            ),
+        ]
+    );
     let names: Vec<&[String]> = e.devices.iter().map(|d| d.names.as_slice()).collect();
     assert_eq!(
         names,
@@ -232,6 +249,31 @@ fn discovery_from_a_fake_driver_root_gives_the_exact_edits() {
         .find(|m| m.container_path == mps.display().to_string())
         .unwrap();
     assert!(!m.options.contains(&"ro".to_owned()));
+
+    // A CDI spec mounting the same library: the soname is read from the ELF file, giving the
+    // ld.so.cache entry and the soname link that `update-ldcache` would have made.
+    let cdi_dir = dir.path().join("cdi");
+    std::fs::create_dir_all(&cdi_dir).unwrap();
+    let lib = h(&format!("{LIBDIR}/libcuda.so.{VERSION}"));
+    std::fs::write(
+        cdi_dir.join("nvidia.json"),
+        serde_json::json!({
+            "cdiVersion": "0.5.0", "kind": "nvidia.com/gpu",
+            "devices": [{"name": "0", "containerEdits": {"deviceNodes": [{"path": "/dev/nvidia0", "hostPath": h("/dev/nvidia0")}]}}],
+            "containerEdits": {"mounts": [{"hostPath": lib, "containerPath": format!("/{LIBDIR}/libcuda.so.{VERSION}")}]}
+        })
+        .to_string(),
+    )
+    .unwrap();
+    let c = cdi::import(&[cdi_dir]).unwrap().unwrap();
+    assert_eq!(c.common.libraries.len(), 1);
+    assert_eq!(c.common.libraries[0].soname, "libcuda.so.1");
+    assert_eq!(c.common.symlinks[0].link, format!("/{LIBDIR}/libcuda.so.1"));
+    assert_eq!(
+        c.devices[0].edits.device_nodes[0].minor,
+        Some(0),
+        "numbers read from the node"
+    );
 
     // No driver, and a broken cache, say so.
     let err = discover::discover(&dir.path().join("nothing"), &mps).unwrap_err();
@@ -376,6 +418,7 @@ fn a_gpu_container_gets_the_cached_edits_without_a_hook() {
         "ls -ln /dev/nvidia1 /dev/nvidiactl /dev/nvidia-uvm; test -e /dev/nvidia0 || echo no-nvidia0; \
          readlink /{LIBDIR}/libcuda.so.1; readlink /{LIBDIR}/libcuda.so; \
          test -s /{LIBDIR}/libcuda.so.{VERSION} && echo lib-mounted; /usr/bin/nvidia-smi; \
+         grep -q libcuda.so.1 /etc/ld.so.cache && echo cache-lists-libcuda; \
          echo vis=$NVIDIA_VISIBLE_DEVICES"
     );
     let o = c.run(
@@ -405,6 +448,7 @@ fn a_gpu_container_gets_the_cached_edits_without_a_hook() {
         "libcuda.so.1",
         "lib-mounted",
         "fake nvidia-smi",
+        "cache-lists-libcuda",
         "vis=void",
     ] {
         assert!(out.contains(want), "{want:?} missing from:\n{out}");
@@ -436,4 +480,108 @@ impl Drop for Reaped {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
+}
+
+/// The ld.so.cache the shim builds is read by glibc: a program in a chroot finds `libcuda.so.1`
+/// in a directory the loader never searches by default only through that cache, and the image's
+/// own entries are kept.
+#[test]
+fn the_built_ld_cache_lets_glibc_find_driver_libraries() {
+    let dir = tempfile::tempdir_in("/tmp").unwrap();
+    let root = dir.path().join("root");
+    let setup = || -> Result<(), String> {
+        let libdir = root.join("lib/x86_64-linux-gnu");
+        for d in [
+            libdir.clone(),
+            root.join("lib64"),
+            root.join("opt/nv/lib"),
+            root.join("etc"),
+        ] {
+            std::fs::create_dir_all(&d).map_err(|e| e.to_string())?;
+        }
+        for (from, to) in [
+            ("/lib/x86_64-linux-gnu/libc.so.6", libdir.join("libc.so.6")),
+            (
+                "/lib64/ld-linux-x86-64.so.2",
+                root.join("lib64/ld-linux-x86-64.so.2"),
+            ),
+        ] {
+            std::fs::copy(from, &to).map_err(|e| format!("{from}: {e}"))?;
+        }
+        std::fs::write(dir.path().join("lib.c"), "int fake_cuda;\n").map_err(|e| e.to_string())?;
+        sh(Command::new("cc")
+            .args(["-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o"])
+            .arg(root.join(format!("opt/nv/lib/libcuda.so.{VERSION}")))
+            .arg(dir.path().join("lib.c")))?;
+        std::os::unix::fs::symlink(
+            format!("libcuda.so.{VERSION}"),
+            root.join("opt/nv/lib/libcuda.so.1"),
+        )
+        .map_err(|e| e.to_string())?;
+        std::fs::write(
+            dir.path().join("probe.c"),
+            "#include <dlfcn.h>\n#include <stdio.h>\nint main(void){void*h=dlopen(\"libcuda.so.1\",RTLD_NOW);\
+             if(!h){printf(\"missing: %s\\n\",dlerror());return 1;}printf(\"found\\n\");return 0;}\n",
+        )
+        .map_err(|e| e.to_string())?;
+        sh(Command::new("cc")
+            .arg("-o")
+            .arg(root.join("probe"))
+            .arg(dir.path().join("probe.c")))?;
+        // The image's own cache (libc only: /opt/nv/lib is not in its ld.so.conf).
+        std::fs::write(root.join("etc/ld.so.conf"), "/lib/x86_64-linux-gnu\n")
+            .map_err(|e| e.to_string())?;
+        sh(Command::new("ldconfig").arg("-r").arg(&root))
+    };
+    if !cfg!(target_arch = "x86_64") {
+        return;
+    }
+    if let Err(e) = setup() {
+        assert!(!must_run(), "chroot setup: {e}");
+        eprintln!("skipped: {e}");
+        return;
+    }
+    let probe = || {
+        let o = Command::new("chroot")
+            .arg(&root)
+            .arg("/probe")
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    assert!(probe().contains("missing"), "found without our cache?");
+    let e = edits::ContainerEdits {
+        libraries: vec![edits::Library {
+            soname: "libcuda.so.1".into(),
+            path: "/opt/nv/lib/libcuda.so.1".into(),
+        }],
+        ..edits::ContainerEdits::default()
+    };
+    let mut spec = serde_json::json!({});
+    let cache_dir = dir.path().join("ldcache");
+    let file = edits::mount_ld_cache(&mut spec, &root, &e, &cache_dir)
+        .unwrap()
+        .unwrap();
+    assert_eq!(spec["mounts"][0]["destination"], "/etc/ld.so.cache");
+    assert_eq!(spec["mounts"][0]["source"], file.display().to_string());
+    // Built once per (image cache, libraries): a second container reuses the file.
+    let again = edits::mount_ld_cache(&mut spec, &root, &e, &cache_dir)
+        .unwrap()
+        .unwrap();
+    assert_eq!(again, file);
+    assert_eq!(std::fs::read_dir(&cache_dir).unwrap().count(), 1);
+    // What the bind mount does, here by copy: the loader now finds the library, and libc still.
+    std::fs::copy(&file, root.join("etc/ld.so.cache")).unwrap();
+    assert_eq!(probe().trim(), "found");
+    let listed = Command::new("ldconfig")
+        .arg("-p")
+        .arg("-C")
+        .arg(&file)
+        .output()
+        .unwrap();
+    let listed = String::from_utf8_lossy(&listed.stdout);
+    assert!(
+        listed.contains("libcuda.so.1") && listed.contains("libc.so.6"),
+        "{listed}"
+    );
 }

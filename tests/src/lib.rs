@@ -164,6 +164,7 @@ impl Containerd {
             .env("PATH", path)
             .env("MQFQ_DAEMON_SOCKET", d.join("mqfqd.sock"))
             .env("MQFQ_EDITS_FILE", d.join("nvidia-edits.json"))
+            .env("MQFQ_LDCACHE_DIR", d.join("ldcache"))
             .envs(env.iter().copied())
             .stdout(log.try_clone().expect("log"))
             .stderr(log)

@@ -148,10 +148,37 @@ pub fn import(dirs: &[PathBuf]) -> Result<Option<NodeEdits>, EditError> {
                 continue;
             }
             let mut e = parse(&f, &text)?;
+            derive_libraries(&mut e.common);
             e.fill_device_numbers()
                 .map_err(|err| spec_err(&f, format!("stale or inconsistent spec: {err}")))?;
             found = Some(e);
         }
     }
     Ok(found)
+}
+
+/// What `update-ldcache` would have registered: each mounted shared library's soname (read from
+/// the host file) at its container directory, with the soname link `ldconfig` would have made.
+fn derive_libraries(e: &mut ContainerEdits) {
+    for m in &e.mounts {
+        let cp = Path::new(&m.container_path);
+        let Some(name) = cp.file_name().and_then(|n| n.to_str()) else {
+            continue;
+        };
+        if !(name.starts_with("lib") && name.contains(".so")) {
+            continue;
+        }
+        let Some(soname) = super::ldcache::soname(Path::new(&m.host_path)) else {
+            continue;
+        };
+        let dir = cp.parent().unwrap_or(Path::new("/"));
+        let path = dir.join(&soname).display().to_string();
+        if soname != name && !e.symlinks.iter().any(|s| s.link == path) {
+            e.symlinks.push(Symlink {
+                link: path.clone(),
+                target: name.to_owned(),
+            });
+        }
+        e.libraries.push(super::edits::Library { soname, path });
+    }
 }

@@ -41,54 +41,18 @@ fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> EditError {
     move |source| EditError::Io { what, source }
 }
 
-/// The `(soname, path)` entries of a glibc ld.so.cache (the "glibc-ld.so.cache1.1" format,
-/// alone or after the old "ld.so-1.7.0" table).
+/// The `(soname, path)` entries of a glibc ld.so.cache.
 ///
 /// # Errors
 /// Unreadable, or not an ld.so.cache.
 pub fn read_ld_cache(path: &Path) -> Result<Vec<(String, String)>, EditError> {
     let data = std::fs::read(path).map_err(io(format!("read {}", path.display())))?;
-    parse_ld_cache(&data).map_err(|reason| EditError::Spec {
-        file: path.to_owned(),
-        reason,
-    })
-}
-
-fn u32_at(d: &[u8], off: usize) -> Option<u32> {
-    d.get(off..off + 4)
-        .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-}
-
-fn cstr_at(d: &[u8], off: usize) -> Option<String> {
-    let rest = d.get(off..)?;
-    let end = rest.iter().position(|&b| b == 0)?;
-    String::from_utf8(rest[..end].to_vec()).ok()
-}
-
-fn parse_ld_cache(d: &[u8]) -> Result<Vec<(String, String)>, String> {
-    const MAGIC: &[u8] = b"glibc-ld.so.cache1.1";
-    let start = d
-        .windows(MAGIC.len())
-        .position(|w| w == MAGIC)
-        .ok_or("no glibc-ld.so.cache1.1 header")?;
-    let h = &d[start..];
-    let nlibs = u32_at(h, 20).ok_or("truncated header")? as usize;
-    // Header 48 bytes, entries 24 bytes: flags i32, key u32, value u32, osversion u32, hwcap u64.
-    if h.len() < 48 + nlibs.saturating_mul(24) {
-        return Err(format!("truncated: {nlibs} entries announced"));
-    }
-    let mut out = Vec::with_capacity(nlibs);
-    for i in 0..nlibs {
-        let e = 48 + i * 24;
-        let key = u32_at(h, e + 4).ok_or("truncated entry")? as usize;
-        let value = u32_at(h, e + 8).ok_or("truncated entry")? as usize;
-        // String offsets count from the start of the new-format header.
-        let (Some(k), Some(v)) = (cstr_at(h, key), cstr_at(h, value)) else {
-            return Err(format!("entry {i}: string offset out of range"));
-        };
-        out.push((k, v));
-    }
-    Ok(out)
+    super::ldcache::parse(&data)
+        .map(|v| v.into_iter().map(|e| (e.key, e.value)).collect())
+        .map_err(|reason| EditError::Spec {
+            file: path.to_owned(),
+            reason,
+        })
 }
 
 fn host(root: &Path, path: &str) -> String {
@@ -212,6 +176,10 @@ pub fn discover(root: &Path, mps_pipe_dir: &Path) -> Result<NodeEdits, EditError
                 ..Mount::default()
             });
         }
+        common.libraries.push(super::edits::Library {
+            soname: soname.clone(),
+            path: path.clone(),
+        });
         if path != container_real {
             common.symlinks.push(Symlink {
                 link: path.clone(),

@@ -129,6 +129,15 @@ pub struct Symlink {
     pub target: String,
 }
 
+/// A driver library the container's `ld.so.cache` must list.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Library {
+    /// Its soname (`libcuda.so.1`).
+    pub soname: String,
+    /// Where the loader finds it in the container.
+    pub path: String,
+}
+
 /// One set of edits, as CDI `containerEdits`, plus the symlinks the shim creates itself.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
@@ -149,6 +158,9 @@ pub struct ContainerEdits {
     /// Symlinks created in the rootfs at Create.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub symlinks: Vec<Symlink>,
+    /// Driver libraries for the container's `ld.so.cache` (replaces `update-ldcache`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub libraries: Vec<Library>,
 }
 
 impl ContainerEdits {
@@ -181,6 +193,11 @@ impl ContainerEdits {
         for s in &other.symlinks {
             if !self.symlinks.contains(s) {
                 self.symlinks.push(s.clone());
+            }
+        }
+        for l in &other.libraries {
+            if !self.libraries.contains(l) {
+                self.libraries.push(l.clone());
             }
         }
     }
@@ -462,7 +479,9 @@ pub fn apply(spec: &mut Value, edits: &ContainerEdits) -> Result<Applied, EditEr
     }
     for h in &edits.hooks {
         let what = h.args.get(1).cloned().unwrap_or_else(|| h.path.clone());
-        if what != "create-symlinks" {
+        let replaced =
+            what == "create-symlinks" || (what == "update-ldcache" && !edits.libraries.is_empty());
+        if !replaced {
             applied.hooks_skipped.push(what);
         }
     }
@@ -505,3 +524,72 @@ pub fn make_symlinks(rootfs: &Path, edits: &ContainerEdits) -> Result<usize, Edi
 
 #[cfg(test)]
 mod tests;
+
+/// Where the shim keeps the `ld.so.cache` files it builds: `MQFQ_LDCACHE_DIR`, else
+/// `/var/lib/mqfq/ldcache`.
+#[must_use]
+pub fn ldcache_dir() -> PathBuf {
+    std::env::var_os("MQFQ_LDCACHE_DIR")
+        .map_or_else(|| PathBuf::from("/var/lib/mqfq/ldcache"), PathBuf::from)
+}
+
+/// Gives the container an `ld.so.cache` listing the driver libraries: its image's own cache
+/// (from `rootfs`) merged with `edits.libraries`, built once per (image cache, libraries) under
+/// `dir` and bind-mounted read-only over `/etc/ld.so.cache`. Returns the cache file, or `None`
+/// when there is nothing to add.
+///
+/// # Errors
+/// The cache directory or file cannot be written, or the spec has the wrong shape.
+pub fn mount_ld_cache(
+    spec: &mut Value,
+    rootfs: &Path,
+    edits: &ContainerEdits,
+    dir: &Path,
+) -> Result<Option<PathBuf>, EditError> {
+    use sha2::Digest;
+    if edits.libraries.is_empty() {
+        return Ok(None);
+    }
+    let image = std::fs::read(rootfs.join("etc/ld.so.cache")).ok();
+    let driver: Vec<(String, String)> = edits
+        .libraries
+        .iter()
+        .map(|l| (l.soname.clone(), l.path.clone()))
+        .collect();
+    let mut h = sha2::Sha256::new();
+    h.update(image.as_deref().unwrap_or_default());
+    for (k, v) in &driver {
+        h.update(k.as_bytes());
+        h.update([0]);
+        h.update(v.as_bytes());
+        h.update([0]);
+    }
+    let key: String = h.finalize().iter().map(|b| format!("{b:02x}")).collect();
+    let file = dir.join(format!("{key}.cache"));
+    if !file.exists() {
+        std::fs::create_dir_all(dir).map_err(|source| EditError::Io {
+            what: format!("create {}", dir.display()),
+            source,
+        })?;
+        let bytes = super::ldcache::for_container(image.as_deref(), &driver);
+        let tmp = dir.join(format!("{key}.{}.tmp", std::process::id()));
+        std::fs::write(&tmp, bytes)
+            .and_then(|()| std::fs::rename(&tmp, &file))
+            .map_err(|source| EditError::Io {
+                what: format!("write {}", file.display()),
+                source,
+            })?;
+    }
+    let m = spec
+        .as_object_mut()
+        .ok_or_else(|| EditError::OciSpec("not an object".into()))?;
+    let mounts = arr(m, "mounts")?;
+    mounts.retain(|x| x.get("destination").and_then(Value::as_str) != Some("/etc/ld.so.cache"));
+    mounts.push(json!({
+        "destination": "/etc/ld.so.cache",
+        "source": file.display().to_string(),
+        "type": "bind",
+        "options": ["ro", "nosuid", "nodev", "bind", "rprivate"],
+    }));
+    Ok(Some(file))
+}

@@ -16,6 +16,7 @@
 pub mod cdi;
 pub mod discover;
 pub mod edits;
+pub mod ldcache;
 pub mod warm;
 
 /// Where `mqfqd` writes the node's edits and the shim reads them.

@@ -336,20 +336,12 @@ impl TaskService {
             .map_err(|e| Error::InvalidArgument(format!("{}: {e}", spec_path.display())))?;
         let gpu = gpu::classify(&spec, &id)?;
         // The node's pre-computed NVIDIA edits go straight into the spec: no hook process.
+        // Selected and applied in memory here (an unknown GPU fails before anything is mounted);
+        // written once the rootfs is there for the symlinks and the ld.so.cache.
         let nvidia = match &gpu {
             Classification::Gpu(w) => {
-                let file = crate::nvidia::edits_file();
-                let prepared = crate::nvidia::prepare(&mut spec, w, &file)
-                    .map_err(|e| Error::InvalidArgument(format!("GPU container {id}: {e}")))?;
-                if prepared.is_some() {
-                    let text = serde_json::to_vec(&spec).map_err(|e| {
-                        Error::InvalidArgument(format!("{}: {e}", spec_path.display()))
-                    })?;
-                    tokio::fs::write(&spec_path, text)
-                        .await
-                        .map_err(|e| Error::io(format!("write {}", spec_path.display()), e))?;
-                }
-                prepared
+                crate::nvidia::prepare(&mut spec, w, &crate::nvidia::edits_file())
+                    .map_err(|e| Error::InvalidArgument(format!("GPU container {id}: {e}")))?
             }
             Classification::NotGpu => None,
         };
@@ -378,20 +370,13 @@ impl TaskService {
             }
             mounted = true;
         }
-        if let Some((edits, applied)) = &nvidia {
-            match crate::nvidia::edits::make_symlinks(&rootfs, edits) {
-                Ok(links) => tracing::info!(
-                    container = %id, devices = applied.devices, mounts = applied.mounts,
-                    symlinks = links, legacy_hooks_dropped = applied.hooks_dropped,
-                    hooks_not_run = ?applied.hooks_skipped, "NVIDIA edits applied"
-                ),
-                Err(e) => {
-                    if mounted {
-                        unmount(&rootfs);
-                    }
-                    return Err(Error::InvalidArgument(format!("GPU container {id}: {e}")));
-                }
+        if let Some((edits, applied)) = &nvidia
+            && let Err(e) = finish_nvidia(&mut spec, &spec_path, &rootfs, edits, applied, &id).await
+        {
+            if mounted {
+                unmount(&rootfs);
             }
+            return Err(e);
         }
         let io = match ProcessIo::new(&stdio, &id, &self.namespace).await {
             Ok(io) => io,
@@ -927,6 +912,33 @@ impl TaskService {
             .get(id)
             .map(|c| c.gpu.clone())
     }
+}
+
+/// The part of the NVIDIA edits that needs the rootfs: symlinks, the container's ld.so.cache,
+/// then the spec written for runc.
+async fn finish_nvidia(
+    spec: &mut serde_json::Value,
+    spec_path: &Path,
+    rootfs: &Path,
+    edits: &crate::nvidia::edits::ContainerEdits,
+    applied: &crate::nvidia::edits::Applied,
+    id: &str,
+) -> Result<()> {
+    use crate::nvidia::edits;
+    let bad = |e: edits::EditError| Error::InvalidArgument(format!("GPU container {id}: {e}"));
+    let links = edits::make_symlinks(rootfs, edits).map_err(bad)?;
+    let cache = edits::mount_ld_cache(spec, rootfs, edits, &edits::ldcache_dir()).map_err(bad)?;
+    let text = serde_json::to_vec(spec)
+        .map_err(|e| Error::InvalidArgument(format!("{}: {e}", spec_path.display())))?;
+    tokio::fs::write(spec_path, text)
+        .await
+        .map_err(|e| Error::io(format!("write {}", spec_path.display()), e))?;
+    tracing::info!(
+        container = %id, devices = applied.devices, mounts = applied.mounts, symlinks = links,
+        ld_cache = ?cache, legacy_hooks_dropped = applied.hooks_dropped,
+        hooks_not_run = ?applied.hooks_skipped, "NVIDIA edits applied"
+    );
+    Ok(())
 }
 
 /// Unmounts the rootfs (and anything below it), logging failures: there is nothing better to do
