@@ -130,6 +130,93 @@ fn nvml_backend_reads_the_double_and_drives_d() {
     let _ = Command::new("kill").arg(child.id().to_string()).status();
     let _ = child.wait();
 
+    // Persistence mode refused: the daemon holds each GPU's primary CUDA context instead (through
+    // the libcuda double), and releases them when it stops.
+    let cuda = mqfq_testkit::build_double("cuda", dir.path()).unwrap();
+    let cuda_log = dir.path().join("cuda.log");
+    let cfg2 = dir.path().join("mqfqd2.toml");
+    let base = std::fs::read_to_string(&cfg).unwrap();
+    std::fs::write(
+        &cfg2,
+        base.replace(
+            "[nvidia]\nedits = false\n",
+            &format!(
+                "[nvidia]\nedits = false\ncuda_library = \"{}\"\n",
+                cuda.display()
+            ),
+        ),
+    )
+    .unwrap();
+    let stderr = dir.path().join("mqfqd2.log");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_mqfqd"))
+        .arg("--config")
+        .arg(&cfg2)
+        .env("FAKE_NVML_PERSIST_DENY", "1")
+        .env("FAKE_CUDA_GPUS", "2")
+        .env("FAKE_CUDA_LOG", &cuda_log)
+        .stderr(std::fs::File::create(&stderr).unwrap())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while status(&sock).is_none() {
+        assert!(
+            Instant::now() < deadline,
+            "{}",
+            std::fs::read_to_string(&stderr).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(
+        std::fs::read_to_string(&cuda_log).unwrap(),
+        "cuInit -1\nretain 0\nretain 1\n"
+    );
+    let _ = Command::new("kill").arg(child.id().to_string()).status();
+    let _ = child.wait();
+    assert!(
+        std::fs::read_to_string(&cuda_log)
+            .unwrap()
+            .ends_with("release 0\nrelease 1\n"),
+        "contexts released at stop"
+    );
+    let log = std::fs::read_to_string(&stderr).unwrap();
+    assert!(
+        log.contains("holding the primary CUDA context of 2 GPUs"),
+        "{log}"
+    );
+
+    // No libcuda either: a logged state, and the daemon serves on.
+    std::fs::write(
+        &cfg2,
+        base.replace(
+            "[nvidia]\nedits = false\n",
+            "[nvidia]\nedits = false\ncuda_library = \"/nonexistent/libcuda.so.1\"\n",
+        ),
+    )
+    .unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_mqfqd"))
+        .arg("--config")
+        .arg(&cfg2)
+        .env("FAKE_NVML_PERSIST_DENY", "1")
+        .stderr(std::fs::File::create(&stderr).unwrap())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while status(&sock).is_none() {
+        assert!(
+            Instant::now() < deadline,
+            "{}",
+            std::fs::read_to_string(&stderr).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = Command::new("kill").arg(child.id().to_string()).status();
+    let _ = child.wait();
+    let log = std::fs::read_to_string(&stderr).unwrap();
+    assert!(
+        log.contains("/nonexistent/libcuda.so.1") && log.contains("may pay driver initialization"),
+        "{log}"
+    );
+
     // A driver that is not loaded is an error at startup that says so, not a panic.
     let o = Command::new(env!("CARGO_BIN_EXE_mqfqd"))
         .arg("--config")

@@ -7,6 +7,7 @@
  *   FAKE_NVML_UTIL   file whose lines are each GPU's utilization percent, read at every call
  *   FAKE_NVML_FAIL   if set, nvmlInit fails with NVML_ERROR_DRIVER_NOT_LOADED
  *   FAKE_NVML_PERSIST file that nvmlDeviceSetPersistenceMode appends "<index> <mode>" to
+ *   FAKE_NVML_PERSIST_DENY  if set, nvmlDeviceSetPersistenceMode fails with NVML_ERROR_NO_PERMISSION
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -143,6 +144,7 @@ nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t d, unsigned int *current, unsigne
 
 nvmlReturn_t nvmlDeviceSetPersistenceMode(nvmlDevice_t d, int mode) {
     if (!valid(d)) return NVML_ERROR_INVALID_ARGUMENT;
+    if (getenv("FAKE_NVML_PERSIST_DENY")) return 4; /* NVML_ERROR_NO_PERMISSION */
     const char *path = getenv("FAKE_NVML_PERSIST");
     if (path) {
         FILE *f = fopen(path, "a");

@@ -506,13 +506,14 @@ pub fn build_busybox_image(out: &Path, name: &str, cmd: &[&str]) -> std::io::Res
 }
 
 /// Compiles one of the CPU-only library doubles in `tests/doubles/` (`nvml` →
-/// `libnvidia-ml.so.1`) into `out` with the system C compiler and returns its path.
+/// `libnvidia-ml.so.1`, `cuda` → `libcuda.so.1`) into `out` with the system C compiler and returns its path.
 ///
 /// # Errors
 /// No C compiler, or it failed.
 pub fn build_double(name: &str, out: &Path) -> std::io::Result<PathBuf> {
     let (src, lib) = match name {
         "nvml" => ("nvml.c", "libnvidia-ml.so.1"),
+        "cuda" => ("cuda.c", "libcuda.so.1"),
         other => {
             return Err(std::io::Error::new(
                 std::io::ErrorKind::NotFound,

@@ -19,7 +19,8 @@
 //! [nvidia]         # pre-created GPU state: edits = true, driver_root = "/",
 //!                  # cdi_dirs = ["/etc/cdi", "/var/run/cdi"],
 //!                  # edits_file = "/run/mqfq/nvidia-edits.json", refresh_interval_ms = 5000,
-//!                  # persistence_mode = true, warm_budget_mib = 1024, warm_paths = []
+//!                  # persistence_mode = true, cuda_library = "libcuda.so.1",
+//!                  # warm_budget_mib = 1024, warm_paths = []
 //! ```
 
 use std::path::{Path, PathBuf};
@@ -143,8 +144,10 @@ pub struct NvidiaSection {
     pub edits_file: PathBuf,
     /// How often the sources are checked for changes.
     pub refresh_interval_ms: u64,
-    /// Turn on persistence mode on every GPU (keeps the driver initialized).
+    /// Keep the driver initialized: persistence mode on every GPU, else held primary contexts.
     pub persistence_mode: bool,
+    /// The CUDA driver library for held contexts.
+    pub cuda_library: String,
     /// Page-cache warming budget.
     pub warm_budget_mib: u64,
     /// Extra files or directories to warm (large CUDA libraries of frequent images).
@@ -160,6 +163,7 @@ impl Default for NvidiaSection {
             edits_file: PathBuf::from(crate::nvidia::DEFAULT_EDITS_FILE),
             refresh_interval_ms: 5000,
             persistence_mode: true,
+            cuda_library: "libcuda.so.1".into(),
             warm_budget_mib: 1024,
             warm_paths: Vec::new(),
         }

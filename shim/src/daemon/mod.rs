@@ -5,12 +5,14 @@
 //! - [`config`] — `mqfqd.toml`.
 //! - [`server`] — the ttrpc service, shim liveness, the sampling loop, the dispatch log.
 //! - [`metrics`] — Prometheus metrics and their HTTP endpoint.
+//! - [`warm`] — held primary CUDA contexts, the warm driver where persistence mode is refused.
 
 pub mod config;
 pub mod core;
 pub mod metrics;
 pub mod monitor;
 pub mod server;
+pub mod warm;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -86,14 +88,12 @@ pub async fn run(
 ) -> Result<(), RunError> {
     let mut monitor = open_monitor(&cfg)?;
     let gpus = monitor.devices()?;
-    if cfg.nvidia.persistence_mode {
-        match monitor.keep_driver_warm() {
-            Ok(what) => tracing::info!("warm driver: {what}"),
-            Err(e) => tracing::warn!(
-                "warm driver: {e}; the first CUDA call of a container may pay driver initialization"
-            ),
-        }
-    }
+    // Kept for the daemon's lifetime: dropping it releases the contexts.
+    let _held = if cfg.nvidia.persistence_mode {
+        warm_driver(monitor.as_mut(), &cfg.nvidia.cuda_library)
+    } else {
+        None
+    };
     let queue = cfg.queue_config()?;
     for g in &gpus {
         cfg.concurrency_config(g.mode)?;
@@ -222,5 +222,35 @@ async fn publish(cfg: &config::NvidiaSection, built: Option<crate::nvidia::edits
             skipped = w.skipped,
             "page cache warmed"
         );
+    }
+}
+
+/// Keeps the driver initialized: persistence mode where NVML allows it, else primary contexts
+/// held through libcuda; neither is a logged state, not an error.
+fn warm_driver(monitor: &mut dyn GpuMonitor, cuda: &str) -> Option<warm::HeldContexts> {
+    let persistence = match monitor.keep_driver_warm() {
+        Ok(what) => {
+            tracing::info!("warm driver: {what}");
+            return None;
+        }
+        Err(e) => e,
+    };
+    if monitor.backend() != "nvml" {
+        return None;
+    }
+    match warm::HeldContexts::hold(cuda) {
+        Ok(h) => {
+            tracing::info!(
+                "warm driver: persistence mode refused ({persistence}); holding the primary CUDA context of {} GPUs",
+                h.count()
+            );
+            Some(h)
+        }
+        Err(e) => {
+            tracing::warn!(
+                "warm driver: persistence mode refused ({persistence}) and {cuda}: {e}; a container's first CUDA call may pay driver initialization"
+            );
+            None
+        }
     }
 }
