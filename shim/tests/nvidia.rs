@@ -395,8 +395,10 @@ fn a_gpu_container_gets_the_cached_edits_without_a_hook() {
         &cfg,
         format!(
             "socket = \"{}\"\nmetrics_addr = \"\"\nbackend = \"simulated\"\nrestart_grace_ms = 0\n\
-             [simulated]\ngpus = 2\n[nvidia]\ndriver_root = \"{}\"\ncdi_dirs = []\nedits_file = \"{}\"\n",
+             mps_pipe_dir = \"{}\"\n[simulated]\ngpus = 2\n[nvidia]\ndriver_root = \"{}\"\ncdi_dirs = []\n\
+             edits_file = \"{}\"\nrefresh_interval_ms = 100\n",
             c.daemon_socket().display(),
+            dir.path().join("mps").display(),
             root.display(),
             c.edits_file().display()
         ),
@@ -469,7 +471,41 @@ fn a_gpu_container_gets_the_cached_edits_without_a_hook() {
     );
     let _ = c.ctr(&["containers", "rm", "nv2"]);
     assert!(c.leftovers().is_empty(), "{:?}", c.leftovers());
+    // An MPS control daemon starts: mqfqd notices and republishes the edits with its pipe dir.
+    let mps = dir.path().join("mps");
+    std::fs::create_dir_all(&mps).unwrap();
+    std::fs::write(mps.join("control"), "").unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !std::fs::read_to_string(c.edits_file())
+        .unwrap_or_default()
+        .contains(&mps.display().to_string())
+    {
+        assert!(Instant::now() < deadline, "edits never refreshed for MPS");
+        std::thread::sleep(Duration::from_millis(50));
+    }
     drop(daemon);
+    // A broken NVIDIA setup (as mqfqd publishes it) fails GPU containers at Create with the
+    // cause, and leaves nothing behind.
+    let broken = mqfq_shim::nvidia::edits::NodeEdits {
+        source: "cdi:/etc/cdi/nvidia.yaml".into(),
+        error: Some("stale or inconsistent spec: device node /dev/nvidia0 missing".into()),
+        ..Default::default()
+    };
+    mqfq_shim::nvidia::store(&c.edits_file(), &broken).unwrap();
+    let o = c.run(
+        MQFQ,
+        "nv3",
+        &["--env", "NVIDIA_VISIBLE_DEVICES=0"],
+        &["true"],
+    );
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert!(!o.status.success());
+    assert!(
+        err.contains("stale or inconsistent") && err.contains("/dev/nvidia0"),
+        "{err}"
+    );
+    let _ = c.ctr(&["containers", "rm", "nv3"]);
+    assert!(c.leftovers().is_empty(), "{:?}", c.leftovers());
 }
 
 /// A child killed and reaped when dropped, panics included.

@@ -212,3 +212,14 @@ fn symlinks_stay_inside_the_rootfs() {
             .contains("..")
     );
 }
+
+#[test]
+fn a_broken_node_fails_every_gpu_selection_with_its_cause() {
+    let mut n = edits();
+    n.error = Some("stale spec: /dev/nvidia0 missing".into());
+    let e = n.select(&GpuSelection::All).unwrap_err().to_string();
+    assert!(
+        e.contains("stale spec") && e.contains("/dev/nvidia0"),
+        "{e}"
+    );
+}
