@@ -8,17 +8,6 @@ use std::time::{Duration, Instant};
 use mqfq_shim::api;
 use mqfq_shim::daemon::config::DaemonConfig;
 
-fn pct(v: &mut [f64], q: f64) -> f64 {
-    v.sort_by(f64::total_cmp);
-    #[allow(
-        clippy::cast_possible_truncation,
-        clippy::cast_sign_loss,
-        clippy::cast_precision_loss
-    )]
-    let i = ((v.len() as f64 * q).ceil() as usize).clamp(1, v.len()) - 1;
-    v[i]
-}
-
 fn req(i: usize) -> api::AdmitRequest {
     api::AdmitRequest {
         namespace: "bench".into(),
@@ -100,7 +89,7 @@ fn main() {
             lat.push(pair(&c, i).await);
         }
         let seq_rate = n as f64 / t.elapsed().as_secs_f64();
-        let (p50, p99, max) = (pct(&mut lat, 0.5), pct(&mut lat, 0.99), pct(&mut lat, 1.0));
+        let (p50, p99, max) = (mqfq_testkit::percentile(&mut lat, 0.5), mqfq_testkit::percentile(&mut lat, 0.99), mqfq_testkit::percentile(&mut lat, 1.0));
         println!("uncontended Admit (1 client, {n} calls): p50 {p50:.0} µs, p99 {p99:.0} µs, max {max:.0} µs");
         println!("sequential Admit+Release pairs: {seq_rate:.0} admitted starts/s");
         let c = Arc::new(c);

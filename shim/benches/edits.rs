@@ -84,17 +84,6 @@ fn spec() -> serde_json::Value {
     })
 }
 
-fn pct(v: &mut [f64], q: f64) -> f64 {
-    v.sort_by(f64::total_cmp);
-    #[allow(
-        clippy::cast_possible_truncation,
-        clippy::cast_sign_loss,
-        clippy::cast_precision_loss
-    )]
-    let i = ((v.len() as f64 * q).ceil() as usize).clamp(1, v.len()) - 1;
-    v[i]
-}
-
 fn main() {
     let n: usize = std::env::var("N")
         .ok()
@@ -184,9 +173,18 @@ fn main() {
         assert!(ok, "ldconfig");
         ldconfig.push(t.elapsed().as_secs_f64() * 1e3);
     }
-    let (m50, m99) = (pct(&mut miss, 0.5), pct(&mut miss, 0.99));
-    let (c50, c99) = (pct(&mut hit, 0.5), pct(&mut hit, 0.99));
-    let (l50, l99) = (pct(&mut ldconfig, 0.5), pct(&mut ldconfig, 0.99));
+    let (m50, m99) = (
+        mqfq_testkit::percentile(&mut miss, 0.5),
+        mqfq_testkit::percentile(&mut miss, 0.99),
+    );
+    let (c50, c99) = (
+        mqfq_testkit::percentile(&mut hit, 0.5),
+        mqfq_testkit::percentile(&mut hit, 0.99),
+    );
+    let (l50, l99) = (
+        mqfq_testkit::percentile(&mut ldconfig, 0.5),
+        mqfq_testkit::percentile(&mut ldconfig, 0.99),
+    );
     println!(
         "ld.so.cache built by the shim, first container of an image:  p50 {m50:.3} ms, p99 {m99:.3} ms"
     );
@@ -196,8 +194,14 @@ fn main() {
     println!(
         "ldconfig process per container ({ldn}):                        p50 {l50:.3} ms, p99 {l99:.3} ms"
     );
-    let (o50, o99) = (pct(&mut ours, 0.5), pct(&mut ours, 0.99));
-    let (h50, h99) = (pct(&mut hook, 0.5), pct(&mut hook, 0.99));
+    let (o50, o99) = (
+        mqfq_testkit::percentile(&mut ours, 0.5),
+        mqfq_testkit::percentile(&mut ours, 0.99),
+    );
+    let (h50, h99) = (
+        mqfq_testkit::percentile(&mut hook, 0.5),
+        mqfq_testkit::percentile(&mut hook, 0.99),
+    );
     println!("cached edits applied by the shim ({n} containers): p50 {o50:.3} ms, p99 {o99:.3} ms");
     println!("empty hook process per container ({n}):          p50 {h50:.3} ms, p99 {h99:.3} ms");
     println!("ratio cached / empty hook: p50 {:.2}×", o50 / h50);

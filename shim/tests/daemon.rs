@@ -146,6 +146,15 @@ impl Drop for Mqfqd {
     }
 }
 
+fn kill9(pid: u64) {
+    let ok = Command::new("kill")
+        .args(["-9", &pid.to_string()])
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "kill -9 {pid}");
+}
+
 fn leases(s: &Value) -> usize {
     s["leases"].as_array().map_or(0, Vec::len)
 }
@@ -377,23 +386,11 @@ fn killed_shims_release_their_leases_and_waits() {
         .find(|p| u64::from(**p) != holder_shim)
         .copied()
         .expect("the waiter's shim");
-    assert!(
-        Command::new("kill")
-            .args(["-9", &waiter_shim.to_string()])
-            .status()
-            .unwrap()
-            .success()
-    );
+    kill9(u64::from(waiter_shim));
     d.wait_for("the dead waiter withdrawn", |s| {
         waiting(s) == 0 && leases(s) == 1
     });
-    assert!(
-        Command::new("kill")
-            .args(["-9", &holder_shim.to_string()])
-            .status()
-            .unwrap()
-            .success()
-    );
+    kill9(holder_shim);
     d.wait_for("the dead holder's lease released", |s| {
         leases(s) == 0 && waiting(s) == 0
     });

@@ -26,6 +26,38 @@ fn status(sock: &Path) -> Option<Value> {
         .then(|| serde_json::from_slice(&o.stdout).ok())?
 }
 
+/// Starts mqfqd on `cfg` with `env`, stderr to `log`, and waits until it answers on `sock`.
+fn serving(
+    cfg: &Path,
+    sock: &Path,
+    log: &Path,
+    env: &[(&str, &std::ffi::OsStr)],
+) -> std::process::Child {
+    let child = Command::new(env!("CARGO_BIN_EXE_mqfqd"))
+        .arg("--config")
+        .arg(cfg)
+        .envs(env.iter().copied())
+        .stderr(std::fs::File::create(log).unwrap())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while status(sock).is_none() {
+        assert!(
+            Instant::now() < deadline,
+            "{}",
+            std::fs::read_to_string(log).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    child
+}
+
+/// SIGTERM (a clean stop), then reap.
+fn stop(mut child: std::process::Child) {
+    let _ = Command::new("kill").arg(child.id().to_string()).status();
+    let _ = child.wait();
+}
+
 #[test]
 fn nvml_backend_reads_the_double_and_drives_d() {
     let dir = tempfile::tempdir_in("/tmp").unwrap();
@@ -148,30 +180,21 @@ fn nvml_backend_reads_the_double_and_drives_d() {
     )
     .unwrap();
     let stderr = dir.path().join("mqfqd2.log");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_mqfqd"))
-        .arg("--config")
-        .arg(&cfg2)
-        .env("FAKE_NVML_PERSIST_DENY", "1")
-        .env("FAKE_CUDA_GPUS", "2")
-        .env("FAKE_CUDA_LOG", &cuda_log)
-        .stderr(std::fs::File::create(&stderr).unwrap())
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while status(&sock).is_none() {
-        assert!(
-            Instant::now() < deadline,
-            "{}",
-            std::fs::read_to_string(&stderr).unwrap_or_default()
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let child = serving(
+        &cfg2,
+        &sock,
+        &stderr,
+        &[
+            ("FAKE_NVML_PERSIST_DENY", "1".as_ref()),
+            ("FAKE_CUDA_GPUS", "2".as_ref()),
+            ("FAKE_CUDA_LOG", cuda_log.as_os_str()),
+        ],
+    );
     assert_eq!(
         std::fs::read_to_string(&cuda_log).unwrap(),
         "cuInit -1\nretain 0\nretain 1\n"
     );
-    let _ = Command::new("kill").arg(child.id().to_string()).status();
-    let _ = child.wait();
+    stop(child);
     assert!(
         std::fs::read_to_string(&cuda_log)
             .unwrap()
@@ -193,24 +216,12 @@ fn nvml_backend_reads_the_double_and_drives_d() {
         ),
     )
     .unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_mqfqd"))
-        .arg("--config")
-        .arg(&cfg2)
-        .env("FAKE_NVML_PERSIST_DENY", "1")
-        .stderr(std::fs::File::create(&stderr).unwrap())
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while status(&sock).is_none() {
-        assert!(
-            Instant::now() < deadline,
-            "{}",
-            std::fs::read_to_string(&stderr).unwrap_or_default()
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let _ = Command::new("kill").arg(child.id().to_string()).status();
-    let _ = child.wait();
+    stop(serving(
+        &cfg2,
+        &sock,
+        &stderr,
+        &[("FAKE_NVML_PERSIST_DENY", "1".as_ref())],
+    ));
     let log = std::fs::read_to_string(&stderr).unwrap();
     assert!(
         log.contains("/nonexistent/libcuda.so.1") && log.contains("may pay driver initialization"),

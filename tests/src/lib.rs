@@ -539,3 +539,28 @@ pub fn build_double(name: &str, out: &Path) -> std::io::Result<PathBuf> {
     }
     Ok(path)
 }
+
+/// The `q`-quantile (nearest rank) of `v`, sorting it; 0 for an empty slice. Shared by the
+/// benchmarks and the demo.
+#[must_use]
+pub fn percentile(v: &mut [f64], q: f64) -> f64 {
+    if v.is_empty() {
+        return 0.0;
+    }
+    v.sort_by(f64::total_cmp);
+    #[allow(
+        clippy::cast_possible_truncation,
+        clippy::cast_sign_loss,
+        clippy::cast_precision_loss
+    )]
+    let i = ((v.len() as f64 * q).ceil() as usize).clamp(1, v.len()) - 1;
+    v[i]
+}
+
+/// The mean of `v`; 0 for an empty slice.
+#[must_use]
+pub fn mean(v: &[f64]) -> f64 {
+    #[allow(clippy::cast_precision_loss)]
+    let n = v.len().max(1) as f64;
+    v.iter().sum::<f64>() / n
+}

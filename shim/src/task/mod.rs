@@ -15,19 +15,17 @@ use containerd_shim::monitor::{ExitEvent, Subject, Topic, monitor_subscribe};
 use containerd_shim::util::convert_to_timestamp;
 use containerd_shim_protos::api;
 use containerd_shim_protos::events::task::{
-    TaskCreate, TaskDelete, TaskExecAdded, TaskExecStarted, TaskExit, TaskIO, TaskPaused,
-    TaskResumed, TaskStart,
+    TaskDelete, TaskExecAdded, TaskExecStarted, TaskExit, TaskPaused, TaskResumed, TaskStart,
 };
 use containerd_shim_protos::protobuf::{MessageDyn, MessageField};
 use tokio::sync::{Mutex, mpsc};
 
 use crate::error::{Error, Result};
 use crate::gate::{Gate, Kind};
-use crate::gpu::{self, Classification};
+use crate::gpu::Classification;
 use crate::io::{ProcessIo, StdioPaths};
-use crate::options;
 use crate::process::{Exit, Proc, Status, Transition};
-use crate::runtime::{CreateArgs, ExecArgs, Runtime, RuntimeFactory};
+use crate::runtime::{ExecArgs, Runtime, RuntimeFactory};
 
 /// How long an exit waits for its stdio to drain before it is published anyway.
 const DRAIN_LIMIT: Duration = Duration::from_secs(3);
@@ -302,163 +300,6 @@ impl TaskService {
         if let Err(e) = r {
             tracing::warn!("no OOM watch for {id}: {}", e.full_message());
         }
-    }
-
-    /// Create: classify, decode options, mount the rootfs, `runc create`.
-    ///
-    /// # Errors
-    /// `ALREADY_EXISTS`, `INVALID_ARGUMENT` (annotations, options, spec), `UNIMPLEMENTED`
-    /// (tty, log URIs), or runc's failure; nothing is left behind on error.
-    pub async fn create(&self, req: api::CreateTaskRequest) -> Result<u32> {
-        let id = req.id.clone();
-        if id.is_empty() || id.contains('/') {
-            return Err(Error::InvalidArgument(format!("container id {id:?}")));
-        }
-        {
-            let mut st = self.state.lock().await;
-            if st.containers.contains_key(&id) || !st.creating.insert(id.clone()) {
-                return Err(Error::AlreadyExists(format!("container {id}")));
-            }
-        }
-        let result = self.create_reserved(&id, req).await;
-        self.state.lock().await.creating.remove(&id);
-        result
-    }
-
-    async fn create_reserved(&self, id: &str, req: api::CreateTaskRequest) -> Result<u32> {
-        let id = id.to_owned();
-        let bundle = PathBuf::from(&req.bundle);
-        let spec_path = bundle.join("config.json");
-        let text = tokio::fs::read_to_string(&spec_path)
-            .await
-            .map_err(|e| Error::io(format!("read {}", spec_path.display()), e))?;
-        let mut spec: serde_json::Value = serde_json::from_str(&text)
-            .map_err(|e| Error::InvalidArgument(format!("{}: {e}", spec_path.display())))?;
-        let gpu = gpu::classify(&spec, &id)?;
-        // The node's pre-computed NVIDIA edits go straight into the spec: no hook process.
-        // Selected and applied in memory here (an unknown GPU fails before anything is mounted);
-        // written once the rootfs is there for the symlinks and the ld.so.cache.
-        let nvidia = match &gpu {
-            Classification::Gpu(w) => {
-                crate::nvidia::prepare(&mut spec, w, &crate::nvidia::edits_file())
-                    .map_err(|e| Error::InvalidArgument(format!("GPU container {id}: {e}")))?
-            }
-            Classification::NotGpu => None,
-        };
-        let opts = options::decode(req.options.as_ref())?;
-        let stdio = StdioPaths {
-            stdin: req.stdin.clone(),
-            stdout: req.stdout.clone(),
-            stderr: req.stderr.clone(),
-            terminal: req.terminal,
-        };
-        stdio.check()?;
-        if !req.checkpoint.is_empty() {
-            return Err(Error::Unimplemented("restore from checkpoint"));
-        }
-        let runtime = self.factory.runtime(&bundle, &opts)?;
-
-        // From here on, undo everything on failure.
-        let rootfs = bundle.join("rootfs");
-        let mut mounted = false;
-        for m in &req.rootfs {
-            if let Err(e) = containerd_shim::util::mount_rootfs(m, &rootfs).await {
-                if mounted {
-                    unmount(&rootfs);
-                }
-                return Err(e.into());
-            }
-            mounted = true;
-        }
-        if let Some((edits, applied)) = &nvidia
-            && let Err(e) = finish_nvidia(&mut spec, &spec_path, &rootfs, edits, applied, &id).await
-        {
-            if mounted {
-                unmount(&rootfs);
-            }
-            return Err(e);
-        }
-        let io = match ProcessIo::new(&stdio, &id, &self.namespace).await {
-            Ok(io) => io,
-            Err(e) => {
-                if mounted {
-                    unmount(&rootfs);
-                }
-                return Err(e);
-            }
-        };
-        let mut io = io;
-        let since = Instant::now();
-        let args = CreateArgs {
-            pid_file: bundle.join("init.pid"),
-            io: Some(io.child.clone()),
-            no_pivot: opts.no_pivot_root,
-            no_new_keyring: opts.no_new_keyring,
-            console_socket: io.console_socket_path(),
-        };
-        let created = match runtime.create(&id, &bundle, &args).await {
-            Ok(pid) => match io.take_console_socket() {
-                None => Ok(pid),
-                Some(sock) => match sock.receive().await {
-                    Ok(master) => io.attach_console(master).map(|()| pid),
-                    Err(e) => Err(e),
-                },
-            },
-            Err(e) => Err(e),
-        };
-        let pid = match created {
-            Ok(pid) => pid,
-            Err(e) => {
-                // runc may have left state behind; remove it, then the mounts.
-                let _ = runtime.delete(&id, true).await;
-                drop(io);
-                if mounted {
-                    unmount(&rootfs);
-                }
-                return Err(e);
-            }
-        };
-        if let Classification::Gpu(w) = &gpu {
-            tracing::info!(
-                container = %id, function = %w.function, weight = w.weight,
-                tenant = ?w.tenant, gpus = ?w.gpus, "GPU container created"
-            );
-        }
-        let init = Proc::new("", pid, stdio.clone(), Some(io));
-        let mut st = self.state.lock().await;
-        st.containers.insert(
-            id.clone(),
-            Container {
-                id: id.clone(),
-                bundle,
-                mounted_rootfs: mounted,
-                runtime,
-                init,
-                execs: HashMap::new(),
-                gpu,
-            },
-        );
-        self.emit(
-            containerd_shim_protos::topics::TASK_CREATE_EVENT_TOPIC,
-            Box::new(TaskCreate {
-                container_id: id.clone(),
-                bundle: req.bundle.clone(),
-                rootfs: req.rootfs.clone(),
-                io: MessageField::some(TaskIO {
-                    stdin: stdio.stdin,
-                    stdout: stdio.stdout,
-                    stderr: stdio.stderr,
-                    terminal: stdio.terminal,
-                    ..Default::default()
-                }),
-                checkpoint: req.checkpoint.clone(),
-                pid,
-                ..Default::default()
-            }),
-        );
-        drop(st);
-        self.claim_early_exit(&id, "", pid, since).await;
-        Ok(pid)
     }
 
     /// Start the init (`runc start`) or an exec (`runc exec --detach`).
@@ -914,33 +755,6 @@ impl TaskService {
     }
 }
 
-/// The part of the NVIDIA edits that needs the rootfs: symlinks, the container's ld.so.cache,
-/// then the spec written for runc.
-async fn finish_nvidia(
-    spec: &mut serde_json::Value,
-    spec_path: &Path,
-    rootfs: &Path,
-    edits: &crate::nvidia::edits::ContainerEdits,
-    applied: &crate::nvidia::edits::Applied,
-    id: &str,
-) -> Result<()> {
-    use crate::nvidia::edits;
-    let bad = |e: edits::EditError| Error::InvalidArgument(format!("GPU container {id}: {e}"));
-    let links = edits::make_symlinks(rootfs, edits).map_err(bad)?;
-    let cache = edits::mount_ld_cache(spec, rootfs, edits, &edits::ldcache_dir()).map_err(bad)?;
-    let text = serde_json::to_vec(spec)
-        .map_err(|e| Error::InvalidArgument(format!("{}: {e}", spec_path.display())))?;
-    tokio::fs::write(spec_path, text)
-        .await
-        .map_err(|e| Error::io(format!("write {}", spec_path.display()), e))?;
-    tracing::info!(
-        container = %id, devices = applied.devices, mounts = applied.mounts, symlinks = links,
-        ld_cache = ?cache, legacy_hooks_dropped = applied.hooks_dropped,
-        hooks_not_run = ?applied.hooks_skipped, "NVIDIA edits applied"
-    );
-    Ok(())
-}
-
 /// Unmounts the rootfs (and anything below it), logging failures: there is nothing better to do
 /// on a cleanup path.
 pub fn unmount(rootfs: &Path) {
@@ -952,6 +766,7 @@ pub fn unmount(rootfs: &Path) {
 }
 
 mod adapter;
+mod create;
 
 #[cfg(test)]
 mod tests;

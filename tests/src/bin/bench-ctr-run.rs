@@ -8,19 +8,12 @@ use std::time::Instant;
 use mqfq_testkit::{Containerd, MQFQ, shim_pids};
 
 fn stats(mut v: Vec<f64>) -> (f64, f64, f64) {
-    v.sort_by(f64::total_cmp);
-    #[allow(clippy::cast_precision_loss)]
-    let mean = v.iter().sum::<f64>() / v.len() as f64;
-    let p = |q: f64| {
-        #[allow(
-            clippy::cast_possible_truncation,
-            clippy::cast_sign_loss,
-            clippy::cast_precision_loss
-        )]
-        let i = ((v.len() as f64 * q).ceil() as usize).clamp(1, v.len()) - 1;
-        v[i]
-    };
-    (mean, p(0.5), p(0.9))
+    let m = mqfq_testkit::mean(&v);
+    (
+        m,
+        mqfq_testkit::percentile(&mut v, 0.5),
+        mqfq_testkit::percentile(&mut v, 0.9),
+    )
 }
 
 fn rss_kib(pid: u32) -> u64 {

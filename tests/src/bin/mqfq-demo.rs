@@ -17,22 +17,6 @@ const MIX: [(&str, f64, usize, f64); 3] = [
     ("train-batch", 3.0, 4, 0.0),
 ];
 
-fn pct(v: &mut [f64], q: f64) -> f64 {
-    v.sort_by(f64::total_cmp);
-    #[allow(
-        clippy::cast_possible_truncation,
-        clippy::cast_sign_loss,
-        clippy::cast_precision_loss
-    )]
-    let i = ((v.len() as f64 * q).ceil() as usize).clamp(1, v.len()) - 1;
-    v[i]
-}
-
-#[allow(clippy::cast_precision_loss)]
-fn mean(v: &[f64]) -> f64 {
-    v.iter().sum::<f64>() / v.len().max(1) as f64
-}
-
 fn main() -> ExitCode {
     let Some(bin) = std::env::args().nth(1).map(PathBuf::from) else {
         eprintln!("usage: mqfq-demo <dir with containerd-shim-mqfq-v2, mqfqd, mqfqctl>");
@@ -177,15 +161,19 @@ fn main() -> ExitCode {
         if l.is_empty() {
             continue;
         }
-        let sd = mean(&l) / service;
+        let sd = mqfq_testkit::mean(&l) / service;
         slowdowns.push(sd);
         println!(
             "{f:<12} {:>4} {service:>8.1}s {:>9.2}s {:>9.2}s {:>11.2}s {:>11.2}s {sd:>8.2}×",
             l.len(),
-            mean(&w),
-            if w.is_empty() { 0.0 } else { pct(&mut w, 0.95) },
-            mean(&l),
-            pct(&mut l, 0.95),
+            mqfq_testkit::mean(&w),
+            if w.is_empty() {
+                0.0
+            } else {
+                mqfq_testkit::percentile(&mut w, 0.95)
+            },
+            mqfq_testkit::mean(&l),
+            mqfq_testkit::percentile(&mut l, 0.95),
         );
     }
     #[allow(clippy::cast_precision_loss)]
