@@ -488,10 +488,17 @@ impl api::Admission for Service {
         d.settle(&mut inner, Vec::new());
         let adopted = adopted?;
         d.watch(&mut inner, req.shim_pid);
-        if !running.is_empty() || req.fail_open_starts > 0 {
+        // Shims re-register every second: only news is worth a line.
+        let new = running
+            .iter()
+            .zip(&adopted)
+            .filter(|(r, (_, lease))| r.lease != *lease)
+            .count();
+        if new > 0 || req.fail_open_starts > 0 {
             tracing::info!(
                 shim = req.shim_pid,
                 containers = running.len(),
+                adopted = new,
                 fail_open = req.fail_open_starts,
                 "shim registered"
             );
