@@ -606,3 +606,92 @@ fn malformed_frames_and_requests_get_clear_errors_and_change_nothing() {
         "bad requests changed nothing"
     );
 }
+
+#[test]
+fn pause_gives_the_slot_back_and_resume_waits_for_it() {
+    let Some(c) = containerd("pause", &[]) else {
+        return;
+    };
+    let d = Mqfqd::start(
+        c.dir(),
+        &c.daemon_socket(),
+        "[concurrency]\nd_max = 1\nd_initial = 1\n",
+    );
+    let out = c.dir().join("out");
+    std::fs::create_dir_all(out.join("run")).unwrap();
+    let detached = |id: &str| {
+        let o = c.ctr(&[
+            "run",
+            "-d",
+            "--snapshotter",
+            "native",
+            "--runtime",
+            MQFQ,
+            "--env",
+            "NVIDIA_VISIBLE_DEVICES=0",
+            "--annotation",
+            &format!("io.mqfq.function={id}"),
+            mqfq_testkit::BUSYBOX,
+            id,
+            "sleep",
+            "300",
+        ]);
+        assert!(o.status.success(), "{}", text(&o));
+    };
+    detached("frozen");
+    d.wait_for("frozen admitted", |s| leases(s) == 1);
+    // OpenWhisk's pause (Knative's container freezer does the same): the slot goes back.
+    assert!(c.ctr(&["task", "pause", "frozen"]).status.success());
+    d.wait_for("the paused container's lease released", |s| leases(s) == 0);
+    detached("busy");
+    d.wait_for("busy admitted", |s| leases(s) == 1);
+    // Resume waits in the queue while the only slot is busy.
+    let sock = c.socket();
+    let ns = c.ns.clone();
+    let resume = std::thread::spawn(move || {
+        Command::new("ctr")
+            .arg("-a")
+            .arg(&sock)
+            .args(["-n", &ns, "task", "resume", "frozen"])
+            .output()
+            .unwrap()
+    });
+    d.wait_for("the resume queued", |s| waiting(s) == 1 && leases(s) == 1);
+    assert!(
+        c.wait_status("frozen", "PAUSED"),
+        "still frozen while it waits"
+    );
+    assert!(
+        c.ctr(&["task", "kill", "-s", "SIGKILL", "busy"])
+            .status
+            .success()
+    );
+    let o = resume.join().unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(c.wait_status("frozen", "RUNNING"));
+    let s = d.wait_for("frozen holds the slot", |s| {
+        leases(s) == 1 && waiting(s) == 0
+    });
+    assert_eq!(s["leases"][0]["container_id"], "frozen");
+    let kinds: Vec<String> = d
+        .records()
+        .iter()
+        .filter(|r| r["event"] == "enqueue")
+        .map(|r| {
+            format!(
+                "{}:{}",
+                r["key"].as_str().unwrap().rsplit('/').next().unwrap(),
+                r["kind"].as_str().unwrap()
+            )
+        })
+        .collect();
+    assert_eq!(kinds, ["frozen:start", "busy:start", "frozen:resume"]);
+    for id in ["frozen", "busy"] {
+        let _ = c.ctr(&["task", "kill", "-s", "SIGKILL", id]);
+        assert!(c.wait_status(id, "STOPPED"));
+        assert!(c.ctr(&["task", "delete", id]).status.success());
+        assert!(c.ctr(&["containers", "rm", id]).status.success());
+    }
+    d.wait_for("nothing held", |s| leases(s) == 0 && waiting(s) == 0);
+    assert!(c.leftovers().is_empty(), "{:?}", c.leftovers());
+}
