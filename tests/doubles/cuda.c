@@ -1,26 +1,41 @@
 /*
- * A CPU-only libcuda.so.1 with the few driver calls mqfqd's warm driver makes, recording them.
+ * A CPU-only libcuda.so.1: the driver calls mqfqd's warm driver and the mqfq CUDA interposer
+ * make, on host memory, recording them.
  *
  *   FAKE_CUDA_GPUS  number of devices (default 1)
  *   FAKE_CUDA_LOG   file that each call appends a line to
  *   FAKE_CUDA_FAIL  if set, cuInit fails with CUDA_ERROR_NO_DEVICE (100)
+ *
+ * Side channel for tests: fake_cuda_kind(ptr) (0 unknown, 1 native, 2 managed) and
+ * fake_cuda_location(ptr) (1 device, 2 host).
  */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 typedef int CUresult;
 typedef int CUdevice;
 typedef void *CUcontext;
+typedef void *CUstream;
+typedef void *CUfunction;
+typedef void *CUgraphExec;
+typedef unsigned long long CUdeviceptr;
+typedef struct { int type; int id; } CUmemLocation;
 
 static int initialized = 0;
 static int contexts[8];
+static CUcontext current = NULL;
 
-static void note(const char *what, int dev) {
+#define MAX_ALLOCS 256
+static struct { CUdeviceptr ptr; size_t size; int kind; int location; } allocs[MAX_ALLOCS];
+
+static void note(const char *fmt, long a, long b) {
     const char *path = getenv("FAKE_CUDA_LOG");
     if (!path) return;
     FILE *f = fopen(path, "a");
     if (!f) return;
-    fprintf(f, "%s %d\n", what, dev);
+    fprintf(f, fmt, a, b);
+    fputc('\n', f);
     fclose(f);
 }
 
@@ -34,7 +49,7 @@ CUresult cuInit(unsigned int flags) {
     (void)flags;
     if (getenv("FAKE_CUDA_FAIL")) return 100;
     initialized = 1;
-    note("cuInit", -1);
+    note("cuInit %ld", -1, 0);
     return 0;
 }
 
@@ -56,13 +71,127 @@ CUresult cuDevicePrimaryCtxRetain(CUcontext *ctx, CUdevice d) {
     if (d < 0 || d >= count()) return 101;
     contexts[d]++;
     *ctx = &contexts[d];
-    note("retain", d);
+    note("retain %ld", d, 0);
     return 0;
 }
 
 CUresult cuDevicePrimaryCtxRelease_v2(CUdevice d) {
     if (d < 0 || d >= count() || contexts[d] == 0) return 201;
     contexts[d]--;
-    note("release", d);
+    note("release %ld", d, 0);
     return 0;
+}
+
+CUresult cuCtxSetCurrent(CUcontext c) { current = c; return 0; }
+CUresult cuCtxGetCurrent(CUcontext *c) { *c = current; return 0; }
+CUresult cuCtxSynchronize(void) { note("sync", 0, 0); return 0; }
+
+static CUresult record(CUdeviceptr *p, size_t size, int kind) {
+    if (!initialized) return 3;
+    if (!p || size == 0) return 1;
+    void *m = malloc(size);
+    if (!m) return 2;
+    for (int i = 0; i < MAX_ALLOCS; i++) {
+        if (allocs[i].ptr == 0) {
+            allocs[i].ptr = (CUdeviceptr)m;
+            allocs[i].size = size;
+            allocs[i].kind = kind;
+            allocs[i].location = 1;
+            *p = (CUdeviceptr)m;
+            note(kind == 2 ? "alloc managed %ld" : "alloc native %ld", (long)size, 0);
+            return 0;
+        }
+    }
+    free(m);
+    return 2;
+}
+
+static int find(CUdeviceptr p) {
+    for (int i = 0; i < MAX_ALLOCS; i++)
+        if (allocs[i].ptr == p && p != 0) return i;
+    return -1;
+}
+
+CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t size) { return record(p, size, 1); }
+CUresult cuMemAllocManaged(CUdeviceptr *p, size_t size, unsigned int flags) {
+    (void)flags;
+    return record(p, size, 2);
+}
+CUresult cuMemAllocPitch_v2(CUdeviceptr *p, size_t *pitch, size_t w, size_t h, unsigned int e) {
+    (void)e;
+    *pitch = (w + 511) / 512 * 512;
+    return record(p, *pitch * h, 1);
+}
+CUresult cuMemFree_v2(CUdeviceptr p) {
+    int i = find(p);
+    if (i < 0) return 1;
+    free((void *)allocs[i].ptr);
+    allocs[i].ptr = 0;
+    note("free %ld", (long)allocs[i].size, 0);
+    return 0;
+}
+CUresult cuMemAdvise_v2(CUdeviceptr p, size_t n, int advice, CUmemLocation loc) {
+    if (find(p) < 0) return 1;
+    note("advise %ld %ld", advice, loc.type);
+    (void)n;
+    return 0;
+}
+CUresult cuMemPrefetchAsync_v2(CUdeviceptr p, size_t n, CUmemLocation loc, unsigned int flags,
+                               CUstream s) {
+    (void)flags; (void)s;
+    int i = find(p);
+    if (i < 0 || allocs[i].kind != 2) return 1;
+    allocs[i].location = loc.type == 1 ? 1 : 2;
+    note(loc.type == 1 ? "prefetch device %ld" : "prefetch host %ld", (long)n, 0);
+    return 0;
+}
+CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                        unsigned by, unsigned bz, unsigned shm, CUstream s, void **params,
+                        void **extra) {
+    (void)f; (void)gx; (void)gy; (void)gz; (void)bx; (void)by; (void)bz; (void)shm; (void)s;
+    (void)params; (void)extra;
+    note("launch", 0, 0);
+    return 0;
+}
+CUresult cuGraphLaunch(CUgraphExec g, CUstream s) { (void)g; (void)s; note("graph-launch", 0, 0); return 0; }
+
+int fake_cuda_kind(CUdeviceptr p) { int i = find(p); return i < 0 ? 0 : allocs[i].kind; }
+int fake_cuda_location(CUdeviceptr p) { int i = find(p); return i < 0 ? 0 : allocs[i].location; }
+
+CUresult cuGetProcAddress_v2(const char *sym, void **pfn, int version, unsigned long long flags,
+                             int *status);
+
+static const struct { const char *name; void *fn; } table[] = {
+    {"cuInit", (void *)cuInit},
+    {"cuDeviceGet", (void *)cuDeviceGet},
+    {"cuDeviceGetCount", (void *)cuDeviceGetCount},
+    {"cuDevicePrimaryCtxRetain", (void *)cuDevicePrimaryCtxRetain},
+    {"cuCtxSetCurrent", (void *)cuCtxSetCurrent},
+    {"cuCtxGetCurrent", (void *)cuCtxGetCurrent},
+    {"cuCtxSynchronize", (void *)cuCtxSynchronize},
+    {"cuMemAlloc", (void *)cuMemAlloc_v2},
+    {"cuMemAllocManaged", (void *)cuMemAllocManaged},
+    {"cuMemAllocPitch", (void *)cuMemAllocPitch_v2},
+    {"cuMemFree", (void *)cuMemFree_v2},
+    {"cuMemAdvise", (void *)cuMemAdvise_v2},
+    {"cuMemPrefetchAsync", (void *)cuMemPrefetchAsync_v2},
+    {"cuLaunchKernel", (void *)cuLaunchKernel},
+    {"cuGraphLaunch", (void *)cuGraphLaunch},
+    {"cuGetProcAddress", (void *)cuGetProcAddress_v2},
+};
+
+/* Base names, as the CUDA runtime asks for them; versioned ABIs are this double's only ones. */
+CUresult cuGetProcAddress_v2(const char *sym, void **pfn, int version, unsigned long long flags,
+                             int *status) {
+    (void)version; (void)flags;
+    for (size_t i = 0; i < sizeof table / sizeof table[0]; i++) {
+        if (strcmp(table[i].name, sym) == 0) {
+            *pfn = table[i].fn;
+            if (status) *status = 0;
+            return 0;
+        }
+    }
+    *pfn = NULL;
+    if (status) *status = 1;
+    return 500;
 }

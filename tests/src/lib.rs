@@ -514,6 +514,7 @@ pub fn build_double(name: &str, out: &Path) -> std::io::Result<PathBuf> {
     let (src, lib) = match name {
         "nvml" => ("nvml.c", "libnvidia-ml.so.1"),
         "cuda" => ("cuda.c", "libcuda.so.1"),
+        "cuda_client" => ("cuda_client.c", "cuda_client"),
         other => {
             return Err(std::io::Error::new(
                 std::io::ErrorKind::NotFound,
@@ -525,11 +526,22 @@ pub fn build_double(name: &str, out: &Path) -> std::io::Result<PathBuf> {
         .join("doubles")
         .join(src);
     let path = out.join(lib);
-    let o = Command::new("cc")
-        .args(["-shared", "-fPIC", "-O1", "-Wall", "-Werror", "-o"])
-        .arg(&path)
-        .arg(&src)
-        .output()?;
+    let mut cc = Command::new("cc");
+    if name == "cuda_client" {
+        // A program linked straight to the libcuda double (built first, in the same folder).
+        cc.args(["-O1", "-Wall", "-Werror", "-o"])
+            .arg(&path)
+            .arg(&src)
+            .arg(format!("-L{}", out.display()))
+            .arg("-l:libcuda.so.1")
+            .arg(format!("-Wl,-rpath,{}", out.display()))
+            .arg("-ldl");
+    } else {
+        cc.args(["-shared", "-fPIC", "-O1", "-Wall", "-Werror", "-o"])
+            .arg(&path)
+            .arg(&src);
+    }
+    let o = cc.output()?;
     if !o.status.success() {
         return Err(std::io::Error::other(format!(
             "cc {}: {}",

@@ -1,0 +1,376 @@
+//! `libmqfq_cuda.so`: the CUDA interposer the shim injects into GPU containers (LD_PRELOAD).
+//!
+//! Why: to move a function's GPU memory between the device and the host as its flow turns
+//! active and inactive, that memory must be CUDA managed memory. The interposer turns
+//! `cuMemAlloc` / `cuMemAllocPitch` into `cuMemAllocManaged`, records each allocation, and
+//! answers on a per-process control socket: **evict** (stop launches, synchronize, prefer host,
+//! prefetch to host), **prefetch** (back to the device, then let launches run), **status**.
+//!
+//! How the calls are caught: the CUDA runtime does not call the driver by name — it `dlopen`s
+//! `libcuda.so.1` and resolves entry points with `dlsym(handle, …)` or `cuGetProcAddress_v2`,
+//! both of which bypass a plain LD_PRELOAD. So this library exports `dlsym` itself (the real one
+//! is fetched with `dlvsym`), wraps both `cuGetProcAddress` versions, and also exports the
+//! wrapped driver functions for programs linked to libcuda directly. Every wrapper resolves the
+//! real function first and only substitutes successful lookups.
+//!
+//! Without `MQFQ_CTL_DIR` the interposer converts nothing and says so once on stderr; it never
+//! crashes the application (no panics on any path: errors fall back to the real call).
+
+mod control;
+mod real;
+mod state;
+
+use std::ffi::{CStr, c_char, c_int, c_uint, c_ulonglong, c_void};
+
+use real::Fn;
+
+/// `CUresult`.
+pub type CuResult = c_int;
+/// `CUdeviceptr`.
+pub type CuDevicePtr = c_ulonglong;
+
+const CUDA_SUCCESS: CuResult = 0;
+const CU_MEM_ATTACH_GLOBAL: c_uint = 1;
+
+type AllocFn = unsafe extern "C" fn(*mut CuDevicePtr, usize) -> CuResult;
+type AllocManagedFn = unsafe extern "C" fn(*mut CuDevicePtr, usize, c_uint) -> CuResult;
+type AllocPitchFn =
+    unsafe extern "C" fn(*mut CuDevicePtr, *mut usize, usize, usize, c_uint) -> CuResult;
+type FreeFn = unsafe extern "C" fn(CuDevicePtr) -> CuResult;
+type LaunchKernelFn = unsafe extern "C" fn(
+    *mut c_void,
+    c_uint,
+    c_uint,
+    c_uint,
+    c_uint,
+    c_uint,
+    c_uint,
+    c_uint,
+    *mut c_void,
+    *mut *mut c_void,
+    *mut *mut c_void,
+) -> CuResult;
+type GraphLaunchFn = unsafe extern "C" fn(*mut c_void, *mut c_void) -> CuResult;
+type MemcpyHtoDFn = unsafe extern "C" fn(CuDevicePtr, *const c_void, usize) -> CuResult;
+type MemcpyDtoHFn = unsafe extern "C" fn(*mut c_void, CuDevicePtr, usize) -> CuResult;
+type MemcpyDtoDFn = unsafe extern "C" fn(CuDevicePtr, CuDevicePtr, usize) -> CuResult;
+type GetProcAddressV2Fn = unsafe extern "C" fn(
+    *const c_char,
+    *mut *mut c_void,
+    c_int,
+    c_ulonglong,
+    *mut c_int,
+) -> CuResult;
+type GetProcAddressFn =
+    unsafe extern "C" fn(*const c_char, *mut *mut c_void, c_int, c_ulonglong) -> CuResult;
+
+/// Our replacement for a driver entry point, by the base name the runtime asks for.
+fn wrapper(base: &[u8]) -> Option<(Fn, *mut c_void)> {
+    let w: (Fn, *mut c_void) = match base {
+        b"cuMemAlloc" => (Fn::MemAlloc, cuMemAlloc_v2 as AllocFn as *mut c_void),
+        b"cuMemAllocPitch" => (
+            Fn::MemAllocPitch,
+            cuMemAllocPitch_v2 as AllocPitchFn as *mut c_void,
+        ),
+        b"cuMemFree" => (Fn::MemFree, cuMemFree_v2 as FreeFn as *mut c_void),
+        b"cuLaunchKernel" => (
+            Fn::LaunchKernel,
+            cuLaunchKernel as LaunchKernelFn as *mut c_void,
+        ),
+        b"cuGraphLaunch" => (
+            Fn::GraphLaunch,
+            cuGraphLaunch as GraphLaunchFn as *mut c_void,
+        ),
+        b"cuMemcpyHtoD" => (
+            Fn::MemcpyHtoD,
+            cuMemcpyHtoD_v2 as MemcpyHtoDFn as *mut c_void,
+        ),
+        b"cuMemcpyDtoH" => (
+            Fn::MemcpyDtoH,
+            cuMemcpyDtoH_v2 as MemcpyDtoHFn as *mut c_void,
+        ),
+        b"cuMemcpyDtoD" => (
+            Fn::MemcpyDtoD,
+            cuMemcpyDtoD_v2 as MemcpyDtoDFn as *mut c_void,
+        ),
+        b"cuGetProcAddress" => (
+            Fn::GetProcAddressV2,
+            cuGetProcAddress_v2 as GetProcAddressV2Fn as *mut c_void,
+        ),
+        _ => return None,
+    };
+    Some(w)
+}
+
+/// The base name of a versioned driver symbol (`cuMemAlloc_v2` → `cuMemAlloc`).
+fn base_name(sym: &[u8]) -> &[u8] {
+    for suffix in [&b"_v2"[..], b"_v3"] {
+        if let Some(b) = sym.strip_suffix(suffix) {
+            return b;
+        }
+    }
+    sym
+}
+
+/// `dlsym`, exported so that handle-scoped lookups of driver functions come here too.
+///
+/// # Safety
+/// As `dlsym(3)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn dlsym(handle: *mut c_void, symbol: *const c_char) -> *mut c_void {
+    let Some(real_dlsym) = real::dlsym() else {
+        return std::ptr::null_mut();
+    };
+    // SAFETY: forwarding the caller's arguments to the real dlsym.
+    let found = unsafe { real_dlsym(handle, symbol) };
+    if found.is_null() || symbol.is_null() {
+        return found;
+    }
+    // SAFETY: dlsym's symbol is a NUL-terminated string (it just resolved).
+    let name = unsafe { CStr::from_ptr(symbol) }.to_bytes();
+    if name == b"cuGetProcAddress" {
+        real::remember(Fn::GetProcAddress, found);
+        return cuGetProcAddress as GetProcAddressFn as *mut c_void;
+    }
+    if !name.starts_with(b"cu") {
+        return found;
+    }
+    match wrapper(base_name(name)) {
+        Some((which, ours)) => {
+            real::remember(which, found);
+            ours
+        }
+        None => found,
+    }
+}
+
+/// Substitutes a successful entry-point lookup of a function we wrap.
+fn substitute(symbol: *const c_char, pfn: *mut *mut c_void) {
+    if symbol.is_null() || pfn.is_null() {
+        return;
+    }
+    // SAFETY: checked non-null; the driver just resolved this name and wrote `*pfn`.
+    let (name, found) = unsafe { (CStr::from_ptr(symbol).to_bytes(), *pfn) };
+    if found.is_null() {
+        return;
+    }
+    if let Some((which, ours)) = wrapper(base_name(name)) {
+        real::remember(which, found);
+        // SAFETY: `pfn` is the caller's out-pointer, checked non-null.
+        unsafe { *pfn = ours };
+    }
+}
+
+/// `cuGetProcAddress_v2` (CUDA 12+): resolve for real, then substitute.
+///
+/// # Safety
+/// As the CUDA driver API.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuGetProcAddress_v2(
+    symbol: *const c_char,
+    pfn: *mut *mut c_void,
+    version: c_int,
+    flags: c_ulonglong,
+    status: *mut c_int,
+) -> CuResult {
+    let Some(f) = real::get::<GetProcAddressV2Fn>(Fn::GetProcAddressV2) else {
+        return real::NOT_FOUND;
+    };
+    // SAFETY: forwarding the caller's arguments to the real function.
+    let r = unsafe { f(symbol, pfn, version, flags, status) };
+    if r == CUDA_SUCCESS {
+        substitute(symbol, pfn);
+    }
+    r
+}
+
+/// `cuGetProcAddress` (CUDA 11.3–11.8): resolve for real, then substitute.
+///
+/// # Safety
+/// As the CUDA driver API.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuGetProcAddress(
+    symbol: *const c_char,
+    pfn: *mut *mut c_void,
+    version: c_int,
+    flags: c_ulonglong,
+) -> CuResult {
+    let Some(f) = real::get::<GetProcAddressFn>(Fn::GetProcAddress) else {
+        return real::NOT_FOUND;
+    };
+    // SAFETY: forwarding the caller's arguments to the real function.
+    let r = unsafe { f(symbol, pfn, version, flags) };
+    if r == CUDA_SUCCESS {
+        substitute(symbol, pfn);
+    }
+    r
+}
+
+/// `cuMemAlloc_v2` → managed memory, recorded.
+///
+/// # Safety
+/// As the CUDA driver API.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemAlloc_v2(dptr: *mut CuDevicePtr, size: usize) -> CuResult {
+    if state::converting()
+        && let Some(managed) = real::driver::<AllocManagedFn>(c"cuMemAllocManaged")
+    {
+        // SAFETY: the caller's out-pointer and size, with the documented flag.
+        let r = unsafe { managed(dptr, size, CU_MEM_ATTACH_GLOBAL) };
+        if r == CUDA_SUCCESS && !dptr.is_null() {
+            // SAFETY: checked non-null; the driver just wrote it.
+            state::record(unsafe { *dptr }, size);
+            return r;
+        }
+    }
+    let Some(f) = real::get::<AllocFn>(Fn::MemAlloc) else {
+        return real::NOT_FOUND;
+    };
+    // SAFETY: forwarding to the real allocator.
+    let r = unsafe { f(dptr, size) };
+    if r == CUDA_SUCCESS {
+        state::record_native(size);
+    }
+    r
+}
+
+/// `cuMemAllocPitch_v2` → managed memory of `pitch × height`, recorded.
+///
+/// # Safety
+/// As the CUDA driver API.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemAllocPitch_v2(
+    dptr: *mut CuDevicePtr,
+    pitch: *mut usize,
+    width: usize,
+    height: usize,
+    element: c_uint,
+) -> CuResult {
+    if state::converting()
+        && !pitch.is_null()
+        && let Some(managed) = real::driver::<AllocManagedFn>(c"cuMemAllocManaged")
+    {
+        // Rows aligned to 512 bytes, as the driver's pitch is for these sizes.
+        let p = width.div_ceil(512).saturating_mul(512);
+        let size = p.saturating_mul(height);
+        // SAFETY: the caller's out-pointer; size computed above.
+        let r = unsafe { managed(dptr, size, CU_MEM_ATTACH_GLOBAL) };
+        if r == CUDA_SUCCESS && !dptr.is_null() {
+            // SAFETY: both checked non-null; the driver wrote `*dptr`.
+            unsafe { *pitch = p };
+            // SAFETY: as above.
+            state::record(unsafe { *dptr }, size);
+            return r;
+        }
+    }
+    let Some(f) = real::get::<AllocPitchFn>(Fn::MemAllocPitch) else {
+        return real::NOT_FOUND;
+    };
+    // SAFETY: forwarding to the real allocator.
+    let r = unsafe { f(dptr, pitch, width, height, element) };
+    if r == CUDA_SUCCESS && !pitch.is_null() {
+        // SAFETY: checked non-null; the driver wrote it.
+        state::record_native(unsafe { *pitch }.saturating_mul(height));
+    }
+    r
+}
+
+/// `cuMemFree_v2`: forgets the allocation, frees it.
+///
+/// # Safety
+/// As the CUDA driver API.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemFree_v2(ptr: CuDevicePtr) -> CuResult {
+    state::forget(ptr);
+    let Some(f) = real::get::<FreeFn>(Fn::MemFree) else {
+        return real::NOT_FOUND;
+    };
+    // SAFETY: forwarding.
+    unsafe { f(ptr) }
+}
+
+/// `cuLaunchKernel`, held while this process's memory is evicted.
+///
+/// # Safety
+/// As the CUDA driver API.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuLaunchKernel(
+    f: *mut c_void,
+    gx: c_uint,
+    gy: c_uint,
+    gz: c_uint,
+    bx: c_uint,
+    by: c_uint,
+    bz: c_uint,
+    shared: c_uint,
+    stream: *mut c_void,
+    params: *mut *mut c_void,
+    extra: *mut *mut c_void,
+) -> CuResult {
+    state::wait_resident("cuLaunchKernel");
+    let Some(real) = real::get::<LaunchKernelFn>(Fn::LaunchKernel) else {
+        return real::NOT_FOUND;
+    };
+    // SAFETY: forwarding.
+    unsafe { real(f, gx, gy, gz, bx, by, bz, shared, stream, params, extra) }
+}
+
+/// `cuGraphLaunch`, held while evicted.
+///
+/// # Safety
+/// As the CUDA driver API.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuGraphLaunch(graph: *mut c_void, stream: *mut c_void) -> CuResult {
+    state::wait_resident("cuGraphLaunch");
+    let Some(real) = real::get::<GraphLaunchFn>(Fn::GraphLaunch) else {
+        return real::NOT_FOUND;
+    };
+    // SAFETY: forwarding.
+    unsafe { real(graph, stream) }
+}
+
+/// `cuMemcpyHtoD_v2`, held while evicted.
+///
+/// # Safety
+/// As the CUDA driver API.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemcpyHtoD_v2(
+    dst: CuDevicePtr,
+    src: *const c_void,
+    n: usize,
+) -> CuResult {
+    state::wait_resident("cuMemcpyHtoD");
+    let Some(real) = real::get::<MemcpyHtoDFn>(Fn::MemcpyHtoD) else {
+        return real::NOT_FOUND;
+    };
+    // SAFETY: forwarding.
+    unsafe { real(dst, src, n) }
+}
+
+/// `cuMemcpyDtoH_v2`, held while evicted.
+///
+/// # Safety
+/// As the CUDA driver API.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemcpyDtoH_v2(dst: *mut c_void, src: CuDevicePtr, n: usize) -> CuResult {
+    state::wait_resident("cuMemcpyDtoH");
+    let Some(real) = real::get::<MemcpyDtoHFn>(Fn::MemcpyDtoH) else {
+        return real::NOT_FOUND;
+    };
+    // SAFETY: forwarding.
+    unsafe { real(dst, src, n) }
+}
+
+/// `cuMemcpyDtoD_v2`, held while evicted.
+///
+/// # Safety
+/// As the CUDA driver API.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemcpyDtoD_v2(dst: CuDevicePtr, src: CuDevicePtr, n: usize) -> CuResult {
+    state::wait_resident("cuMemcpyDtoD");
+    let Some(real) = real::get::<MemcpyDtoDFn>(Fn::MemcpyDtoD) else {
+        return real::NOT_FOUND;
+    };
+    // SAFETY: forwarding.
+    unsafe { real(dst, src, n) }
+}

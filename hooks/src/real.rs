@@ -1,0 +1,137 @@
+//! The real functions behind the wrappers: the real `dlsym` (through `dlvsym`, so the lookup
+//! never comes back to our own `dlsym`), the driver's pointers as the application's lookups
+//! found them, and the driver library's own symbols for the calls the interposer makes itself.
+
+use std::ffi::{CStr, c_char, c_void};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// `CUDA_ERROR_NOT_FOUND`: what a wrapper answers when the real function cannot be found.
+pub const NOT_FOUND: i32 = 500;
+
+/// The wrapped driver functions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fn {
+    MemAlloc,
+    MemAllocPitch,
+    MemFree,
+    LaunchKernel,
+    GraphLaunch,
+    MemcpyHtoD,
+    MemcpyDtoH,
+    MemcpyDtoD,
+    GetProcAddressV2,
+    GetProcAddress,
+}
+
+const COUNT: usize = 10;
+
+impl Fn {
+    fn index(self) -> usize {
+        self as usize
+    }
+
+    /// The versioned name libcuda exports it under.
+    fn symbol(self) -> &'static CStr {
+        match self {
+            Fn::MemAlloc => c"cuMemAlloc_v2",
+            Fn::MemAllocPitch => c"cuMemAllocPitch_v2",
+            Fn::MemFree => c"cuMemFree_v2",
+            Fn::LaunchKernel => c"cuLaunchKernel",
+            Fn::GraphLaunch => c"cuGraphLaunch",
+            Fn::MemcpyHtoD => c"cuMemcpyHtoD_v2",
+            Fn::MemcpyDtoH => c"cuMemcpyDtoH_v2",
+            Fn::MemcpyDtoD => c"cuMemcpyDtoD_v2",
+            Fn::GetProcAddressV2 => c"cuGetProcAddress_v2",
+            Fn::GetProcAddress => c"cuGetProcAddress",
+        }
+    }
+}
+
+static REAL: [AtomicUsize; COUNT] = [const { AtomicUsize::new(0) }; COUNT];
+static DLSYM: AtomicUsize = AtomicUsize::new(0);
+static DRIVER: AtomicUsize = AtomicUsize::new(0);
+
+/// The real `dlsym` signature.
+pub type DlsymFn = unsafe extern "C" fn(*mut c_void, *const c_char) -> *mut c_void;
+
+/// The C library's `dlsym`, found with `dlvsym` (glibc ≥ 2.34 first, then the older version).
+pub fn dlsym() -> Option<DlsymFn> {
+    let mut p = DLSYM.load(Ordering::Acquire);
+    if p == 0 {
+        for version in [c"GLIBC_2.34", c"GLIBC_2.2.5"] {
+            // SAFETY: dlvsym with constant NUL-terminated strings.
+            let f = unsafe { libc::dlvsym(libc::RTLD_NEXT, c"dlsym".as_ptr(), version.as_ptr()) };
+            if !f.is_null() {
+                p = f as usize;
+                DLSYM.store(p, Ordering::Release);
+                break;
+            }
+        }
+    }
+    if p == 0 {
+        return None;
+    }
+    // SAFETY: `p` is glibc's dlsym, whose signature is DlsymFn.
+    Some(unsafe { std::mem::transmute::<usize, DlsymFn>(p) })
+}
+
+/// Keeps the first real pointer seen for a wrapped function.
+pub fn remember(which: Fn, p: *mut c_void) {
+    let _ =
+        REAL[which.index()].compare_exchange(0, p as usize, Ordering::AcqRel, Ordering::Acquire);
+}
+
+fn as_fn<F: Copy>(p: usize) -> Option<F> {
+    if p == 0 || std::mem::size_of::<F>() != std::mem::size_of::<usize>() {
+        return None;
+    }
+    // SAFETY: `p` is a function pointer of the type the caller names (one per `Fn`, or the
+    // driver's documented signature), and F is pointer-sized.
+    Some(unsafe { std::mem::transmute_copy::<usize, F>(&p) })
+}
+
+/// The real function for a wrapper: as the application's lookup found it, else the next
+/// definition after this library (a program linked to libcuda), else libcuda's own.
+pub fn get<F: Copy>(which: Fn) -> Option<F> {
+    let mut p = REAL[which.index()].load(Ordering::Acquire);
+    if p == 0 {
+        let real = dlsym()?;
+        // SAFETY: RTLD_NEXT lookup of a constant name.
+        let mut f = unsafe { real(libc::RTLD_NEXT, which.symbol().as_ptr()) };
+        if f.is_null() {
+            f = driver_symbol(which.symbol());
+        }
+        remember(which, f);
+        p = REAL[which.index()].load(Ordering::Acquire);
+    }
+    as_fn(p)
+}
+
+fn driver_symbol(name: &CStr) -> *mut c_void {
+    let mut h = DRIVER.load(Ordering::Acquire);
+    if h == 0 {
+        // SAFETY: dlopen of a constant name; NOLOAD first so an application's own load is used.
+        let mut handle =
+            unsafe { libc::dlopen(c"libcuda.so.1".as_ptr(), libc::RTLD_NOW | libc::RTLD_NOLOAD) };
+        if handle.is_null() {
+            // SAFETY: as above.
+            handle = unsafe { libc::dlopen(c"libcuda.so.1".as_ptr(), libc::RTLD_NOW) };
+        }
+        if handle.is_null() {
+            return std::ptr::null_mut();
+        }
+        h = handle as usize;
+        DRIVER.store(h, Ordering::Release);
+    }
+    let Some(real) = dlsym() else {
+        return std::ptr::null_mut();
+    };
+    // SAFETY: a handle from dlopen and a NUL-terminated name.
+    unsafe { real(h as *mut c_void, name.as_ptr()) }
+}
+
+/// A driver function the interposer calls itself (`cuMemAllocManaged`, `cuMemAdvise_v2`, …),
+/// from libcuda directly.
+pub fn driver<F: Copy>(name: &CStr) -> Option<F> {
+    as_fn(driver_symbol(name) as usize)
+}

@@ -1,0 +1,241 @@
+//! The interposer over the CPU-only libcuda double, with a client that gets `cuMemAlloc` by
+//! direct call, by `dlsym(handle)` and by `cuGetProcAddress_v2`: conversion to managed memory,
+//! launches held while evicted, the evict / prefetch / status protocol, and bad control input.
+#![expect(
+    clippy::tests_outside_test_module,
+    reason = "an integration-test crate is the test module"
+)]
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The interposer cargo built with this test: `target/<profile>/deps/libmqfq_cuda.so`, beside
+/// the test binary (the copy one level up is only refreshed by `cargo build`).
+fn interposer() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let so = exe.parent().unwrap().join("libmqfq_cuda.so");
+    assert!(so.exists(), "{} not built", so.display());
+    so
+}
+
+struct Client {
+    child: Child,
+    stdin: ChildStdin,
+    stdout: BufReader<ChildStdout>,
+    stderr: PathBuf,
+}
+
+impl Client {
+    fn start(dir: &Path, env: &[(&str, &Path)]) -> Option<Self> {
+        let built = mqfq_testkit::build_double("cuda", dir)
+            .and_then(|_| mqfq_testkit::build_double("cuda_client", dir));
+        let client = match built {
+            Ok(c) => c,
+            Err(e) if std::env::var_os("MQFQ_REQUIRE_CONTAINERD").is_some() => panic!("{e}"),
+            Err(e) => {
+                eprintln!("skipped: {e}");
+                return None;
+            }
+        };
+        let stderr = dir.join("client.err");
+        let mut child = Command::new(client)
+            .env("LD_PRELOAD", interposer())
+            .env("FAKE_CUDA_LOG", dir.join("cuda.log"))
+            .envs(env.iter().copied())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(&stderr).unwrap())
+            .spawn()
+            .unwrap();
+        let stdin = child.stdin.take().unwrap();
+        let stdout = BufReader::new(child.stdout.take().unwrap());
+        Some(Client {
+            child,
+            stdin,
+            stdout,
+            stderr,
+        })
+    }
+
+    fn line(&mut self) -> String {
+        let mut l = String::new();
+        self.stdout.read_line(&mut l).unwrap();
+        l.trim_end().to_owned()
+    }
+
+    /// The allocation report, up to "ready".
+    fn report(&mut self) -> Vec<String> {
+        let mut out = Vec::new();
+        loop {
+            let l = self.line();
+            if l == "ready" || l.is_empty() {
+                return out;
+            }
+            out.push(l);
+        }
+    }
+
+    fn send(&mut self, cmd: &str) {
+        writeln!(self.stdin, "{cmd}").unwrap();
+        self.stdin.flush().unwrap();
+    }
+
+    fn stderr(&self) -> String {
+        std::fs::read_to_string(&self.stderr).unwrap_or_default()
+    }
+}
+
+impl Drop for Client {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+struct Ctl(BufReader<UnixStream>);
+
+impl Ctl {
+    fn connect(dir: &Path) -> Self {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let sock = std::fs::read_dir(dir)
+                .unwrap()
+                .filter_map(Result::ok)
+                .map(|e| e.path())
+                .find(|p| p.extension().is_some_and(|e| e == "sock"));
+            if let Some(s) = sock
+                && let Ok(c) = UnixStream::connect(s)
+            {
+                return Ctl(BufReader::new(c));
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no control socket in {}",
+                dir.display()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn ask(&mut self, line: &str) -> String {
+        writeln!(self.0.get_mut(), "{line}").unwrap();
+        let mut l = String::new();
+        self.0.read_line(&mut l).unwrap();
+        l.trim_end().to_owned()
+    }
+}
+
+#[test]
+fn without_a_control_dir_nothing_is_converted() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(mut c) = Client::start(dir.path(), &[]) else {
+        return;
+    };
+    let r = c.report();
+    assert!(r.iter().all(|l| l.contains("kind=1")), "{r:?}");
+    c.send("quit");
+    let _ = c.child.wait();
+    let err = c.stderr();
+    assert_eq!(err.matches("MQFQ_CTL_DIR is not set").count(), 1, "{err}");
+}
+
+#[test]
+fn allocations_become_managed_and_launches_wait_while_evicted() {
+    let dir = tempfile::tempdir().unwrap();
+    let ctl = dir.path().join("ctl");
+    std::fs::create_dir_all(&ctl).unwrap();
+    let Some(mut c) = Client::start(
+        dir.path(),
+        &[
+            ("MQFQ_CTL_DIR", &ctl),
+            ("MQFQ_CONTAINER_ID", Path::new("c1")),
+        ],
+    ) else {
+        return;
+    };
+    // Every path to cuMemAlloc is converted: direct, dlsym(handle), cuGetProcAddress_v2, pitch.
+    let r = c.report();
+    assert_eq!(
+        r,
+        [
+            "direct rc=0 kind=2",
+            "dlsym rc=0 kind=2",
+            "procaddr rc=0 kind=2",
+            "pitch rc=0 kind=2 pitch=1024"
+        ]
+    );
+    let managed = (1 << 20) + (2 << 20) + (4 << 20) + 1024 * 10;
+    let mut s = Ctl::connect(&ctl);
+    assert!(s.ask("status").starts_with("error say hello"));
+    assert_eq!(s.ask("hello c1"), "ok");
+    assert_eq!(
+        s.ask("status"),
+        format!("ok managed={managed} resident={managed} native=0 evicted=0")
+    );
+    assert_eq!(s.ask("evict"), format!("ok evicted={managed}"));
+    c.send("status");
+    assert_eq!(c.line(), "locations 2 2 2 2", "all on the host");
+    assert_eq!(
+        s.ask("status"),
+        format!("ok managed={managed} resident=0 native=0 evicted=1")
+    );
+    // A launch now waits: prefetch only once the client says it is waiting.
+    c.send("launch");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !c.stderr().contains("cuLaunchKernel waits for prefetch") {
+        assert!(
+            Instant::now() < deadline,
+            "launch did not wait: {}",
+            c.stderr()
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(s.ask("prefetch"), format!("ok prefetched={managed}"));
+    assert_eq!(c.line(), "launched rc=0");
+    c.send("status");
+    assert_eq!(c.line(), "locations 1 1 1 1", "back on the device");
+    // The driver saw: host preference and prefetch, then device, and only then the launch.
+    let log = std::fs::read_to_string(dir.path().join("cuda.log")).unwrap();
+    let at = |what: &str| {
+        log.find(what)
+            .unwrap_or_else(|| panic!("{what} not in {log}"))
+    };
+    assert!(at("advise 3 2") < at("prefetch host"));
+    assert!(at("prefetch host") < at("advise 4 1"));
+    assert!(at("prefetch device") < at("launch"), "{log}");
+
+    // Bad input is answered, logged, and changes nothing.
+    assert!(
+        s.ask("evict now please").starts_with("ok"),
+        "extra words are ignored"
+    );
+    assert!(s.ask("prefetch").starts_with("ok"));
+    assert_eq!(s.ask("reboot"), "error unknown command \"reboot\"");
+    assert_eq!(s.ask(""), "error empty message");
+    let mut other = Ctl::connect(&ctl);
+    assert_eq!(other.ask("hello c2"), "error wrong container c2");
+    let mut long = Ctl::connect(&ctl);
+    let reply = long.ask(&"x".repeat(1000));
+    assert!(reply.contains("overlong"), "{reply}");
+    let mut truncated = UnixStream::connect(
+        std::fs::read_dir(&ctl)
+            .unwrap()
+            .next()
+            .unwrap()
+            .unwrap()
+            .path(),
+    )
+    .unwrap();
+    truncated.write_all(b"hello c1\nsta").unwrap();
+    drop(truncated);
+    assert_eq!(
+        s.ask("status"),
+        format!("ok managed={managed} resident={managed} native=0 evicted=0")
+    );
+    c.send("launch");
+    assert_eq!(c.line(), "launched rc=0", "the application is unharmed");
+    assert!(c.stderr().contains("wrong container c2"), "{}", c.stderr());
+}

@@ -1,0 +1,74 @@
+/*
+ * A CUDA driver-API client for the interposer tests. It links libcuda.so.1 directly and also
+ * gets entry points through dlsym(handle) and cuGetProcAddress_v2, allocating through each, and
+ * prints what the (fake) driver says each allocation is. Then it takes commands on stdin:
+ *   launch   cuLaunchKernel, then prints "launched"
+ *   status   prints the location of every allocation (1 device, 2 host)
+ *   quit
+ */
+#include <dlfcn.h>
+#include <stdio.h>
+#include <string.h>
+
+typedef int CUresult;
+typedef unsigned long long CUdeviceptr;
+typedef void *CUcontext;
+
+CUresult cuInit(unsigned int);
+CUresult cuDeviceGet(int *, int);
+CUresult cuDevicePrimaryCtxRetain(CUcontext *, int);
+CUresult cuCtxSetCurrent(CUcontext);
+CUresult cuMemAlloc_v2(CUdeviceptr *, size_t);
+CUresult cuMemAllocPitch_v2(CUdeviceptr *, size_t *, size_t, size_t, unsigned int);
+CUresult cuLaunchKernel(void *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                        unsigned, void *, void **, void **);
+int fake_cuda_kind(CUdeviceptr);
+int fake_cuda_location(CUdeviceptr);
+
+typedef CUresult (*alloc_fn)(CUdeviceptr *, size_t);
+typedef CUresult (*gpa_fn)(const char *, void **, int, unsigned long long, int *);
+
+int main(void) {
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    int dev;
+    CUcontext ctx;
+    if (cuInit(0) || cuDeviceGet(&dev, 0) || cuDevicePrimaryCtxRetain(&ctx, dev) ||
+        cuCtxSetCurrent(ctx)) {
+        printf("init failed\n");
+        return 1;
+    }
+    CUdeviceptr p[4] = {0};
+    int r = cuMemAlloc_v2(&p[0], 1 << 20);
+    printf("direct rc=%d kind=%d\n", r, fake_cuda_kind(p[0]));
+
+    void *h = dlopen("libcuda.so.1", RTLD_NOW);
+    alloc_fn by_dlsym = h ? (alloc_fn)dlsym(h, "cuMemAlloc_v2") : NULL;
+    r = by_dlsym ? by_dlsym(&p[1], 2 << 20) : -1;
+    printf("dlsym rc=%d kind=%d\n", r, fake_cuda_kind(p[1]));
+
+    gpa_fn gpa = h ? (gpa_fn)dlsym(h, "cuGetProcAddress_v2") : NULL;
+    void *f = NULL;
+    int st = -1;
+    r = gpa ? gpa("cuMemAlloc", &f, 12000, 0, &st) : -1;
+    r = (r == 0 && f) ? ((alloc_fn)f)(&p[2], 4 << 20) : -1;
+    printf("procaddr rc=%d kind=%d\n", r, fake_cuda_kind(p[2]));
+
+    size_t pitch = 0;
+    r = cuMemAllocPitch_v2(&p[3], &pitch, 1000, 10, 4);
+    printf("pitch rc=%d kind=%d pitch=%zu\n", r, fake_cuda_kind(p[3]), pitch);
+    printf("ready\n");
+
+    char line[64];
+    while (fgets(line, sizeof line, stdin)) {
+        if (strncmp(line, "launch", 6) == 0) {
+            r = cuLaunchKernel(NULL, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL);
+            printf("launched rc=%d\n", r);
+        } else if (strncmp(line, "status", 6) == 0) {
+            printf("locations %d %d %d %d\n", fake_cuda_location(p[0]), fake_cuda_location(p[1]),
+                   fake_cuda_location(p[2]), fake_cuda_location(p[3]));
+        } else if (strncmp(line, "quit", 4) == 0) {
+            break;
+        }
+    }
+    return 0;
+}
