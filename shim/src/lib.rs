@@ -26,6 +26,7 @@ pub mod runtime;
 pub mod service;
 pub mod stats;
 pub mod task;
+pub mod uvm;
 
 /// Version and git revision, as `-v` prints them.
 #[must_use]

@@ -416,11 +416,21 @@ fn a_gpu_container_gets_the_cached_edits_without_a_hook() {
         assert!(Instant::now() < deadline, "mqfqd wrote no edits");
         std::thread::sleep(Duration::from_millis(20));
     }
+    // The interposer, "installed" where this containerd's shims look (busybox is static: the
+    // preload never loads, the test checks what the container is given).
+    std::fs::write(
+        c.dir().join("libmqfq_cuda.so"),
+        "not loaded by static busybox",
+    )
+    .unwrap();
     let script = format!(
         "ls -ln /dev/nvidia1 /dev/nvidiactl /dev/nvidia-uvm; test -e /dev/nvidia0 || echo no-nvidia0; \
          readlink /{LIBDIR}/libcuda.so.1; readlink /{LIBDIR}/libcuda.so; \
          test -s /{LIBDIR}/libcuda.so.{VERSION} && echo lib-mounted; /usr/bin/nvidia-smi; \
          grep -q libcuda.so.1 /etc/ld.so.cache && echo cache-lists-libcuda; \
+         echo pre=$LD_PRELOAD ctl=$MQFQ_CTL_DIR id=$MQFQ_CONTAINER_ID; \
+         test -f /usr/lib/mqfq/libmqfq_cuda.so && echo interposer-mounted; \
+         touch /run/mqfq/ctl/probe && echo ctl-writable; \
          echo vis=$NVIDIA_VISIBLE_DEVICES"
     );
     let o = c.run(
@@ -451,11 +461,32 @@ fn a_gpu_container_gets_the_cached_edits_without_a_hook() {
         "lib-mounted",
         "fake nvidia-smi",
         "cache-lists-libcuda",
+        "pre=/usr/lib/mqfq/libmqfq_cuda.so ctl=/run/mqfq/ctl id=nv1",
+        "interposer-mounted",
+        "ctl-writable",
         "vis=void",
     ] {
         assert!(out.contains(want), "{want:?} missing from:\n{out}");
     }
     assert!(c.log().contains("NVIDIA edits applied"), "{}", c.log());
+    assert!(
+        !c.dir().join("ctl").join(&c.ns).join("nv1").exists(),
+        "the control directory goes with the container"
+    );
+    // Opting out of the interposer.
+    let o = c.run(
+        MQFQ,
+        "nv4",
+        &[
+            "--env",
+            "NVIDIA_VISIBLE_DEVICES=0",
+            "--annotation",
+            "io.mqfq.uvm=off",
+        ],
+        &["sh", "-c", "echo pre=$LD_PRELOAD"],
+    );
+    assert!(o.status.success());
+    assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), "pre=");
     // A GPU the node does not have fails Create, naming it, and leaves nothing behind.
     let o = c.run(
         MQFQ,

@@ -165,6 +165,8 @@ impl Containerd {
             .env("MQFQ_DAEMON_SOCKET", d.join("mqfqd.sock"))
             .env("MQFQ_EDITS_FILE", d.join("nvidia-edits.json"))
             .env("MQFQ_LDCACHE_DIR", d.join("ldcache"))
+            .env("MQFQ_INTERPOSER", d.join("libmqfq_cuda.so"))
+            .env("MQFQ_CTL_ROOT", d.join("ctl"))
             .envs(env.iter().copied())
             .stdout(log.try_clone().expect("log"))
             .stderr(log)

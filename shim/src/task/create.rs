@@ -84,20 +84,37 @@ impl TaskService {
             }
             mounted = true;
         }
-        if let Some((edits, applied)) = &nvidia
-            && let Err(e) = finish_nvidia(&mut spec, &spec_path, &rootfs, edits, applied, &id).await
+        let ctl_dir = match finish_gpu(
+            &gpu,
+            &mut spec,
+            &spec_path,
+            &rootfs,
+            nvidia.as_ref(),
+            &self.namespace,
+            &id,
+        )
+        .await
         {
-            if mounted {
-                unmount(&rootfs);
+            Ok(dir) => dir,
+            Err(e) => {
+                if mounted {
+                    unmount(&rootfs);
+                }
+                return Err(e);
             }
-            return Err(e);
-        }
+        };
+        let undo_ctl = || {
+            if let Some(d) = &ctl_dir {
+                crate::uvm::cleanup(d);
+            }
+        };
         let io = match ProcessIo::new(&stdio, &id, &self.namespace).await {
             Ok(io) => io,
             Err(e) => {
                 if mounted {
                     unmount(&rootfs);
                 }
+                undo_ctl();
                 return Err(e);
             }
         };
@@ -129,6 +146,7 @@ impl TaskService {
                 if mounted {
                     unmount(&rootfs);
                 }
+                undo_ctl();
                 return Err(e);
             }
         };
@@ -150,6 +168,7 @@ impl TaskService {
                 init,
                 execs: HashMap::new(),
                 gpu,
+                ctl_dir,
             },
         );
         self.emit(
@@ -176,29 +195,57 @@ impl TaskService {
     }
 }
 
-/// The part of the NVIDIA edits that needs the rootfs: symlinks, the container's ld.so.cache,
-/// then the spec written for runc.
-async fn finish_nvidia(
+/// The GPU part of Create once the rootfs is mounted: the NVIDIA edits that need it (symlinks,
+/// the container's ld.so.cache), the CUDA interposer, then the spec written for runc. Returns
+/// the container's interposer control directory; removes it again on failure.
+async fn finish_gpu(
+    gpu: &Classification,
     spec: &mut serde_json::Value,
     spec_path: &Path,
     rootfs: &Path,
-    edits: &crate::nvidia::edits::ContainerEdits,
-    applied: &crate::nvidia::edits::Applied,
+    nvidia: Option<&(
+        crate::nvidia::edits::ContainerEdits,
+        crate::nvidia::edits::Applied,
+    )>,
+    ns: &str,
     id: &str,
-) -> Result<()> {
+) -> Result<Option<PathBuf>> {
     use crate::nvidia::edits;
+    if matches!(gpu, Classification::NotGpu) {
+        return Ok(None);
+    }
     let bad = |e: edits::EditError| Error::InvalidArgument(format!("GPU container {id}: {e}"));
-    let links = edits::make_symlinks(rootfs, edits).map_err(bad)?;
-    let cache = edits::mount_ld_cache(spec, rootfs, edits, &edits::ldcache_dir()).map_err(bad)?;
-    let text = serde_json::to_vec(spec)
-        .map_err(|e| Error::InvalidArgument(format!("{}: {e}", spec_path.display())))?;
-    tokio::fs::write(spec_path, text)
-        .await
-        .map_err(|e| Error::io(format!("write {}", spec_path.display()), e))?;
-    tracing::info!(
-        container = %id, devices = applied.devices, mounts = applied.mounts, symlinks = links,
-        ld_cache = ?cache, legacy_hooks_dropped = applied.hooks_dropped,
-        hooks_not_run = ?applied.hooks_skipped, "NVIDIA edits applied"
-    );
-    Ok(())
+    if let Some((e, applied)) = nvidia {
+        let links = edits::make_symlinks(rootfs, e).map_err(bad)?;
+        let cache = edits::mount_ld_cache(spec, rootfs, e, &edits::ldcache_dir()).map_err(bad)?;
+        tracing::info!(
+            container = %id, devices = applied.devices, mounts = applied.mounts, symlinks = links,
+            ld_cache = ?cache, legacy_hooks_dropped = applied.hooks_dropped,
+            hooks_not_run = ?applied.hooks_skipped, "NVIDIA edits applied"
+        );
+    }
+    let ctl = crate::uvm::inject(
+        spec,
+        &crate::uvm::interposer(),
+        &crate::uvm::ctl_root(),
+        ns,
+        id,
+    )?;
+    if nvidia.is_none() && ctl.is_none() {
+        return Ok(None);
+    }
+    let write = async {
+        let text = serde_json::to_vec(spec)
+            .map_err(|e| Error::InvalidArgument(format!("{}: {e}", spec_path.display())))?;
+        tokio::fs::write(spec_path, text)
+            .await
+            .map_err(|e| Error::io(format!("write {}", spec_path.display()), e))
+    };
+    if let Err(e) = write.await {
+        if let Some(d) = &ctl {
+            crate::uvm::cleanup(d);
+        }
+        return Err(e);
+    }
+    Ok(ctl)
 }

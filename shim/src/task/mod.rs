@@ -53,6 +53,8 @@ pub struct Container {
     pub execs: HashMap<String, Proc>,
     /// GPU classification.
     pub gpu: Classification,
+    /// The CUDA interposer's control directory on the host, when injected.
+    pub ctl_dir: Option<PathBuf>,
 }
 
 impl Container {
@@ -589,6 +591,9 @@ impl TaskService {
         self.publish_exit(id, &mut c.init);
         if c.mounted_rootfs {
             unmount(&c.bundle.join("rootfs"));
+        }
+        if let Some(d) = &c.ctl_dir {
+            crate::uvm::cleanup(d);
         }
         if let Some(mut io) = c.init.io.take() {
             io.shutdown();
