@@ -239,3 +239,56 @@ fn allocations_become_managed_and_launches_wait_while_evicted() {
     assert_eq!(c.line(), "launched rc=0", "the application is unharmed");
     assert!(c.stderr().contains("wrong container c2"), "{}", c.stderr());
 }
+
+#[test]
+fn a_forked_child_converts_and_answers_on_its_own_socket() {
+    let dir = tempfile::tempdir().unwrap();
+    let ctl = dir.path().join("ctl");
+    std::fs::create_dir_all(&ctl).unwrap();
+    let done = dir.path().join("done");
+    let Some(mut c) = Client::start(
+        dir.path(),
+        &[("MQFQ_CTL_DIR", &ctl), ("CLIENT_CHILD_DONE", &done)],
+    ) else {
+        return;
+    };
+    c.report();
+    let parent = c.child.id();
+    c.send("fork");
+    let line = c.line();
+    let child: u32 = line
+        .strip_prefix("child rc=0 kind=2 pid=")
+        .unwrap_or_else(|| panic!("{line}"))
+        .parse()
+        .unwrap();
+    assert_ne!(child, parent);
+    // The child registers its own socket and knows only its own allocation.
+    let sock = ctl.join(format!("cuda-{child}.sock"));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !sock.exists() {
+        assert!(Instant::now() < deadline, "no socket for the child");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let mut s = Ctl(BufReader::new(UnixStream::connect(&sock).unwrap()));
+    assert_eq!(
+        s.ask("hello any"),
+        "ok",
+        "no MQFQ_CONTAINER_ID: any id is accepted"
+    );
+    assert_eq!(
+        s.ask("status"),
+        format!(
+            "ok managed={} resident={} native=0 evicted=0",
+            1 << 20,
+            1 << 20
+        )
+    );
+    std::fs::write(&done, "").unwrap();
+    assert_eq!(c.line(), "forked");
+    // The parent still answers for its own memory.
+    let mut p = Ctl(BufReader::new(
+        UnixStream::connect(ctl.join(format!("cuda-{parent}.sock"))).unwrap(),
+    ));
+    assert_eq!(p.ask("hello any"), "ok");
+    assert!(p.ask("status").starts_with("ok managed=7350272 "));
+}

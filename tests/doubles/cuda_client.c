@@ -4,11 +4,16 @@
  * prints what the (fake) driver says each allocation is. Then it takes commands on stdin:
  *   launch   cuLaunchKernel, then prints "launched"
  *   status   prints the location of every allocation (1 device, 2 host)
+ *   fork     forks a child that allocates 1 MiB, prints "child kind=<k> pid=<pid>", and exits
+ *            once the file named by CLIENT_CHILD_DONE exists (at most 20 s)
  *   quit
  */
 #include <dlfcn.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 typedef int CUresult;
 typedef unsigned long long CUdeviceptr;
@@ -66,6 +71,19 @@ int main(void) {
         } else if (strncmp(line, "status", 6) == 0) {
             printf("locations %d %d %d %d\n", fake_cuda_location(p[0]), fake_cuda_location(p[1]),
                    fake_cuda_location(p[2]), fake_cuda_location(p[3]));
+        } else if (strncmp(line, "fork", 4) == 0) {
+            pid_t pid = fork();
+            if (pid == 0) {
+                CUdeviceptr c = 0;
+                int rc = cuMemAlloc_v2(&c, 1 << 20);
+                printf("child rc=%d kind=%d pid=%d\n", rc, fake_cuda_kind(c), (int)getpid());
+                fflush(stdout);
+                const char *done = getenv("CLIENT_CHILD_DONE");
+                for (int i = 0; i < 200 && done && access(done, F_OK) != 0; i++) usleep(100000);
+                _exit(0);
+            }
+            waitpid(pid, NULL, 0);
+            printf("forked\n");
         } else if (strncmp(line, "quit", 4) == 0) {
             break;
         }
