@@ -146,6 +146,19 @@ impl Drop for Mqfqd {
     }
 }
 
+/// A containerd and a daemon with a single GPU slot (D = 1), and the containers' shared folder.
+fn one_slot(name: &str) -> Option<(Containerd, Mqfqd, PathBuf)> {
+    let c = containerd(name, &[])?;
+    let d = Mqfqd::start(
+        c.dir(),
+        &c.daemon_socket(),
+        "[concurrency]\nd_max = 1\nd_initial = 1\n",
+    );
+    let out = c.dir().join("out");
+    std::fs::create_dir_all(out.join("run")).unwrap();
+    Some((c, d, out))
+}
+
 fn kill9(pid: u64) {
     let ok = Command::new("kill")
         .args(["-9", &pid.to_string()])
@@ -365,16 +378,9 @@ fn a_killed_daemon_loses_no_container_and_leaks_no_lease() {
 
 #[test]
 fn killed_shims_release_their_leases_and_waits() {
-    let Some(c) = containerd("shimkill", &[]) else {
+    let Some((c, d, out)) = one_slot("shimkill") else {
         return;
     };
-    let d = Mqfqd::start(
-        c.dir(),
-        &c.daemon_socket(),
-        "[concurrency]\nd_max = 1\nd_initial = 1\n",
-    );
-    let out = c.dir().join("out");
-    std::fs::create_dir_all(out.join("run")).unwrap();
     let a = gpu_run(&c, "holder", "fa", &out, "sleep 300");
     let s = d.wait_for("holder admitted", |s| leases(s) == 1);
     let holder_shim = s["leases"][0]["shim_pid"].as_u64().unwrap();
@@ -609,16 +615,9 @@ fn malformed_frames_and_requests_get_clear_errors_and_change_nothing() {
 
 #[test]
 fn pause_gives_the_slot_back_and_resume_waits_for_it() {
-    let Some(c) = containerd("pause", &[]) else {
+    let Some((c, d, _)) = one_slot("pause") else {
         return;
     };
-    let d = Mqfqd::start(
-        c.dir(),
-        &c.daemon_socket(),
-        "[concurrency]\nd_max = 1\nd_initial = 1\n",
-    );
-    let out = c.dir().join("out");
-    std::fs::create_dir_all(out.join("run")).unwrap();
     let detached = |id: &str| {
         let o = c.ctr(&[
             "run",
