@@ -1,7 +1,8 @@
 //! Prometheus metrics of `mqfqd` and a minimal HTTP endpoint for them (`GET /metrics`).
 //!
-//! Counters move as the dispatch record is written, gauges at every sample, so a scrape costs
-//! one text encoding and never takes the admission lock.
+//! Per-function counters and queue lengths move as the dispatch record is written (no scan of
+//! the flows), per-GPU gauges at every sample, so a scrape costs one text encoding and never
+//! takes the admission lock.
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
@@ -147,11 +148,24 @@ impl Metrics {
     pub fn record(&self, records: &[Record]) {
         for r in records {
             match r {
+                Record::Enqueue { function, .. } => {
+                    self.queue_length
+                        .get_or_create(&self::function(function))
+                        .inc();
+                }
+                Record::Withdraw { function, .. } => {
+                    self.queue_length
+                        .get_or_create(&self::function(function))
+                        .dec();
+                }
                 Record::Dispatch {
                     function,
                     waited_ns,
                     ..
                 } => {
+                    self.queue_length
+                        .get_or_create(&self::function(function))
+                        .dec();
                     self.admitted.get_or_create(&self::function(function)).inc();
                     #[allow(clippy::cast_precision_loss)]
                     self.queue_wait
@@ -179,13 +193,12 @@ impl Metrics {
                         self.dead_shim_releases.inc();
                     }
                 }
-                Record::Enqueue { .. } | Record::Withdraw { .. } => {}
             }
         }
     }
 
-    /// Refreshes the gauges.
-    pub fn gauges(&self, gpus: &[GpuView], queued: &[(String, u64)], fail_open: u64) {
+    /// Refreshes the per-GPU gauges.
+    pub fn gauges(&self, gpus: &[GpuView], fail_open: u64) {
         for g in gpus {
             let l = gpu(g.info.index);
             self.d.get_or_create(&l).set(g.d);
@@ -200,11 +213,6 @@ impl Metrics {
             self.memory_total
                 .get_or_create(&l)
                 .set(i64::try_from(g.info.memory_total).unwrap_or(i64::MAX));
-        }
-        for (f, n) in queued {
-            self.queue_length
-                .get_or_create(&function(f))
-                .set(i64::try_from(*n).unwrap_or(i64::MAX));
         }
         self.fail_open
             .set(i64::try_from(fail_open).unwrap_or(i64::MAX));
@@ -262,5 +270,57 @@ pub async fn serve(listener: tokio::net::TcpListener, metrics: Arc<Metrics>) {
             let _ = conn.write_all(reply.as_bytes()).await;
             let _ = conn.shutdown().await;
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn queue_length_follows_the_dispatch_record() {
+        let m = Metrics::new();
+        let enq = |k: &str| Record::Enqueue {
+            seq: 0,
+            t_ns: 0,
+            gpu: 0,
+            key: k.into(),
+            function: "f".into(),
+            weight: 1.0,
+            kind: super::super::core::Kind::Start,
+        };
+        let dispatch = Record::Dispatch {
+            seq: 0,
+            t_ns: 0,
+            gpu: 0,
+            key: "a".into(),
+            function: "f".into(),
+            lease: 1,
+            free: 1,
+            running: 1,
+            limit: 1,
+            d: 1.0,
+            waited_ns: 2_000_000,
+        };
+        let withdraw = Record::Withdraw {
+            seq: 0,
+            t_ns: 0,
+            gpu: 0,
+            key: "b".into(),
+            function: "f".into(),
+            reason: "cancelled".into(),
+        };
+        m.record(&[enq("a"), enq("b"), enq("c")]);
+        assert!(m.render().contains("mqfq_queue_length{function=\"f\"} 3"));
+        m.record(&[dispatch, withdraw]);
+        let text = m.render();
+        assert!(
+            text.contains("mqfq_queue_length{function=\"f\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("mqfq_admitted_total{function=\"f\"} 1"),
+            "{text}"
+        );
     }
 }

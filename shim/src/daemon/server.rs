@@ -279,14 +279,9 @@ impl Daemon {
             }
             self.settle(&mut inner, grants);
             let gpus = inner.core.gpus();
-            let mut queued: HashMap<String, u64> = HashMap::new();
-            for (_, f) in inner.core.flows() {
-                *queued.entry(f.key.clone()).or_default() += f.queued as u64;
-            }
             let fail_open = inner.core.fail_open_starts();
             drop(inner);
-            let queued: Vec<(String, u64)> = queued.into_iter().collect();
-            self.metrics.gauges(&gpus, &queued, fail_open);
+            self.metrics.gauges(&gpus, fail_open);
         }
     }
 
