@@ -20,16 +20,24 @@ pub struct ConfigError {
     pub reason: &'static str,
 }
 
+impl ConfigError {
+    /// A rejection of `value` for `knob` (for knobs of the crates built on this one, such as
+    /// `mqfqd.toml`'s own).
+    pub fn new(knob: &'static str, value: impl fmt::Display, reason: &'static str) -> Self {
+        ConfigError {
+            knob,
+            value: value.to_string(),
+            reason,
+        }
+    }
+}
+
 pub(crate) fn reject(
     knob: &'static str,
     value: impl fmt::Display,
     reason: &'static str,
 ) -> ConfigError {
-    ConfigError {
-        knob,
-        value: value.to_string(),
-        reason,
-    }
+    ConfigError::new(knob, value, reason)
 }
 
 fn positive(knob: &'static str, v: f64) -> Result<(), ConfigError> {

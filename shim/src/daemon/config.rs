@@ -223,16 +223,10 @@ impl Default for DaemonConfig {
     }
 }
 
-fn reject(
-    knob: &'static str,
-    value: impl std::fmt::Display,
-    reason: &'static str,
-) -> scheduler_core::ConfigError {
-    scheduler_core::ConfigError {
-        knob,
-        value: value.to_string(),
-        reason,
-    }
+use scheduler_core::ConfigError;
+
+fn reject(knob: &'static str, value: impl std::fmt::Display, reason: &'static str) -> ConfigError {
+    ConfigError::new(knob, value, reason)
 }
 
 impl DaemonConfig {
