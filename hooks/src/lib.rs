@@ -289,88 +289,49 @@ pub unsafe extern "C" fn cuMemFree_v2(ptr: CuDevicePtr) -> CuResult {
     unsafe { f(ptr) }
 }
 
-/// `cuLaunchKernel`, held while this process's memory is evicted.
-///
-/// # Safety
-/// As the CUDA driver API.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuLaunchKernel(
-    f: *mut c_void,
-    gx: c_uint,
-    gy: c_uint,
-    gz: c_uint,
-    bx: c_uint,
-    by: c_uint,
-    bz: c_uint,
-    shared: c_uint,
-    stream: *mut c_void,
-    params: *mut *mut c_void,
-    extra: *mut *mut c_void,
-) -> CuResult {
-    state::wait_resident("cuLaunchKernel");
-    let Some(real) = real::get::<LaunchKernelFn>(Fn::LaunchKernel) else {
-        return real::NOT_FOUND;
+/// A driver call that must not run while this process's memory is evicted: it waits for the
+/// prefetch, then forwards to the real function.
+macro_rules! gated {
+    ($(#[$doc:meta])* $name:ident as $which:ident: $ty:ty, $label:literal, ($($arg:ident: $t:ty),* $(,)?)) => {
+        $(#[$doc])*
+        ///
+        /// # Safety
+        /// As the CUDA driver API.
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $name($($arg: $t),*) -> CuResult {
+            state::wait_resident($label);
+            let Some(real) = real::get::<$ty>(Fn::$which) else {
+                return real::NOT_FOUND;
+            };
+            // SAFETY: forwarding the caller's arguments to the real function.
+            unsafe { real($($arg),*) }
+        }
     };
-    // SAFETY: forwarding.
-    unsafe { real(f, gx, gy, gz, bx, by, bz, shared, stream, params, extra) }
 }
 
-/// `cuGraphLaunch`, held while evicted.
-///
-/// # Safety
-/// As the CUDA driver API.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuGraphLaunch(graph: *mut c_void, stream: *mut c_void) -> CuResult {
-    state::wait_resident("cuGraphLaunch");
-    let Some(real) = real::get::<GraphLaunchFn>(Fn::GraphLaunch) else {
-        return real::NOT_FOUND;
-    };
-    // SAFETY: forwarding.
-    unsafe { real(graph, stream) }
-}
-
-/// `cuMemcpyHtoD_v2`, held while evicted.
-///
-/// # Safety
-/// As the CUDA driver API.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemcpyHtoD_v2(
-    dst: CuDevicePtr,
-    src: *const c_void,
-    n: usize,
-) -> CuResult {
-    state::wait_resident("cuMemcpyHtoD");
-    let Some(real) = real::get::<MemcpyHtoDFn>(Fn::MemcpyHtoD) else {
-        return real::NOT_FOUND;
-    };
-    // SAFETY: forwarding.
-    unsafe { real(dst, src, n) }
-}
-
-/// `cuMemcpyDtoH_v2`, held while evicted.
-///
-/// # Safety
-/// As the CUDA driver API.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemcpyDtoH_v2(dst: *mut c_void, src: CuDevicePtr, n: usize) -> CuResult {
-    state::wait_resident("cuMemcpyDtoH");
-    let Some(real) = real::get::<MemcpyDtoHFn>(Fn::MemcpyDtoH) else {
-        return real::NOT_FOUND;
-    };
-    // SAFETY: forwarding.
-    unsafe { real(dst, src, n) }
-}
-
-/// `cuMemcpyDtoD_v2`, held while evicted.
-///
-/// # Safety
-/// As the CUDA driver API.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemcpyDtoD_v2(dst: CuDevicePtr, src: CuDevicePtr, n: usize) -> CuResult {
-    state::wait_resident("cuMemcpyDtoD");
-    let Some(real) = real::get::<MemcpyDtoDFn>(Fn::MemcpyDtoD) else {
-        return real::NOT_FOUND;
-    };
-    // SAFETY: forwarding.
-    unsafe { real(dst, src, n) }
-}
+gated!(
+    /// `cuLaunchKernel`, held while evicted.
+    cuLaunchKernel as LaunchKernel: LaunchKernelFn, "cuLaunchKernel",
+    (f: *mut c_void, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint,
+     shared: c_uint, stream: *mut c_void, params: *mut *mut c_void, extra: *mut *mut c_void)
+);
+gated!(
+    /// `cuGraphLaunch`, held while evicted.
+    cuGraphLaunch as GraphLaunch: GraphLaunchFn, "cuGraphLaunch",
+    (graph: *mut c_void, stream: *mut c_void)
+);
+gated!(
+    /// `cuMemcpyHtoD_v2`, held while evicted.
+    cuMemcpyHtoD_v2 as MemcpyHtoD: MemcpyHtoDFn, "cuMemcpyHtoD",
+    (dst: CuDevicePtr, src: *const c_void, n: usize)
+);
+gated!(
+    /// `cuMemcpyDtoH_v2`, held while evicted.
+    cuMemcpyDtoH_v2 as MemcpyDtoH: MemcpyDtoHFn, "cuMemcpyDtoH",
+    (dst: *mut c_void, src: CuDevicePtr, n: usize)
+);
+gated!(
+    /// `cuMemcpyDtoD_v2`, held while evicted.
+    cuMemcpyDtoD_v2 as MemcpyDtoD: MemcpyDtoDFn, "cuMemcpyDtoD",
+    (dst: CuDevicePtr, src: CuDevicePtr, n: usize)
+);
