@@ -159,6 +159,28 @@ fn one_slot(name: &str) -> Option<(Containerd, Mqfqd, PathBuf)> {
     Some((c, d, out))
 }
 
+/// `ctr run -d` of an annotated GPU container (`sleep 300`), function named after it.
+fn gpu_detached(c: &Containerd, id: &str) {
+    let function = format!("io.mqfq.function={id}");
+    let o = c.ctr(&[
+        "run",
+        "-d",
+        "--snapshotter",
+        "native",
+        "--runtime",
+        MQFQ,
+        "--env",
+        "NVIDIA_VISIBLE_DEVICES=0",
+        "--annotation",
+        &function,
+        mqfq_testkit::BUSYBOX,
+        id,
+        "sleep",
+        "300",
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+}
+
 fn kill9(pid: u64) {
     let ok = Command::new("kill")
         .args(["-9", &pid.to_string()])
@@ -431,26 +453,8 @@ fn fail_open_starts_are_counted_and_adopted_fail_closed_refuses() {
     let Some(c) = containerd("failopen", &[]) else {
         return;
     };
-    let out = c.dir().join("out");
-    std::fs::create_dir_all(out.join("run")).unwrap();
     // No daemon: the GPU container starts anyway.
-    let o = c.ctr(&[
-        "run",
-        "-d",
-        "--snapshotter",
-        "native",
-        "--runtime",
-        MQFQ,
-        "--env",
-        "NVIDIA_VISIBLE_DEVICES=0",
-        "--annotation",
-        "io.mqfq.function=early",
-        mqfq_testkit::BUSYBOX,
-        "early",
-        "sleep",
-        "300",
-    ]);
-    assert!(o.status.success(), "{}", text(&o));
+    gpu_detached(&c, "early");
     assert!(c.wait_status("early", "RUNNING"));
     assert!(c.log().contains("fail-open"), "{}", c.log());
     // The daemon comes up: the shim registers the container and reports the fail-open start.
@@ -618,31 +622,12 @@ fn pause_gives_the_slot_back_and_resume_waits_for_it() {
     let Some((c, d, _)) = one_slot("pause") else {
         return;
     };
-    let detached = |id: &str| {
-        let o = c.ctr(&[
-            "run",
-            "-d",
-            "--snapshotter",
-            "native",
-            "--runtime",
-            MQFQ,
-            "--env",
-            "NVIDIA_VISIBLE_DEVICES=0",
-            "--annotation",
-            &format!("io.mqfq.function={id}"),
-            mqfq_testkit::BUSYBOX,
-            id,
-            "sleep",
-            "300",
-        ]);
-        assert!(o.status.success(), "{}", text(&o));
-    };
-    detached("frozen");
+    gpu_detached(&c, "frozen");
     d.wait_for("frozen admitted", |s| leases(s) == 1);
     // OpenWhisk's pause (Knative's container freezer does the same): the slot goes back.
     assert!(c.ctr(&["task", "pause", "frozen"]).status.success());
     d.wait_for("the paused container's lease released", |s| leases(s) == 0);
-    detached("busy");
+    gpu_detached(&c, "busy");
     d.wait_for("busy admitted", |s| leases(s) == 1);
     // Resume waits in the queue while the only slot is busy.
     let sock = c.socket();
