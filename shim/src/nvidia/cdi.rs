@@ -139,10 +139,8 @@ pub fn import(dirs: &[PathBuf]) -> Result<Option<NodeEdits>, EditError> {
             if !matches!(ext, "json" | "yaml" | "yml") {
                 continue;
             }
-            let text = std::fs::read_to_string(&f).map_err(|source| EditError::Io {
-                what: format!("read {}", f.display()),
-                source,
-            })?;
+            let text = std::fs::read_to_string(&f)
+                .map_err(EditError::io(format!("read {}", f.display())))?;
             // Other vendors' specs live here too.
             if !text.contains("nvidia.com/") {
                 continue;

@@ -36,17 +36,12 @@ const CONTROL_NODES: &[&str] = &[
     "/dev/nvidia-modeset",
 ];
 
-fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> EditError {
-    let what = what.into();
-    move |source| EditError::Io { what, source }
-}
-
 /// The `(soname, path)` entries of a glibc ld.so.cache.
 ///
 /// # Errors
 /// Unreadable, or not an ld.so.cache.
 pub fn read_ld_cache(path: &Path) -> Result<Vec<(String, String)>, EditError> {
-    let data = std::fs::read(path).map_err(io(format!("read {}", path.display())))?;
+    let data = std::fs::read(path).map_err(EditError::io(format!("read {}", path.display())))?;
     super::ldcache::parse(&data)
         .map(|v| v.into_iter().map(|e| (e.key, e.value)).collect())
         .map_err(|reason| EditError::Spec {

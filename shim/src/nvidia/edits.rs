@@ -56,6 +56,14 @@ pub enum EditError {
     OciSpec(String),
 }
 
+impl EditError {
+    /// Maps an I/O error to [`EditError::Io`] saying what was being done.
+    pub fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> EditError {
+        let what = what.into();
+        move |source| EditError::Io { what, source }
+    }
+}
+
 /// A device node, as in CDI `deviceNodes`.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -508,15 +516,14 @@ pub fn make_symlinks(rootfs: &Path, edits: &ContainerEdits) -> Result<usize, Edi
             continue;
         }
         if let Some(dir) = link.parent() {
-            std::fs::create_dir_all(dir).map_err(|source| EditError::Io {
-                what: format!("create {}", dir.display()),
-                source,
-            })?;
+            std::fs::create_dir_all(dir)
+                .map_err(EditError::io(format!("create {}", dir.display())))?;
         }
-        std::os::unix::fs::symlink(&s.target, &link).map_err(|source| EditError::Io {
-            what: format!("symlink {} -> {}", link.display(), s.target),
-            source,
-        })?;
+        std::os::unix::fs::symlink(&s.target, &link).map_err(EditError::io(format!(
+            "symlink {} -> {}",
+            link.display(),
+            s.target
+        )))?;
         n += 1;
     }
     Ok(n)
@@ -567,18 +574,12 @@ pub fn mount_ld_cache(
     let key: String = h.finalize().iter().map(|b| format!("{b:02x}")).collect();
     let file = dir.join(format!("{key}.cache"));
     if !file.exists() {
-        std::fs::create_dir_all(dir).map_err(|source| EditError::Io {
-            what: format!("create {}", dir.display()),
-            source,
-        })?;
+        std::fs::create_dir_all(dir).map_err(EditError::io(format!("create {}", dir.display())))?;
         let bytes = super::ldcache::for_container(image.as_deref(), &driver);
         let tmp = dir.join(format!("{key}.{}.tmp", std::process::id()));
         std::fs::write(&tmp, bytes)
             .and_then(|()| std::fs::rename(&tmp, &file))
-            .map_err(|source| EditError::Io {
-                what: format!("write {}", file.display()),
-                source,
-            })?;
+            .map_err(EditError::io(format!("write {}", file.display())))?;
     }
     let m = spec
         .as_object_mut()

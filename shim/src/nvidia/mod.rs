@@ -44,12 +44,7 @@ pub fn load(file: &Path) -> Result<Option<NodeEdits>, EditError> {
     let text = match std::fs::read_to_string(file) {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(source) => {
-            return Err(EditError::Io {
-                what: format!("read {}", file.display()),
-                source,
-            });
-        }
+        Err(e) => return Err(EditError::io(format!("read {}", file.display()))(e)),
     };
     serde_json::from_str(&text)
         .map(Some)
@@ -64,14 +59,13 @@ pub fn load(file: &Path) -> Result<Option<NodeEdits>, EditError> {
 /// # Errors
 /// The directory or file cannot be written.
 pub fn store(file: &Path, edits: &NodeEdits) -> Result<(), EditError> {
-    let io = |what: String| move |source| EditError::Io { what, source };
     if let Some(dir) = file.parent() {
-        std::fs::create_dir_all(dir).map_err(io(format!("create {}", dir.display())))?;
+        std::fs::create_dir_all(dir).map_err(EditError::io(format!("create {}", dir.display())))?;
     }
     let tmp = file.with_extension("json.tmp");
     let text = serde_json::to_vec_pretty(edits).unwrap_or_default();
-    std::fs::write(&tmp, text).map_err(io(format!("write {}", tmp.display())))?;
-    std::fs::rename(&tmp, file).map_err(io(format!("rename to {}", file.display())))
+    std::fs::write(&tmp, text).map_err(EditError::io(format!("write {}", tmp.display())))?;
+    std::fs::rename(&tmp, file).map_err(EditError::io(format!("rename to {}", file.display())))
 }
 
 /// At Create of a GPU container: selects the edits for exactly its GPUs and applies them to its
