@@ -17,6 +17,8 @@ pub mod warm;
 use std::sync::Arc;
 use std::time::Duration;
 
+use scheduler_core::GpuMode;
+
 use self::config::{Backend, DaemonConfig};
 use self::monitor::{GpuMonitor, NvmlGpus, SimulatedGpus};
 
@@ -95,13 +97,15 @@ pub async fn run(
         None
     };
     let queue = cfg.queue_config()?;
-    for g in &gpus {
-        cfg.concurrency_config(g.mode)?;
-    }
-    // Every mode was checked just above.
-    let mut core = self::core::Core::new(gpus.clone(), &queue, |mode| {
-        cfg.concurrency_config(mode)
-            .unwrap_or_else(|_| scheduler_core::Profile::Balanced.concurrency(mode))
+    let (plain, mps, mig) = (
+        cfg.concurrency_config(GpuMode::Plain)?,
+        cfg.concurrency_config(GpuMode::Mps)?,
+        cfg.concurrency_config(GpuMode::Mig)?,
+    );
+    let mut core = self::core::Core::new(gpus.clone(), &queue, |mode| match mode {
+        GpuMode::Plain => plain.clone(),
+        GpuMode::Mps => mps.clone(),
+        GpuMode::Mig => mig.clone(),
     })?;
     // Daemon time starts at zero with the daemon.
     core.hold_until(scheduler_core::Time::from_nanos(
