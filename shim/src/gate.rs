@@ -44,11 +44,19 @@ pub trait Gate: Send + Sync + std::fmt::Debug {
     /// # Errors
     /// The admission was cancelled, refused (bad request), or the daemon is unreachable and the
     /// gate fails closed.
-    async fn admit(&self, ns: &str, id: &str, work: &GpuWork, kind: Kind) -> Result<()>;
-    /// Withdraws a waiting admission of this container, if any.
+    async fn admit(&self, ns: &str, id: &str, work: &GpuWork, kind: Kind, pooled: bool)
+    -> Result<()>;
+    /// Withdraws a waiting admission of this container, if any (also tells the pool a killed or
+    /// deleted container is gone).
     async fn cancel(&self, ns: &str, id: &str);
-    /// Ends the container's lease, if it holds one.
-    async fn release(&self, ns: &str, id: &str, reason: &str);
+    /// Ends the container's lease, if it holds one; `managed_bytes` is what its CUDA processes
+    /// hold (pooled containers, read before a pause; 0 = unknown).
+    async fn release(&self, ns: &str, id: &str, reason: &str, managed_bytes: u64);
+    /// Waits up to `wait` for the daemon's pool orders for this shim; empty on timeout or when
+    /// the daemon is unreachable (after a short pause, so a caller's loop does not spin).
+    async fn pool_orders(&self, wait: Duration) -> Vec<api::PoolOrder>;
+    /// Reports what this shim did for the pool.
+    async fn pool_report(&self, results: Vec<api::PoolResult>);
 }
 
 /// Gate settings.
@@ -103,6 +111,7 @@ struct Held {
     /// 0: started fail-open, not known to the daemon yet.
     lease: u64,
     since: Instant,
+    pooled: bool,
 }
 
 #[derive(Default)]
@@ -207,6 +216,7 @@ impl DaemonGate {
                 gpus: gpus(&h.work),
                 lease_id: h.lease,
                 running_ns: u64::try_from(h.since.elapsed().as_nanos()).unwrap_or(u64::MAX),
+                pooled: h.pooled,
                 ..Default::default()
             })
             .collect();
@@ -272,7 +282,14 @@ impl DaemonGate {
         });
     }
 
-    async fn attempt(&self, ns: &str, id: &str, work: &GpuWork, kind: Kind) -> Attempt {
+    async fn attempt(
+        &self,
+        ns: &str,
+        id: &str,
+        work: &GpuWork,
+        kind: Kind,
+        pooled: bool,
+    ) -> Attempt {
         let c = match self.client().await {
             Ok(c) => c,
             Err(e) => {
@@ -293,6 +310,7 @@ impl DaemonGate {
             }
             .into(),
             shim_pid: std::process::id(),
+            pooled,
             ..Default::default()
         };
         // No deadline: the call returns when the queue dispatches it.
@@ -318,10 +336,17 @@ impl DaemonGate {
 
 #[async_trait]
 impl Gate for Arc<DaemonGate> {
-    async fn admit(&self, ns: &str, id: &str, work: &GpuWork, kind: Kind) -> Result<()> {
+    async fn admit(
+        &self,
+        ns: &str,
+        id: &str,
+        work: &GpuWork,
+        kind: Kind,
+        pooled: bool,
+    ) -> Result<()> {
         let first_loss = Instant::now();
         let lost = loop {
-            match self.attempt(ns, id, work, kind).await {
+            match self.attempt(ns, id, work, kind, pooled).await {
                 Attempt::Admitted(lease) => {
                     self.held().insert(
                         key(ns, id),
@@ -331,6 +356,7 @@ impl Gate for Arc<DaemonGate> {
                             work: work.clone(),
                             lease,
                             since: Instant::now(),
+                            pooled,
                         },
                     );
                     self.start_heartbeat();
@@ -368,6 +394,7 @@ impl Gate for Arc<DaemonGate> {
                 work: work.clone(),
                 lease: 0,
                 since: Instant::now(),
+                pooled,
             },
         );
         self.start_heartbeat();
@@ -391,7 +418,7 @@ impl Gate for Arc<DaemonGate> {
         }
     }
 
-    async fn release(&self, ns: &str, id: &str, reason: &str) {
+    async fn release(&self, ns: &str, id: &str, reason: &str, managed_bytes: u64) {
         let _sync = self.sync.lock().await;
         let removed = self.held().remove(&key(ns, id));
         let Some(h) = removed else {
@@ -407,6 +434,7 @@ impl Gate for Arc<DaemonGate> {
             lease_id: h.lease,
             service_ns: u64::try_from(h.since.elapsed().as_nanos()).unwrap_or(u64::MAX),
             reason: reason.to_owned(),
+            managed_bytes,
             ..Default::default()
         };
         if let Err(e) = c
@@ -415,6 +443,52 @@ impl Gate for Arc<DaemonGate> {
         {
             // A daemon that restarted never saw this lease; one that is gone frees it anyway.
             tracing::info!(container = %id, lease = h.lease, "release: {e}");
+        }
+    }
+
+    async fn pool_orders(&self, wait: Duration) -> Vec<api::PoolOrder> {
+        let req = api::PoolOrdersRequest {
+            shim_pid: std::process::id(),
+            wait_ms: u32::try_from(wait.as_millis()).unwrap_or(u32::MAX),
+            ..Default::default()
+        };
+        let got = match self.client().await {
+            Ok(c) => {
+                let deadline = i64::try_from(wait.as_nanos())
+                    .unwrap_or(i64::MAX)
+                    .saturating_add(5_000_000_000);
+                c.pool_orders(ttrpc::context::with_timeout(deadline), &req)
+                    .await
+                    .map_err(|e| e.to_string())
+            }
+            Err(e) => Err(e),
+        };
+        match got {
+            Ok(r) => r.orders,
+            Err(e) => {
+                tracing::debug!("pool orders: {e}");
+                self.forget().await;
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                Vec::new()
+            }
+        }
+    }
+
+    async fn pool_report(&self, results: Vec<api::PoolResult>) {
+        let Ok(c) = self.client().await else {
+            tracing::info!(results = results.len(), "pool report dropped: mqfqd unreachable");
+            return;
+        };
+        let req = api::PoolReportRequest {
+            shim_pid: std::process::id(),
+            results,
+            ..Default::default()
+        };
+        if let Err(e) = c
+            .pool_report(ttrpc::context::with_timeout(5_000_000_000), &req)
+            .await
+        {
+            tracing::info!("pool report: {e}");
         }
     }
 }

@@ -170,6 +170,39 @@ impl Default for NvidiaSection {
     }
 }
 
+/// The pool manager: tiers of idle GPU containers (issue 6).
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PoolSection {
+    /// An idle Hot container is evicted to Warm after this long.
+    pub hot_ttl_s: f64,
+    /// A Warm container goes Cold after this long.
+    pub warm_ttl_s: f64,
+    /// Fraction of each GPU's memory kept free: above capacity × (1 − headroom), evict.
+    pub headroom: f64,
+    /// Prefetch a pressure victim when its function's last call is within k × its mean
+    /// inter-arrival time.
+    pub prefetch_iat: f64,
+    /// Kill Cold containers (run-to-completion pools); off: the platform owns their lifetime.
+    pub reclaim: bool,
+    /// Fraction of host memory kept available: below it, Warm containers go Cold.
+    pub host_headroom: f64,
+}
+
+impl Default for PoolSection {
+    fn default() -> Self {
+        let t = scheduler_core::config::TierConfig::default();
+        PoolSection {
+            hot_ttl_s: t.hot_ttl_s,
+            warm_ttl_s: t.warm_ttl_s,
+            headroom: t.headroom,
+            prefetch_iat: t.prefetch_iat,
+            reclaim: false,
+            host_headroom: 0.1,
+        }
+    }
+}
+
 /// The whole file.
 #[derive(Clone, Debug, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -201,6 +234,8 @@ pub struct DaemonConfig {
     pub simulated: SimulatedSection,
     /// Pre-created GPU state.
     pub nvidia: NvidiaSection,
+    /// Tiers of idle GPU containers.
+    pub pool: PoolSection,
 }
 
 impl Default for DaemonConfig {
@@ -219,6 +254,7 @@ impl Default for DaemonConfig {
             concurrency: ConcurrencySection::default(),
             simulated: SimulatedSection::default(),
             nvidia: NvidiaSection::default(),
+            pool: PoolSection::default(),
         }
     }
 }
@@ -301,6 +337,17 @@ impl DaemonConfig {
         s.mode
             .parse::<GpuMode>()
             .map_err(|_| reject("simulated.mode", &s.mode, "must be plain, mps or mig"))?;
+        super::pool::Pool::new(self.pool_config()).map_err(|e| ConfigError {
+            // The tier policy names its knobs bare; in this file they live under [pool].
+            knob: match e.knob {
+                "hot_ttl_s" => "pool.hot_ttl_s",
+                "warm_ttl_s" => "pool.warm_ttl_s",
+                "headroom" => "pool.headroom",
+                "prefetch_iat" => "pool.prefetch_iat",
+                k => k,
+            },
+            ..e
+        })?;
         if self.nvidia.refresh_interval_ms < 100 {
             return Err(reject(
                 "nvidia.refresh_interval_ms",
@@ -336,6 +383,22 @@ impl DaemonConfig {
             alpha: self.concurrency.alpha,
             u_target: self.concurrency.u_target,
             d_max: self.concurrency.d_max,
+        }
+    }
+
+    /// The pool manager's knobs.
+    #[must_use]
+    pub fn pool_config(&self) -> super::pool::PoolConfig {
+        let p = &self.pool;
+        super::pool::PoolConfig {
+            tiers: scheduler_core::config::TierConfig {
+                hot_ttl_s: p.hot_ttl_s,
+                warm_ttl_s: p.warm_ttl_s,
+                headroom: p.headroom,
+                prefetch_iat: p.prefetch_iat,
+            },
+            reclaim: p.reclaim,
+            host_headroom: p.host_headroom,
         }
     }
 
@@ -431,6 +494,10 @@ mod tests {
             ),
             ("[nvidia]\ndriver = \"/\"", "driver"),
             ("sample_interval_ms = \"fast\"", "sample_interval_ms"),
+            ("[pool]\nheadroom = 1.5", "pool.headroom"),
+            ("[pool]\nhost_headroom = -1", "pool.host_headroom"),
+            ("[pool]\nhot_ttl_s = -1", "pool.hot_ttl_s"),
+            ("[pool]\nevict = true", "evict"),
         ];
         for (text, key) in cases {
             let e = parse(text).unwrap_err().to_string();

@@ -13,6 +13,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use scheduler_core::concurrency::ConcurrencyController;
 use scheduler_core::config::{ConcurrencyConfig, GpuMode, QueueConfig};
+use scheduler_core::queue::FlowEvent;
 use scheduler_core::{FlowId, FlowState, MqfqQueue, Ticket, Time};
 use serde::{Deserialize, Serialize};
 
@@ -285,6 +286,8 @@ pub struct Core {
     log: Vec<Record>,
     fail_open_starts: u64,
     hold: Time,
+    /// Flows that turned Active since the last [`Core::drain_activated`]: (GPU, function).
+    activated: Vec<(u32, String)>,
 }
 
 fn invalid(field: &'static str, reason: impl Into<String>) -> CoreError {
@@ -331,6 +334,7 @@ impl Core {
             log: Vec::new(),
             fail_open_starts: 0,
             hold: Time::ZERO,
+            activated: Vec::new(),
         })
     }
 
@@ -434,10 +438,27 @@ impl Core {
     }
 
     fn tick(&mut self, now: Time) {
-        for g in &mut self.gpus {
-            g.queue.tick(now);
-            g.queue.drain_events();
+        for slot in 0..self.gpus.len() {
+            self.gpus[slot].queue.tick(now);
+            self.collect_events(slot);
         }
+    }
+
+    /// Keeps the flows that turned Active (the pool prefetches their memory).
+    fn collect_events(&mut self, slot: usize) {
+        let g = &mut self.gpus[slot];
+        for e in g.queue.drain_events() {
+            if let FlowEvent::Activated(f) = e
+                && let Some(k) = g.queue.key(f)
+            {
+                self.activated.push((g.info.index, k.to_owned()));
+            }
+        }
+    }
+
+    /// The flows that turned Active since the last call, as (GPU, function).
+    pub fn drain_activated(&mut self) -> Vec<(u32, String)> {
+        std::mem::take(&mut self.activated)
     }
 
     /// Queues an admission; returns every grant this made (possibly the request's own).
@@ -473,6 +494,7 @@ impl Core {
             .enqueue(flow, key.clone(), now)
             .map_err(|e| invalid("function", e.to_string()))?;
         let gpu = g.info.index;
+        self.collect_events(slot);
         self.log.push(Record::Enqueue {
             seq,
             t_ns: now.as_nanos(),
@@ -795,6 +817,18 @@ impl Core {
     /// The leases held.
     pub fn leases(&self) -> impl Iterator<Item = (u64, &Lease)> {
         self.leases.iter().map(|(&id, l)| (id, l))
+    }
+
+    /// One lease.
+    #[must_use]
+    pub fn lease(&self, id: u64) -> Option<&Lease> {
+        self.leases.get(&id)
+    }
+
+    /// The lease a container holds.
+    #[must_use]
+    pub fn lease_of(&self, key: &str) -> Option<u64> {
+        self.lease_of.get(key).copied()
     }
 
     /// Admissions waiting.

@@ -16,6 +16,7 @@ use prometheus_client::registry::Registry;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::core::{GpuView, Record};
+use super::pool::{EntryView, PoolEvent};
 
 type Labels = Vec<(String, String)>;
 
@@ -44,6 +45,27 @@ pub struct Metrics {
     memory_total: Family<Labels, Gauge>,
     fail_open: Gauge,
     dead_shim_releases: Counter,
+    pool_hits: Family<Labels, Counter>,
+    pool_moves: Family<Labels, Counter>,
+    pool_bytes: Family<Labels, Counter>,
+    pool_restore: Histogram,
+    pool_containers: Family<Labels, Gauge>,
+    pool_function_containers: Family<Labels, Gauge>,
+}
+
+fn labels(pairs: &[(&str, &str)]) -> Labels {
+    pairs
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect()
+}
+
+fn tier_name(t: scheduler_core::tiers::Tier) -> &'static str {
+    match t {
+        scheduler_core::tiers::Tier::Hot => "hot",
+        scheduler_core::tiers::Tier::Warm => "warm",
+        scheduler_core::tiers::Tier::Cold => "cold",
+    }
 }
 
 impl Default for Metrics {
@@ -78,6 +100,14 @@ impl Metrics {
             memory_total: Family::default(),
             fail_open: Gauge::default(),
             dead_shim_releases: Counter::default(),
+            pool_hits: Family::default(),
+            pool_moves: Family::default(),
+            pool_bytes: Family::default(),
+            pool_restore: Histogram::new(
+                [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0].into_iter(),
+            ),
+            pool_containers: Family::default(),
+            pool_function_containers: Family::default(),
             registry: Registry::default(),
         };
         registry.register(
@@ -141,7 +171,102 @@ impl Metrics {
             "Leases released because their shim died",
             m.dead_shim_releases.clone(),
         );
+        registry.register(
+            "pool_hits",
+            "Admissions of pooled containers by the tier they were in (cold: a new container)",
+            m.pool_hits.clone(),
+        );
+        registry.register(
+            "pool_moves",
+            "Pool actions (evict, prefetch, restore, reclaim) by result",
+            m.pool_moves.clone(),
+        );
+        registry.register(
+            "pool_moved_bytes",
+            "Bytes moved by the pool, by direction (to_host, to_device)",
+            m.pool_bytes.clone(),
+        );
+        registry.register(
+            "pool_restore_seconds",
+            "Time a shim took to bring an admitted Warm container's memory back",
+            m.pool_restore.clone(),
+        );
+        registry.register(
+            "pool_containers",
+            "Pooled containers per tier",
+            m.pool_containers.clone(),
+        );
+        registry.register(
+            "pool_function_containers",
+            "Pooled containers per function and tier",
+            m.pool_function_containers.clone(),
+        );
         Metrics { registry, ..m }
+    }
+
+    /// Accounts pool events.
+    pub fn pool(&self, events: &[PoolEvent]) {
+        for e in events {
+            match e {
+                PoolEvent::Hit(t) => {
+                    self.pool_hits
+                        .get_or_create(&labels(&[("tier", tier_name(*t))]))
+                        .inc();
+                }
+                PoolEvent::Moved {
+                    action,
+                    ok,
+                    bytes,
+                    seconds,
+                } => {
+                    let result = if *ok { "ok" } else { "error" };
+                    self.pool_moves
+                        .get_or_create(&labels(&[("action", action.name()), ("result", result)]))
+                        .inc();
+                    if !*ok {
+                        continue;
+                    }
+                    let dir = match action {
+                        super::pool::Action::Evict => "to_host",
+                        super::pool::Action::Prefetch | super::pool::Action::Restore => {
+                            "to_device"
+                        }
+                        super::pool::Action::Reclaim => continue,
+                    };
+                    self.pool_bytes
+                        .get_or_create(&labels(&[("direction", dir)]))
+                        .inc_by(*bytes);
+                    if *action == super::pool::Action::Restore {
+                        self.pool_restore.observe(*seconds);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Refreshes the pool gauges (per tier, and per function and tier).
+    pub fn pool_gauges(&self, entries: &[EntryView]) {
+        let mut tiers: std::collections::BTreeMap<&str, i64> =
+            [("hot", 0), ("warm", 0), ("cold", 0)].into_iter().collect();
+        let mut per_function: std::collections::BTreeMap<(&str, &str), i64> =
+            std::collections::BTreeMap::new();
+        for e in entries {
+            let t = tier_name(e.tier);
+            *tiers.entry(t).or_default() += 1;
+            *per_function.entry((&e.function, t)).or_default() += 1;
+        }
+        for (t, n) in tiers {
+            self.pool_containers
+                .get_or_create(&labels(&[("tier", t)]))
+                .set(n);
+        }
+        // Functions come and go: the family is rebuilt.
+        self.pool_function_containers.clear();
+        for ((f, t), n) in per_function {
+            self.pool_function_containers
+                .get_or_create(&labels(&[("function", f), ("tier", t)]))
+                .set(n);
+        }
     }
 
     /// Accounts the dispatch record.

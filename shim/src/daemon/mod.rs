@@ -11,6 +11,7 @@ pub mod config;
 pub mod core;
 pub mod metrics;
 pub mod monitor;
+pub mod pool;
 pub mod server;
 pub mod warm;
 
@@ -111,7 +112,8 @@ pub async fn run(
     core.hold_until(scheduler_core::Time::from_nanos(
         cfg.restart_grace_ms.saturating_mul(1_000_000),
     ));
-    let daemon = server::Daemon::new(core, monitor.backend(), cfg.dispatch_log.as_deref())
+    let pool = pool::Pool::new(cfg.pool_config())?;
+    let daemon = server::Daemon::new(core, pool, monitor.backend(), cfg.dispatch_log.as_deref())
         .map_err(io("open dispatch_log"))?;
     let mut server = server::bind(&cfg.socket)
         .map_err(io(format!("listen on {}", cfg.socket.display())))?

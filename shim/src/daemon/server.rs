@@ -18,12 +18,18 @@ use ttrpc::r#async::TtrpcContext;
 use super::core::{AdmitInfo, Core, CoreError, Grant, Kind, RunningInfo};
 use super::metrics::Metrics;
 use super::monitor::GpuMonitor;
+use super::pool::{Action, Order, Outcome, Pool};
 use crate::api;
 
 type Waiter = oneshot::Sender<Result<Grant, String>>;
 
 struct Inner {
     core: Core,
+    pool: Pool,
+    /// Containers with the CUDA interposer (their memory is pooled): key → shim pid.
+    pooled: HashMap<String, u32>,
+    /// Pool orders not yet fetched, per shim pid.
+    orders: HashMap<u32, Vec<Order>>,
     waiters: HashMap<String, Waiter>,
     watched: HashSet<u32>,
     log: Option<std::io::BufWriter<std::fs::File>>,
@@ -36,7 +42,12 @@ pub struct Daemon {
     boot_id: String,
     backend: &'static str,
     metrics: Arc<Metrics>,
+    /// Woken when pool orders are queued for any shim.
+    orders_ready: tokio::sync::Notify,
 }
+
+/// The longest a PoolOrders call waits for orders.
+const MAX_ORDERS_WAIT_MS: u32 = 30_000;
 
 impl std::fmt::Debug for Daemon {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -91,12 +102,13 @@ fn running_info(r: &api::Running, shim_pid: u32) -> AdmitInfo {
 }
 
 impl Daemon {
-    /// A daemon over `core`, writing the dispatch record to `log` when given.
+    /// A daemon over `core` and `pool`, writing the dispatch record to `log` when given.
     ///
     /// # Errors
     /// The log file cannot be opened.
     pub fn new(
         core: Core,
+        pool: Pool,
         backend: &'static str,
         log: Option<&Path>,
     ) -> std::io::Result<Arc<Self>> {
@@ -124,6 +136,9 @@ impl Daemon {
         Ok(Arc::new(Daemon {
             inner: Mutex::new(Inner {
                 core,
+                pool,
+                pooled: HashMap::new(),
+                orders: HashMap::new(),
                 waiters: HashMap::new(),
                 watched: HashSet::new(),
                 log,
@@ -132,6 +147,7 @@ impl Daemon {
             boot_id,
             backend,
             metrics: Arc::new(Metrics::new()),
+            orders_ready: tokio::sync::Notify::new(),
         }))
     }
 
@@ -168,6 +184,9 @@ impl Daemon {
                 Some(tx) => tx.send(Ok(g.clone())).is_ok(),
                 None => false,
             };
+            if delivered && inner.pooled.contains_key(&g.key) {
+                Self::pool_grant(inner, g.lease, now);
+            }
             if !delivered {
                 tracing::info!(key = %g.key, lease = g.lease, "grant without a waiter: released");
                 if let Ok(more) = inner.core.release(g.lease, None, "caller gone", now) {
@@ -175,6 +194,10 @@ impl Daemon {
                 }
             }
         }
+        for (gpu, function) in inner.core.drain_activated() {
+            inner.pool.activated(gpu, &function, now);
+        }
+        self.pool_settle(inner);
         let records = inner.core.drain_log();
         if records.is_empty() {
             return;
@@ -187,6 +210,31 @@ impl Daemon {
                 }
             }
             let _ = w.flush();
+        }
+    }
+
+    /// A pooled container got a lease: the pool counts the hit (and makes room for it).
+    fn pool_grant(inner: &mut Inner, lease: u64, now: Time) {
+        if let Some(l) = inner.core.lease(lease) {
+            let (key, function, gpu, pid) =
+                (l.key.clone(), l.function.clone(), l.gpu, l.shim_pid);
+            inner.pool.granted(&key, &function, gpu, pid, now);
+        }
+    }
+
+    /// Hands the pool's new orders to their shims and its events to the metrics.
+    fn pool_settle(&self, inner: &mut Inner) {
+        let orders = inner.pool.take_orders();
+        if !orders.is_empty() {
+            for o in orders {
+                tracing::info!(key = %o.key, action = o.action.name(), shim = o.shim_pid, "pool order");
+                inner.orders.entry(o.shim_pid).or_default().push(o);
+            }
+            self.orders_ready.notify_waiters();
+        }
+        let events = inner.pool.drain_events();
+        if !events.is_empty() {
+            self.metrics.pool(&events);
         }
     }
 
@@ -240,6 +288,9 @@ impl Daemon {
         if !keys.is_empty() || !leases.is_empty() {
             tracing::info!(pid, withdrawn = ?keys, released = ?leases, "shim gone");
         }
+        inner.pool.shim_gone(pid);
+        inner.orders.remove(&pid);
+        inner.pooled.retain(|_, p| *p != pid);
         self.settle(&mut inner, grants);
     }
 
@@ -267,6 +318,7 @@ impl Daemon {
                     Vec::new()
                 }
             };
+            let host = host_memory();
             let now = self.now();
             let mut inner = self.lock();
             let mut grants = inner.core.tick_all(now);
@@ -277,11 +329,19 @@ impl Daemon {
                         .observe(s.index, s.utilization, s.memory_used, now),
                 );
             }
+            for g in inner.core.gpus() {
+                inner
+                    .pool
+                    .observe_memory(g.info.index, g.memory_used, g.info.memory_total);
+            }
+            inner.pool.tick(now, host);
             self.settle(&mut inner, grants);
             let gpus = inner.core.gpus();
             let fail_open = inner.core.fail_open_starts();
+            let entries = inner.pool.entries(now);
             drop(inner);
             self.metrics.gauges(&gpus, fail_open);
+            self.metrics.pool_gauges(&entries);
         }
     }
 
@@ -345,7 +405,29 @@ impl Daemon {
                 }
             })
             .collect();
+        let pool = inner
+            .pool
+            .entries(now)
+            .into_iter()
+            .map(|e| {
+                let (ns, cid) = e.key.split_once('/').unwrap_or(("", &e.key));
+                api::PoolEntry {
+                    namespace: ns.into(),
+                    container_id: cid.into(),
+                    function: e.function,
+                    gpu: e.gpu,
+                    tier: format!("{:?}", e.tier).to_lowercase(),
+                    bytes: e.bytes,
+                    busy: e.busy,
+                    idle_ns: e.idle_ns,
+                    pending: e.pending.map_or("", Action::name).into(),
+                    uses: e.uses,
+                    ..Default::default()
+                }
+            })
+            .collect();
         api::StatusResponse {
+            pool,
             boot_id: self.boot_id.clone(),
             backend: self.backend.into(),
             gpus,
@@ -390,10 +472,16 @@ impl api::Admission for Service {
                 return Err(to_ttrpc(&CoreError::AlreadyWaiting(key)));
             }
             inner.waiters.insert(key.clone(), tx);
+            if req.pooled {
+                inner.pooled.insert(key.clone(), req.shim_pid);
+            }
             match inner.core.admit(&info, now) {
                 Ok(grants) => d.settle(&mut inner, grants),
                 Err(e) => {
                     inner.waiters.remove(&key);
+                    if !matches!(e, CoreError::AlreadyWaiting(_)) {
+                        inner.pooled.remove(&key);
+                    }
                     return Err(to_ttrpc(&e));
                 }
             }
@@ -432,10 +520,21 @@ impl api::Admission for Service {
         };
         let now = d.now();
         let mut inner = d.lock();
+        let key = inner.core.lease(req.lease_id).map(|l| l.key.clone());
         let grants = inner
             .core
             .release(req.lease_id, measured, reason, now)
             .map_err(|e| to_ttrpc(&e))?;
+        if let Some(key) = key
+            && inner.pooled.contains_key(&key)
+        {
+            // After a pause the container lives on, idle; after anything else it is gone.
+            let paused = reason == "pause";
+            inner.pool.released(&key, paused, req.managed_bytes, now);
+            if !paused {
+                inner.pooled.remove(&key);
+            }
+        }
         d.settle(&mut inner, grants);
         Ok(api::ReleaseResponse::default())
     }
@@ -450,6 +549,12 @@ impl api::Admission for Service {
         let now = d.now();
         let mut inner = d.lock();
         let withdrawn = inner.core.cancel(&key, "cancelled", now);
+        if inner.core.lease_of(&key).is_none() {
+            // Cancel comes with every Kill and Delete of a GPU container: one without a lease
+            // (waiting, or paused) leaves the pool. One with a lease leaves at its release.
+            inner.pooled.remove(&key);
+            inner.pool.forget(&key);
+        }
         if let Some(tx) = inner.waiters.remove(&key) {
             let _ = tx.send(Err("cancelled by the shim".into()));
         }
@@ -480,6 +585,15 @@ impl api::Admission for Service {
             .core
             .register(req.shim_pid, &running, req.fail_open_starts, now)
             .map_err(|e| to_ttrpc(&e));
+        if let Ok(a) = &adopted {
+            for ((r, wire), (key, lease)) in running.iter().zip(&req.running).zip(a) {
+                if wire.pooled && r.lease != *lease {
+                    // Newly adopted (a restarted daemon, or a fail-open start): running, Hot.
+                    inner.pooled.insert(key.clone(), req.shim_pid);
+                    Daemon::pool_grant(&mut inner, *lease, now);
+                }
+            }
+        }
         d.settle(&mut inner, Vec::new());
         let adopted = adopted?;
         d.watch(&mut inner, req.shim_pid);
@@ -523,6 +637,134 @@ impl api::Admission for Service {
     ) -> ttrpc::Result<api::StatusResponse> {
         Ok(self.0.status())
     }
+
+    async fn pool_orders(
+        &self,
+        _ctx: &TtrpcContext,
+        req: api::PoolOrdersRequest,
+    ) -> ttrpc::Result<api::PoolOrdersResponse> {
+        let d = &self.0;
+        if req.shim_pid == 0 {
+            return Err(status(
+                ttrpc::Code::INVALID_ARGUMENT,
+                "invalid `shim_pid`: must be the calling shim's pid",
+            ));
+        }
+        let deadline = tokio::time::Instant::now()
+            + Duration::from_millis(u64::from(req.wait_ms.min(MAX_ORDERS_WAIT_MS)));
+        loop {
+            // Registered before looking, so an order queued in between is not missed.
+            let ready = d.orders_ready.notified();
+            tokio::pin!(ready);
+            ready.as_mut().enable();
+            {
+                let mut inner = d.lock();
+                d.watch(&mut inner, req.shim_pid);
+                let orders = inner.orders.remove(&req.shim_pid).unwrap_or_default();
+                if !orders.is_empty() {
+                    return Ok(api::PoolOrdersResponse {
+                        orders: orders
+                            .into_iter()
+                            .map(|o| {
+                                let (ns, cid) = o.key.split_once('/').unwrap_or(("", &o.key));
+                                api::PoolOrder {
+                                    namespace: ns.into(),
+                                    container_id: cid.into(),
+                                    action: wire_action(o.action).into(),
+                                    ..Default::default()
+                                }
+                            })
+                            .collect(),
+                        ..Default::default()
+                    });
+                }
+            }
+            if tokio::time::timeout_at(deadline, ready).await.is_err() {
+                return Ok(api::PoolOrdersResponse::default());
+            }
+        }
+    }
+
+    async fn pool_report(
+        &self,
+        _ctx: &TtrpcContext,
+        req: api::PoolReportRequest,
+    ) -> ttrpc::Result<api::PoolReportResponse> {
+        let d = &self.0;
+        let mut outcomes = Vec::with_capacity(req.results.len());
+        for (i, r) in req.results.iter().enumerate() {
+            let action = match r.action.enum_value() {
+                Ok(a) => from_wire_action(a),
+                Err(v) => {
+                    return Err(status(
+                        ttrpc::Code::INVALID_ARGUMENT,
+                        format!("invalid `results[{i}].action`: {v} is not a pool action"),
+                    ));
+                }
+            };
+            if r.namespace.is_empty() || r.container_id.is_empty() {
+                return Err(status(
+                    ttrpc::Code::INVALID_ARGUMENT,
+                    format!("invalid `results[{i}]`: namespace and container_id are required"),
+                ));
+            }
+            #[allow(clippy::cast_precision_loss)]
+            outcomes.push(Outcome {
+                key: format!("{}/{}", r.namespace, r.container_id),
+                action,
+                ok: r.ok,
+                skipped: r.skipped,
+                gone: r.gone,
+                bytes: r.bytes,
+                seconds: r.duration_ns as f64 / 1e9,
+            });
+        }
+        let now = d.now();
+        let mut inner = d.lock();
+        for (o, r) in outcomes.iter().zip(&req.results) {
+            if !inner.pool.report(o, now) {
+                continue;
+            }
+            if r.ok || r.skipped {
+                tracing::info!(key = %o.key, action = o.action.name(), bytes = o.bytes,
+                    ms = o.seconds * 1e3, skipped = o.skipped, "pool report");
+            } else {
+                tracing::warn!(key = %o.key, action = o.action.name(), "pool action failed: {}", r.error);
+            }
+        }
+        d.settle(&mut inner, Vec::new());
+        Ok(api::PoolReportResponse::default())
+    }
+}
+
+fn wire_action(a: Action) -> api::PoolAction {
+    match a {
+        Action::Evict => api::PoolAction::EVICT,
+        Action::Prefetch => api::PoolAction::PREFETCH,
+        Action::Reclaim => api::PoolAction::RECLAIM,
+        Action::Restore => api::PoolAction::RESTORE,
+    }
+}
+
+fn from_wire_action(a: api::PoolAction) -> Action {
+    match a {
+        api::PoolAction::EVICT => Action::Evict,
+        api::PoolAction::PREFETCH => Action::Prefetch,
+        api::PoolAction::RECLAIM => Action::Reclaim,
+        api::PoolAction::RESTORE => Action::Restore,
+    }
+}
+
+/// Host memory (available, total) from /proc/meminfo, bytes.
+fn host_memory() -> Option<(u64, u64)> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let field = |name: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+            .map(|kib| kib * 1024)
+    };
+    Some((field("MemAvailable:")?, field("MemTotal:")?))
 }
 
 /// Binds the socket: parent directory made root-only, a stale socket replaced, a live one (another

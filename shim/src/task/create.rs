@@ -157,6 +157,9 @@ impl TaskService {
             );
         }
         let init = Proc::new("", pid, stdio.clone(), Some(io));
+        if ctl_dir.is_some() {
+            self.start_pool_agent();
+        }
         let mut st = self.state.lock().await;
         st.containers.insert(
             id.clone(),
@@ -169,6 +172,8 @@ impl TaskService {
                 execs: HashMap::new(),
                 gpu,
                 ctl_dir,
+                evicted: false,
+                pool_lock: std::sync::Arc::default(),
             },
         );
         self.emit(

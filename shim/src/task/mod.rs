@@ -15,7 +15,7 @@ use containerd_shim::monitor::{ExitEvent, Subject, Topic, monitor_subscribe};
 use containerd_shim::util::convert_to_timestamp;
 use containerd_shim_protos::api;
 use containerd_shim_protos::events::task::{
-    TaskDelete, TaskExecAdded, TaskExecStarted, TaskExit, TaskPaused, TaskResumed, TaskStart,
+    TaskDelete, TaskExecAdded, TaskExecStarted, TaskExit, TaskStart,
 };
 use containerd_shim_protos::protobuf::{MessageDyn, MessageField};
 use tokio::sync::{Mutex, mpsc};
@@ -53,8 +53,13 @@ pub struct Container {
     pub execs: HashMap<String, Proc>,
     /// GPU classification.
     pub gpu: Classification,
-    /// The CUDA interposer's control directory on the host, when injected.
+    /// The CUDA interposer's control directory on the host, when injected (its GPU memory is
+    /// then pooled).
     pub ctl_dir: Option<PathBuf>,
+    /// Its memory was evicted to the host for the pool (it must be restored before it runs).
+    pub evicted: bool,
+    /// Serializes Pause / Resume with the pool's thaw-move-freeze of this container.
+    pub pool_lock: Arc<Mutex<()>>,
 }
 
 impl Container {
@@ -88,6 +93,7 @@ pub struct TaskService {
     exit: Arc<ExitSignal>,
     namespace: String,
     gate: Arc<dyn Gate>,
+    pool_agent: Arc<std::sync::atomic::AtomicBool>,
 }
 
 fn nf(id: &str) -> Error {
@@ -135,13 +141,14 @@ impl TaskService {
             exit,
             namespace: namespace.to_owned(),
             gate,
+            pool_agent: Arc::new(std::sync::atomic::AtomicBool::new(false)),
         }
     }
 
     /// Ends the container's GPU lease, if it is GPU work and holds one.
     async fn release_lease(&self, id: &str, gpu: bool, reason: &str) {
         if gpu {
-            self.gate.release(&self.namespace, id, reason).await;
+            self.gate.release(&self.namespace, id, reason, 0).await;
         }
     }
 
@@ -320,7 +327,7 @@ impl TaskService {
                 )));
             }
             let work = match (&c.gpu, exec_id.is_empty()) {
-                (Classification::Gpu(w), true) => Some(w.clone()),
+                (Classification::Gpu(w), true) => Some((w.clone(), c.ctl_dir.is_some())),
                 _ => None,
             };
             let p = c.proc_mut(exec_id)?;
@@ -340,8 +347,11 @@ impl TaskService {
             (runtime, p.spec.clone(), bundle, io, console, work)
         };
         // A GPU container's start waits for the node's queue; execs never do.
-        if let Some(w) = &work
-            && let Err(e) = self.gate.admit(&self.namespace, id, w, Kind::Start).await
+        if let Some((w, pooled)) = &work
+            && let Err(e) = self
+                .gate
+                .admit(&self.namespace, id, w, Kind::Start, *pooled)
+                .await
         {
             let mut st = self.state.lock().await;
             if let Some(c) = st.containers.get_mut(id) {
@@ -618,66 +628,6 @@ impl TaskService {
         })
     }
 
-    async fn pause_resume(&self, id: &str, pause: bool) -> Result<()> {
-        let (runtime, work) = {
-            let st = self.state.lock().await;
-            let c = st.containers.get(id).ok_or_else(|| nf(id))?;
-            c.init.status.apply(if pause {
-                Transition::Pause
-            } else {
-                Transition::Resume
-            })?;
-            let work = match &c.gpu {
-                Classification::Gpu(w) => Some(w.clone()),
-                Classification::NotGpu => None,
-            };
-            (c.runtime.clone(), work)
-        };
-        if pause {
-            runtime.pause(id).await?;
-            // A frozen container uses no GPU time: its slot goes to the queue.
-            self.release_lease(id, work.is_some(), "pause").await;
-        } else {
-            if let Some(w) = &work {
-                self.gate
-                    .admit(&self.namespace, id, w, Kind::Resume)
-                    .await?;
-            }
-            if let Err(e) = runtime.resume(id).await {
-                self.release_lease(id, work.is_some(), "resume failed")
-                    .await;
-                return Err(e);
-            }
-        }
-        let mut st = self.state.lock().await;
-        let c = st.containers.get_mut(id).ok_or_else(|| nf(id))?;
-        if c.init.status != Status::Stopped {
-            c.init.status = if pause {
-                Status::Paused
-            } else {
-                Status::Running
-            };
-        }
-        if pause {
-            self.emit(
-                containerd_shim_protos::topics::TASK_PAUSED_EVENT_TOPIC,
-                Box::new(TaskPaused {
-                    container_id: id.to_owned(),
-                    ..Default::default()
-                }),
-            );
-        } else {
-            self.emit(
-                containerd_shim_protos::topics::TASK_RESUMED_EVENT_TOPIC,
-                Box::new(TaskResumed {
-                    container_id: id.to_owned(),
-                    ..Default::default()
-                }),
-            );
-        }
-        Ok(())
-    }
-
     /// The state of the init or an exec.
     ///
     /// # Errors
@@ -772,6 +722,7 @@ pub fn unmount(rootfs: &Path) {
 
 mod adapter;
 mod create;
+mod pool;
 
 #[cfg(test)]
 mod tests;

@@ -5,6 +5,8 @@
 //! annotation `io.mqfq.uvm=off`. A node without the library installed (`MQFQ_INTERPOSER`,
 //! default `/usr/lib/mqfq/libmqfq_cuda.so`) injects nothing.
 
+pub mod client;
+
 use std::path::{Path, PathBuf};
 
 use serde_json::{Value, json};

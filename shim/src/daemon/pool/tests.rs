@@ -1,0 +1,340 @@
+use proptest::prelude::*;
+
+use super::*;
+
+const GIB: u64 = 1 << 30;
+
+fn t(s: f64) -> Time {
+    Time::from_secs_f64(s)
+}
+
+fn pool(hot_ttl_s: f64, reclaim: bool) -> Pool {
+    Pool::new(PoolConfig {
+        tiers: TierConfig {
+            hot_ttl_s,
+            warm_ttl_s: 100.0,
+            headroom: 0.15,
+            prefetch_iat: 5.0,
+        },
+        reclaim,
+        host_headroom: 0.1,
+    })
+    .unwrap()
+}
+
+fn ok(key: &str, action: Action, bytes: u64) -> Outcome {
+    Outcome {
+        key: key.into(),
+        action,
+        ok: true,
+        skipped: false,
+        gone: false,
+        bytes,
+        seconds: 0.02,
+    }
+}
+
+/// A container used once and paused at `at`, holding `bytes`.
+fn paused(p: &mut Pool, key: &str, function: &str, bytes: u64, at: f64) {
+    p.granted(key, function, 0, 7, t(at));
+    p.released(key, true, bytes, t(at));
+}
+
+fn tier(p: &Pool, key: &str) -> Tier {
+    p.entries(t(0.0))
+        .into_iter()
+        .find(|e| e.key == key)
+        .unwrap()
+        .tier
+}
+
+fn order(key: &str, action: Action) -> Order {
+    Order {
+        key: key.into(),
+        shim_pid: 7,
+        action,
+    }
+}
+
+#[test]
+fn idle_past_hot_ttl_is_evicted_then_prefetched_when_its_flow_turns_active() {
+    let mut p = pool(30.0, false);
+    p.observe_memory(0, 0, 80 * GIB);
+    assert_eq!(p.granted("ns/a", "f", 0, 7, t(0.0)), Tier::Cold, "new");
+    p.released("ns/a", true, GIB, t(1.0));
+    assert_eq!(tier(&p, "ns/a"), Tier::Hot);
+    p.tick(t(30.0), None);
+    assert!(p.take_orders().is_empty(), "29 s idle: still Hot");
+    p.tick(t(31.0), None);
+    assert_eq!(p.take_orders(), [order("ns/a", Action::Evict)]);
+    p.tick(t(40.0), None);
+    assert!(p.take_orders().is_empty(), "one order in flight at a time");
+    assert!(p.report(&ok("ns/a", Action::Evict, GIB), t(41.0)));
+    assert_eq!(tier(&p, "ns/a"), Tier::Warm);
+    p.activated(0, "other", t(42.0));
+    assert!(p.take_orders().is_empty());
+    p.activated(0, "f", t(42.0));
+    assert_eq!(p.take_orders(), [order("ns/a", Action::Prefetch)]);
+    p.report(&ok("ns/a", Action::Prefetch, GIB), t(42.1));
+    assert_eq!(tier(&p, "ns/a"), Tier::Hot);
+    let ev = p.drain_events();
+    assert_eq!(ev[0], PoolEvent::Hit(Tier::Cold));
+    assert!(matches!(
+        ev[1],
+        PoolEvent::Moved {
+            action: Action::Evict,
+            ok: true,
+            bytes: GIB,
+            ..
+        }
+    ));
+}
+
+#[test]
+fn gpu_memory_pressure_evicts_inactive_least_recent_first_and_counts_evictions_in_flight() {
+    let mut p = pool(1e6, false);
+    p.observe_memory(0, 0, 10 * GIB); // budget 8.5 GiB
+    paused(&mut p, "ns/old", "f", 3 * GIB, 0.0);
+    paused(&mut p, "ns/mid", "g", 3 * GIB, 100.0);
+    paused(&mut p, "ns/new", "h", 3 * GIB, 200.0);
+    p.take_orders();
+    // 9 GiB Hot > 8.5 GiB budget; every function idle for long: inactive, LRU first.
+    p.tick(t(1000.0), None);
+    assert_eq!(p.take_orders(), [order("ns/old", Action::Evict)]);
+    p.tick(t(1001.0), None);
+    assert!(p.take_orders().is_empty(), "the eviction in flight is counted");
+    // The sampled figure counts when it is higher (a real GPU sees other processes).
+    p.report(&ok("ns/old", Action::Evict, 3 * GIB), t(1002.0));
+    p.observe_memory(0, 9 * GIB, 10 * GIB);
+    p.tick(t(1003.0), None);
+    assert_eq!(p.take_orders(), [order("ns/mid", Action::Evict)]);
+}
+
+#[test]
+fn an_admitted_warm_container_makes_room_and_prefetch_never_overfills() {
+    let mut p = pool(1e6, false);
+    p.observe_memory(0, 0, 10 * GIB);
+    paused(&mut p, "ns/w", "f", 4 * GIB, 0.0);
+    p.tick(t(1.0), None);
+    p.take_orders();
+    // Evict it by hand (as pressure would), then fill the GPU with others.
+    p.order("ns/w", Action::Evict, t(2.0));
+    p.take_orders();
+    p.report(&ok("ns/w", Action::Evict, 4 * GIB), t(2.0));
+    paused(&mut p, "ns/x", "g", 4 * GIB, 3.0);
+    paused(&mut p, "ns/y", "h", 3 * GIB, 4.0);
+    // 7 GiB Hot, 1.5 GiB left: the Warm one does not fit, so its flow turning Active does not
+    // prefetch it.
+    p.activated(0, "f", t(5.0));
+    assert!(p.take_orders().is_empty());
+    // Admitted: a Warm hit; room is made (one victim is enough).
+    p.drain_events();
+    assert_eq!(p.granted("ns/w", "f", 0, 7, t(6.0)), Tier::Warm);
+    assert_eq!(p.drain_events(), [PoolEvent::Hit(Tier::Warm)]);
+    let o = p.take_orders();
+    assert_eq!(o.len(), 1, "{o:?}");
+    assert_eq!(o[0].action, Action::Evict);
+    assert_eq!(tier(&p, "ns/w"), Tier::Warm, "Hot only once restored");
+    p.report(
+        &Outcome {
+            seconds: 0.3,
+            ..ok("ns/w", Action::Restore, 4 * GIB)
+        },
+        t(6.3),
+    );
+    assert_eq!(tier(&p, "ns/w"), Tier::Hot);
+}
+
+#[test]
+fn warm_ttl_and_host_pressure_go_cold_reclaiming_only_when_configured() {
+    for reclaim in [false, true] {
+        let mut p = pool(10.0, reclaim);
+        p.observe_memory(0, 0, 80 * GIB);
+        paused(&mut p, "ns/a", "f", GIB, 0.0);
+        paused(&mut p, "ns/b", "g", GIB, 50.0);
+        p.tick(t(60.0), None);
+        assert_eq!(p.take_orders().len(), 2);
+        p.report(&ok("ns/a", Action::Evict, GIB), t(60.0));
+        p.report(&ok("ns/b", Action::Evict, GIB), t(60.0));
+        // Warm TTL (100 s) of a ends at 100 s; b is younger.
+        p.tick(t(101.0), None);
+        if reclaim {
+            assert_eq!(p.take_orders(), [order("ns/a", Action::Reclaim)]);
+            p.report(&ok("ns/a", Action::Reclaim, 0), t(101.5));
+            assert!(p.entries(t(102.0)).iter().all(|e| e.key != "ns/a"));
+        } else {
+            assert!(p.take_orders().is_empty());
+            assert_eq!(tier(&p, "ns/a"), Tier::Cold);
+        }
+        assert_eq!(tier(&p, "ns/b"), Tier::Warm);
+        // Host pressure: 5 % available, 10 % wanted → the Warm one goes Cold.
+        p.tick(t(102.0), Some((5, 100)));
+        if reclaim {
+            assert_eq!(p.take_orders(), [order("ns/b", Action::Reclaim)]);
+        } else {
+            assert_eq!(tier(&p, "ns/b"), Tier::Cold);
+        }
+    }
+}
+
+#[test]
+fn failures_back_off_skips_change_nothing_lost_orders_time_out() {
+    let mut p = pool(1.0, false);
+    p.observe_memory(0, 0, 80 * GIB);
+    paused(&mut p, "ns/a", "f", GIB, 0.0);
+    p.tick(t(2.0), None);
+    assert_eq!(p.take_orders().len(), 1);
+    p.report(
+        &Outcome {
+            ok: false,
+            ..ok("ns/a", Action::Evict, 0)
+        },
+        t(2.0),
+    );
+    assert_eq!(tier(&p, "ns/a"), Tier::Hot);
+    p.tick(t(5.0), None);
+    assert!(p.take_orders().is_empty(), "backing off");
+    p.tick(t(12.5), None);
+    assert_eq!(p.take_orders().len(), 1, "tried again");
+    p.report(
+        &Outcome {
+            skipped: true,
+            ..ok("ns/a", Action::Evict, 0)
+        },
+        t(12.6),
+    );
+    assert_eq!(tier(&p, "ns/a"), Tier::Hot);
+    p.tick(t(13.0), None);
+    assert_eq!(p.take_orders().len(), 1);
+    p.tick(t(50.0), None);
+    assert!(p.take_orders().is_empty(), "still waiting for the shim");
+    p.tick(t(74.0), None);
+    assert_eq!(p.take_orders().len(), 1, "an unanswered order is given up and made again");
+    assert!(!p.report(&ok("ns/zzz", Action::Evict, 1), t(75.0)));
+    // Deleted behind the daemon's back: the shim says so and the pool forgets it.
+    assert!(p.report(
+        &Outcome {
+            gone: true,
+            ..ok("ns/a", Action::Evict, 0)
+        },
+        t(76.0)
+    ));
+    assert!(p.entries(t(76.0)).is_empty());
+}
+
+#[test]
+fn exits_and_dead_shims_leave_the_pool() {
+    let mut p = pool(1.0, false);
+    paused(&mut p, "ns/a", "f", GIB, 0.0);
+    paused(&mut p, "ns/b", "f", GIB, 0.0);
+    paused(&mut p, "ns/c", "f", GIB, 0.0);
+    p.released("ns/a", false, 0, t(1.0));
+    p.forget("ns/c");
+    p.tick(t(5.0), None);
+    assert_eq!(p.take_orders(), [order("ns/b", Action::Evict)]);
+    p.tick(t(6.0), None);
+    p.order("ns/b", Action::Prefetch, t(6.0));
+    p.shim_gone(7);
+    assert!(p.take_orders().is_empty());
+    assert!(p.entries(t(7.0)).is_empty());
+}
+
+#[test]
+fn a_pressure_victim_is_prefetched_when_its_next_call_is_due() {
+    let mut p = pool(1e6, false);
+    p.observe_memory(0, 0, 10 * GIB);
+    // f is called every 10 s.
+    for i in 0..4 {
+        let at = f64::from(i) * 10.0;
+        p.granted("ns/f", "f", 0, 7, t(at));
+        p.released("ns/f", true, 2 * GIB, t(at + 1.0));
+    }
+    p.order("ns/f", Action::Evict, t(32.0));
+    p.take_orders();
+    // Evicted under pressure, the pressure gone, and f's next call due (last 30 s, IAT 10 s).
+    p.entries.get_mut("ns/f").unwrap().evicted_for = Why::Pressure;
+    p.report(&ok("ns/f", Action::Evict, 2 * GIB), t(32.0));
+    p.tick(t(35.0), None);
+    assert_eq!(p.take_orders(), [order("ns/f", Action::Prefetch)]);
+    // One evicted for idling past the hot TTL is not brought back by prediction.
+    p.report(&ok("ns/f", Action::Prefetch, 2 * GIB), t(35.0));
+    p.order("ns/f", Action::Evict, t(36.0));
+    p.take_orders();
+    p.entries.get_mut("ns/f").unwrap().evicted_for = Why::Ttl;
+    p.report(&ok("ns/f", Action::Evict, 2 * GIB), t(36.0));
+    p.tick(t(37.0), None);
+    assert!(p.take_orders().is_empty());
+}
+
+#[derive(Clone, Debug)]
+enum Op {
+    Grant(u8),
+    Pause(u8, u8),
+    Exit(u8),
+    Tick(u8),
+    Activate(u8),
+    Report(u8, bool),
+    Memory(u8),
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        (0u8..6).prop_map(Op::Grant),
+        (0u8..6, 0u8..8).prop_map(|(k, b)| Op::Pause(k, b)),
+        (0u8..6).prop_map(Op::Exit),
+        (0u8..40).prop_map(Op::Tick),
+        (0u8..3).prop_map(Op::Activate),
+        (0u8..6, any::<bool>()).prop_map(|(k, ok)| Op::Report(k, ok)),
+        (0u8..12).prop_map(Op::Memory),
+    ]
+}
+
+proptest! {
+    /// Whatever happens: no order for a busy container, at most one order in flight per
+    /// container, no order for a container the pool does not hold, and Hot bytes never pushed
+    /// over the budget by a prefetch.
+    #[test]
+    fn orders_only_for_idle_known_containers_one_at_a_time(ops in proptest::collection::vec(op(), 1..120)) {
+        let mut p = pool(5.0, true);
+        let mut now = 0.0;
+        // Orders in flight and when they were made (an unanswered one is made again after 60 s).
+        let mut outstanding: HashMap<String, (Action, f64)> = HashMap::new();
+        p.observe_memory(0, 0, 8 * GIB);
+        for o in ops {
+            now += 0.5;
+            let key = |k: u8| format!("ns/c{k}");
+            match o {
+                Op::Grant(k) => { p.granted(&key(k), &format!("f{}", k % 3), 0, 7, t(now)); }
+                Op::Pause(k, b) => p.released(&key(k), true, u64::from(b) * GIB / 2, t(now)),
+                Op::Exit(k) => { p.released(&key(k), false, 0, t(now)); outstanding.remove(&key(k)); }
+                Op::Tick(s) => { now += f64::from(s); p.tick(t(now), Some((50, 100))); }
+                Op::Activate(f) => p.activated(0, &format!("f{f}"), t(now)),
+                Op::Report(k, good) => {
+                    if let Some((a, _)) = outstanding.remove(&key(k)) {
+                        p.report(&Outcome { ok: good, ..ok(&key(k), a, GIB) }, t(now));
+                    }
+                }
+                Op::Memory(g) => p.observe_memory(0, u64::from(g) * GIB, 8 * GIB),
+            }
+            let orders = p.take_orders();
+            let view: HashMap<String, EntryView> =
+                p.entries(t(now)).into_iter().map(|e| (e.key.clone(), e)).collect();
+            for o in orders {
+                let e = view.get(&o.key);
+                prop_assert!(e.is_some(), "order for unknown {}", o.key);
+                let e = e.unwrap();
+                prop_assert!(!e.busy, "order for busy {}", o.key);
+                let again = outstanding.get(&o.key).is_some_and(|&(_, at)| now - at <= ORDER_TIMEOUT_S);
+                prop_assert!(!again, "second order for {}", o.key);
+                if o.action == Action::Prefetch {
+                    prop_assert_eq!(e.tier, Tier::Warm);
+                }
+                outstanding.insert(o.key.clone(), (o.action, now));
+                if o.action == Action::Prefetch {
+                    let (used, total) = p.in_use(0);
+                    prop_assert!(used <= p.policy.budget(total), "prefetch over budget");
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,278 @@
+//! Pause, Resume, and the pool agent: this shim's hands for `mqfqd`'s pool manager.
+//!
+//! A paused container's processes are frozen, so they cannot answer the interposer's control
+//! socket. Moving a paused container's memory therefore takes a thaw, the move, and a freeze
+//! again, serialized with the container's own Pause / Resume by its `pool_lock`; containerd
+//! still sees it paused throughout (no events, state unchanged). The daemon decides; this
+//! agent long-polls it for orders, carries them out, and reports each result while still
+//! holding the container's lock, so a report can never overtake the one for a later move.
+//!
+//! Resume of a container whose memory was evicted restores it before the task runs: the lease
+//! is granted, the container thawed, its memory prefetched (the interposer holds its launches
+//! until then), and only then does Resume return. The shim keeps this truth itself (`evicted`),
+//! so a container is restored even if the daemon lost track of it.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use containerd_shim_protos::events::task::{TaskPaused, TaskResumed};
+
+use super::{TaskService, nf};
+use crate::api as mqfqd;
+use crate::error::Result;
+use crate::gate::Kind;
+use crate::gpu::Classification;
+use crate::process::{Status, Transition};
+use crate::uvm::client::{self, Answer, Command};
+
+/// How long one process may take to answer an evict or prefetch (it synchronizes first).
+const MOVE_TIMEOUT: Duration = Duration::from_secs(120);
+/// How long one PoolOrders call waits in the daemon.
+const ORDERS_WAIT: Duration = Duration::from_secs(25);
+
+async fn uvm(dir: &Path, id: &str, cmd: Command) -> Answer {
+    let (dir, id) = (dir.to_owned(), id.to_owned());
+    tokio::task::spawn_blocking(move || client::send(&dir, &id, cmd, MOVE_TIMEOUT))
+        .await
+        .unwrap_or_default()
+}
+
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+impl TaskService {
+    /// Pause (freeze; the lease goes back, with the bytes its CUDA processes hold) or Resume
+    /// (wait for admission, thaw, restore evicted memory).
+    pub(super) async fn pause_resume(&self, id: &str, pause: bool) -> Result<()> {
+        let (runtime, work, ctl, lock) = {
+            let st = self.state.lock().await;
+            let c = st.containers.get(id).ok_or_else(|| nf(id))?;
+            c.init.status.apply(if pause {
+                Transition::Pause
+            } else {
+                Transition::Resume
+            })?;
+            let work = match &c.gpu {
+                Classification::Gpu(w) => Some(w.clone()),
+                Classification::NotGpu => None,
+            };
+            (
+                c.runtime.clone(),
+                work,
+                c.ctl_dir.clone(),
+                c.pool_lock.clone(),
+            )
+        };
+        let _moving = lock.lock().await;
+        if pause {
+            // Read while the processes can still answer.
+            let bytes = match &ctl {
+                Some(d) => uvm(d, id, Command::Status).await.bytes,
+                None => 0,
+            };
+            runtime.pause(id).await?;
+            // A frozen container uses no GPU time: its slot goes to the queue.
+            if work.is_some() {
+                self.gate.release(&self.namespace, id, "pause", bytes).await;
+            }
+        } else {
+            if let Some(w) = &work {
+                self.gate
+                    .admit(&self.namespace, id, w, Kind::Resume, ctl.is_some())
+                    .await?;
+            }
+            let thawed = Instant::now();
+            if let Err(e) = runtime.resume(id).await {
+                self.release_lease(id, work.is_some(), "resume failed")
+                    .await;
+                return Err(e);
+            }
+            if let Some(d) = &ctl {
+                self.restore(id, d, thawed).await;
+            }
+        }
+        let mut st = self.state.lock().await;
+        let c = st.containers.get_mut(id).ok_or_else(|| nf(id))?;
+        if c.init.status != Status::Stopped {
+            c.init.status = if pause {
+                Status::Paused
+            } else {
+                Status::Running
+            };
+        }
+        if pause {
+            self.emit(
+                containerd_shim_protos::topics::TASK_PAUSED_EVENT_TOPIC,
+                Box::new(TaskPaused {
+                    container_id: id.to_owned(),
+                    ..Default::default()
+                }),
+            );
+        } else {
+            self.emit(
+                containerd_shim_protos::topics::TASK_RESUMED_EVENT_TOPIC,
+                Box::new(TaskResumed {
+                    container_id: id.to_owned(),
+                    ..Default::default()
+                }),
+            );
+        }
+        Ok(())
+    }
+
+    /// After a thaw at Resume: brings evicted memory back before the task goes on.
+    async fn restore(&self, id: &str, dir: &Path, thawed: Instant) {
+        let evicted = {
+            let mut st = self.state.lock().await;
+            st.containers
+                .get_mut(id)
+                .is_some_and(|c| std::mem::replace(&mut c.evicted, false))
+        };
+        if !evicted {
+            return;
+        }
+        let a = uvm(dir, id, Command::Prefetch).await;
+        if !a.ok() {
+            // The interposer lets launches through after a failed prefetch: the memory is still
+            // reachable, only slower.
+            tracing::warn!(container = %id, "restore: {}", a.errors.join("; "));
+        }
+        tracing::info!(container = %id, bytes = a.bytes, ms = thawed.elapsed().as_secs_f64() * 1e3, "restored");
+        self.gate
+            .pool_report(vec![mqfqd::PoolResult {
+                namespace: self.namespace.clone(),
+                container_id: id.to_owned(),
+                action: mqfqd::PoolAction::RESTORE.into(),
+                ok: a.ok(),
+                bytes: a.bytes,
+                duration_ns: nanos(thawed.elapsed()),
+                error: a.errors.join("; "),
+                ..Default::default()
+            }])
+            .await;
+    }
+
+    /// Starts the loop that carries out the daemon's pool orders (once per shim).
+    pub(super) fn start_pool_agent(&self) {
+        if self.pool_agent.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        let svc = self.clone();
+        tokio::spawn(async move {
+            loop {
+                for o in svc.gate.pool_orders(ORDERS_WAIT).await {
+                    svc.run_order(&o).await;
+                }
+            }
+        });
+    }
+
+    /// Carries out one order and reports it.
+    async fn run_order(&self, o: &mqfqd::PoolOrder) {
+        let id = o.container_id.as_str();
+        let mut r = mqfqd::PoolResult {
+            namespace: o.namespace.clone(),
+            container_id: id.to_owned(),
+            action: o.action,
+            ..Default::default()
+        };
+        let found = if o.namespace == self.namespace {
+            let st = self.state.lock().await;
+            st.containers
+                .get(id)
+                .map(|c| (c.runtime.clone(), c.ctl_dir.clone(), c.pool_lock.clone()))
+        } else {
+            None
+        };
+        let Some((runtime, ctl, lock)) = found else {
+            r.gone = true;
+            r.error = "no such container in this shim".into();
+            self.gate.pool_report(vec![r]).await;
+            return;
+        };
+        let _moving = lock.lock().await;
+        let now = {
+            let st = self.state.lock().await;
+            st.containers.get(id).map(|c| (c.init.status, c.evicted))
+        };
+        let started = Instant::now();
+        match (now, o.action.enum_value()) {
+            (None, _) => {
+                r.gone = true;
+                r.error = "deleted".into();
+            }
+            (Some((Status::Paused, evicted)), Ok(a @ (mqfqd::PoolAction::EVICT | mqfqd::PoolAction::PREFETCH)))
+                if ctl.is_some() && evicted == (a == mqfqd::PoolAction::PREFETCH) =>
+            {
+                let evict = a == mqfqd::PoolAction::EVICT;
+                let dir: PathBuf = ctl.unwrap_or_default();
+                self.move_memory(id, &*runtime, &dir, evict, &mut r).await;
+            }
+            (Some((Status::Paused, _)), Ok(mqfqd::PoolAction::RECLAIM)) => {
+                tracing::info!(container = %id, "pool: reclaiming a Cold container");
+                match self.kill(id, "", 9, true).await {
+                    Ok(()) => r.ok = true,
+                    Err(e) => r.error = e.to_string(),
+                }
+                // Frozen processes die once thawed.
+                let _ = runtime.resume(id).await;
+            }
+            (Some((status, evicted)), Ok(_)) => {
+                r.skipped = true;
+                r.error = format!("container is {status:?}, evicted={evicted}");
+            }
+            (_, Err(v)) => r.error = format!("unknown pool action {v}"),
+        }
+        r.duration_ns = nanos(started.elapsed());
+        self.gate.pool_report(vec![r]).await;
+    }
+
+    /// Thaw, evict or prefetch, freeze again.
+    async fn move_memory(
+        &self,
+        id: &str,
+        runtime: &dyn crate::runtime::Runtime,
+        dir: &Path,
+        evict: bool,
+        r: &mut mqfqd::PoolResult,
+    ) {
+        if let Err(e) = runtime.resume(id).await {
+            r.error = format!("thaw: {e}");
+            return;
+        }
+        let cmd = if evict {
+            Command::Evict
+        } else {
+            Command::Prefetch
+        };
+        let a = uvm(dir, id, cmd).await;
+        let mut frozen = runtime.pause(id).await;
+        if frozen.is_err() {
+            frozen = runtime.pause(id).await;
+        }
+        if let Err(e) = frozen {
+            tracing::error!(container = %id, "pool: freeze after a memory move failed: {e}; the container runs while containerd sees it paused");
+            r.error = format!("freeze again: {e}");
+        }
+        {
+            let mut st = self.state.lock().await;
+            if let Some(c) = st.containers.get_mut(id) {
+                // Partly evicted still needs a restore; a failed prefetch is tried again at
+                // Resume.
+                c.evicted = if evict { a.processes > 0 } else { !a.ok() };
+            }
+        }
+        r.ok = a.ok() && r.error.is_empty();
+        r.bytes = a.bytes;
+        if !a.ok() {
+            r.error = [r.error.clone(), a.errors.join("; ")]
+                .into_iter()
+                .filter(|s| !s.is_empty())
+                .collect::<Vec<_>>()
+                .join("; ");
+        }
+        tracing::info!(container = %id, evict, bytes = a.bytes, processes = a.processes, ok = r.ok, "pool: memory moved");
+    }
+}
