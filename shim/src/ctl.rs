@@ -122,7 +122,54 @@ pub fn render(s: &api::StatusResponse) -> String {
             );
         }
     }
+    if !s.pool.is_empty() {
+        render_pool(&mut o, &s.pool);
+    }
     o
+}
+
+/// The pool: one line per function (containers per tier), then one per container.
+fn render_pool(o: &mut String, pool: &[api::PoolEntry]) {
+    let mut per_function: std::collections::BTreeMap<&str, [usize; 3]> =
+        std::collections::BTreeMap::new();
+    for e in pool {
+        let n = per_function.entry(&e.function).or_default();
+        match e.tier.as_str() {
+            "hot" => n[0] += 1,
+            "warm" => n[1] += 1,
+            _ => n[2] += 1,
+        }
+    }
+    let _ = writeln!(
+        o,
+        "\n{:<28} {:>4} {:>5} {:>5}",
+        "POOL FUNCTION", "HOT", "WARM", "COLD"
+    );
+    for (f, [hot, warm, cold]) in per_function {
+        let _ = writeln!(o, "{f:<28} {hot:>4} {warm:>5} {cold:>5}");
+    }
+    let _ = writeln!(
+        o,
+        "\n{:<36} {:<24} {:>3} {:<5} {:>9} {:<5} {:>8} {:>5} {:<8}",
+        "CONTAINER", "FUNCTION", "GPU", "TIER", "MiB", "BUSY", "IDLE s", "USES", "PENDING"
+    );
+    for e in pool {
+        #[allow(clippy::cast_precision_loss)]
+        let (mib, idle) = (e.bytes as f64 / 1048576.0, e.idle_ns as f64 / 1e9);
+        let _ = writeln!(
+            o,
+            "{:<36} {:<24} {:>3} {:<5} {:>9.1} {:<5} {:>8.1} {:>5} {:<8}",
+            format!("{}/{}", e.namespace, e.container_id),
+            e.function,
+            e.gpu,
+            e.tier,
+            mib,
+            if e.busy { "yes" } else { "no" },
+            idle,
+            e.uses,
+            e.pending
+        );
+    }
 }
 
 /// The status as JSON (for scripts and tests).
@@ -148,6 +195,11 @@ pub fn to_json(s: &api::StatusResponse) -> serde_json::Value {
         "leases": s.leases.iter().map(|l| json!({
             "lease_id": l.lease_id, "namespace": l.namespace, "container_id": l.container_id,
             "function": l.function, "gpu": l.gpu, "shim_pid": l.shim_pid, "held_ns": l.held_ns,
+        })).collect::<Vec<_>>(),
+        "pool": s.pool.iter().map(|e| json!({
+            "namespace": e.namespace, "container_id": e.container_id, "function": e.function,
+            "gpu": e.gpu, "tier": e.tier, "bytes": e.bytes, "busy": e.busy,
+            "idle_ns": e.idle_ns, "pending": e.pending, "uses": e.uses,
         })).collect::<Vec<_>>(),
     })
 }

@@ -44,8 +44,14 @@ pub trait Gate: Send + Sync + std::fmt::Debug {
     /// # Errors
     /// The admission was cancelled, refused (bad request), or the daemon is unreachable and the
     /// gate fails closed.
-    async fn admit(&self, ns: &str, id: &str, work: &GpuWork, kind: Kind, pooled: bool)
-    -> Result<()>;
+    async fn admit(
+        &self,
+        ns: &str,
+        id: &str,
+        work: &GpuWork,
+        kind: Kind,
+        pooled: bool,
+    ) -> Result<()>;
     /// Withdraws a waiting admission of this container, if any (also tells the pool a killed or
     /// deleted container is gone).
     async fn cancel(&self, ns: &str, id: &str);
@@ -476,7 +482,10 @@ impl Gate for Arc<DaemonGate> {
 
     async fn pool_report(&self, results: Vec<api::PoolResult>) {
         let Ok(c) = self.client().await else {
-            tracing::info!(results = results.len(), "pool report dropped: mqfqd unreachable");
+            tracing::info!(
+                results = results.len(),
+                "pool report dropped: mqfqd unreachable"
+            );
             return;
         };
         let req = api::PoolReportRequest {

@@ -7,12 +7,12 @@
 use std::collections::HashMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output};
+use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 use mqfq_shim::api;
 use mqfq_shim::daemon::config::DaemonConfig;
-use mqfq_testkit::{Containerd, MQFQ};
+use mqfq_testkit::{Containerd, MQFQ, Mqfqd};
 use scheduler_core::{MqfqQueue, Time};
 use serde_json::Value;
 
@@ -33,123 +33,21 @@ fn text(o: &Output) -> String {
     )
 }
 
-/// A private mqfqd with simulated GPUs and a dispatch log.
-struct Mqfqd {
-    child: Option<Child>,
-    socket: PathBuf,
-    config: PathBuf,
-    log: PathBuf,
-    stderr: PathBuf,
-}
-
-impl Mqfqd {
-    fn start(dir: &Path, socket: &Path, extra: &str) -> Self {
-        let config = dir.join("mqfqd.toml");
-        let log = dir.join("dispatch.jsonl");
-        let toml = format!(
-            "socket = \"{}\"\nmetrics_addr = \"\"\nbackend = \"simulated\"\ndispatch_log = \"{}\"\n\
-             [nvidia]\nedits_file = \"{}\"\ndriver_root = \"{}\"\ncdi_dirs = []\n{extra}",
-            socket.display(),
-            log.display(),
-            dir.join("nvidia-edits.json").display(),
-            dir.join("no-driver").display(),
-        );
-        std::fs::write(&config, toml).unwrap();
-        let mut d = Mqfqd {
-            child: None,
-            socket: socket.to_owned(),
-            config,
-            log,
-            stderr: dir.join("mqfqd.log"),
-        };
-        d.spawn();
-        d
-    }
-
-    fn spawn(&mut self) {
-        let err = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&self.stderr)
-            .unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_mqfqd"))
-            .arg("--config")
-            .arg(&self.config)
-            .stderr(err)
-            .spawn()
-            .unwrap();
-        self.child = Some(child);
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while std::os::unix::net::UnixStream::connect(&self.socket).is_err() {
-            assert!(
-                Instant::now() < deadline,
-                "mqfqd did not come up: {}",
-                self.stderr()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-
-    fn kill9(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-
-    fn stderr(&self) -> String {
-        std::fs::read_to_string(&self.stderr).unwrap_or_default()
-    }
-
-    fn status(&self) -> Value {
-        let o = Command::new(env!("CARGO_BIN_EXE_mqfqctl"))
-            .arg("--socket")
-            .arg(&self.socket)
-            .args(["status", "--json"])
-            .output()
-            .unwrap();
-        assert!(o.status.success(), "mqfqctl: {}", text(&o));
-        serde_json::from_slice(&o.stdout).unwrap()
-    }
-
-    fn wait_for(&self, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            let s = self.status();
-            if pred(&s) {
-                return s;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "never {what}: {s:#}\n{}",
-                self.stderr()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-
-    fn records(&self) -> Vec<Value> {
-        std::fs::read_to_string(&self.log)
-            .unwrap_or_default()
-            .lines()
-            .map(|l| serde_json::from_str(l).unwrap())
-            .collect()
-    }
-}
-
-impl Drop for Mqfqd {
-    fn drop(&mut self) {
-        if let Some(c) = self.child.as_mut() {
-            let _ = Command::new("kill").arg(c.id().to_string()).status();
-            let _ = c.wait();
-        }
-    }
+/// A private mqfqd (simulated GPUs, dispatch log) from the binaries built for this test.
+fn mqfqd(dir: &Path, socket: &Path, extra: &str) -> Mqfqd {
+    Mqfqd::start(
+        Path::new(env!("CARGO_BIN_EXE_mqfqd")),
+        Path::new(env!("CARGO_BIN_EXE_mqfqctl")),
+        dir,
+        socket,
+        extra,
+    )
 }
 
 /// A containerd and a daemon with a single GPU slot (D = 1), and the containers' shared folder.
 fn one_slot(name: &str) -> Option<(Containerd, Mqfqd, PathBuf)> {
     let c = containerd(name, &[])?;
-    let d = Mqfqd::start(
+    let d = mqfqd(
         c.dir(),
         &c.daemon_socket(),
         "[concurrency]\nd_max = 1\nd_initial = 1\n",
@@ -250,7 +148,7 @@ fn starts_wait_for_mqfq_sticky_within_d_and_a_flood_cannot_starve_a_light_functi
     };
     let extra = "[simulated]\nutilization_per_lease = 0.5\n[concurrency]\nd_max = 2\nd_initial = 2\n\
                  [queue]\noverrun_s = 0.5\nttl_s = 1.0\nfallback_charge_s = 0.5\nshort_charge_s = 0\n";
-    let d = Mqfqd::start(c.dir(), &c.daemon_socket(), extra);
+    let d = mqfqd(c.dir(), &c.daemon_socket(), extra);
     let out = c.dir().join("out");
     std::fs::create_dir_all(out.join("run")).unwrap();
     // Skewed rates: a flood of 10 at once, 3 of a medium function a little later, then one light.
@@ -292,7 +190,8 @@ fn starts_wait_for_mqfq_sticky_within_d_and_a_flood_cannot_starve_a_light_functi
 
     // (b) The order is MQFQ-Sticky's: replaying the record through scheduler-core gives the same
     // dispatch at every step.
-    let cfg = DaemonConfig::parse(&std::fs::read_to_string(&d.config).unwrap(), &d.config).unwrap();
+    let cfg =
+        DaemonConfig::parse(&std::fs::read_to_string(d.config()).unwrap(), d.config()).unwrap();
     let mut q: MqfqQueue<String> = MqfqQueue::new(cfg.queue_config().unwrap()).unwrap();
     let mut tickets = HashMap::new();
     for r in &records {
@@ -363,7 +262,7 @@ fn a_killed_daemon_loses_no_container_and_leaks_no_lease() {
         return;
     };
     let extra = "[concurrency]\nd_max = 1\nd_initial = 1\n";
-    let mut d = Mqfqd::start(c.dir(), &c.daemon_socket(), extra);
+    let mut d = mqfqd(c.dir(), &c.daemon_socket(), extra);
     let out = c.dir().join("out");
     std::fs::create_dir_all(out.join("run")).unwrap();
     let slow = "touch /out/run/$ID; sleep 2; ls /out/run | wc -l >> /out/counts; rm /out/run/$ID";
@@ -458,7 +357,7 @@ fn fail_open_starts_are_counted_and_adopted_fail_closed_refuses() {
     assert!(c.wait_status("early", "RUNNING"));
     assert!(c.log().contains("fail-open"), "{}", c.log());
     // The daemon comes up: the shim registers the container and reports the fail-open start.
-    let d = Mqfqd::start(c.dir(), &c.daemon_socket(), "");
+    let d = mqfqd(c.dir(), &c.daemon_socket(), "");
     let s = d.wait_for("the early container adopted", |s| leases(s) == 1);
     assert_eq!(s["fail_open_starts"], 1);
     assert_eq!(s["leases"][0]["container_id"], "early");
@@ -497,7 +396,7 @@ fn fail_open_starts_are_counted_and_adopted_fail_closed_refuses() {
 fn malformed_frames_and_requests_get_clear_errors_and_change_nothing() {
     let dir = tempfile::tempdir_in("/tmp").unwrap();
     let sock = dir.path().join("d.sock");
-    let d = Mqfqd::start(dir.path(), &sock, "");
+    let d = mqfqd(dir.path(), &sock, "");
     // Garbage, a truncated frame, and a frame with an oversized length.
     for bytes in [
         &b"GET / HTTP/1.1\r\n\r\n"[..],

@@ -7,6 +7,9 @@
  *   fork     forks a child that allocates 1 MiB, prints "child kind=<k> pid=<pid>", and exits
  *            once the file named by CLIENT_CHILD_DONE exists (at most 20 s)
  *   quit
+ * With the argument `loop` it takes no commands: after the allocations it launches a kernel
+ * every 20 ms forever (a function's container between and during invocations; the driver
+ * double's log shows each launch).
  */
 #include <dlfcn.h>
 #include <stdio.h>
@@ -33,7 +36,7 @@ int fake_cuda_location(CUdeviceptr);
 typedef CUresult (*alloc_fn)(CUdeviceptr *, size_t);
 typedef CUresult (*gpa_fn)(const char *, void **, int, unsigned long long, int *);
 
-int main(void) {
+int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0);
     int dev;
     CUcontext ctx;
@@ -62,6 +65,12 @@ int main(void) {
     r = cuMemAllocPitch_v2(&p[3], &pitch, 1000, 10, 4);
     printf("pitch rc=%d kind=%d pitch=%zu\n", r, fake_cuda_kind(p[3]), pitch);
     printf("ready\n");
+    if (argc > 1 && strcmp(argv[1], "loop") == 0) {
+        for (;;) {
+            cuLaunchKernel(NULL, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL);
+            usleep(20000);
+        }
+    }
 
     char line[64];
     while (fgets(line, sizeof line, stdin)) {

@@ -15,6 +15,9 @@ use std::time::{Duration, Instant};
 
 use sha2::{Digest, Sha256};
 
+mod mqfqd;
+pub use mqfqd::Mqfqd;
+
 /// The image every test uses.
 pub const BUSYBOX: &str = "docker.io/local/busybox:latest";
 /// The CRI sandbox (pause) image: busybox waiting for SIGTERM.

@@ -228,9 +228,7 @@ impl Metrics {
                     }
                     let dir = match action {
                         super::pool::Action::Evict => "to_host",
-                        super::pool::Action::Prefetch | super::pool::Action::Restore => {
-                            "to_device"
-                        }
+                        super::pool::Action::Prefetch | super::pool::Action::Restore => "to_device",
                         super::pool::Action::Reclaim => continue,
                     };
                     self.pool_bytes

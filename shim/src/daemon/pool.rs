@@ -339,7 +339,10 @@ impl Pool {
             }
         }
         (
-            sampled.max(hot).saturating_add(coming).saturating_sub(going),
+            sampled
+                .max(hot)
+                .saturating_add(coming)
+                .saturating_sub(going),
             total,
         )
     }
@@ -565,6 +568,8 @@ impl Pool {
             }
             Action::Prefetch | Action::Restore => {
                 e.tier = Tier::Hot;
+                // Brought back because a call is expected: its hot TTL starts again.
+                e.last_used = now;
                 if o.bytes > 0 {
                     e.bytes = o.bytes;
                 }

@@ -216,8 +216,7 @@ impl Daemon {
     /// A pooled container got a lease: the pool counts the hit (and makes room for it).
     fn pool_grant(inner: &mut Inner, lease: u64, now: Time) {
         if let Some(l) = inner.core.lease(lease) {
-            let (key, function, gpu, pid) =
-                (l.key.clone(), l.function.clone(), l.gpu, l.shim_pid);
+            let (key, function, gpu, pid) = (l.key.clone(), l.function.clone(), l.gpu, l.shim_pid);
             inner.pool.granted(&key, &function, gpu, pid, now);
         }
     }

@@ -203,9 +203,10 @@ impl TaskService {
                 r.gone = true;
                 r.error = "deleted".into();
             }
-            (Some((Status::Paused, evicted)), Ok(a @ (mqfqd::PoolAction::EVICT | mqfqd::PoolAction::PREFETCH)))
-                if ctl.is_some() && evicted == (a == mqfqd::PoolAction::PREFETCH) =>
-            {
+            (
+                Some((Status::Paused, evicted)),
+                Ok(a @ (mqfqd::PoolAction::EVICT | mqfqd::PoolAction::PREFETCH)),
+            ) if ctl.is_some() && evicted == (a == mqfqd::PoolAction::PREFETCH) => {
                 let evict = a == mqfqd::PoolAction::EVICT;
                 let dir: PathBuf = ctl.unwrap_or_default();
                 self.move_memory(id, &*runtime, &dir, evict, &mut r).await;

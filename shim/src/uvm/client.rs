@@ -60,7 +60,12 @@ fn field(reply: &str, name: &str) -> Option<u64> {
         .and_then(|v| v.parse().ok())
 }
 
-fn one(path: &Path, container_id: &str, cmd: Command, timeout: Duration) -> Result<(u64, u64), String> {
+fn one(
+    path: &Path,
+    container_id: &str,
+    cmd: Command,
+    timeout: Duration,
+) -> Result<(u64, u64), String> {
     let conn = UnixStream::connect(path).map_err(|e| e.to_string())?;
     conn.set_read_timeout(Some(timeout))
         .and_then(|()| conn.set_write_timeout(Some(Duration::from_secs(5))))
@@ -123,7 +128,8 @@ pub fn send(dir: &Path, container_id: &str, cmd: Command, timeout: Duration) -> 
             }
             Err(e) => a.errors.push(format!(
                 "{}: {e}",
-                s.file_name().map_or_else(String::new, |n| n.to_string_lossy().into_owned())
+                s.file_name()
+                    .map_or_else(String::new, |n| n.to_string_lossy().into_owned())
             )),
         }
     }
@@ -137,7 +143,11 @@ mod tests {
     use super::*;
 
     /// A fake interposer answering a script of replies.
-    fn fake(dir: &Path, name: &str, replies: &'static [&'static str]) -> std::thread::JoinHandle<Vec<String>> {
+    fn fake(
+        dir: &Path,
+        name: &str,
+        replies: &'static [&'static str],
+    ) -> std::thread::JoinHandle<Vec<String>> {
         let l = UnixListener::bind(dir.join(name)).unwrap();
         std::thread::spawn(move || {
             let (c, _) = l.accept().unwrap();
@@ -161,7 +171,11 @@ mod tests {
         let t = tempfile::tempdir().unwrap();
         let a = fake(t.path(), "cuda-10.sock", &["ok", "ok evicted=100"]);
         let b = fake(t.path(), "cuda-11.sock", &["ok", "ok evicted=23"]);
-        let c = fake(t.path(), "cuda-12.sock", &["ok", "error evict: cuMemAdvise_v2 not found"]);
+        let c = fake(
+            t.path(),
+            "cuda-12.sock",
+            &["ok", "error evict: cuMemAdvise_v2 not found"],
+        );
         // A process that exited: its socket file is left, nobody listens.
         drop(UnixListener::bind(t.path().join("cuda-13.sock")).unwrap());
         std::fs::write(t.path().join("probe"), "not a socket").unwrap();
@@ -169,12 +183,19 @@ mod tests {
         assert_eq!(r.processes, 2);
         assert_eq!(r.bytes, 123);
         assert_eq!(r.errors.len(), 1, "{:?}", r.errors);
-        assert!(r.errors[0].starts_with("cuda-12.sock: error evict"), "{:?}", r.errors);
+        assert!(
+            r.errors[0].starts_with("cuda-12.sock: error evict"),
+            "{:?}",
+            r.errors
+        );
         assert!(!r.ok());
         assert_eq!(a.join().unwrap(), ["hello c1", "evict"]);
         assert_eq!(b.join().unwrap(), ["hello c1", "evict"]);
         c.join().unwrap();
-        assert!(!t.path().join("cuda-13.sock").exists(), "stale socket removed");
+        assert!(
+            !t.path().join("cuda-13.sock").exists(),
+            "stale socket removed"
+        );
         assert!(t.path().join("probe").exists());
     }
 
@@ -196,7 +217,12 @@ mod tests {
         assert!(r.errors[0].contains("wrong container"), "{:?}", r.errors);
         b.join().unwrap();
         assert_eq!(
-            send(&t.path().join("missing"), "c", Command::Status, Duration::from_secs(1)),
+            send(
+                &t.path().join("missing"),
+                "c",
+                Command::Status,
+                Duration::from_secs(1)
+            ),
             Answer::default()
         );
     }

@@ -102,7 +102,10 @@ fn gpu_memory_pressure_evicts_inactive_least_recent_first_and_counts_evictions_i
     p.tick(t(1000.0), None);
     assert_eq!(p.take_orders(), [order("ns/old", Action::Evict)]);
     p.tick(t(1001.0), None);
-    assert!(p.take_orders().is_empty(), "the eviction in flight is counted");
+    assert!(
+        p.take_orders().is_empty(),
+        "the eviction in flight is counted"
+    );
     // The sampled figure counts when it is higher (a real GPU sees other processes).
     p.report(&ok("ns/old", Action::Evict, 3 * GIB), t(1002.0));
     p.observe_memory(0, 9 * GIB, 10 * GIB);
@@ -209,7 +212,11 @@ fn failures_back_off_skips_change_nothing_lost_orders_time_out() {
     p.tick(t(50.0), None);
     assert!(p.take_orders().is_empty(), "still waiting for the shim");
     p.tick(t(74.0), None);
-    assert_eq!(p.take_orders().len(), 1, "an unanswered order is given up and made again");
+    assert_eq!(
+        p.take_orders().len(),
+        1,
+        "an unanswered order is given up and made again"
+    );
     assert!(!p.report(&ok("ns/zzz", Action::Evict, 1), t(75.0)));
     // Deleted behind the daemon's back: the shim says so and the pool forgets it.
     assert!(p.report(

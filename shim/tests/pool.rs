@@ -1,0 +1,281 @@
+//! The pool end to end: real containerd + runc + the shim + `mqfqd`, containers running a CUDA
+//! client (against the CPU-only libcuda double) under the injected interposer. Idle (paused)
+//! containers are evicted when mqfqd's hot TTL expires, restored at Resume before they run, and
+//! a paused one is prefetched when its function's flow turns Active — all driven by mqfqd.
+#![expect(
+    clippy::tests_outside_test_module,
+    reason = "an integration-test crate is the test module"
+)]
+
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+use mqfq_testkit::{Containerd, MQFQ, Mqfqd};
+use serde_json::Value;
+
+/// What the client allocates: 1 + 2 + 4 MiB and a 1024-byte pitch × 10 rows.
+const MANAGED: u64 = (1 + 2 + 4) * 1024 * 1024 + 1024 * 10;
+
+fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// The interposer cargo built for this workspace (`target/<profile>/deps`), built here if this
+/// test runs alone.
+fn interposer() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let deps = exe.parent().unwrap();
+    let so = deps.join("libmqfq_cuda.so");
+    if !so.exists() {
+        let release = deps.parent().is_some_and(|p| p.ends_with("release"));
+        let mut cargo = Command::new(env!("CARGO"));
+        cargo.args(["build", "-p", "mqfq-cuda-hook", "--lib"]);
+        if release {
+            cargo.arg("--release");
+        }
+        assert!(cargo.status().unwrap().success(), "build the interposer");
+    }
+    so
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn metrics(port: u16) -> String {
+    let mut c = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    c.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    let mut s = String::new();
+    c.read_to_string(&mut s).unwrap();
+    s
+}
+
+fn metric(text: &str, name: &str) -> f64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0.0)
+}
+
+/// `ctr run -d` of a pooled GPU container of function `pf` running the client in a loop, with
+/// the host's glibc and the doubles' folder mounted in (busybox is static).
+fn run_client(c: &Containerd, id: &str, cuda: &Path) {
+    let dir = cuda.display().to_string();
+    let o = c.ctr(&[
+        "run",
+        "-d",
+        "--snapshotter",
+        "native",
+        "--runtime",
+        MQFQ,
+        "--env",
+        "NVIDIA_VISIBLE_DEVICES=0",
+        "--env",
+        &format!("FAKE_CUDA_LOG={dir}/{id}.log"),
+        "--env",
+        &format!("LD_LIBRARY_PATH=/lib/x86_64-linux-gnu:{dir}"),
+        "--annotation",
+        "io.mqfq.function=pf",
+        "--mount",
+        &format!("type=bind,src={dir},dst={dir},options=rbind:rw"),
+        "--mount",
+        "type=bind,src=/usr/lib/x86_64-linux-gnu,dst=/lib/x86_64-linux-gnu,options=rbind:ro",
+        "--mount",
+        "type=bind,src=/usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2,dst=/lib64/ld-linux-x86-64.so.2,options=rbind:ro",
+        mqfq_testkit::BUSYBOX,
+        id,
+        &format!("{dir}/cuda_client"),
+        "loop",
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+}
+
+fn driver_log(cuda: &Path, id: &str) -> Vec<String> {
+    std::fs::read_to_string(cuda.join(format!("{id}.log")))
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+fn wait_log(cuda: &Path, id: &str, what: &str, pred: impl Fn(&[String]) -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !pred(&driver_log(cuda, id)) {
+        assert!(
+            Instant::now() < deadline,
+            "{id}: never {what}: {:?}",
+            driver_log(cuda, id)
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn count(log: &[String], prefix: &str) -> usize {
+    log.iter().filter(|l| l.starts_with(prefix)).count()
+}
+
+fn entry<'a>(s: &'a Value, id: &str) -> Option<&'a Value> {
+    s["pool"]
+        .as_array()?
+        .iter()
+        .find(|e| e["container_id"] == id)
+}
+
+fn tier_is(s: &Value, id: &str, tier: &str) -> bool {
+    entry(s, id).is_some_and(|e| e["tier"] == tier && e["pending"] == "")
+}
+
+/// Once evicted, a process launches nothing until its memory is prefetched back.
+fn no_launch_while_evicted(log: &[String]) {
+    let mut evicted = false;
+    for l in log {
+        if l.starts_with("prefetch host") {
+            evicted = true;
+        } else if l.starts_with("prefetch device") {
+            evicted = false;
+        } else if l == "launch" {
+            assert!(!evicted, "a launch while evicted: {log:?}");
+        }
+    }
+}
+
+#[test]
+fn idle_containers_are_evicted_restored_at_resume_and_prefetched_on_activation() {
+    let shim = Path::new(env!("CARGO_BIN_EXE_containerd-shim-mqfq-v2"));
+    let Some(c) = Containerd::start(
+        &format!("it-{}-pool", std::process::id()),
+        shim.parent().unwrap(),
+    ) else {
+        return;
+    };
+    // "Install" the interposer where this containerd's shims look, and build the doubles.
+    std::fs::copy(interposer(), c.dir().join("libmqfq_cuda.so")).unwrap();
+    let cuda = c.dir().join("cuda");
+    std::fs::create_dir_all(&cuda).unwrap();
+    mqfq_testkit::build_double("cuda", &cuda).unwrap();
+    mqfq_testkit::build_double("cuda_client", &cuda).unwrap();
+    let port = free_port();
+    // Hot for 1 s of idleness; a function's flow turns inactive 0.3 s after its last use.
+    let d = Mqfqd::start(
+        Path::new(env!("CARGO_BIN_EXE_mqfqd")),
+        Path::new(env!("CARGO_BIN_EXE_mqfqctl")),
+        c.dir(),
+        &c.daemon_socket(),
+        &format!(
+            "metrics_addr = \"127.0.0.1:{port}\"\nrestart_grace_ms = 0\n\
+             [queue]\nttl_s = 0.3\n[pool]\nhot_ttl_s = 1.0\n"
+        ),
+    );
+
+    for id in ["a", "b"] {
+        run_client(&c, id, &cuda);
+    }
+    for id in ["a", "b"] {
+        wait_log(&cuda, id, "launched", |l| count(l, "launch") >= 3);
+        let log = driver_log(&cuda, id);
+        assert_eq!(count(&log, "alloc managed"), 4, "converted: {log:?}");
+        assert_eq!(count(&log, "alloc native"), 0, "{log:?}");
+    }
+    d.wait_for("both pooled and running", |s| {
+        ["a", "b"]
+            .iter()
+            .all(|id| entry(s, id).is_some_and(|e| e["busy"] == true && e["tier"] == "hot"))
+    });
+
+    // Pause: the lease goes back with the bytes; after 1 s idle mqfqd has them evicted.
+    for id in ["a", "b"] {
+        assert!(c.ctr(&["task", "pause", id]).status.success());
+    }
+    let s = d.wait_for("both evicted", |s| {
+        tier_is(s, "a", "warm") && tier_is(s, "b", "warm")
+    });
+    for id in ["a", "b"] {
+        let e = entry(&s, id).unwrap();
+        assert_eq!(e["bytes"], MANAGED, "{e}");
+        assert_eq!(e["busy"], false);
+        assert!(c.wait_status(id, "PAUSED"), "still paused for containerd");
+        let log = driver_log(&cuda, id);
+        assert_eq!(count(&log, "prefetch host"), 4, "{log:?}");
+        assert_eq!(count(&log, "prefetch device"), 0, "{log:?}");
+    }
+
+    // Resume a: admitted, thawed, its memory back before it launches again. Its flow turning
+    // Active has mqfqd prefetch b too, which stays paused.
+    let launches = count(&driver_log(&cuda, "a"), "launch");
+    let o = c.ctr(&["task", "resume", "a"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(c.wait_status("a", "RUNNING"));
+    wait_log(&cuda, "a", "launched after the restore", |l| {
+        count(l, "launch") > launches
+    });
+    let a = driver_log(&cuda, "a");
+    assert_eq!(count(&a, "prefetch device"), 4, "{a:?}");
+    no_launch_while_evicted(&a);
+    d.wait_for("a restored and running", |s| {
+        entry(s, "a").is_some_and(|e| e["tier"] == "hot" && e["busy"] == true)
+    });
+    wait_log(&cuda, "b", "prefetched while paused", |l| {
+        count(l, "prefetch device") == 4
+    });
+    assert!(c.wait_status("b", "PAUSED"));
+    no_launch_while_evicted(&driver_log(&cuda, "b"));
+
+    let m = metrics(port);
+    assert_eq!(
+        metric(&m, "mqfq_pool_hits_total{tier=\"cold\"}"),
+        2.0,
+        "{m}"
+    );
+    assert_eq!(
+        metric(&m, "mqfq_pool_hits_total{tier=\"warm\"}"),
+        1.0,
+        "{m}"
+    );
+    assert_eq!(metric(&m, "mqfq_pool_restore_seconds_count"), 1.0, "{m}");
+    assert!(
+        metric(
+            &m,
+            "mqfq_pool_moves_total{action=\"prefetch\",result=\"ok\"}"
+        ) >= 1.0,
+        "{m}"
+    );
+    #[allow(clippy::cast_precision_loss)]
+    let both = 2.0 * MANAGED as f64;
+    assert!(
+        metric(&m, "mqfq_pool_moved_bytes_total{direction=\"to_host\"}") >= both,
+        "{m}"
+    );
+    assert!(
+        metric(&m, "mqfq_pool_moved_bytes_total{direction=\"to_device\"}") >= both,
+        "{m}"
+    );
+
+    // Gone containers leave the pool; nothing is left behind.
+    for id in ["a", "b"] {
+        let _ = c.ctr(&["task", "kill", "-s", "SIGKILL", id]);
+        if id == "b" {
+            // Frozen processes die once thawed.
+            let _ = c.ctr(&["task", "resume", id]);
+        }
+        assert!(c.wait_status(id, "STOPPED"), "{id} stopped");
+        assert!(c.ctr(&["task", "delete", id]).status.success());
+        assert!(c.ctr(&["containers", "rm", id]).status.success());
+    }
+    d.wait_for("the pool empty", |s| {
+        s["pool"].as_array().is_none_or(Vec::is_empty)
+            && s["leases"].as_array().is_none_or(Vec::is_empty)
+    });
+    assert!(!c.dir().join("ctl").join(&c.ns).join("a").exists());
+    assert!(c.leftovers().is_empty(), "{:?}", c.leftovers());
+}

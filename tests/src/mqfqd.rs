@@ -1,0 +1,170 @@
+//! A private `mqfqd` for the integration tests: simulated GPUs, a dispatch log, its own socket,
+//! stderr kept in a file; `mqfqctl status --json` to look at it. The binaries are the ones cargo
+//! built for the test (`CARGO_BIN_EXE_*`), passed in by the caller.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+/// A running daemon (SIGTERM at drop).
+#[derive(Debug)]
+pub struct Mqfqd {
+    child: Option<Child>,
+    bin: PathBuf,
+    ctl: PathBuf,
+    socket: PathBuf,
+    config: PathBuf,
+    log: PathBuf,
+    stderr: PathBuf,
+}
+
+impl Mqfqd {
+    /// Writes `dir/mqfqd.toml` (simulated backend, no metrics unless `extra` sets
+    /// `metrics_addr`, no NVIDIA edits, plus `extra`: top-level keys, then any tables) and starts `bin` on it, waiting until `socket` answers.
+    ///
+    /// # Panics
+    /// The daemon does not come up within 20 s.
+    #[must_use]
+    pub fn start(bin: &Path, ctl: &Path, dir: &Path, socket: &Path, extra: &str) -> Self {
+        let config = dir.join("mqfqd.toml");
+        let log = dir.join("dispatch.jsonl");
+        let toml = format!(
+            "socket = \"{}\"\nbackend = \"simulated\"\ndispatch_log = \"{}\"\n{}{extra}\n\
+             [nvidia]\nedits_file = \"{}\"\ndriver_root = \"{}\"\ncdi_dirs = []\n",
+            socket.display(),
+            log.display(),
+            if extra.contains("metrics_addr") {
+                ""
+            } else {
+                "metrics_addr = \"\"\n"
+            },
+            dir.join("nvidia-edits.json").display(),
+            dir.join("no-driver").display(),
+        );
+        std::fs::write(&config, toml).expect("write mqfqd.toml");
+        let mut d = Mqfqd {
+            child: None,
+            bin: bin.to_owned(),
+            ctl: ctl.to_owned(),
+            socket: socket.to_owned(),
+            config,
+            log,
+            stderr: dir.join("mqfqd.log"),
+        };
+        d.spawn();
+        d
+    }
+
+    /// (Re)starts the daemon process on the same config.
+    ///
+    /// # Panics
+    /// It does not come up within 20 s.
+    pub fn spawn(&mut self) {
+        let err = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.stderr)
+            .expect("mqfqd log");
+        let child = Command::new(&self.bin)
+            .arg("--config")
+            .arg(&self.config)
+            .stderr(err)
+            .spawn()
+            .expect("spawn mqfqd");
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while std::os::unix::net::UnixStream::connect(&self.socket).is_err() {
+            assert!(
+                Instant::now() < deadline,
+                "mqfqd did not come up: {}",
+                self.stderr()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// SIGKILL, and reap.
+    pub fn kill9(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Its config file.
+    #[must_use]
+    pub fn config(&self) -> &Path {
+        &self.config
+    }
+
+    /// What the daemon logged.
+    #[must_use]
+    pub fn stderr(&self) -> String {
+        std::fs::read_to_string(&self.stderr).unwrap_or_default()
+    }
+
+    /// `mqfqctl status --json`.
+    ///
+    /// # Panics
+    /// mqfqctl fails or prints something that is not JSON.
+    #[must_use]
+    pub fn status(&self) -> Value {
+        let o = Command::new(&self.ctl)
+            .arg("--socket")
+            .arg(&self.socket)
+            .args(["status", "--json"])
+            .output()
+            .expect("run mqfqctl");
+        assert!(
+            o.status.success(),
+            "mqfqctl: {}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
+        serde_json::from_slice(&o.stdout).expect("mqfqctl --json")
+    }
+
+    /// Polls the status until `pred` holds; returns that status.
+    ///
+    /// # Panics
+    /// Not within 60 s (the message shows the last status and the daemon's log).
+    pub fn wait_for(&self, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let s = self.status();
+            if pred(&s) {
+                return s;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "never {what}: {s:#}\n{}",
+                self.stderr()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// The dispatch record so far.
+    ///
+    /// # Panics
+    /// A line that is not JSON.
+    #[must_use]
+    pub fn records(&self) -> Vec<Value> {
+        std::fs::read_to_string(&self.log)
+            .unwrap_or_default()
+            .lines()
+            .map(|l| serde_json::from_str(l).expect("dispatch record line"))
+            .collect()
+    }
+}
+
+impl Drop for Mqfqd {
+    fn drop(&mut self) {
+        if let Some(c) = self.child.as_mut() {
+            let _ = Command::new("kill").arg(c.id().to_string()).status();
+            let _ = c.wait();
+        }
+    }
+}
