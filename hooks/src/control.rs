@@ -4,6 +4,7 @@
 //! → hello <container id>     (must match MQFQ_CONTAINER_ID when the shim set it)
 //! ← ok
 //! → status                   ← ok managed=<bytes> resident=<bytes> native=<bytes> evicted=<0|1>
+//!                                 vmm=<bytes> async=<bytes> array=<bytes>   (one line)
 //! → evict                    ← ok evicted=<bytes>
 //! → prefetch                 ← ok prefetched=<bytes>
 //! anything else              ← error <why>            (logged; the connection stays usable)
@@ -95,8 +96,10 @@ fn answer(line: &str, greeted: &mut bool, expected: Option<&str>) -> String {
     match cmd {
         "status" => {
             let (managed, resident, native, evicted) = crate::state::status();
+            let (vmm, stream_ordered, array) = crate::state::apart_totals();
             format!(
-                "ok managed={managed} resident={resident} native={native} evicted={}",
+                "ok managed={managed} resident={resident} native={native} evicted={} \
+                 vmm={vmm} async={stream_ordered} array={array}",
                 u8::from(evicted)
             )
         }

@@ -17,6 +17,7 @@
 //! crashes the application (no panics on any path: errors fall back to the real call).
 
 mod control;
+mod native;
 mod real;
 mod state;
 
@@ -54,6 +55,30 @@ type GraphLaunchFn = unsafe extern "C" fn(*mut c_void, *mut c_void) -> CuResult;
 type MemcpyHtoDFn = unsafe extern "C" fn(CuDevicePtr, *const c_void, usize) -> CuResult;
 type MemcpyDtoHFn = unsafe extern "C" fn(*mut c_void, CuDevicePtr, usize) -> CuResult;
 type MemcpyDtoDFn = unsafe extern "C" fn(CuDevicePtr, CuDevicePtr, usize) -> CuResult;
+type LaunchKernelExFn = unsafe extern "C" fn(
+    *const c_void,
+    *mut c_void,
+    *mut *mut c_void,
+    *mut *mut c_void,
+) -> CuResult;
+type LaunchCooperativeFn = unsafe extern "C" fn(
+    *mut c_void,
+    c_uint,
+    c_uint,
+    c_uint,
+    c_uint,
+    c_uint,
+    c_uint,
+    c_uint,
+    *mut c_void,
+    *mut *mut c_void,
+) -> CuResult;
+type MemcpyFn = unsafe extern "C" fn(CuDevicePtr, CuDevicePtr, usize) -> CuResult;
+type MemcpyAsyncFn = unsafe extern "C" fn(CuDevicePtr, CuDevicePtr, usize, *mut c_void) -> CuResult;
+type MemcpyHtoDAsyncFn =
+    unsafe extern "C" fn(CuDevicePtr, *const c_void, usize, *mut c_void) -> CuResult;
+type MemcpyDtoHAsyncFn =
+    unsafe extern "C" fn(*mut c_void, CuDevicePtr, usize, *mut c_void) -> CuResult;
 type GetProcAddressV2Fn = unsafe extern "C" fn(
     *const c_char,
     *mut *mut c_void,
@@ -97,7 +122,32 @@ fn wrapper(base: &[u8]) -> Option<(Fn, *mut c_void)> {
             Fn::GetProcAddressV2,
             cuGetProcAddress_v2 as GetProcAddressV2Fn as *mut c_void,
         ),
-        _ => return None,
+        b"cuLaunchKernelEx" => (
+            Fn::LaunchKernelEx,
+            cuLaunchKernelEx as LaunchKernelExFn as *mut c_void,
+        ),
+        b"cuLaunchCooperativeKernel" => (
+            Fn::LaunchCooperativeKernel,
+            cuLaunchCooperativeKernel as LaunchCooperativeFn as *mut c_void,
+        ),
+        b"cuMemcpy" => (Fn::Memcpy, cuMemcpy as MemcpyFn as *mut c_void),
+        b"cuMemcpyAsync" => (
+            Fn::MemcpyAsync,
+            cuMemcpyAsync as MemcpyAsyncFn as *mut c_void,
+        ),
+        b"cuMemcpyHtoDAsync" => (
+            Fn::MemcpyHtoDAsync,
+            cuMemcpyHtoDAsync_v2 as MemcpyHtoDAsyncFn as *mut c_void,
+        ),
+        b"cuMemcpyDtoHAsync" => (
+            Fn::MemcpyDtoHAsync,
+            cuMemcpyDtoHAsync_v2 as MemcpyDtoHAsyncFn as *mut c_void,
+        ),
+        b"cuMemcpyDtoDAsync" => (
+            Fn::MemcpyDtoDAsync,
+            cuMemcpyDtoDAsync_v2 as MemcpyAsyncFn as *mut c_void,
+        ),
+        other => return native::wrapper(other),
     };
     Some(w)
 }
@@ -137,7 +187,11 @@ pub unsafe extern "C" fn dlsym(handle: *mut c_void, symbol: *const c_char) -> *m
     }
     match wrapper(base_name(name)) {
         Some((which, ours)) => {
-            real::remember(which, found);
+            // A driver whose own table points at the exported name hands back this library's
+            // function: never take that for the real one (it would call itself).
+            if found != ours {
+                real::remember(which, found);
+            }
             ours
         }
         None => found,
@@ -155,7 +209,9 @@ fn substitute(symbol: *const c_char, pfn: *mut *mut c_void) {
         return;
     }
     if let Some((which, ours)) = wrapper(base_name(name)) {
-        real::remember(which, found);
+        if found != ours {
+            real::remember(which, found);
+        }
         // SAFETY: `pfn` is the caller's out-pointer, checked non-null.
         unsafe { *pfn = ours };
     }
@@ -282,6 +338,8 @@ pub unsafe extern "C" fn cuMemAllocPitch_v2(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemFree_v2(ptr: CuDevicePtr) -> CuResult {
     state::forget(ptr);
+    // cuMemFree also frees stream-ordered allocations.
+    state::apart_remove(state::Apart::Async, ptr);
     let Some(f) = real::get::<FreeFn>(Fn::MemFree) else {
         return real::NOT_FOUND;
     };
@@ -334,4 +392,41 @@ gated!(
     /// `cuMemcpyDtoD_v2`, held while evicted.
     cuMemcpyDtoD_v2 as MemcpyDtoD: MemcpyDtoDFn, "cuMemcpyDtoD",
     (dst: CuDevicePtr, src: CuDevicePtr, n: usize)
+);
+gated!(
+    /// `cuLaunchKernelEx` (CUDA 12), held while evicted.
+    cuLaunchKernelEx as LaunchKernelEx: LaunchKernelExFn, "cuLaunchKernelEx",
+    (config: *const c_void, f: *mut c_void, params: *mut *mut c_void, extra: *mut *mut c_void)
+);
+gated!(
+    /// `cuLaunchCooperativeKernel`, held while evicted.
+    cuLaunchCooperativeKernel as LaunchCooperativeKernel: LaunchCooperativeFn,
+    "cuLaunchCooperativeKernel",
+    (f: *mut c_void, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint,
+     shared: c_uint, stream: *mut c_void, params: *mut *mut c_void)
+);
+gated!(
+    /// `cuMemcpy` (unified addressing), held while evicted.
+    cuMemcpy as Memcpy: MemcpyFn, "cuMemcpy",
+    (dst: CuDevicePtr, src: CuDevicePtr, n: usize)
+);
+gated!(
+    /// `cuMemcpyAsync`, held while evicted.
+    cuMemcpyAsync as MemcpyAsync: MemcpyAsyncFn, "cuMemcpyAsync",
+    (dst: CuDevicePtr, src: CuDevicePtr, n: usize, stream: *mut c_void)
+);
+gated!(
+    /// `cuMemcpyHtoDAsync_v2`, held while evicted.
+    cuMemcpyHtoDAsync_v2 as MemcpyHtoDAsync: MemcpyHtoDAsyncFn, "cuMemcpyHtoDAsync",
+    (dst: CuDevicePtr, src: *const c_void, n: usize, stream: *mut c_void)
+);
+gated!(
+    /// `cuMemcpyDtoHAsync_v2`, held while evicted.
+    cuMemcpyDtoHAsync_v2 as MemcpyDtoHAsync: MemcpyDtoHAsyncFn, "cuMemcpyDtoHAsync",
+    (dst: *mut c_void, src: CuDevicePtr, n: usize, stream: *mut c_void)
+);
+gated!(
+    /// `cuMemcpyDtoDAsync_v2`, held while evicted.
+    cuMemcpyDtoDAsync_v2 as MemcpyDtoDAsync: MemcpyAsyncFn, "cuMemcpyDtoDAsync",
+    (dst: CuDevicePtr, src: CuDevicePtr, n: usize, stream: *mut c_void)
 );

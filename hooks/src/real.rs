@@ -21,9 +21,24 @@ pub enum Fn {
     MemcpyDtoD,
     GetProcAddressV2,
     GetProcAddress,
+    LaunchKernelEx,
+    LaunchCooperativeKernel,
+    Memcpy,
+    MemcpyAsync,
+    MemcpyHtoDAsync,
+    MemcpyDtoHAsync,
+    MemcpyDtoDAsync,
+    MemCreate,
+    MemRelease,
+    MemAllocAsync,
+    MemAllocFromPoolAsync,
+    MemFreeAsync,
+    ArrayCreate,
+    Array3DCreate,
+    ArrayDestroy,
 }
 
-const COUNT: usize = 10;
+const COUNT: usize = 25;
 
 impl Fn {
     fn index(self) -> usize {
@@ -43,6 +58,21 @@ impl Fn {
             Fn::MemcpyDtoD => c"cuMemcpyDtoD_v2",
             Fn::GetProcAddressV2 => c"cuGetProcAddress_v2",
             Fn::GetProcAddress => c"cuGetProcAddress",
+            Fn::LaunchKernelEx => c"cuLaunchKernelEx",
+            Fn::LaunchCooperativeKernel => c"cuLaunchCooperativeKernel",
+            Fn::Memcpy => c"cuMemcpy",
+            Fn::MemcpyAsync => c"cuMemcpyAsync",
+            Fn::MemcpyHtoDAsync => c"cuMemcpyHtoDAsync_v2",
+            Fn::MemcpyDtoHAsync => c"cuMemcpyDtoHAsync_v2",
+            Fn::MemcpyDtoDAsync => c"cuMemcpyDtoDAsync_v2",
+            Fn::MemCreate => c"cuMemCreate",
+            Fn::MemRelease => c"cuMemRelease",
+            Fn::MemAllocAsync => c"cuMemAllocAsync",
+            Fn::MemAllocFromPoolAsync => c"cuMemAllocFromPoolAsync",
+            Fn::MemFreeAsync => c"cuMemFreeAsync",
+            Fn::ArrayCreate => c"cuArrayCreate_v2",
+            Fn::Array3DCreate => c"cuArray3DCreate_v2",
+            Fn::ArrayDestroy => c"cuArrayDestroy",
         }
     }
 }

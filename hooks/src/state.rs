@@ -2,6 +2,7 @@
 //! allocations it made, whether they are evicted (launches then wait), and the evict / prefetch
 //! steps themselves.
 
+use std::collections::BTreeMap;
 use std::ffi::{c_int, c_uint, c_void};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard};
@@ -18,15 +19,60 @@ struct Alloc {
 struct Memory {
     allocs: Vec<Alloc>,
     context: usize,
+    /// The device of that context (where prefetches go back to).
+    device: c_int,
     evicted: bool,
 }
 
 static MEMORY: Mutex<Memory> = Mutex::new(Memory {
     allocs: Vec::new(),
     context: 0,
+    device: 0,
     evicted: false,
 });
 static RESIDENT: Condvar = Condvar::new();
+/// Native allocations counted apart: (kind, pointer or handle) → bytes.
+static APART: Mutex<BTreeMap<(Apart, u64), u64>> = Mutex::new(BTreeMap::new());
+
+/// The kinds of allocations left native and counted apart.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Apart {
+    /// `cuMemCreate`.
+    Vmm,
+    /// `cuMemAllocAsync` / `cuMemAllocFromPoolAsync`.
+    Async,
+    /// `cuArrayCreate` / `cuArray3DCreate`.
+    Array,
+}
+
+fn apart() -> MutexGuard<'static, BTreeMap<(Apart, u64), u64>> {
+    APART
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Counts a native allocation of `kind`.
+pub fn apart_add(kind: Apart, id: u64, bytes: u64) {
+    apart().insert((kind, id), bytes);
+}
+
+/// Forgets one.
+pub fn apart_remove(kind: Apart, id: u64) {
+    apart().remove(&(kind, id));
+}
+
+/// Bytes held per kind: (vmm, async, array).
+pub fn apart_totals() -> (u64, u64, u64) {
+    let mut t = (0, 0, 0);
+    for (&(k, _), &b) in apart().iter() {
+        match k {
+            Apart::Vmm => t.0 += b,
+            Apart::Async => t.1 += b,
+            Apart::Array => t.2 += b,
+        }
+    }
+    t
+}
 static NATIVE: AtomicU64 = AtomicU64::new(0);
 /// The pid this process's setup was done for (0: not yet; a forked child sees its parent's).
 static SETUP_PID: AtomicU32 = AtomicU32::new(0);
@@ -54,6 +100,7 @@ pub fn converting() -> bool {
         *m = Memory::default();
     }
     NATIVE.store(0, Ordering::Release);
+    apart().clear();
     let on = match std::env::var_os("MQFQ_CTL_DIR") {
         Some(dir) => match crate::control::start(std::path::Path::new(&dir)) {
             Ok(()) => true,
@@ -74,6 +121,13 @@ pub fn converting() -> bool {
 type CtxGetCurrentFn = unsafe extern "C" fn(*mut *mut c_void) -> CuResult;
 type CtxSetCurrentFn = unsafe extern "C" fn(*mut c_void) -> CuResult;
 type CtxSynchronizeFn = unsafe extern "C" fn() -> CuResult;
+type CtxGetDeviceFn = unsafe extern "C" fn(*mut c_int) -> CuResult;
+type DriverGetVersionFn = unsafe extern "C" fn(*mut c_int) -> CuResult;
+/// CUDA ≤ 12.1: `cuMemAdvise(ptr, n, advice, device)`, `cuMemPrefetchAsync(ptr, n, device, stream)`.
+type LegacyAdviseFn = unsafe extern "C" fn(CuDevicePtr, usize, c_int, c_int) -> CuResult;
+type LegacyPrefetchFn = unsafe extern "C" fn(CuDevicePtr, usize, c_int, *mut c_void) -> CuResult;
+/// `CU_DEVICE_CPU`.
+const DEVICE_CPU: c_int = -1;
 
 #[repr(C)]
 #[derive(Clone, Copy)]
@@ -97,9 +151,15 @@ pub fn record(ptr: CuDevicePtr, size: usize) {
         // SAFETY: a valid out-pointer.
         let _ = unsafe { get(&raw mut ctx) };
     }
+    let mut device: c_int = 0;
+    if let Some(get) = crate::real::driver::<CtxGetDeviceFn>(c"cuCtxGetDevice") {
+        // SAFETY: a valid out-pointer.
+        let _ = unsafe { get(&raw mut device) };
+    }
     let mut m = memory();
     if m.context == 0 {
         m.context = ctx as usize;
+        m.device = device;
     }
     m.allocs.push(Alloc { ptr, size });
 }
@@ -151,23 +211,77 @@ fn sync_in(context: usize) -> Result<(), String> {
     }
 }
 
-fn move_all(allocs: &[Alloc], to: c_int, advice: c_int) -> Result<u64, String> {
-    let advise =
-        crate::real::driver::<MemAdviseFn>(c"cuMemAdvise_v2").ok_or("cuMemAdvise_v2 not found")?;
-    let prefetch = crate::real::driver::<MemPrefetchFn>(c"cuMemPrefetchAsync_v2")
-        .ok_or("cuMemPrefetchAsync_v2 not found")?;
-    let loc = MemLocation { kind: to, id: 0 };
+/// The driver's advise and prefetch, in whichever form it has: the location-based `_v2` entry
+/// points (CUDA 12.2+), the same under their plain names (CUDA 13 renamed them), or the
+/// device-number forms of CUDA 11 – 12.1.
+enum Mover {
+    Location(MemAdviseFn, MemPrefetchFn),
+    Legacy(LegacyAdviseFn, LegacyPrefetchFn),
+}
+
+fn mover() -> Result<Mover, String> {
+    use crate::real::driver;
+    if let (Some(a), Some(p)) = (
+        driver::<MemAdviseFn>(c"cuMemAdvise_v2"),
+        driver::<MemPrefetchFn>(c"cuMemPrefetchAsync_v2"),
+    ) {
+        return Ok(Mover::Location(a, p));
+    }
+    let mut version: c_int = 0;
+    if let Some(v) = driver::<DriverGetVersionFn>(c"cuDriverGetVersion") {
+        // SAFETY: a valid out-pointer.
+        let _ = unsafe { v(&raw mut version) };
+    }
+    if version >= 13000 {
+        if let (Some(a), Some(p)) = (
+            driver::<MemAdviseFn>(c"cuMemAdvise"),
+            driver::<MemPrefetchFn>(c"cuMemPrefetchAsync"),
+        ) {
+            return Ok(Mover::Location(a, p));
+        }
+    } else if let (Some(a), Some(p)) = (
+        driver::<LegacyAdviseFn>(c"cuMemAdvise"),
+        driver::<LegacyPrefetchFn>(c"cuMemPrefetchAsync"),
+    ) {
+        return Ok(Mover::Legacy(a, p));
+    }
+    Err(format!(
+        "no cuMemAdvise / cuMemPrefetchAsync in this driver (version {version})"
+    ))
+}
+
+fn move_all(allocs: &[Alloc], to: c_int, advice: c_int, device: c_int) -> Result<u64, String> {
+    let mover = mover()?;
+    let loc = MemLocation {
+        kind: to,
+        id: if to == LOCATION_DEVICE { device } else { 0 },
+    };
+    let legacy_dev = if to == LOCATION_DEVICE {
+        device
+    } else {
+        DEVICE_CPU
+    };
     let mut bytes = 0u64;
     for a in allocs {
-        // SAFETY: ranges this process allocated as managed memory and has not freed.
-        let r = unsafe { advise(a.ptr, a.size, advice, loc) };
-        if r != 0 {
-            return Err(format!("cuMemAdvise_v2: CUDA error {r}"));
+        // SAFETY: (both arms) ranges this process allocated as managed memory and has not
+        // freed; prefetches on the default stream.
+        let (r1, r2) = unsafe {
+            match mover {
+                Mover::Location(advise, prefetch) => (
+                    advise(a.ptr, a.size, advice, loc),
+                    prefetch(a.ptr, a.size, loc, 0, std::ptr::null_mut()),
+                ),
+                Mover::Legacy(advise, prefetch) => (
+                    advise(a.ptr, a.size, advice, legacy_dev),
+                    prefetch(a.ptr, a.size, legacy_dev, std::ptr::null_mut()),
+                ),
+            }
+        };
+        if r1 != 0 {
+            return Err(format!("cuMemAdvise: CUDA error {r1}"));
         }
-        // SAFETY: as above, on the default stream.
-        let r = unsafe { prefetch(a.ptr, a.size, loc, 0, std::ptr::null_mut()) };
-        if r != 0 {
-            return Err(format!("cuMemPrefetchAsync_v2: CUDA error {r}"));
+        if r2 != 0 {
+            return Err(format!("cuMemPrefetchAsync: CUDA error {r2}"));
         }
         bytes += a.size as u64;
     }
@@ -179,13 +293,13 @@ fn move_all(allocs: &[Alloc], to: c_int, advice: c_int) -> Result<u64, String> {
 /// # Errors
 /// A driver call failed; launches are let through again then.
 pub fn evict() -> Result<u64, String> {
-    let (allocs, context) = {
+    let (allocs, context, device) = {
         let mut m = memory();
         m.evicted = true;
-        (m.allocs.clone(), m.context)
+        (m.allocs.clone(), m.context, m.device)
     };
     let done = sync_in(context)
-        .and_then(|()| move_all(&allocs, LOCATION_HOST, SET_PREFERRED_LOCATION))
+        .and_then(|()| move_all(&allocs, LOCATION_HOST, SET_PREFERRED_LOCATION, device))
         .and_then(|bytes| sync_in(context).map(|()| bytes));
     if done.is_err() {
         memory().evicted = false;
@@ -199,11 +313,11 @@ pub fn evict() -> Result<u64, String> {
 /// # Errors
 /// A driver call failed (launches are let through anyway: the memory is still reachable).
 pub fn prefetch() -> Result<u64, String> {
-    let (allocs, context) = {
+    let (allocs, context, device) = {
         let m = memory();
-        (m.allocs.clone(), m.context)
+        (m.allocs.clone(), m.context, m.device)
     };
-    let done = move_all(&allocs, LOCATION_DEVICE, UNSET_PREFERRED_LOCATION)
+    let done = move_all(&allocs, LOCATION_DEVICE, UNSET_PREFERRED_LOCATION, device)
         .and_then(|bytes| sync_in(context).map(|()| bytes));
     memory().evicted = false;
     RESIDENT.notify_all();

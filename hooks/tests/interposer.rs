@@ -95,6 +95,9 @@ impl Drop for Client {
     }
 }
 
+/// No VMM, stream-ordered or array allocations.
+const NONE_APART: &str = "vmm=0 async=0 array=0";
+
 struct Ctl(BufReader<UnixStream>);
 
 impl Ctl {
@@ -173,14 +176,14 @@ fn allocations_become_managed_and_launches_wait_while_evicted() {
     assert_eq!(s.ask("hello c1"), "ok");
     assert_eq!(
         s.ask("status"),
-        format!("ok managed={managed} resident={managed} native=0 evicted=0")
+        format!("ok managed={managed} resident={managed} native=0 evicted=0 {NONE_APART}")
     );
     assert_eq!(s.ask("evict"), format!("ok evicted={managed}"));
     c.send("status");
     assert_eq!(c.line(), "locations 2 2 2 2", "all on the host");
     assert_eq!(
         s.ask("status"),
-        format!("ok managed={managed} resident=0 native=0 evicted=1")
+        format!("ok managed={managed} resident=0 native=0 evicted=1 {NONE_APART}")
     );
     // A launch now waits: prefetch only once the client says it is waiting.
     c.send("launch");
@@ -233,7 +236,7 @@ fn allocations_become_managed_and_launches_wait_while_evicted() {
     drop(truncated);
     assert_eq!(
         s.ask("status"),
-        format!("ok managed={managed} resident={managed} native=0 evicted=0")
+        format!("ok managed={managed} resident={managed} native=0 evicted=0 {NONE_APART}")
     );
     c.send("launch");
     assert_eq!(c.line(), "launched rc=0", "the application is unharmed");
@@ -278,7 +281,7 @@ fn a_forked_child_converts_and_answers_on_its_own_socket() {
     assert_eq!(
         s.ask("status"),
         format!(
-            "ok managed={} resident={} native=0 evicted=0",
+            "ok managed={} resident={} native=0 evicted=0 {NONE_APART}",
             1 << 20,
             1 << 20
         )
@@ -291,4 +294,81 @@ fn a_forked_child_converts_and_answers_on_its_own_socket() {
     ));
     assert_eq!(p.ask("hello any"), "ok");
     assert!(p.ask("status").starts_with("ok managed=7350272 "));
+}
+
+/// Waits until the client's stderr says `call` is held.
+fn wait_held(c: &Client, call: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let what = format!("{call} waits for prefetch");
+    while !c.stderr().contains(&what) {
+        assert!(
+            Instant::now() < deadline,
+            "{call} did not wait: {}",
+            c.stderr()
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn native_allocations_are_counted_apart_and_ex_launches_and_async_copies_wait() {
+    let dir = tempfile::tempdir().unwrap();
+    let ctl = dir.path().join("ctl");
+    std::fs::create_dir_all(&ctl).unwrap();
+    let Some(mut c) = Client::start(
+        dir.path(),
+        &[
+            ("MQFQ_CTL_DIR", &ctl),
+            ("MQFQ_CONTAINER_ID", Path::new("c1")),
+        ],
+    ) else {
+        return;
+    };
+    c.report();
+    let managed = (1 << 20) + (2 << 20) + (4 << 20) + 1024 * 10;
+    let mut s = Ctl::connect(&ctl);
+    assert_eq!(s.ask("hello c1"), "ok");
+    // VMM, stream-ordered (through cuGetProcAddress_v2) and array allocations stay native and
+    // are reported apart; managed memory is unchanged.
+    c.send("others");
+    assert_eq!(c.line(), "others rc=0");
+    let array = 256 * 256 * 4;
+    assert_eq!(
+        s.ask("status"),
+        format!(
+            "ok managed={managed} resident={managed} native=0 evicted=0 vmm={} async={} array={array}",
+            2 << 20,
+            3 << 20
+        )
+    );
+    let log = std::fs::read_to_string(dir.path().join("cuda.log")).unwrap();
+    assert!(
+        log.contains("alloc native 3145728"),
+        "stream-ordered stays native: {log}"
+    );
+    // While evicted, cuLaunchKernelEx (via cuGetProcAddress_v2) and an async copy wait.
+    assert_eq!(s.ask("evict"), format!("ok evicted={managed}"));
+    c.send("launchex");
+    wait_held(&c, "cuLaunchKernelEx");
+    assert_eq!(s.ask("prefetch"), format!("ok prefetched={managed}"));
+    assert_eq!(c.line(), "launchedex rc=0");
+    assert_eq!(s.ask("evict"), format!("ok evicted={managed}"));
+    c.send("copyasync");
+    wait_held(&c, "cuMemcpyHtoDAsync");
+    assert_eq!(s.ask("prefetch"), format!("ok prefetched={managed}"));
+    assert_eq!(c.line(), "copied rc=0");
+    let log = std::fs::read_to_string(dir.path().join("cuda.log")).unwrap();
+    let last_prefetch = log.rfind("prefetch device").unwrap();
+    assert!(
+        log.rfind("copy-htod-async").unwrap() > last_prefetch,
+        "{log}"
+    );
+    assert!(log.find("launch-ex").unwrap() < last_prefetch, "{log}");
+    // Freed: the counts go back to zero.
+    c.send("free-others");
+    assert_eq!(c.line(), "freed rc=0");
+    assert_eq!(
+        s.ask("status"),
+        format!("ok managed={managed} resident={managed} native=0 evicted=0 {NONE_APART}")
+    );
 }

@@ -154,6 +154,59 @@ CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, uns
     return 0;
 }
 CUresult cuGraphLaunch(CUgraphExec g, CUstream s) { (void)g; (void)s; note("graph-launch", 0, 0); return 0; }
+CUresult cuLaunchKernelEx(const void *config, CUfunction f, void **params, void **extra) {
+    (void)config; (void)f; (void)params; (void)extra;
+    note("launch-ex", 0, 0);
+    return 0;
+}
+CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz,
+                                   unsigned bx, unsigned by, unsigned bz, unsigned shm,
+                                   CUstream s, void **params) {
+    (void)f; (void)gx; (void)gy; (void)gz; (void)bx; (void)by; (void)bz; (void)shm; (void)s;
+    (void)params;
+    note("launch-cooperative", 0, 0);
+    return 0;
+}
+CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr d, const void *h, size_t n, CUstream s) {
+    (void)d; (void)h; (void)s;
+    note("copy-htod-async %ld", (long)n, 0);
+    return 0;
+}
+CUresult cuMemcpyDtoHAsync_v2(void *h, CUdeviceptr d, size_t n, CUstream s) {
+    (void)d; (void)h; (void)s;
+    note("copy-dtoh-async %ld", (long)n, 0);
+    return 0;
+}
+CUresult cuMemcpyAsync(CUdeviceptr d, CUdeviceptr src, size_t n, CUstream s) {
+    (void)d; (void)src; (void)s;
+    note("copy-async %ld", (long)n, 0);
+    return 0;
+}
+
+/* Allocations the interposer leaves native: VMM handles, stream-ordered memory, arrays. */
+static unsigned long long next_handle = 0x1000;
+CUresult cuMemCreate(unsigned long long *handle, size_t size, const void *prop,
+                     unsigned long long flags) {
+    (void)prop; (void)flags;
+    if (!initialized) return 3;
+    *handle = next_handle++;
+    note("vmm create %ld", (long)size, 0);
+    return 0;
+}
+CUresult cuMemRelease(unsigned long long handle) { note("vmm release %ld", (long)handle, 0); return 0; }
+CUresult cuMemAllocAsync(CUdeviceptr *p, size_t size, CUstream s) {
+    (void)s;
+    return record(p, size, 1);
+}
+CUresult cuMemFreeAsync(CUdeviceptr p, CUstream s) { (void)s; return cuMemFree_v2(p); }
+typedef struct { size_t w, h; unsigned format, channels; } ArrayDesc;
+CUresult cuArrayCreate_v2(void **array, const ArrayDesc *d) {
+    if (!initialized) return 3;
+    *array = malloc(16);
+    note("array create %ld", (long)(d->w * d->h), 0);
+    return 0;
+}
+CUresult cuArrayDestroy(void *array) { free(array); note("array destroy", 0, 0); return 0; }
 
 int fake_cuda_kind(CUdeviceptr p) { int i = find(p); return i < 0 ? 0 : allocs[i].kind; }
 int fake_cuda_location(CUdeviceptr p) { int i = find(p); return i < 0 ? 0 : allocs[i].location; }
@@ -178,6 +231,17 @@ static const struct { const char *name; void *fn; } table[] = {
     {"cuLaunchKernel", (void *)cuLaunchKernel},
     {"cuGraphLaunch", (void *)cuGraphLaunch},
     {"cuGetProcAddress", (void *)cuGetProcAddress_v2},
+    {"cuLaunchKernelEx", (void *)cuLaunchKernelEx},
+    {"cuLaunchCooperativeKernel", (void *)cuLaunchCooperativeKernel},
+    {"cuMemcpyHtoDAsync", (void *)cuMemcpyHtoDAsync_v2},
+    {"cuMemcpyDtoHAsync", (void *)cuMemcpyDtoHAsync_v2},
+    {"cuMemcpyAsync", (void *)cuMemcpyAsync},
+    {"cuMemCreate", (void *)cuMemCreate},
+    {"cuMemRelease", (void *)cuMemRelease},
+    {"cuMemAllocAsync", (void *)cuMemAllocAsync},
+    {"cuMemFreeAsync", (void *)cuMemFreeAsync},
+    {"cuArrayCreate", (void *)cuArrayCreate_v2},
+    {"cuArrayDestroy", (void *)cuArrayDestroy},
 };
 
 /* Base names, as the CUDA runtime asks for them; versioned ABIs are this double's only ones. */

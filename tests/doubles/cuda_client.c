@@ -4,6 +4,11 @@
  * prints what the (fake) driver says each allocation is. Then it takes commands on stdin:
  *   launch   cuLaunchKernel, then prints "launched"
  *   status   prints the location of every allocation (1 device, 2 host)
+ *   others   allocates natively: 2 MiB VMM (cuMemCreate), 3 MiB stream-ordered (cuMemAllocAsync,
+ *            through cuGetProcAddress_v2), a 256×256 float array; prints "others rc=<sum>"
+ *   free-others  releases them; prints "freed rc=<sum>"
+ *   launchex cuLaunchKernelEx through cuGetProcAddress_v2, then prints "launchedex rc=<r>"
+ *   copyasync  cuMemcpyHtoDAsync_v2 (direct), then prints "copied rc=<r>"
  *   fork     forks a child that allocates 1 MiB, prints "child kind=<k> pid=<pid>", and exits
  *            once the file named by CLIENT_CHILD_DONE exists (at most 20 s)
  *   quit
@@ -30,6 +35,15 @@ CUresult cuMemAlloc_v2(CUdeviceptr *, size_t);
 CUresult cuMemAllocPitch_v2(CUdeviceptr *, size_t *, size_t, size_t, unsigned int);
 CUresult cuLaunchKernel(void *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
                         unsigned, void *, void **, void **);
+CUresult cuMemCreate(unsigned long long *, size_t, const void *, unsigned long long);
+CUresult cuMemRelease(unsigned long long);
+CUresult cuMemFreeAsync(CUdeviceptr, void *);
+typedef struct { size_t w, h; unsigned format, channels; } ArrayDesc;
+CUresult cuArrayCreate_v2(void **, const ArrayDesc *);
+CUresult cuArrayDestroy(void *);
+CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr, const void *, size_t, void *);
+typedef CUresult (*alloc_async_fn)(CUdeviceptr *, size_t, void *);
+typedef CUresult (*launch_ex_fn)(const void *, void *, void **, void **);
 int fake_cuda_kind(CUdeviceptr);
 int fake_cuda_location(CUdeviceptr);
 
@@ -72,8 +86,39 @@ int main(int argc, char **argv) {
         }
     }
 
+    unsigned long long vmm = 0;
+    CUdeviceptr async_p = 0;
+    void *array = NULL;
     char line[64];
     while (fgets(line, sizeof line, stdin)) {
+        if (strncmp(line, "others", 6) == 0) {
+            int rc = cuMemCreate(&vmm, 2 << 20, NULL, 0);
+            void *fa = NULL;
+            rc += gpa ? gpa("cuMemAllocAsync", &fa, 12000, 0, &st) : 1;
+            rc += fa ? ((alloc_async_fn)fa)(&async_p, 3 << 20, NULL) : 1;
+            ArrayDesc d = {256, 256, 0x20, 1};
+            rc += cuArrayCreate_v2(&array, &d);
+            printf("others rc=%d\n", rc);
+            continue;
+        }
+        if (strncmp(line, "free-others", 11) == 0) {
+            int rc = cuMemRelease(vmm) + cuMemFreeAsync(async_p, NULL) + cuArrayDestroy(array);
+            printf("freed rc=%d\n", rc);
+            continue;
+        }
+        if (strncmp(line, "launchex", 8) == 0) {
+            void *fl = NULL;
+            r = gpa ? gpa("cuLaunchKernelEx", &fl, 12000, 0, &st) : -1;
+            r = fl ? ((launch_ex_fn)fl)(NULL, NULL, NULL, NULL) : -1;
+            printf("launchedex rc=%d\n", r);
+            continue;
+        }
+        if (strncmp(line, "copyasync", 9) == 0) {
+            char buf[16] = {0};
+            r = cuMemcpyHtoDAsync_v2(p[0], buf, sizeof buf, NULL);
+            printf("copied rc=%d\n", r);
+            continue;
+        }
         if (strncmp(line, "launch", 6) == 0) {
             r = cuLaunchKernel(NULL, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL);
             printf("launched rc=%d\n", r);

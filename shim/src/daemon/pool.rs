@@ -472,7 +472,7 @@ impl Pool {
                     }
                     self.order(&k, Action::Evict, now);
                 }
-                _ => self.to_cold(&k, now),
+                _ => self.make_cold(&k, now),
             }
         }
         // GPU-memory pressure.
@@ -520,14 +520,14 @@ impl Pool {
                     if short == 0 {
                         break;
                     }
-                    self.to_cold(&k, now);
+                    self.make_cold(&k, now);
                     short = short.saturating_sub(bytes);
                 }
             }
         }
     }
 
-    fn to_cold(&mut self, key: &str, now: Time) {
+    fn make_cold(&mut self, key: &str, now: Time) {
         if self.reclaim {
             self.order(key, Action::Reclaim, now);
         } else if let Some(e) = self.entries.get_mut(key) {
