@@ -4,9 +4,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$HOME/.cargo/bin:$PATH"
-cargo build --release --locked -q -p mqfq-shim -p mqfq-testkit
+cargo build --release --locked -q -p mqfq-shim -p mqfq-testkit -p mqfq-cuda-hook
 mkdir -p gpu-bin
-cp target/release/{mqfqd,mqfqctl,containerd-shim-mqfq-v2,mqfq-demo} gpu-bin/
+cp target/release/{mqfqd,mqfqctl,containerd-shim-mqfq-v2,mqfq-demo,libmqfq_cuda.so} gpu-bin/
 strip gpu-bin/* 2>/dev/null || true
 cc -O2 -o gpu-bin/ctxbench tests/gpu/ctxbench.c -ldl
+cc -O2 -o gpu-bin/uvmbench tests/gpu/uvmbench.c -ldl
 du -sh gpu-bin

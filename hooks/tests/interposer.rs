@@ -372,3 +372,55 @@ fn native_allocations_are_counted_apart_and_ex_launches_and_async_copies_wait() 
         format!("ok managed={managed} resident={managed} native=0 evicted=0 {NONE_APART}")
     );
 }
+
+/// The GPU check's program (`tests/gpu/uvmbench.c`) runs here over the double, whose `inc`
+/// kernel really runs on the host: evict and prefetch through its own control socket keep every
+/// value, as on a GPU.
+#[test]
+fn the_gpu_check_program_keeps_its_results_across_evict_and_prefetch() {
+    let dir = tempfile::tempdir().unwrap();
+    let built = mqfq_testkit::build_double("cuda", dir.path());
+    if let Err(e) = built {
+        assert!(std::env::var_os("MQFQ_REQUIRE_CONTAINERD").is_none(), "{e}");
+        return;
+    }
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/gpu/uvmbench.c");
+    let bench = dir.path().join("uvmbench");
+    let cc = Command::new("cc")
+        .args(["-O1", "-Wall", "-Werror", "-o"])
+        .arg(&bench)
+        .arg(&src)
+        .arg("-ldl")
+        .output()
+        .unwrap();
+    assert!(
+        cc.status.success(),
+        "{}",
+        String::from_utf8_lossy(&cc.stderr)
+    );
+    let ctl = dir.path().join("ctl");
+    std::fs::create_dir_all(&ctl).unwrap();
+    let o = Command::new(&bench)
+        .args(["uvm", "8"])
+        .env("LD_LIBRARY_PATH", dir.path())
+        .env("LD_PRELOAD", interposer())
+        .env("MQFQ_CTL_DIR", &ctl)
+        .env("MQFQ_CONTAINER_ID", "bench")
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "{out}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(out.contains("results_wrong 0 of 2097152"), "{out}");
+    assert_eq!(out.matches("reply ok evicted=8388608").count(), 3, "{out}");
+    assert_eq!(
+        out.matches("reply ok prefetched=8388608").count(),
+        3,
+        "{out}"
+    );
+    let log = std::fs::read_to_string(dir.path().join("cuda.log")).unwrap_or_default();
+    assert!(log.is_empty() || log.contains("prefetch host"), "{log}");
+}

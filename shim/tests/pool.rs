@@ -68,36 +68,8 @@ fn metric(text: &str, name: &str) -> f64 {
         .unwrap_or(0.0)
 }
 
-/// `ctr run -d` of a pooled GPU container of function `pf` running the client in a loop, with
-/// the host's glibc and the doubles' folder mounted in (busybox is static).
 fn run_client(c: &Containerd, id: &str, cuda: &Path) {
-    let dir = cuda.display().to_string();
-    let o = c.ctr(&[
-        "run",
-        "-d",
-        "--snapshotter",
-        "native",
-        "--runtime",
-        MQFQ,
-        "--env",
-        "NVIDIA_VISIBLE_DEVICES=0",
-        "--env",
-        &format!("FAKE_CUDA_LOG={dir}/{id}.log"),
-        "--env",
-        &format!("LD_LIBRARY_PATH=/lib/x86_64-linux-gnu:{dir}"),
-        "--annotation",
-        "io.mqfq.function=pf",
-        "--mount",
-        &format!("type=bind,src={dir},dst={dir},options=rbind:rw"),
-        "--mount",
-        "type=bind,src=/usr/lib/x86_64-linux-gnu,dst=/lib/x86_64-linux-gnu,options=rbind:ro",
-        "--mount",
-        "type=bind,src=/usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2,dst=/lib64/ld-linux-x86-64.so.2,options=rbind:ro",
-        mqfq_testkit::BUSYBOX,
-        id,
-        &format!("{dir}/cuda_client"),
-        "loop",
-    ]);
+    let o = c.run_cuda_client(MQFQ, id, "pf", cuda);
     assert!(o.status.success(), "{}", text(&o));
 }
 
@@ -160,11 +132,7 @@ fn idle_containers_are_evicted_restored_at_resume_and_prefetched_on_activation()
         return;
     };
     // "Install" the interposer where this containerd's shims look, and build the doubles.
-    std::fs::copy(interposer(), c.dir().join("libmqfq_cuda.so")).unwrap();
-    let cuda = c.dir().join("cuda");
-    std::fs::create_dir_all(&cuda).unwrap();
-    mqfq_testkit::build_double("cuda", &cuda).unwrap();
-    mqfq_testkit::build_double("cuda_client", &cuda).unwrap();
+    let cuda = c.install_cuda(&interposer()).unwrap();
     let port = free_port();
     // Hot for 1 s of idleness; a function's flow turns inactive 0.3 s after its last use.
     let d = Mqfqd::start(

@@ -6,6 +6,9 @@
  *   FAKE_CUDA_LOG   file that each call appends a line to
  *   FAKE_CUDA_FAIL  if set, cuInit fails with CUDA_ERROR_NO_DEVICE (100)
  *
+ * It runs one kernel for real, on the host: `inc` from any module (p[i] += 1), so programs can
+ * check their results. Copies are memcpy (device memory is host memory here).
+ *
  * Side channel for tests: fake_cuda_kind(ptr) (0 unknown, 1 native, 2 managed) and
  * fake_cuda_location(ptr) (1 device, 2 host).
  */
@@ -145,12 +148,44 @@ CUresult cuMemPrefetchAsync_v2(CUdeviceptr p, size_t n, CUmemLocation loc, unsig
     note(loc.type == 1 ? "prefetch device %ld" : "prefetch host %ld", (long)n, 0);
     return 0;
 }
+/* A module is any data; its only function is "inc". */
+static int inc_kernel;
+CUresult cuModuleLoadData(void **m, const void *image) {
+    (void)image;
+    *m = &inc_kernel;
+    note("module load", 0, 0);
+    return 0;
+}
+CUresult cuModuleGetFunction(CUfunction *f, void *m, const char *name) {
+    (void)m;
+    if (strcmp(name, "inc") != 0) return 500;
+    *f = &inc_kernel;
+    return 0;
+}
+CUresult cuMemAllocHost_v2(void **p, size_t size) {
+    *p = malloc(size);
+    return *p ? 0 : 2;
+}
+CUresult cuMemcpyHtoD_v2(CUdeviceptr d, const void *h, size_t n) {
+    memcpy((void *)d, h, n);
+    return 0;
+}
+CUresult cuMemcpyDtoH_v2(void *h, CUdeviceptr d, size_t n) {
+    memcpy(h, (const void *)d, n);
+    return 0;
+}
 CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
                         unsigned by, unsigned bz, unsigned shm, CUstream s, void **params,
                         void **extra) {
-    (void)f; (void)gx; (void)gy; (void)gz; (void)bx; (void)by; (void)bz; (void)shm; (void)s;
-    (void)params; (void)extra;
+    (void)gx; (void)gy; (void)gz; (void)bx; (void)by; (void)bz; (void)shm; (void)s;
+    (void)extra;
     note("launch", 0, 0);
+    if (f == (CUfunction)&inc_kernel && params) {
+        /* The one kernel this double runs: inc(p, n), p[i] += 1. */
+        unsigned *p = *(unsigned **)params[0];
+        unsigned n = *(unsigned *)params[1];
+        for (unsigned i = 0; i < n; i++) p[i]++;
+    }
     return 0;
 }
 CUresult cuGraphLaunch(CUgraphExec g, CUstream s) { (void)g; (void)s; note("graph-launch", 0, 0); return 0; }

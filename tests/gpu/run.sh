@@ -7,7 +7,9 @@
 # Measures: (1) CUDA context creation in a fresh process, with no other CUDA process and while a
 # held primary context keeps the driver warm; (2) mqfqd's discovery and edits against the real
 # driver (CDI spec or driver root) and its NVML view; (3) where containerd and runc exist, a GPU
-# container created with the cached edits.
+# container created with the cached edits; (4) the CUDA interposer: a real kernel's results kept
+# across evict/prefetch, evict/prefetch bandwidth against pinned cuMemcpy, hot and warm restore,
+# NVML's per-process memory after an eviction.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-$PWD/gpu-out}
@@ -98,5 +100,37 @@ PY
         say "## no containerd/runc here: container creation with the edits not checked on this machine"
     fi
     kill "$D" 2>/dev/null; wait "$D" 2>/dev/null
+fi
+# (4) The interposer on the real driver (no toolkit needed: the kernel is PTX).
+UVM=$BIN/uvmbench
+if [ ! -x "$UVM" ] && command -v cc >/dev/null; then
+    cc -O2 -o "$OUT/uvmbench" tests/gpu/uvmbench.c -ldl && UVM=$OUT/uvmbench
+fi
+LIB=$BIN/libmqfq_cuda.so
+if [ -x "$UVM" ] && [ -f "$LIB" ]; then
+    mkdir -p "$OUT/ctl"
+    for mib in 1024 4096; do
+        say "## pinned cuMemcpy, ${mib} MiB (native device memory, no interposer)"
+        timeout 60 "$UVM" baseline "$mib" 2>&1 | tee -a "$R"
+        say "## under the interposer, ${mib} MiB"
+        LD_PRELOAD="$PWD/$LIB" MQFQ_CTL_DIR="$OUT/ctl" MQFQ_CONTAINER_ID=bench \
+            timeout 120 "$UVM" uvm "$mib" 2>&1 | tee -a "$R"
+        say "uvmbench exit: ${PIPESTATUS[0]}"
+    done
+    python3 - "$R" <<'PY' | tee -a "$R"
+import re, sys
+t = open(sys.argv[1]).read()
+def vals(k):
+    return [float(v) for v in re.findall(rf"{k} ([0-9.]+)", t)]
+htod, pre, ev = vals("pinned_htod_GBps"), vals("prefetch_GBps"), vals("evict_GBps")
+if htod and pre:
+    print(f"summary: prefetch {max(pre):.1f} GB/s vs pinned HtoD {max(htod):.1f} GB/s = "
+          f"{max(pre) / max(htod):.2f}x (goal >= 0.8); evict best {max(ev):.1f} GB/s")
+hot, warm = vals("hot_kernel_ms"), vals("warm_restore_ms")
+if hot:
+    print(f"summary: hot kernel {min(hot):.3f} ms (goal <= 10 ms); warm restore {min(warm):.1f}-{max(warm):.1f} ms")
+PY
+else
+    say "## interposer: uvmbench or $LIB missing (run scripts/gpu-prepare.sh first)"
 fi
 say "# done $(date -u +%FT%TZ)"

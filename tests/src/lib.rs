@@ -259,6 +259,56 @@ impl Containerd {
             .expect("run ctr")
     }
 
+    /// Makes this containerd's nodes "CUDA nodes" on a CPU: installs `interposer` where its
+    /// shims look for `libmqfq_cuda.so` and builds the libcuda double and the CUDA client into
+    /// `<dir>/cuda`, which it returns.
+    ///
+    /// # Errors
+    /// Copying, or `cc`.
+    pub fn install_cuda(&self, interposer: &Path) -> std::io::Result<PathBuf> {
+        std::fs::copy(interposer, self.dir().join("libmqfq_cuda.so"))?;
+        let cuda = self.dir().join("cuda");
+        std::fs::create_dir_all(&cuda)?;
+        build_double("cuda", &cuda)?;
+        build_double("cuda_client", &cuda)?;
+        Ok(cuda)
+    }
+
+    /// `ctr run -d` of a GPU container of `function` running the CUDA client in a loop (see
+    /// [`Containerd::install_cuda`]), with the host's glibc and the doubles' folder mounted in
+    /// (busybox is static) and the driver double logging to `<cuda>/<id>.log`.
+    #[must_use]
+    pub fn run_cuda_client(&self, runtime: &str, id: &str, function: &str, cuda: &Path) -> Output {
+        let dir = cuda.display().to_string();
+        self.ctr(&[
+            "run",
+            "-d",
+            "--snapshotter",
+            "native",
+            "--runtime",
+            runtime,
+            "--env",
+            "NVIDIA_VISIBLE_DEVICES=0",
+            "--env",
+            &format!("FAKE_CUDA_LOG={dir}/{id}.log"),
+            "--env",
+            &format!("LD_LIBRARY_PATH=/lib/x86_64-linux-gnu:{dir}"),
+            "--annotation",
+            &format!("io.mqfq.function={function}"),
+            "--mount",
+            &format!("type=bind,src={dir},dst={dir},options=rbind:rw"),
+            "--mount",
+            "type=bind,src=/usr/lib/x86_64-linux-gnu,dst=/lib/x86_64-linux-gnu,options=rbind:ro",
+            "--mount",
+            "type=bind,src=/usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2,\
+             dst=/lib64/ld-linux-x86-64.so.2,options=rbind:ro",
+            BUSYBOX,
+            id,
+            &format!("{dir}/cuda_client"),
+            "loop",
+        ])
+    }
+
     /// `ctr run --rm --snapshotter native --runtime <runtime> [extra…] busybox <id> cmd…`.
     #[must_use]
     pub fn run(&self, runtime: &str, id: &str, extra: &[&str], cmd: &[&str]) -> Output {

@@ -1,0 +1,213 @@
+/*
+ * The interposer on a real GPU (issue 6 GPU check). Driver API loaded at run time and one
+ * kernel as PTX (JIT-compiled by the driver), so no CUDA toolkit is needed to build:
+ *   cc -O2 -o uvmbench uvmbench.c -ldl
+ *
+ *   uvmbench baseline MIB   pinned cuMemcpy HtoD / DtoH bandwidth into native device memory
+ *   uvmbench uvm MIB        run under the interposer (LD_PRELOAD, MQFQ_CTL_DIR): fill, kernel,
+ *                           evict and prefetch through its own control socket (timed), NVML's
+ *                           per-process view after each, kernel again, check every value; hot
+ *                           and warm restore: a kernel when resident vs prefetch + kernel
+ *
+ * Prints `name value` lines; exits 1 on a wrong result or a missing driver function.
+ */
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+typedef int CUresult;
+typedef unsigned long long CUdeviceptr;
+typedef void *CUcontext;
+typedef void *CUmodule;
+typedef void *CUfunction;
+
+static CUresult (*cuInit)(unsigned);
+static CUresult (*cuDeviceGet)(int *, int);
+static CUresult (*cuDevicePrimaryCtxRetain)(CUcontext *, int);
+static CUresult (*cuCtxSetCurrent)(CUcontext);
+static CUresult (*cuCtxSynchronize)(void);
+static CUresult (*cuMemAlloc)(CUdeviceptr *, size_t);
+static CUresult (*cuMemAllocHost)(void **, size_t);
+static CUresult (*cuMemcpyHtoD)(CUdeviceptr, const void *, size_t);
+static CUresult (*cuMemcpyDtoH)(void *, CUdeviceptr, size_t);
+static CUresult (*cuModuleLoadData)(CUmodule *, const void *);
+static CUresult (*cuModuleGetFunction)(CUfunction *, CUmodule, const char *);
+static CUresult (*cuLaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned,
+                                  unsigned, unsigned, void *, void **, void **);
+
+/* inc(p, n): p[i] += 1 for i < n. */
+static const char PTX[] =
+    ".version 7.0\n.target sm_50\n.address_size 64\n"
+    ".visible .entry inc(.param .u64 p, .param .u32 n)\n{\n"
+    "  .reg .pred %p<2>;\n  .reg .b32 %r<8>;\n  .reg .b64 %rd<5>;\n"
+    "  ld.param.u64 %rd1, [p];\n  ld.param.u32 %r2, [n];\n"
+    "  mov.u32 %r3, %ctaid.x;\n  mov.u32 %r4, %ntid.x;\n  mov.u32 %r5, %tid.x;\n"
+    "  mad.lo.s32 %r1, %r3, %r4, %r5;\n  setp.ge.u32 %p1, %r1, %r2;\n  @%p1 bra DONE;\n"
+    "  cvta.to.global.u64 %rd2, %rd1;\n  mul.wide.u32 %rd3, %r1, 4;\n  add.s64 %rd4, %rd2, %rd3;\n"
+    "  ld.global.u32 %r6, [%rd4];\n  add.s32 %r7, %r6, 1;\n  st.global.u32 [%rd4], %r7;\n"
+    "DONE:\n  ret;\n}\n";
+
+static double now_ms(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec * 1e3 + t.tv_nsec / 1e6;
+}
+
+#define LOAD(h, f, name)                                                                   \
+    do {                                                                                   \
+        *(void **)&f = dlsym(h, name);                                                     \
+        if (!f) {                                                                          \
+            printf("missing %s\n", name);                                                  \
+            return 1;                                                                      \
+        }                                                                                  \
+    } while (0)
+
+#define CHECK(call)                                                                        \
+    do {                                                                                   \
+        CUresult r_ = (call);                                                              \
+        if (r_) {                                                                          \
+            printf("error %s = %d\n", #call, r_);                                          \
+            return 1;                                                                      \
+        }                                                                                  \
+    } while (0)
+
+/* One command to this process's own interposer control socket; returns the reply. */
+static int ctl(const char *cmd, char *reply, size_t cap) {
+    const char *dir = getenv("MQFQ_CTL_DIR");
+    if (!dir) return -1;
+    struct sockaddr_un a = {.sun_family = AF_UNIX};
+    snprintf(a.sun_path, sizeof a.sun_path, "%s/cuda-%d.sock", dir, (int)getpid());
+    int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+    if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof a) != 0) return -1;
+    char out[128];
+    const char *id = getenv("MQFQ_CONTAINER_ID");
+    int n = snprintf(out, sizeof out, "hello %s\n%s\n", id ? id : "bench", cmd);
+    if (write(fd, out, n) != n) return -1;
+    size_t got = 0;
+    int lines = 0;
+    while (lines < 2 && got + 1 < cap) {
+        ssize_t k = read(fd, reply + got, 1);
+        if (k <= 0) break;
+        if (reply[got] == '\n') lines++;
+        got++;
+    }
+    reply[got] = 0;
+    close(fd);
+    return lines == 2 ? 0 : -1;
+}
+
+static void nvml_view(const char *when) {
+    char cmd[160];
+    snprintf(cmd, sizeof cmd,
+             "nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader "
+             "| grep '^%d,' | sed 's/^/nvml_%s /'",
+             (int)getpid(), when);
+    if (system(cmd) != 0) printf("nvml_%s (this pid not listed)\n", when);
+}
+
+static int launch(CUfunction f, CUdeviceptr p, unsigned n) {
+    void *args[] = {&p, &n};
+    unsigned blocks = (n + 255) / 256;
+    return cuLaunchKernel(f, blocks, 1, 1, 256, 1, 1, 0, NULL, args, NULL) || cuCtxSynchronize();
+}
+
+int main(int argc, char **argv) {
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    if (argc < 3) {
+        fprintf(stderr, "usage: uvmbench baseline|uvm MIB\n");
+        return 2;
+    }
+    size_t bytes = (size_t)atol(argv[2]) << 20;
+    unsigned n = (unsigned)(bytes / 4);
+    void *h = dlopen("libcuda.so.1", RTLD_NOW);
+    if (!h) {
+        printf("no libcuda.so.1: %s\n", dlerror());
+        return 1;
+    }
+    LOAD(h, cuInit, "cuInit");
+    LOAD(h, cuDeviceGet, "cuDeviceGet");
+    LOAD(h, cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain");
+    LOAD(h, cuCtxSetCurrent, "cuCtxSetCurrent");
+    LOAD(h, cuCtxSynchronize, "cuCtxSynchronize");
+    LOAD(h, cuMemAlloc, "cuMemAlloc_v2");
+    LOAD(h, cuMemAllocHost, "cuMemAllocHost_v2");
+    LOAD(h, cuMemcpyHtoD, "cuMemcpyHtoD_v2");
+    LOAD(h, cuMemcpyDtoH, "cuMemcpyDtoH_v2");
+    LOAD(h, cuModuleLoadData, "cuModuleLoadData");
+    LOAD(h, cuModuleGetFunction, "cuModuleGetFunction");
+    LOAD(h, cuLaunchKernel, "cuLaunchKernel");
+    int dev;
+    CUcontext ctx;
+    CHECK(cuInit(0));
+    CHECK(cuDeviceGet(&dev, 0));
+    CHECK(cuDevicePrimaryCtxRetain(&ctx, dev));
+    CHECK(cuCtxSetCurrent(ctx));
+    unsigned *host;
+    CHECK(cuMemAllocHost((void **)&host, bytes));
+    for (unsigned i = 0; i < n; i++) host[i] = i;
+    CUdeviceptr d;
+    CHECK(cuMemAlloc(&d, bytes));
+    double t0, t1;
+
+    if (strcmp(argv[1], "baseline") == 0) {
+        for (int rep = 0; rep < 3; rep++) {
+            t0 = now_ms();
+            CHECK(cuMemcpyHtoD(d, host, bytes));
+            t1 = now_ms();
+            printf("pinned_htod_GBps %.2f\n", bytes / ((t1 - t0) / 1e3) / 1e9);
+            t0 = now_ms();
+            CHECK(cuMemcpyDtoH(host, d, bytes));
+            t1 = now_ms();
+            printf("pinned_dtoh_GBps %.2f\n", bytes / ((t1 - t0) / 1e3) / 1e9);
+        }
+        return 0;
+    }
+
+    char reply[256];
+    CUmodule m;
+    CUfunction f;
+    CHECK(cuModuleLoadData(&m, PTX));
+    CHECK(cuModuleGetFunction(&f, m, "inc"));
+    CHECK(cuMemcpyHtoD(d, host, bytes));
+    CHECK(launch(f, d, n));
+    if (ctl("status", reply, sizeof reply) != 0) {
+        printf("no control socket (run under the interposer with MQFQ_CTL_DIR)\n");
+        return 1;
+    }
+    printf("status_before %s", strchr(reply, '\n') + 1);
+    nvml_view("resident");
+    /* Hot: a kernel on resident memory. */
+    t0 = now_ms();
+    CHECK(launch(f, d, n));
+    t1 = now_ms();
+    printf("hot_kernel_ms %.3f\n", t1 - t0);
+    for (int rep = 0; rep < 3; rep++) {
+        t0 = now_ms();
+        if (ctl("evict", reply, sizeof reply) != 0) return 1;
+        t1 = now_ms();
+        printf("evict_ms %.2f evict_GBps %.2f reply %s", t1 - t0, bytes / ((t1 - t0) / 1e3) / 1e9,
+               strchr(reply, '\n') + 1);
+        if (rep == 0) nvml_view("evicted");
+        /* Warm: bring the memory back, then the same kernel. */
+        t0 = now_ms();
+        if (ctl("prefetch", reply, sizeof reply) != 0) return 1;
+        double tp = now_ms();
+        CHECK(launch(f, d, n));
+        t1 = now_ms();
+        printf("prefetch_ms %.2f prefetch_GBps %.2f warm_restore_ms %.2f reply %s", tp - t0,
+               bytes / ((tp - t0) / 1e3) / 1e9, t1 - t0, strchr(reply, '\n') + 1);
+    }
+    nvml_view("prefetched");
+    /* Fill, 2 + 3 increments: every value must be i + 5. */
+    CHECK(cuMemcpyDtoH(host, d, bytes));
+    unsigned bad = 0;
+    for (unsigned i = 0; i < n; i++)
+        if (host[i] != i + 5) bad++;
+    printf("results_wrong %u of %u\n", bad, n);
+    return bad ? 1 : 0;
+}
