@@ -491,6 +491,57 @@ fn malformed_frames_and_requests_get_clear_errors_and_change_nothing() {
             )
             .await;
         assert!(matches!(r, Err(ttrpc::Error::RpcStatus(s)) if s.code() == ttrpc::Code::NOT_FOUND));
+        // The pool's RPCs: bad fields are named; a report about an unknown container and a
+        // poll with nothing to hand out change nothing.
+        let code = |r: ttrpc::Result<_>, field: &str| match r {
+            Err(ttrpc::Error::RpcStatus(s)) => {
+                assert_eq!(s.code(), ttrpc::Code::INVALID_ARGUMENT, "{s:?}");
+                assert!(s.message.contains(field), "{field}: {}", s.message);
+            }
+            other => panic!("{field}: {other:?}"),
+        };
+        let orders = |pid: u32| api::PoolOrdersRequest {
+            shim_pid: pid,
+            wait_ms: 50,
+            ..Default::default()
+        };
+        code(
+            c.pool_orders(ctx(), &orders(0)).await.map(|_| ()),
+            "shim_pid",
+        );
+        let none = c
+            .pool_orders(ctx(), &orders(std::process::id()))
+            .await
+            .unwrap();
+        assert!(none.orders.is_empty());
+        let result = api::PoolResult {
+            namespace: "ns".into(),
+            container_id: "nobody".into(),
+            ok: true,
+            ..Default::default()
+        };
+        let report = |r: api::PoolResult| api::PoolReportRequest {
+            shim_pid: std::process::id(),
+            results: vec![r],
+            ..Default::default()
+        };
+        let bad_action = api::PoolResult {
+            action: protobuf::EnumOrUnknown::from_i32(9),
+            ..result.clone()
+        };
+        code(
+            c.pool_report(ctx(), &report(bad_action)).await.map(|_| ()),
+            "results[0].action",
+        );
+        let no_id = api::PoolResult {
+            container_id: String::new(),
+            ..result.clone()
+        };
+        code(
+            c.pool_report(ctx(), &report(no_id)).await.map(|_| ()),
+            "results[0]",
+        );
+        c.pool_report(ctx(), &report(result)).await.unwrap();
         // The good request still works after all that.
         let ok = c.admit(ctx(), &good).await.unwrap();
         c.release(

@@ -21,6 +21,8 @@
 //!                  # edits_file = "/run/mqfq/nvidia-edits.json", refresh_interval_ms = 5000,
 //!                  # persistence_mode = true, cuda_library = "libcuda.so.1",
 //!                  # warm_budget_mib = 1024, warm_paths = []
+//! [pool]           # idle GPU containers: hot_ttl_s = 1800, warm_ttl_s = 7200, headroom = 0.15,
+//!                  # prefetch_iat = 5, reclaim = false, host_headroom = 0.1
 //! ```
 
 use std::path::{Path, PathBuf};
