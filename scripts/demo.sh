@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # The demo: a private containerd with containerd-shim-mqfq-v2, a private mqfqd (a simulated GPU
 # when no NVIDIA GPU exists), and a mixed workload of annotated busybox "GPU functions" through
-# `ctr`; prints per-function queue wait, latency and fairness, then mqfqctl's view. Needs root.
+# `ctr`; prints per-function queue wait, latency and fairness, then mqfqctl's view; then the pool
+# (paused CUDA containers evicted by mqfqd and restored). Needs root.
 # The policy simulator's comparison is `scripts/perf-sim.sh`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/deps.sh
 export PATH="$HOME/.cargo/bin:$PATH"
-cargo build --release --locked -q -p mqfq-shim -p mqfq-testkit
+cargo build --release --locked -q -p mqfq-shim -p mqfq-testkit -p mqfq-cuda-hook
 exec target/release/mqfq-demo "$PWD/target/release"

@@ -1,7 +1,10 @@
 //! The README demo: a private containerd with containerd-shim-mqfq-v2, a private `mqfqd` on a
 //! simulated GPU, and a mixed workload of annotated busybox "GPU functions" (sleep-based
 //! service) submitted through `ctr`. Prints per-function queue wait, latency and fairness, and
-//! the daemon's view. Usage: `mqfq-demo <dir with containerd-shim-mqfq-v2, mqfqd, mqfqctl>`.
+//! the daemon's view. Then, when the CUDA interposer was built (`libmqfq_cuda.so` beside the
+//! binaries) and `cc` exists, the pool: two paused containers of a CUDA client (over the CPU-only
+//! libcuda double) evicted by mqfqd, one resumed and restored, the other prefetched.
+//! Usage: `mqfq-demo <dir with containerd-shim-mqfq-v2, mqfqd, mqfqctl[, libmqfq_cuda.so]>`.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -32,7 +35,7 @@ fn main() -> ExitCode {
     let toml = format!(
         "socket = \"{}\"\nmetrics_addr = \"127.0.0.1:9464\"\nbackend = \"auto\"\ndispatch_log = \"{}\"\n\
          restart_grace_ms = 0\n[concurrency]\nd_max = 3\n[simulated]\nutilization_per_lease = 0.3\n\
-         [nvidia]\nedits_file = \"{}\"\n",
+         [pool]\nhot_ttl_s = 2.0\n[nvidia]\nedits_file = \"{}\"\n",
         sock.display(),
         log.display(),
         c.edits_file().display()
@@ -194,11 +197,135 @@ fn main() -> ExitCode {
         print!("{}", String::from_utf8_lossy(&o.stdout));
     }
     println!("\ndispatch record: {}", log.display());
+    let pool_ok = pool_demo(&c, &bin);
     let _ = Command::new("kill").arg(daemon.id().to_string()).status();
     let _ = daemon.wait();
-    if failed == 0 {
+    if failed == 0 && pool_ok {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE
     }
+}
+
+/// The pool lines of `mqfqctl status`.
+fn pool_view(bin: &std::path::Path, sock: &std::path::Path) -> String {
+    let o = Command::new(bin.join("mqfqctl"))
+        .arg("--socket")
+        .arg(sock)
+        .arg("status")
+        .output();
+    let text = o
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default();
+    text.find("\nPOOL FUNCTION").map_or_else(
+        || "(no pooled containers)\n".to_owned(),
+        |i| text[i + 1..].to_owned(),
+    )
+}
+
+fn tiers(bin: &std::path::Path, sock: &std::path::Path) -> Vec<String> {
+    let o = Command::new(bin.join("mqfqctl"))
+        .arg("--socket")
+        .arg(sock)
+        .args(["status", "--json"])
+        .output();
+    let v: serde_json::Value = o
+        .ok()
+        .and_then(|o| serde_json::from_slice(&o.stdout).ok())
+        .unwrap_or_default();
+    v["pool"]
+        .as_array()
+        .map(|p| {
+            p.iter()
+                .map(|e| {
+                    format!(
+                        "{}{}",
+                        e["tier"].as_str().unwrap_or(""),
+                        e["pending"].as_str().unwrap_or("")
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Two pooled containers: paused (Hot), evicted by mqfqd after the demo's 2 s hot TTL (Warm),
+/// one resumed (restored before Resume returns); returns whether every step worked.
+fn pool_demo(c: &Containerd, bin: &std::path::Path) -> bool {
+    let lib = bin.join("libmqfq_cuda.so");
+    if !lib.exists() {
+        println!(
+            "\n(pool demo skipped: no {} — scripts/demo.sh builds it)",
+            lib.display()
+        );
+        return true;
+    }
+    let cuda = match c.install_cuda(&lib) {
+        Ok(d) => d,
+        Err(e) => {
+            println!("\n(pool demo skipped: {e})");
+            return true;
+        }
+    };
+    let sock = c.daemon_socket();
+    println!(
+        "\n== The pool: two containers of `resnet` running a CUDA client (CPU double) under the interposer"
+    );
+    for id in ["resnet-a", "resnet-b"] {
+        if !c
+            .run_cuda_client(MQFQ, id, "resnet", &cuda)
+            .status
+            .success()
+        {
+            println!("could not start {id}");
+            return false;
+        }
+    }
+    let wait = |what: &str, pred: &dyn Fn(&[String]) -> bool| {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !pred(&tiers(bin, &sock)) {
+            if Instant::now() > deadline {
+                println!("never {what}");
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        true
+    };
+    let ok = wait("running", &|t| t.len() == 2) && {
+        std::thread::sleep(Duration::from_millis(300));
+        ["resnet-a", "resnet-b"]
+            .iter()
+            .all(|id| c.ctr(&["task", "pause", id]).status.success())
+    };
+    if !ok {
+        return false;
+    }
+    println!("paused (OpenWhisk's pause between invocations): memory stays on the GPU — Hot\n");
+    print!("{}", pool_view(bin, &sock));
+    if !wait("evicted", &|t| t.iter().all(|x| x == "warm")) {
+        return false;
+    }
+    println!(
+        "\nidle past the hot TTL (2 s here, 30 min by default): mqfqd had the shims thaw, evict, freeze — Warm\n"
+    );
+    print!("{}", pool_view(bin, &sock));
+    std::thread::sleep(Duration::from_secs(1));
+    let t = Instant::now();
+    let resumed = c.ctr(&["task", "resume", "resnet-a"]).status.success();
+    println!(
+        "\nctr task resume resnet-a: {:.0} ms, memory restored before Resume returned; its flow turned\n\
+         active, so mqfqd had resnet-b's memory prefetched while it stays paused\n",
+        t.elapsed().as_secs_f64() * 1e3
+    );
+    let _ = wait("prefetched", &|t| t.iter().all(|x| x == "hot"));
+    print!("{}", pool_view(bin, &sock));
+    for id in ["resnet-a", "resnet-b"] {
+        let _ = c.ctr(&["task", "kill", "-s", "SIGKILL", id]);
+        let _ = c.ctr(&["task", "resume", id]);
+        let _ = c.wait_status(id, "STOPPED");
+        let _ = c.ctr(&["task", "delete", id]);
+        let _ = c.ctr(&["containers", "rm", id]);
+    }
+    resumed
 }
