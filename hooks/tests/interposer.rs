@@ -145,18 +145,24 @@ fn without_a_control_dir_nothing_is_converted() {
     assert_eq!(err.matches("MQFQ_CTL_DIR is not set").count(), 1, "{err}");
 }
 
-#[test]
-fn allocations_become_managed_and_launches_wait_while_evicted() {
-    let dir = tempfile::tempdir().unwrap();
-    let ctl = dir.path().join("ctl");
+/// The client as the shim starts it in container `c1`: a control folder under `dir`, its id.
+fn in_container_c1(dir: &Path) -> Option<(Client, PathBuf)> {
+    let ctl = dir.join("ctl");
     std::fs::create_dir_all(&ctl).unwrap();
-    let Some(mut c) = Client::start(
-        dir.path(),
+    let c = Client::start(
+        dir,
         &[
             ("MQFQ_CTL_DIR", &ctl),
             ("MQFQ_CONTAINER_ID", Path::new("c1")),
         ],
-    ) else {
+    )?;
+    Some((c, ctl))
+}
+
+#[test]
+fn allocations_become_managed_and_launches_wait_while_evicted() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some((mut c, ctl)) = in_container_c1(dir.path()) else {
         return;
     };
     // Every path to cuMemAlloc is converted: direct, dlsym(handle), cuGetProcAddress_v2, pitch.
@@ -313,15 +319,7 @@ fn wait_held(c: &Client, call: &str) {
 #[test]
 fn native_allocations_are_counted_apart_and_ex_launches_and_async_copies_wait() {
     let dir = tempfile::tempdir().unwrap();
-    let ctl = dir.path().join("ctl");
-    std::fs::create_dir_all(&ctl).unwrap();
-    let Some(mut c) = Client::start(
-        dir.path(),
-        &[
-            ("MQFQ_CTL_DIR", &ctl),
-            ("MQFQ_CONTAINER_ID", Path::new("c1")),
-        ],
-    ) else {
+    let Some((mut c, ctl)) = in_container_c1(dir.path()) else {
         return;
     };
     c.report();

@@ -105,7 +105,9 @@ fn entry<'a>(s: &'a Value, id: &str) -> Option<&'a Value> {
 }
 
 fn tier_is(s: &Value, id: &str, tier: &str) -> bool {
-    entry(s, id).is_some_and(|e| e["tier"] == tier && e["pending"] == "")
+    mqfq_testkit::pool_tiers(s)
+        .get(id)
+        .is_some_and(|t| t == tier)
 }
 
 /// Once evicted, a process launches nothing until its memory is prefetched back.

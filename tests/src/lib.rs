@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use sha2::{Digest, Sha256};
 
 mod mqfqd;
-pub use mqfqd::Mqfqd;
+pub use mqfqd::{Mqfqd, pool_tiers};
 
 /// The image every test uses.
 pub const BUSYBOX: &str = "docker.io/local/busybox:latest";

@@ -160,6 +160,27 @@ impl Mqfqd {
     }
 }
 
+/// The tier of each pooled container in a `mqfqctl status --json` answer, by container id; one
+/// with an order in flight shows as `tier→order` (`hot→evict`).
+#[must_use]
+pub fn pool_tiers(status: &Value) -> std::collections::BTreeMap<String, String> {
+    status["pool"]
+        .as_array()
+        .map(|p| {
+            p.iter()
+                .map(|e| {
+                    let tier = e["tier"].as_str().unwrap_or("");
+                    let tier = match e["pending"].as_str().unwrap_or("") {
+                        "" => tier.to_owned(),
+                        order => format!("{tier}→{order}"),
+                    };
+                    (e["container_id"].as_str().unwrap_or("").to_owned(), tier)
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 impl Drop for Mqfqd {
     fn drop(&mut self) {
         if let Some(c) = self.child.as_mut() {

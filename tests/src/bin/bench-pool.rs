@@ -30,16 +30,8 @@ fn ok(o: &std::process::Output, what: &str) {
 }
 
 fn tier(d: &Mqfqd, id: &str) -> String {
-    d.status()["pool"]
-        .as_array()
-        .and_then(|p| p.iter().find(|e| e["container_id"] == id))
-        .map(|e| {
-            format!(
-                "{}{}",
-                e["tier"].as_str().unwrap_or(""),
-                e["pending"].as_str().unwrap_or("")
-            )
-        })
+    mqfq_testkit::pool_tiers(&d.status())
+        .remove(id)
         .unwrap_or_default()
 }
 

@@ -224,29 +224,15 @@ fn pool_view(bin: &std::path::Path, sock: &std::path::Path) -> String {
 }
 
 fn tiers(bin: &std::path::Path, sock: &std::path::Path) -> Vec<String> {
-    let o = Command::new(bin.join("mqfqctl"))
+    let status: serde_json::Value = Command::new(bin.join("mqfqctl"))
         .arg("--socket")
         .arg(sock)
         .args(["status", "--json"])
-        .output();
-    let v: serde_json::Value = o
+        .output()
         .ok()
         .and_then(|o| serde_json::from_slice(&o.stdout).ok())
         .unwrap_or_default();
-    v["pool"]
-        .as_array()
-        .map(|p| {
-            p.iter()
-                .map(|e| {
-                    format!(
-                        "{}{}",
-                        e["tier"].as_str().unwrap_or(""),
-                        e["pending"].as_str().unwrap_or("")
-                    )
-                })
-                .collect()
-        })
-        .unwrap_or_default()
+    mqfq_testkit::pool_tiers(&status).into_values().collect()
 }
 
 /// Two pooled containers: paused (Hot), evicted by mqfqd after the demo's 2 s hot TTL (Warm),
