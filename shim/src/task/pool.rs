@@ -170,7 +170,7 @@ impl TaskService {
     }
 
     /// Carries out one order and reports it.
-    async fn run_order(&self, o: &mqfqd::PoolOrder) {
+    pub(super) async fn run_order(&self, o: &mqfqd::PoolOrder) {
         let id = o.container_id.as_str();
         let mut r = mqfqd::PoolResult {
             namespace: o.namespace.clone(),
@@ -192,7 +192,14 @@ impl TaskService {
             self.gate.pool_report(vec![r]).await;
             return;
         };
-        let _moving = lock.lock().await;
+        // A Pause or Resume in progress (a Resume may wait long in the queue) makes the order
+        // stale: skip it rather than hold up the orders for this shim's other containers.
+        let Ok(_moving) = lock.try_lock() else {
+            r.skipped = true;
+            r.error = "pause or resume in progress".into();
+            self.gate.pool_report(vec![r]).await;
+            return;
+        };
         let now = {
             let st = self.state.lock().await;
             st.containers.get(id).map(|c| (c.init.status, c.evicted))

@@ -18,6 +18,17 @@ struct Harness {
 }
 
 fn harness() -> Harness {
+    // No daemon socket: GPU starts fail open at once.
+    harness_with(Arc::new(crate::gate::DaemonGate::new(
+        crate::gate::GateConfig {
+            socket: "/nonexistent/mqfqd.sock".into(),
+            fail_open: true,
+            reconnect_grace: std::time::Duration::ZERO,
+        },
+    )))
+}
+
+fn harness_with(gate: Arc<dyn crate::gate::Gate>) -> Harness {
     let (tx, events) = mpsc::unbounded_channel();
     let fake = Arc::new(FakeRuntime::default());
     let exit = Arc::new(ExitSignal::default());
@@ -26,12 +37,7 @@ fn harness() -> Harness {
         Arc::new(FakeFactory(fake.clone())),
         exit.clone(),
         "test",
-        // No daemon socket: GPU starts fail open at once.
-        Arc::new(crate::gate::DaemonGate::new(crate::gate::GateConfig {
-            socket: "/nonexistent/mqfqd.sock".into(),
-            fail_open: true,
-            reconnect_grace: std::time::Duration::ZERO,
-        })),
+        gate,
     );
     Harness {
         svc,
@@ -563,4 +569,110 @@ async fn ttrpc_adapters_map_codes_and_reach_the_runtime() {
     tokio::time::timeout(Duration::from_secs(1), h.exit.wait())
         .await
         .unwrap();
+}
+
+/// A gate that admits at once and keeps the pool reports.
+#[derive(Debug, Default)]
+struct RecordingGate {
+    reports: std::sync::Mutex<Vec<crate::api::PoolResult>>,
+}
+
+#[async_trait::async_trait]
+impl crate::gate::Gate for RecordingGate {
+    async fn admit(
+        &self,
+        _: &str,
+        _: &str,
+        _: &crate::gpu::GpuWork,
+        _: Kind,
+        _: bool,
+    ) -> Result<()> {
+        Ok(())
+    }
+    async fn cancel(&self, _: &str, _: &str) {}
+    async fn release(&self, _: &str, _: &str, _: &str, _: u64) {}
+    async fn pool_orders(&self, _: Duration) -> Vec<crate::api::PoolOrder> {
+        std::future::pending().await
+    }
+    async fn pool_report(&self, results: Vec<crate::api::PoolResult>) {
+        self.reports.lock().unwrap().extend(results);
+    }
+}
+
+#[tokio::test]
+async fn pool_orders_thaw_move_and_freeze_only_idle_containers() {
+    use crate::api::{PoolAction, PoolOrder};
+    let gate = Arc::new(RecordingGate::default());
+    let h = harness_with(gate.clone());
+    let req = h.bundle("p1", &plain());
+    h.svc.create(req).await.unwrap();
+    h.svc.start("p1", "").await.unwrap();
+    h.svc.pause_resume("p1", true).await.unwrap();
+    // A control folder with no CUDA process in it yet.
+    let ctl = h.dir.path().join("ctl");
+    std::fs::create_dir_all(&ctl).unwrap();
+    h.svc
+        .state
+        .lock()
+        .await
+        .containers
+        .get_mut("p1")
+        .unwrap()
+        .ctl_dir = Some(ctl);
+    let order = |ns: &str, id: &str, a: PoolAction| PoolOrder {
+        namespace: ns.into(),
+        container_id: id.into(),
+        action: a.into(),
+        ..Default::default()
+    };
+    let last = || gate.reports.lock().unwrap().last().cloned().unwrap();
+    let before = h.fake.calls().len();
+    h.svc
+        .run_order(&order("test", "p1", PoolAction::EVICT))
+        .await;
+    assert_eq!(
+        h.fake.calls()[before..],
+        ["resume p1", "pause p1"],
+        "thaw, move, freeze"
+    );
+    let r = last();
+    assert!(r.ok && !r.skipped && !r.gone, "{r:?}");
+    assert_eq!(
+        h.svc.state("p1", "").await.unwrap().status(),
+        api::Status::PAUSED,
+        "containerd still sees it paused"
+    );
+    // Nothing was evicted (no process): a prefetch has nothing to do.
+    h.svc
+        .run_order(&order("test", "p1", PoolAction::PREFETCH))
+        .await;
+    assert!(last().skipped);
+    // Running: not idle, skipped without touching runc.
+    h.svc.pause_resume("p1", false).await.unwrap();
+    let before = h.fake.calls().len();
+    h.svc
+        .run_order(&order("test", "p1", PoolAction::EVICT))
+        .await;
+    assert!(last().skipped, "{:?}", last());
+    assert_eq!(h.fake.calls().len(), before);
+    // Not ours: gone.
+    h.svc
+        .run_order(&order("test", "nope", PoolAction::EVICT))
+        .await;
+    assert!(last().gone);
+    h.svc
+        .run_order(&order("other", "p1", PoolAction::EVICT))
+        .await;
+    assert!(last().gone);
+    // Reclaim of a paused container: killed, then thawed so it can die.
+    h.svc.pause_resume("p1", true).await.unwrap();
+    let before = h.fake.calls().len();
+    h.svc
+        .run_order(&order("test", "p1", PoolAction::RECLAIM))
+        .await;
+    assert!(last().ok, "{:?}", last());
+    assert_eq!(
+        h.fake.calls()[before..],
+        ["kill p1 9 all=true", "resume p1"]
+    );
 }
