@@ -366,3 +366,20 @@ fn unknown_mig_uuids_go_to_the_gpus_in_mig_mode() {
         CoreError::UnknownGpu("MIG-x".into())
     );
 }
+
+#[test]
+fn a_flow_turning_active_is_reported_once_per_activation() {
+    let mut c = core(1, 2);
+    let g = c.admit(&req("a", "f"), secs(0.0)).unwrap();
+    assert_eq!(c.drain_activated(), [(0, "f".to_owned())]);
+    // Still active (sticky TTL 1 s): a second admission activates nothing.
+    c.release(g[0].lease, Some(0.1), "pause", secs(0.1))
+        .unwrap();
+    let g = c.admit(&req("b", "f"), secs(0.5)).unwrap();
+    assert!(c.drain_activated().is_empty());
+    c.release(g[0].lease, Some(0.1), "exit", secs(0.6)).unwrap();
+    // Past the TTL the flow is inactive; the next admission activates it again.
+    c.tick_all(secs(5.0));
+    c.admit(&req("c", "f"), secs(5.0)).unwrap();
+    assert_eq!(c.drain_activated(), [(0, "f".to_owned())]);
+}
