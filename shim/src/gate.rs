@@ -120,6 +120,16 @@ struct Held {
     pooled: bool,
 }
 
+/// A pooled container that is paused: no lease, memory Hot or evicted.
+#[derive(Clone, Debug)]
+struct Idle {
+    ns: String,
+    id: String,
+    work: GpuWork,
+    bytes: u64,
+    evicted: bool,
+}
+
 #[derive(Default)]
 struct Conn {
     client: Option<api::AdmissionClient>,
@@ -134,6 +144,8 @@ pub struct DaemonGate {
     /// that read the set before it.
     sync: Mutex<()>,
     held: StdMutex<HashMap<String, Held>>,
+    /// Paused pooled containers, re-registered so a restarted daemon re-learns its pool.
+    idle: StdMutex<HashMap<String, Idle>>,
     unreported_fail_open: AtomicU64,
     heartbeat: AtomicBool,
     /// Whether a daemon ever answered: one that did and went away is waited for.
@@ -174,6 +186,7 @@ impl DaemonGate {
             conn: Mutex::new(Conn::default()),
             sync: Mutex::new(()),
             held: StdMutex::new(HashMap::new()),
+            idle: StdMutex::new(HashMap::new()),
             unreported_fail_open: AtomicU64::new(0),
             heartbeat: AtomicBool::new(false),
             seen_daemon: AtomicBool::new(false),
@@ -182,6 +195,12 @@ impl DaemonGate {
 
     fn held(&self) -> std::sync::MutexGuard<'_, HashMap<String, Held>> {
         self.held
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn idle(&self) -> std::sync::MutexGuard<'_, HashMap<String, Idle>> {
+        self.idle
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
@@ -226,10 +245,27 @@ impl DaemonGate {
                 ..Default::default()
             })
             .collect();
+        let idle: Vec<api::Running> = self
+            .idle()
+            .values()
+            .map(|i| api::Running {
+                namespace: i.ns.clone(),
+                container_id: i.id.clone(),
+                function: i.work.function.clone(),
+                tenant: i.work.tenant.clone().unwrap_or_default(),
+                weight: i.work.weight,
+                gpus: gpus(&i.work),
+                pooled: true,
+                evicted: i.evicted,
+                managed_bytes: i.bytes,
+                ..Default::default()
+            })
+            .collect();
         let req = api::RegisterRequest {
             shim_pid: std::process::id(),
             running,
             fail_open_starts: fail_open,
+            idle,
             ..Default::default()
         };
         let resp = c
@@ -354,6 +390,7 @@ impl Gate for Arc<DaemonGate> {
         let lost = loop {
             match self.attempt(ns, id, work, kind, pooled).await {
                 Attempt::Admitted(lease) => {
+                    self.idle().remove(&key(ns, id));
                     self.held().insert(
                         key(ns, id),
                         Held {
@@ -392,6 +429,7 @@ impl Gate for Arc<DaemonGate> {
             "mqfqd at {socket} is unreachable ({lost}): starting without admission (fail-open)"
         );
         self.unreported_fail_open.fetch_add(1, Ordering::SeqCst);
+        self.idle().remove(&key(ns, id));
         self.held().insert(
             key(ns, id),
             Held {
@@ -408,6 +446,8 @@ impl Gate for Arc<DaemonGate> {
     }
 
     async fn cancel(&self, ns: &str, id: &str) {
+        // Kill or Delete: a paused container is not idle in the pool any more.
+        self.idle().remove(&key(ns, id));
         let Some(c) = self.conn.lock().await.client.clone() else {
             return;
         };
@@ -430,6 +470,18 @@ impl Gate for Arc<DaemonGate> {
         let Some(h) = removed else {
             return;
         };
+        if h.pooled && reason == "pause" {
+            self.idle().insert(
+                key(ns, id),
+                Idle {
+                    ns: ns.to_owned(),
+                    id: id.to_owned(),
+                    work: h.work.clone(),
+                    bytes: managed_bytes,
+                    evicted: false,
+                },
+            );
+        }
         if h.lease == 0 {
             return;
         }
@@ -481,6 +533,29 @@ impl Gate for Arc<DaemonGate> {
     }
 
     async fn pool_report(&self, results: Vec<api::PoolResult>) {
+        {
+            let mut idle = self.idle();
+            for r in results.iter().filter(|r| r.ok) {
+                let k = key(&r.namespace, &r.container_id);
+                match r.action.enum_value() {
+                    Ok(api::PoolAction::EVICT) => {
+                        if let Some(i) = idle.get_mut(&k) {
+                            i.evicted = true;
+                            i.bytes = i.bytes.max(r.bytes);
+                        }
+                    }
+                    Ok(api::PoolAction::PREFETCH) => {
+                        if let Some(i) = idle.get_mut(&k) {
+                            i.evicted = false;
+                        }
+                    }
+                    Ok(api::PoolAction::RECLAIM) => {
+                        idle.remove(&k);
+                    }
+                    _ => {}
+                }
+            }
+        }
         let Ok(c) = self.client().await else {
             tracing::info!(
                 results = results.len(),

@@ -124,19 +124,17 @@ fn no_launch_while_evicted(log: &[String]) {
     }
 }
 
-#[test]
-fn idle_containers_are_evicted_restored_at_resume_and_prefetched_on_activation() {
+/// A containerd whose shims find the interposer, the doubles built, and an mqfqd whose pool
+/// evicts after 1 s of idleness (a function's flow turns inactive 0.3 s after its last use);
+/// also the daemon's metrics port.
+fn setup(name: &str) -> Option<(Containerd, Mqfqd, PathBuf, u16)> {
     let shim = Path::new(env!("CARGO_BIN_EXE_containerd-shim-mqfq-v2"));
-    let Some(c) = Containerd::start(
-        &format!("it-{}-pool", std::process::id()),
+    let c = Containerd::start(
+        &format!("it-{}-{name}", std::process::id()),
         shim.parent().unwrap(),
-    ) else {
-        return;
-    };
-    // "Install" the interposer where this containerd's shims look, and build the doubles.
+    )?;
     let cuda = c.install_cuda(&interposer()).unwrap();
     let port = free_port();
-    // Hot for 1 s of idleness; a function's flow turns inactive 0.3 s after its last use.
     let d = Mqfqd::start(
         Path::new(env!("CARGO_BIN_EXE_mqfqd")),
         Path::new(env!("CARGO_BIN_EXE_mqfqctl")),
@@ -147,6 +145,23 @@ fn idle_containers_are_evicted_restored_at_resume_and_prefetched_on_activation()
              [queue]\nttl_s = 0.3\n[pool]\nhot_ttl_s = 1.0\n"
         ),
     );
+    Some((c, d, cuda, port))
+}
+
+fn remove(c: &Containerd, id: &str) {
+    let _ = c.ctr(&["task", "kill", "-s", "SIGKILL", id]);
+    // Frozen processes die once thawed.
+    let _ = c.ctr(&["task", "resume", id]);
+    assert!(c.wait_status(id, "STOPPED"), "{id} stopped");
+    assert!(c.ctr(&["task", "delete", id]).status.success());
+    assert!(c.ctr(&["containers", "rm", id]).status.success());
+}
+
+#[test]
+fn idle_containers_are_evicted_restored_at_resume_and_prefetched_on_activation() {
+    let Some((c, d, cuda, port)) = setup("pool") else {
+        return;
+    };
 
     for id in ["a", "b"] {
         run_client(&c, id, &cuda);
@@ -233,19 +248,51 @@ fn idle_containers_are_evicted_restored_at_resume_and_prefetched_on_activation()
 
     // Gone containers leave the pool; nothing is left behind.
     for id in ["a", "b"] {
-        let _ = c.ctr(&["task", "kill", "-s", "SIGKILL", id]);
-        if id == "b" {
-            // Frozen processes die once thawed.
-            let _ = c.ctr(&["task", "resume", id]);
-        }
-        assert!(c.wait_status(id, "STOPPED"), "{id} stopped");
-        assert!(c.ctr(&["task", "delete", id]).status.success());
-        assert!(c.ctr(&["containers", "rm", id]).status.success());
+        remove(&c, id);
     }
     d.wait_for("the pool empty", |s| {
         s["pool"].as_array().is_none_or(Vec::is_empty)
             && s["leases"].as_array().is_none_or(Vec::is_empty)
     });
     assert!(!c.dir().join("ctl").join(&c.ns).join("a").exists());
+    assert!(c.leftovers().is_empty(), "{:?}", c.leftovers());
+}
+
+#[test]
+fn a_restarted_daemon_relearns_paused_containers_from_their_shims() {
+    let Some((c, mut d, cuda, _)) = setup("pool-restart") else {
+        return;
+    };
+    run_client(&c, "r", &cuda);
+    wait_log(&cuda, "r", "launched", |l| count(l, "launch") >= 3);
+    assert!(c.ctr(&["task", "pause", "r"]).status.success());
+    d.wait_for("paused, idle", |s| {
+        entry(s, "r").is_some_and(|e| e["busy"] == false)
+    });
+    // A new daemon knows nothing; the shim re-registers the paused container (with its bytes)
+    // and the new daemon's pool evicts it when its hot TTL runs out.
+    d.kill9();
+    d.spawn();
+    let s = d.wait_for("re-learned and evicted", |s| tier_is(s, "r", "warm"));
+    assert_eq!(entry(&s, "r").unwrap()["bytes"], MANAGED);
+    assert!(c.wait_status("r", "PAUSED"));
+    let log = driver_log(&cuda, "r");
+    assert_eq!(count(&log, "prefetch host"), 4, "{log:?}");
+    // Resume restores it as usual.
+    let launches = count(&log, "launch");
+    assert!(c.ctr(&["task", "resume", "r"]).status.success());
+    wait_log(&cuda, "r", "launched after the restore", |l| {
+        count(l, "launch") > launches
+    });
+    let log = driver_log(&cuda, "r");
+    assert_eq!(count(&log, "prefetch device"), 4, "{log:?}");
+    no_launch_while_evicted(&log);
+    d.wait_for("restored and running", |s| {
+        entry(s, "r").is_some_and(|e| e["tier"] == "hot" && e["busy"] == true)
+    });
+    remove(&c, "r");
+    d.wait_for("the pool empty", |s| {
+        s["pool"].as_array().is_none_or(Vec::is_empty)
+    });
     assert!(c.leftovers().is_empty(), "{:?}", c.leftovers());
 }

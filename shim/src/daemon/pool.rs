@@ -287,6 +287,45 @@ impl Pool {
         was
     }
 
+    /// A shim re-registers a paused container (this daemon restarted, or lost it): known ones
+    /// keep what the pool knows; unknown ones join idle, Warm if the shim evicted them, with the
+    /// hot TTL counted from now.
+    #[allow(clippy::too_many_arguments)]
+    pub fn adopt_idle(
+        &mut self,
+        key: &str,
+        function: &str,
+        gpu: u32,
+        shim_pid: u32,
+        bytes: u64,
+        evicted: bool,
+        now: Time,
+    ) {
+        if let Some(e) = self.entries.get_mut(key) {
+            e.shim_pid = shim_pid;
+            return;
+        }
+        let priority = self.policy.credit(1, 0.01, bytes);
+        self.entries.insert(
+            key.to_owned(),
+            Entry {
+                function: function.to_owned(),
+                gpu,
+                shim_pid,
+                tier: if evicted { Tier::Warm } else { Tier::Hot },
+                busy: false,
+                bytes,
+                last_used: now,
+                uses: 0,
+                priority,
+                reload_s: None,
+                pending: None,
+                evicted_for: Why::Ttl,
+                backoff_until: Time::ZERO,
+            },
+        );
+    }
+
     /// A lease ended. `paused`: the container lives on, idle, holding `bytes` (0 = unknown, keep
     /// the last figure); otherwise it is gone.
     pub fn released(&mut self, key: &str, paused: bool, bytes: u64, now: Time) {

@@ -221,6 +221,41 @@ impl Daemon {
         }
     }
 
+    /// A paused pooled container a shim re-registered: the pool re-learns it. Entries that do not
+    /// name a container or a GPU of this node are skipped with a log line (registration is
+    /// repeated; one bad entry must not cost the others).
+    fn adopt_idle(inner: &mut Inner, r: &api::Running, shim_pid: u32, now: Time) {
+        if r.namespace.is_empty() || r.container_id.is_empty() || r.function.is_empty() {
+            tracing::warn!(
+                shim = shim_pid,
+                "idle container without namespace, id or function: skipped"
+            );
+            return;
+        }
+        let gpu = match inner.core.resolve(&r.gpus) {
+            Ok(g) if !g.is_empty() => g[0],
+            Ok(_) | Err(_) => {
+                tracing::warn!(shim = shim_pid, container = %r.container_id, gpus = ?r.gpus,
+                    "idle container on no GPU of this node: skipped");
+                return;
+            }
+        };
+        let key = format!("{}/{}", r.namespace, r.container_id);
+        if inner.core.lease_of(&key).is_some() {
+            return;
+        }
+        inner.pooled.insert(key.clone(), shim_pid);
+        inner.pool.adopt_idle(
+            &key,
+            &r.function,
+            gpu,
+            shim_pid,
+            r.managed_bytes,
+            r.evicted,
+            now,
+        );
+    }
+
     /// Hands the pool's new orders to their shims and its events to the metrics.
     fn pool_settle(&self, inner: &mut Inner) {
         let orders = inner.pool.take_orders();
@@ -592,6 +627,9 @@ impl api::Admission for Service {
                     Daemon::pool_grant(&mut inner, *lease, now);
                 }
             }
+        }
+        for r in &req.idle {
+            Daemon::adopt_idle(&mut inner, r, req.shim_pid, now);
         }
         d.settle(&mut inner, Vec::new());
         let adopted = adopted?;

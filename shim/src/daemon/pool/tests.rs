@@ -247,6 +247,34 @@ fn exits_and_dead_shims_leave_the_pool() {
 }
 
 #[test]
+fn re_registered_idle_containers_rejoin_with_their_tier() {
+    let mut p = pool(10.0, false);
+    p.observe_memory(0, 0, 80 * GIB);
+    p.adopt_idle("ns/w", "f", 0, 7, GIB, true, t(100.0));
+    p.adopt_idle("ns/h", "f", 0, 7, GIB, false, t(100.0));
+    assert_eq!(tier(&p, "ns/w"), Tier::Warm);
+    assert_eq!(tier(&p, "ns/h"), Tier::Hot);
+    // Known ones keep what the pool knows.
+    p.adopt_idle("ns/h", "f", 0, 8, 5 * GIB, true, t(101.0));
+    assert_eq!(tier(&p, "ns/h"), Tier::Hot);
+    // The hot TTL counts from the re-registration; then the new daemon evicts as usual.
+    p.tick(t(105.0), None);
+    assert!(p.take_orders().is_empty());
+    p.tick(t(111.0), None);
+    assert_eq!(
+        p.take_orders(),
+        [Order {
+            key: "ns/h".into(),
+            shim_pid: 8,
+            action: Action::Evict
+        }]
+    );
+    // And a Warm one is prefetched when its flow turns Active.
+    p.activated(0, "f", t(112.0));
+    assert_eq!(p.take_orders(), [order("ns/w", Action::Prefetch)]);
+}
+
+#[test]
 fn a_pressure_victim_is_prefetched_when_its_next_call_is_due() {
     let mut p = pool(1e6, false);
     p.observe_memory(0, 0, 10 * GIB);
