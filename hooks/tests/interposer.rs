@@ -317,7 +317,7 @@ fn wait_held(c: &Client, call: &str) {
 }
 
 #[test]
-fn native_allocations_are_counted_apart_and_ex_launches_and_async_copies_wait() {
+fn native_allocations_are_counted_apart_and_ex_launches_async_copies_and_threads_wait() {
     let dir = tempfile::tempdir().unwrap();
     let Some((mut c, ctl)) = in_container_c1(dir.path()) else {
         return;
@@ -362,6 +362,25 @@ fn native_allocations_are_counted_apart_and_ex_launches_and_async_copies_wait() 
         "{log}"
     );
     assert!(log.find("launch-ex").unwrap() < last_prefetch, "{log}");
+    // Several threads of one process: each launch waits, all go on after one prefetch.
+    assert_eq!(s.ask("evict"), format!("ok evicted={managed}"));
+    c.send("threads");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while c
+        .stderr()
+        .matches("cuLaunchKernel waits for prefetch")
+        .count()
+        < 4
+    {
+        assert!(
+            Instant::now() < deadline,
+            "not all four waited: {}",
+            c.stderr()
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(s.ask("prefetch"), format!("ok prefetched={managed}"));
+    assert_eq!(c.line(), "threads rc=0");
     // Freed: the counts go back to zero.
     c.send("free-others");
     assert_eq!(c.line(), "freed rc=0");

@@ -9,6 +9,7 @@
  *   free-others  releases them; prints "freed rc=<sum>"
  *   launchex cuLaunchKernelEx through cuGetProcAddress_v2, then prints "launchedex rc=<r>"
  *   copyasync  cuMemcpyHtoDAsync_v2 (direct), then prints "copied rc=<r>"
+ *   threads  four threads launch at once; prints "threads rc=<sum>" when all four returned
  *   fork     forks a child that allocates 1 MiB, prints "child kind=<k> pid=<pid>", and exits
  *            once the file named by CLIENT_CHILD_DONE exists (at most 20 s)
  *   quit
@@ -17,6 +18,7 @@
  * double's log shows each launch).
  */
 #include <dlfcn.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,6 +44,10 @@ typedef struct { size_t w, h; unsigned format, channels; } ArrayDesc;
 CUresult cuArrayCreate_v2(void **, const ArrayDesc *);
 CUresult cuArrayDestroy(void *);
 CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr, const void *, size_t, void *);
+static void *launcher(void *rc) {
+    *(int *)rc = cuLaunchKernel(NULL, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL);
+    return NULL;
+}
 typedef CUresult (*alloc_async_fn)(CUdeviceptr *, size_t, void *);
 typedef CUresult (*launch_ex_fn)(const void *, void *, void **, void **);
 int fake_cuda_kind(CUdeviceptr);
@@ -111,6 +117,17 @@ int main(int argc, char **argv) {
             r = gpa ? gpa("cuLaunchKernelEx", &fl, 12000, 0, &st) : -1;
             r = fl ? ((launch_ex_fn)fl)(NULL, NULL, NULL, NULL) : -1;
             printf("launchedex rc=%d\n", r);
+            continue;
+        }
+        if (strncmp(line, "threads", 7) == 0) {
+            pthread_t t[4];
+            int rc[4] = {0}, sum = 0;
+            for (int i = 0; i < 4; i++) pthread_create(&t[i], NULL, launcher, &rc[i]);
+            for (int i = 0; i < 4; i++) {
+                pthread_join(t[i], NULL);
+                sum += rc[i];
+            }
+            printf("threads rc=%d\n", sum);
             continue;
         }
         if (strncmp(line, "copyasync", 9) == 0) {

@@ -590,7 +590,7 @@ pub fn build_double(name: &str, out: &Path) -> std::io::Result<PathBuf> {
             .arg(format!("-L{}", out.display()))
             .arg("-l:libcuda.so.1")
             .arg(format!("-Wl,-rpath,{}", out.display()))
-            .arg("-ldl");
+            .args(["-ldl", "-lpthread"]);
     } else {
         cc.args(["-shared", "-fPIC", "-O1", "-Wall", "-Werror", "-o"])
             .arg(&path)
