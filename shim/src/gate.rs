@@ -171,6 +171,19 @@ fn gpus(w: &GpuWork) -> Vec<String> {
     }
 }
 
+/// A registration entry's identity: container, function, weight, GPUs.
+fn entry(ns: &str, id: &str, work: &GpuWork) -> api::Running {
+    api::Running {
+        namespace: ns.to_owned(),
+        container_id: id.to_owned(),
+        function: work.function.clone(),
+        tenant: work.tenant.clone().unwrap_or_default(),
+        weight: work.weight,
+        gpus: gpus(work),
+        ..Default::default()
+    }
+}
+
 enum Attempt {
     Admitted(u64),
     Lost(String),
@@ -233,32 +246,20 @@ impl DaemonGate {
             .held()
             .values()
             .map(|h| api::Running {
-                namespace: h.ns.clone(),
-                container_id: h.id.clone(),
-                function: h.work.function.clone(),
-                tenant: h.work.tenant.clone().unwrap_or_default(),
-                weight: h.work.weight,
-                gpus: gpus(&h.work),
                 lease_id: h.lease,
                 running_ns: u64::try_from(h.since.elapsed().as_nanos()).unwrap_or(u64::MAX),
                 pooled: h.pooled,
-                ..Default::default()
+                ..entry(&h.ns, &h.id, &h.work)
             })
             .collect();
         let idle: Vec<api::Running> = self
             .idle()
             .values()
             .map(|i| api::Running {
-                namespace: i.ns.clone(),
-                container_id: i.id.clone(),
-                function: i.work.function.clone(),
-                tenant: i.work.tenant.clone().unwrap_or_default(),
-                weight: i.work.weight,
-                gpus: gpus(&i.work),
                 pooled: true,
                 evicted: i.evicted,
                 managed_bytes: i.bytes,
-                ..Default::default()
+                ..entry(&i.ns, &i.id, &i.work)
             })
             .collect();
         let req = api::RegisterRequest {

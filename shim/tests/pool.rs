@@ -157,6 +157,24 @@ fn remove(c: &Containerd, id: &str) {
     assert!(c.ctr(&["containers", "rm", id]).status.success());
 }
 
+/// Resumes an evicted container: Resume returns once its memory is back (all four ranges
+/// prefetched, no launch before that), it launches again, and the pool has it Hot and busy.
+fn resume_restored(c: &Containerd, d: &Mqfqd, cuda: &Path, id: &str) {
+    let launches = count(&driver_log(cuda, id), "launch");
+    let o = c.ctr(&["task", "resume", id]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(c.wait_status(id, "RUNNING"));
+    wait_log(cuda, id, "launched after the restore", |l| {
+        count(l, "launch") > launches
+    });
+    let log = driver_log(cuda, id);
+    assert_eq!(count(&log, "prefetch device"), 4, "{log:?}");
+    no_launch_while_evicted(&log);
+    d.wait_for("restored and running", |s| {
+        entry(s, id).is_some_and(|e| e["tier"] == "hot" && e["busy"] == true)
+    });
+}
+
 #[test]
 fn idle_containers_are_evicted_restored_at_resume_and_prefetched_on_activation() {
     let Some((c, d, cuda, port)) = setup("pool") else {
@@ -197,19 +215,7 @@ fn idle_containers_are_evicted_restored_at_resume_and_prefetched_on_activation()
 
     // Resume a: admitted, thawed, its memory back before it launches again. Its flow turning
     // Active has mqfqd prefetch b too, which stays paused.
-    let launches = count(&driver_log(&cuda, "a"), "launch");
-    let o = c.ctr(&["task", "resume", "a"]);
-    assert!(o.status.success(), "{}", text(&o));
-    assert!(c.wait_status("a", "RUNNING"));
-    wait_log(&cuda, "a", "launched after the restore", |l| {
-        count(l, "launch") > launches
-    });
-    let a = driver_log(&cuda, "a");
-    assert_eq!(count(&a, "prefetch device"), 4, "{a:?}");
-    no_launch_while_evicted(&a);
-    d.wait_for("a restored and running", |s| {
-        entry(s, "a").is_some_and(|e| e["tier"] == "hot" && e["busy"] == true)
-    });
+    resume_restored(&c, &d, &cuda, "a");
     wait_log(&cuda, "b", "prefetched while paused", |l| {
         count(l, "prefetch device") == 4
     });
@@ -279,17 +285,7 @@ fn a_restarted_daemon_relearns_paused_containers_from_their_shims() {
     let log = driver_log(&cuda, "r");
     assert_eq!(count(&log, "prefetch host"), 4, "{log:?}");
     // Resume restores it as usual.
-    let launches = count(&log, "launch");
-    assert!(c.ctr(&["task", "resume", "r"]).status.success());
-    wait_log(&cuda, "r", "launched after the restore", |l| {
-        count(l, "launch") > launches
-    });
-    let log = driver_log(&cuda, "r");
-    assert_eq!(count(&log, "prefetch device"), 4, "{log:?}");
-    no_launch_while_evicted(&log);
-    d.wait_for("restored and running", |s| {
-        entry(s, "r").is_some_and(|e| e["tier"] == "hot" && e["busy"] == true)
-    });
+    resume_restored(&c, &d, &cuda, "r");
     remove(&c, "r");
     d.wait_for("the pool empty", |s| {
         s["pool"].as_array().is_none_or(Vec::is_empty)
