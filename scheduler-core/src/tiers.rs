@@ -26,7 +26,7 @@ use crate::config::TierConfig;
 use crate::time::Time;
 
 /// Where a container's memory is.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Tier {
     /// Memory on the GPU.

@@ -16,7 +16,7 @@ use prometheus_client::registry::Registry;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::core::{GpuView, Record};
-use super::pool::{EntryView, PoolEvent};
+use super::pool::{PoolEvent, TierCounts};
 
 type Labels = Vec<(String, String)>;
 
@@ -242,27 +242,22 @@ impl Metrics {
         }
     }
 
-    /// Refreshes the pool gauges (per tier, and per function and tier).
-    pub fn pool_gauges(&self, entries: &[EntryView]) {
+    /// Sets the pool gauges (per tier, and per function and tier).
+    pub fn pool_gauges(&self, counts: &TierCounts) {
         let mut tiers: std::collections::BTreeMap<&str, i64> =
             [("hot", 0), ("warm", 0), ("cold", 0)].into_iter().collect();
-        let mut per_function: std::collections::BTreeMap<(&str, &str), i64> =
-            std::collections::BTreeMap::new();
-        for e in entries {
-            let t = tier_name(e.tier);
-            *tiers.entry(t).or_default() += 1;
-            *per_function.entry((&e.function, t)).or_default() += 1;
+        // Functions come and go: the family is rebuilt.
+        self.pool_function_containers.clear();
+        for ((f, t), n) in counts {
+            let t = tier_name(*t);
+            *tiers.entry(t).or_default() += n;
+            self.pool_function_containers
+                .get_or_create(&labels(&[("function", f), ("tier", t)]))
+                .set(*n);
         }
         for (t, n) in tiers {
             self.pool_containers
                 .get_or_create(&labels(&[("tier", t)]))
-                .set(n);
-        }
-        // Functions come and go: the family is rebuilt.
-        self.pool_function_containers.clear();
-        for ((f, t), n) in per_function {
-            self.pool_function_containers
-                .get_or_create(&labels(&[("function", f), ("tier", t)]))
                 .set(n);
         }
     }

@@ -189,7 +189,12 @@ pub struct Pool {
     memory: HashMap<u32, (u64, u64)>,
     orders: Vec<Order>,
     events: Vec<PoolEvent>,
+    /// Containers joined, left or changed tier since [`Pool::tier_counts`] last answered.
+    changed: bool,
 }
+
+/// Pooled containers per (function, tier).
+pub type TierCounts = BTreeMap<(String, Tier), i64>;
 
 impl Pool {
     /// A pool with checked knobs.
@@ -213,6 +218,7 @@ impl Pool {
             memory: HashMap::new(),
             orders: Vec::new(),
             events: Vec::new(),
+            changed: true,
         })
     }
 
@@ -268,6 +274,7 @@ impl Pool {
             backoff_until: Time::ZERO,
         });
         let was = e.tier;
+        self.changed = true;
         e.busy = true;
         e.shim_pid = shim_pid;
         e.gpu = gpu;
@@ -306,6 +313,7 @@ impl Pool {
             return;
         }
         let priority = self.policy.credit(1, 0.01, bytes);
+        self.changed = true;
         self.entries.insert(
             key.to_owned(),
             Entry {
@@ -330,7 +338,7 @@ impl Pool {
     /// the last figure); otherwise it is gone.
     pub fn released(&mut self, key: &str, paused: bool, bytes: u64, now: Time) {
         if !paused {
-            self.entries.remove(key);
+            self.changed |= self.entries.remove(key).is_some();
             return;
         }
         if let Some(e) = self.entries.get_mut(key) {
@@ -344,13 +352,15 @@ impl Pool {
 
     /// A container that holds no lease was killed or deleted: it leaves the pool.
     pub fn forget(&mut self, key: &str) {
-        self.entries.remove(key);
+        self.changed |= self.entries.remove(key).is_some();
         self.orders.retain(|o| o.key != key);
     }
 
     /// A container's shim died: its containers leave the pool.
     pub fn shim_gone(&mut self, pid: u32) {
+        let before = self.entries.len();
         self.entries.retain(|_, e| e.shim_pid != pid);
+        self.changed |= self.entries.len() != before;
         self.orders.retain(|o| o.shim_pid != pid);
     }
 
@@ -571,13 +581,16 @@ impl Pool {
             self.order(key, Action::Reclaim, now);
         } else if let Some(e) = self.entries.get_mut(key) {
             e.tier = Tier::Cold;
+            self.changed = true;
         }
     }
 
     /// A shim's report. Returns whether it was about a known container.
     pub fn report(&mut self, o: &Outcome, now: Time) -> bool {
         if o.gone {
-            return self.entries.remove(&o.key).is_some();
+            let known = self.entries.remove(&o.key).is_some();
+            self.changed |= known;
+            return known;
         }
         let Some(e) = self.entries.get_mut(&o.key) else {
             return false;
@@ -600,6 +613,7 @@ impl Pool {
             e.backoff_until = now.plus_secs(BACKOFF_S);
             return true;
         }
+        self.changed = true;
         match o.action {
             Action::Evict => {
                 e.tier = Tier::Warm;
@@ -631,6 +645,19 @@ impl Pool {
     /// Events since the last call.
     pub fn drain_events(&mut self) -> Vec<PoolEvent> {
         std::mem::take(&mut self.events)
+    }
+
+    /// Containers per (function, tier) when that changed since the last call, else `None`: the
+    /// sampler refreshes the gauges only then, not by walking the pool every 100 ms.
+    pub fn tier_counts(&mut self) -> Option<TierCounts> {
+        if !std::mem::take(&mut self.changed) {
+            return None;
+        }
+        let mut counts = TierCounts::new();
+        for e in self.entries.values() {
+            *counts.entry((e.function.clone(), e.tier)).or_default() += 1;
+        }
+        Some(counts)
     }
 
     /// Every pooled container.

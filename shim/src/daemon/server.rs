@@ -315,10 +315,12 @@ impl Daemon {
             self.settle(&mut inner, grants);
             let gpus = inner.core.gpus();
             let fail_open = inner.core.fail_open_starts();
-            let entries = inner.pool.entries(now);
+            let counts = inner.pool.tier_counts();
             drop(inner);
             self.metrics.gauges(&gpus, fail_open);
-            self.metrics.pool_gauges(&entries);
+            if let Some(c) = counts {
+                self.metrics.pool_gauges(&c);
+            }
         }
     }
 

@@ -91,6 +91,30 @@ fn idle_past_hot_ttl_is_evicted_then_prefetched_when_its_flow_turns_active() {
 }
 
 #[test]
+fn tier_counts_are_computed_only_after_a_change() {
+    let mut p = pool(1.0, false);
+    p.observe_memory(0, 0, 80 * GIB);
+    assert_eq!(
+        p.tier_counts(),
+        Some(TierCounts::new()),
+        "first call answers"
+    );
+    assert_eq!(p.tier_counts(), None);
+    paused(&mut p, "ns/a", "f", GIB, 0.0);
+    let c = p.tier_counts().unwrap();
+    assert_eq!(c[&("f".to_owned(), Tier::Hot)], 1);
+    p.tick(t(0.5), None);
+    assert_eq!(p.tier_counts(), None, "nothing moved");
+    p.tick(t(2.0), None);
+    assert_eq!(p.tier_counts(), None, "an order in flight is not a move");
+    p.report(&ok("ns/a", Action::Evict, GIB), t(2.1));
+    let c = p.tier_counts().unwrap();
+    assert_eq!(c[&("f".to_owned(), Tier::Warm)], 1);
+    p.forget("ns/a");
+    assert_eq!(p.tier_counts(), Some(TierCounts::new()));
+}
+
+#[test]
 fn gpu_memory_pressure_evicts_inactive_least_recent_first_and_counts_evictions_in_flight() {
     let mut p = pool(1e6, false);
     p.observe_memory(0, 0, 10 * GIB); // budget 8.5 GiB
