@@ -153,6 +153,23 @@ impl NvmlGpus {
     fn mps(&self) -> bool {
         self.mps_pipe_dir.join("control").exists()
     }
+
+    /// Every GPU NVML lists, by index.
+    fn each<T>(
+        &self,
+        mut f: impl FnMut(u32, nvml_wrapper::Device<'_>) -> Result<T, MonitorError>,
+    ) -> Result<Vec<T>, MonitorError> {
+        let n = self.nvml.device_count().map_err(nvml_err("device count"))?;
+        (0..n)
+            .map(|i| {
+                let d = self
+                    .nvml
+                    .device_by_index(i)
+                    .map_err(nvml_err("device by index"))?;
+                f(i, d)
+            })
+            .collect()
+    }
 }
 
 impl GpuMonitor for NvmlGpus {
@@ -161,68 +178,51 @@ impl GpuMonitor for NvmlGpus {
     }
 
     fn devices(&mut self) -> Result<Vec<GpuInfo>, MonitorError> {
-        let n = self.nvml.device_count().map_err(nvml_err("device count"))?;
         let mps = self.mps();
-        (0..n)
-            .map(|i| {
-                let d = self
-                    .nvml
-                    .device_by_index(i)
-                    .map_err(nvml_err("device by index"))?;
-                // MIG mode is unsupported on most GPUs: that error means "not MIG".
-                let mig = d.mig_mode().is_ok_and(|m| m.current == 1);
-                let mode = if mig {
-                    GpuMode::Mig
-                } else if mps {
-                    GpuMode::Mps
-                } else {
-                    GpuMode::Plain
-                };
-                Ok(GpuInfo {
-                    index: i,
-                    uuid: d.uuid().map_err(nvml_err("uuid"))?,
-                    name: d.name().unwrap_or_else(|_| "NVIDIA GPU".into()),
-                    mode,
-                    memory_total: d.memory_info().map_err(nvml_err("memory info"))?.total,
-                    mig: Vec::new(),
-                })
+        self.each(|i, d| {
+            // MIG mode is unsupported on most GPUs: that error means "not MIG".
+            let mig = d.mig_mode().is_ok_and(|m| m.current == 1);
+            let mode = if mig {
+                GpuMode::Mig
+            } else if mps {
+                GpuMode::Mps
+            } else {
+                GpuMode::Plain
+            };
+            Ok(GpuInfo {
+                index: i,
+                uuid: d.uuid().map_err(nvml_err("uuid"))?,
+                name: d.name().unwrap_or_else(|_| "NVIDIA GPU".into()),
+                mode,
+                memory_total: d.memory_info().map_err(nvml_err("memory info"))?.total,
+                mig: Vec::new(),
             })
-            .collect()
+        })
     }
 
     fn keep_driver_warm(&mut self) -> Result<String, MonitorError> {
-        let n = self.nvml.device_count().map_err(nvml_err("device count"))?;
-        for i in 0..n {
-            let mut d = self
-                .nvml
-                .device_by_index(i)
-                .map_err(nvml_err("device by index"))?;
-            d.set_persistent(true)
-                .map_err(nvml_err("set persistence mode"))?;
-        }
+        let n = self
+            .each(|_, mut d| {
+                d.set_persistent(true)
+                    .map_err(nvml_err("set persistence mode"))
+            })?
+            .len();
         Ok(format!("persistence mode on for {n} GPUs"))
     }
 
     fn sample(&mut self, _leases: &[u32]) -> Result<Vec<Sample>, MonitorError> {
-        let n = self.nvml.device_count().map_err(nvml_err("device count"))?;
-        (0..n)
-            .map(|i| {
-                let d = self
-                    .nvml
-                    .device_by_index(i)
-                    .map_err(nvml_err("device by index"))?;
-                let u = d.utilization_rates().map_err(nvml_err("utilization"))?;
-                let m = d.memory_info().map_err(nvml_err("memory info"))?;
-                Ok(Sample {
-                    index: i,
-                    utilization: f64::from(u.gpu.min(100)) / 100.0,
-                    memory_used: m.used,
-                    pcie_tx_kbps: d.pcie_throughput(PcieUtilCounter::Send).ok(),
-                    pcie_rx_kbps: d.pcie_throughput(PcieUtilCounter::Receive).ok(),
-                    power_mw: d.power_usage().ok(),
-                })
+        self.each(|i, d| {
+            let u = d.utilization_rates().map_err(nvml_err("utilization"))?;
+            let m = d.memory_info().map_err(nvml_err("memory info"))?;
+            Ok(Sample {
+                index: i,
+                utilization: f64::from(u.gpu.min(100)) / 100.0,
+                memory_used: m.used,
+                pcie_tx_kbps: d.pcie_throughput(PcieUtilCounter::Send).ok(),
+                pcie_rx_kbps: d.pcie_throughput(PcieUtilCounter::Receive).ok(),
+                power_mw: d.power_usage().ok(),
             })
-            .collect()
+        })
     }
 }
 

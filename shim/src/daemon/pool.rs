@@ -469,8 +469,11 @@ impl Pool {
             })
             .map(|(k, e)| (k.clone(), e.bytes))
             .collect();
+        let mut free = self.free_in_budget(gpu);
         for (key, bytes) in keys {
-            if bytes <= self.free_in_budget(gpu) {
+            if bytes <= free {
+                // As `in_use` will count it from now: a prefetch in flight.
+                free -= bytes;
                 self.order(&key, Action::Prefetch, now);
             }
         }

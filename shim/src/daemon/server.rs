@@ -306,14 +306,15 @@ impl Daemon {
                         .observe(s.index, s.utilization, s.memory_used, now),
                 );
             }
-            for g in inner.core.gpus() {
+            self.settle(&mut inner, grants);
+            let gpus = inner.core.gpus();
+            for g in &gpus {
                 inner
                     .pool
                     .observe_memory(g.info.index, g.memory_used, g.info.memory_total);
             }
             inner.pool.tick(now, host);
-            self.settle(&mut inner, grants);
-            let gpus = inner.core.gpus();
+            self.pool_settle(&mut inner);
             let fail_open = inner.core.fail_open_starts();
             let counts = inner.pool.tier_counts();
             drop(inner);
