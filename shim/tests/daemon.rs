@@ -57,18 +57,24 @@ fn one_slot(name: &str) -> Option<(Containerd, Mqfqd, PathBuf)> {
     Some((c, d, out))
 }
 
+/// `ctr run` of a GPU container through the shim (flags before the image; `-d`/`--rm` and the
+/// rest follow).
+const GPU_RUN: [&str; 7] = [
+    "run",
+    "--snapshotter",
+    "native",
+    "--runtime",
+    MQFQ,
+    "--env",
+    "NVIDIA_VISIBLE_DEVICES=0",
+];
+
 /// `ctr run -d` of an annotated GPU container (`sleep 300`), function named after it.
 fn gpu_detached(c: &Containerd, id: &str) {
     let function = format!("io.mqfq.function={id}");
-    let o = c.ctr(&[
-        "run",
+    let mut args = GPU_RUN.to_vec();
+    args.extend([
         "-d",
-        "--snapshotter",
-        "native",
-        "--runtime",
-        MQFQ,
-        "--env",
-        "NVIDIA_VISIBLE_DEVICES=0",
         "--annotation",
         &function,
         mqfq_testkit::BUSYBOX,
@@ -76,6 +82,7 @@ fn gpu_detached(c: &Containerd, id: &str) {
         "sleep",
         "300",
     ]);
+    let o = c.ctr(&args);
     assert!(o.status.success(), "{}", text(&o));
 }
 
@@ -106,34 +113,25 @@ fn gpu_run(
 ) -> std::thread::JoinHandle<Output> {
     let sock = c.socket();
     let ns = c.ns.clone();
-    let args: Vec<String> = [
-        "-a",
-        sock.to_str().unwrap(),
-        "-n",
-        &ns,
-        "run",
-        "--rm",
-        "--snapshotter",
-        "native",
-        "--runtime",
-        MQFQ,
-        "--env",
-        "NVIDIA_VISIBLE_DEVICES=0",
-        "--env",
-        &format!("ID={id}"),
-        "--annotation",
-        &format!("io.mqfq.function={function}"),
-        "--mount",
-        &format!("type=bind,src={},dst=/out,options=rbind:rw", out.display()),
-        mqfq_testkit::BUSYBOX,
-        id,
-        "sh",
-        "-c",
-        script,
-    ]
-    .iter()
-    .map(|s| (*s).to_owned())
-    .collect();
+    let args: Vec<String> = ["-a", sock.to_str().unwrap(), "-n", &ns]
+        .into_iter()
+        .chain(GPU_RUN)
+        .chain([
+            "--rm",
+            "--env",
+            &format!("ID={id}"),
+            "--annotation",
+            &format!("io.mqfq.function={function}"),
+            "--mount",
+            &format!("type=bind,src={},dst=/out,options=rbind:rw", out.display()),
+            mqfq_testkit::BUSYBOX,
+            id,
+            "sh",
+            "-c",
+            script,
+        ])
+        .map(str::to_owned)
+        .collect();
     std::thread::spawn(move || Command::new("ctr").args(&args).output().unwrap())
 }
 
