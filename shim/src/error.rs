@@ -24,6 +24,9 @@ pub enum Error {
     /// A service the call needs (mqfqd, with fail-closed admission) is unreachable.
     #[error("{0}")]
     Unavailable(String),
+    /// A step with a deadline did not finish in time (work on a container's rootfs).
+    #[error("{0}")]
+    DeadlineExceeded(String),
     /// The call is not supported by this shim.
     #[error("{0} is not implemented by the mqfq shim")]
     Unimplemented(&'static str),
@@ -76,6 +79,7 @@ impl Error {
             Error::FailedPrecondition(_) => ttrpc::Code::FAILED_PRECONDITION,
             Error::Unimplemented(_) => ttrpc::Code::UNIMPLEMENTED,
             Error::Unavailable(_) => ttrpc::Code::UNAVAILABLE,
+            Error::DeadlineExceeded(_) => ttrpc::Code::DEADLINE_EXCEEDED,
             Error::Runc { .. } | Error::Io { .. } | Error::Shim(_) => ttrpc::Code::INTERNAL,
         }
     }
@@ -135,6 +139,10 @@ mod tests {
         assert_eq!(
             status(Error::Unimplemented("checkpoint")).0,
             ttrpc::Code::UNIMPLEMENTED
+        );
+        assert_eq!(
+            status(Error::DeadlineExceeded("rootfs work".into())).0,
+            ttrpc::Code::DEADLINE_EXCEEDED
         );
         let (code, msg) = status(Error::io(
             "open fifo /x",

@@ -145,6 +145,13 @@ impl Shim for Service {
             Err(e) => tracing::warn!("delete after crash: {}", e.full_message()),
         }
         unmount(&bundle.join("rootfs"));
+        if !self.id.is_empty() && !self.id.contains('/') && self.id != "." && self.id != ".." {
+            crate::uvm::cleanup(&crate::uvm::ctl_dir(
+                &crate::uvm::ctl_root(),
+                &self.namespace,
+                &self.id,
+            ));
+        }
         Ok(DeleteResponse {
             pid: 0,
             exit_status: 137,

@@ -416,13 +416,17 @@ fn a_gpu_container_gets_the_cached_edits_without_a_hook() {
         assert!(Instant::now() < deadline, "mqfqd wrote no edits");
         std::thread::sleep(Duration::from_millis(20));
     }
-    // The interposer, "installed" where this containerd's shims look (busybox is static: the
-    // preload never loads, the test checks what the container is given).
-    std::fs::write(
+    // The interposer, installed where this containerd's shims look, and an image with a glibc
+    // it loads into.
+    std::fs::copy(
+        mqfq_testkit::built_interposer(),
         c.dir().join("libmqfq_cuda.so"),
-        "not loaded by static busybox",
     )
     .unwrap();
+    c.import_image(
+        mqfq_testkit::GLIBC_IMAGE,
+        &mqfq_testkit::host_glibc().unwrap(),
+    );
     let script = format!(
         "ls -ln /dev/nvidia1 /dev/nvidiactl /dev/nvidia-uvm; test -e /dev/nvidia0 || echo no-nvidia0; \
          readlink /{LIBDIR}/libcuda.so.1; readlink /{LIBDIR}/libcuda.so; \
@@ -433,8 +437,9 @@ fn a_gpu_container_gets_the_cached_edits_without_a_hook() {
          touch /run/mqfq/ctl/probe && echo ctl-writable; \
          echo vis=$NVIDIA_VISIBLE_DEVICES"
     );
-    let o = c.run(
+    let o = c.run_image(
         MQFQ,
+        mqfq_testkit::GLIBC_IMAGE,
         "nv1",
         &[
             "--env",
@@ -487,6 +492,21 @@ fn a_gpu_container_gets_the_cached_edits_without_a_hook() {
     );
     assert!(o.status.success());
     assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), "pre=");
+    // An image without a glibc the interposer can load into (static busybox) runs unpooled:
+    // preloading it would stop every program of the container from starting.
+    let o = c.run(
+        MQFQ,
+        "nv5",
+        &["--env", "NVIDIA_VISIBLE_DEVICES=0"],
+        &["sh", "-c", "echo pre=$LD_PRELOAD"],
+    );
+    assert!(o.status.success(), "{}", c.log());
+    assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), "pre=");
+    assert!(
+        c.log().contains("no glibc the interposer can load into"),
+        "{}",
+        c.log()
+    );
     // A GPU the node does not have fails Create, naming it, and leaves nothing behind.
     let o = c.run(
         MQFQ,
@@ -625,21 +645,19 @@ fn the_built_ld_cache_lets_glibc_find_driver_libraries() {
         ..edits::ContainerEdits::default()
     };
     let mut spec = serde_json::json!({});
-    let cache_dir = dir.path().join("ldcache");
-    let file = edits::mount_ld_cache(&mut spec, &root, &e, &cache_dir)
-        .unwrap()
-        .unwrap();
-    assert_eq!(spec["mounts"][0]["destination"], "/etc/ld.so.cache");
-    assert_eq!(spec["mounts"][0]["source"], file.display().to_string());
-    // Built once per (image cache, libraries): a second container reuses the file.
-    let again = edits::mount_ld_cache(&mut spec, &root, &e, &cache_dir)
-        .unwrap()
-        .unwrap();
-    assert_eq!(again, file);
-    assert_eq!(std::fs::read_dir(&cache_dir).unwrap().count(), 1);
-    // What the bind mount does, here by copy: the loader now finds the library, and libc still.
-    std::fs::copy(&file, root.join("etc/ld.so.cache")).unwrap();
+    let fs = mqfq_shim::rootfs::Root::open(&root).unwrap();
+    let got = edits::install_ld_cache(&mut spec, &fs, &e, dir.path()).unwrap();
+    assert!(
+        matches!(got, edits::LdCache::Written { image_entries } if image_entries > 0),
+        "{got:?}"
+    );
+    assert!(
+        spec.get("mounts").is_none(),
+        "written into the rootfs, not mounted"
+    );
+    // The loader now finds the library, and libc still.
     assert_eq!(probe().trim(), "found");
+    let file = root.join("etc/ld.so.cache");
     let listed = Command::new("ldconfig")
         .arg("-p")
         .arg("-C")

@@ -9,7 +9,7 @@
 
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 use std::time::{Duration, Instant};
 
 use mqfq_testkit::{Containerd, MQFQ, Mqfqd};
@@ -26,22 +26,8 @@ fn text(o: &Output) -> String {
     )
 }
 
-/// The interposer cargo built for this workspace (`target/<profile>/deps`), built here if this
-/// test runs alone.
 fn interposer() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let deps = exe.parent().unwrap();
-    let so = deps.join("libmqfq_cuda.so");
-    if !so.exists() {
-        let release = deps.parent().is_some_and(|p| p.ends_with("release"));
-        let mut cargo = Command::new(env!("CARGO"));
-        cargo.args(["build", "-p", "mqfq-cuda-hook", "--lib"]);
-        if release {
-            cargo.arg("--release");
-        }
-        assert!(cargo.status().unwrap().success(), "build the interposer");
-    }
-    so
+    mqfq_testkit::built_interposer()
 }
 
 fn free_port() -> u16 {

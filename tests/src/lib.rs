@@ -22,6 +22,9 @@ pub use mqfqd::{Mqfqd, pool_tiers};
 pub const BUSYBOX: &str = "docker.io/local/busybox:latest";
 /// The CRI sandbox (pause) image: busybox waiting for SIGTERM.
 pub const PAUSE: &str = "docker.io/local/pause:latest";
+/// busybox with the host's glibc in its layer (`ld-linux` and `libc.so.6`): an image the CUDA
+/// interposer can be preloaded into.
+pub const GLIBC_IMAGE: &str = "docker.io/local/busybox-glibc:latest";
 /// CRI's fixed containerd namespace.
 pub const CRI_NAMESPACE: &str = "k8s.io";
 /// Our runtime name.
@@ -167,7 +170,6 @@ impl Containerd {
             .env("PATH", path)
             .env("MQFQ_DAEMON_SOCKET", d.join("mqfqd.sock"))
             .env("MQFQ_EDITS_FILE", d.join("nvidia-edits.json"))
-            .env("MQFQ_LDCACHE_DIR", d.join("ldcache"))
             .env("MQFQ_INTERPOSER", d.join("libmqfq_cuda.so"))
             .env("MQFQ_CTL_ROOT", d.join("ctl"))
             .envs(env.iter().copied())
@@ -219,6 +221,30 @@ impl Containerd {
         Some(c)
     }
 
+    /// Builds an image of busybox plus `items` named `name` and imports it.
+    ///
+    /// # Panics
+    /// The image cannot be built or imported.
+    pub fn import_image(&self, name: &str, items: &[Item]) {
+        let tar = self.dir.path().join(format!(
+            "image-{}.tar",
+            name.replace(|ch: char| !ch.is_ascii_alphanumeric(), "_")
+        ));
+        build_image(&tar, name, &["sh"], items).expect("build image");
+        let o = self.ctr(&[
+            "images",
+            "import",
+            "--snapshotter",
+            "native",
+            tar.to_str().expect("utf-8 path"),
+        ]);
+        assert!(
+            o.status.success(),
+            "import {name}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+
     /// Where this containerd's shims look for `mqfqd`.
     #[must_use]
     pub fn daemon_socket(&self) -> PathBuf {
@@ -267,6 +293,7 @@ impl Containerd {
     /// Copying, or `cc`.
     pub fn install_cuda(&self, interposer: &Path) -> std::io::Result<PathBuf> {
         std::fs::copy(interposer, self.dir().join("libmqfq_cuda.so"))?;
+        self.import_image(GLIBC_IMAGE, &host_glibc()?);
         let cuda = self.dir().join("cuda");
         std::fs::create_dir_all(&cuda)?;
         build_double("cuda", &cuda)?;
@@ -302,7 +329,7 @@ impl Containerd {
             "--mount",
             "type=bind,src=/usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2,\
              dst=/lib64/ld-linux-x86-64.so.2,options=rbind:ro",
-            BUSYBOX,
+            GLIBC_IMAGE,
             id,
             &format!("{dir}/cuda_client"),
             "loop",
@@ -312,6 +339,19 @@ impl Containerd {
     /// `ctr run --rm --snapshotter native --runtime <runtime> [extra…] busybox <id> cmd…`.
     #[must_use]
     pub fn run(&self, runtime: &str, id: &str, extra: &[&str], cmd: &[&str]) -> Output {
+        self.run_image(runtime, BUSYBOX, id, extra, cmd)
+    }
+
+    /// [`run`](Self::run) of another image.
+    #[must_use]
+    pub fn run_image(
+        &self,
+        runtime: &str,
+        image: &str,
+        id: &str,
+        extra: &[&str],
+        cmd: &[&str],
+    ) -> Output {
         let mut args = vec![
             "run",
             "--rm",
@@ -321,7 +361,7 @@ impl Containerd {
             runtime,
         ];
         args.extend_from_slice(extra);
-        args.push(BUSYBOX);
+        args.push(image);
         args.push(id);
         args.extend_from_slice(cmd);
         self.ctr(&args)
@@ -390,6 +430,31 @@ impl Containerd {
         }
         false
     }
+}
+
+/// The interposer cargo built for this workspace (`target/<profile>/deps`, beside the calling
+/// test binary), built first if this test runs alone.
+///
+/// # Panics
+/// cargo cannot build it.
+#[must_use]
+pub fn built_interposer() -> PathBuf {
+    let exe = std::env::current_exe().expect("test binary");
+    let deps = exe.parent().expect("deps folder");
+    let so = deps.join("libmqfq_cuda.so");
+    if !so.exists() {
+        let release = deps.parent().is_some_and(|p| p.ends_with("release"));
+        let mut cargo = Command::new(env!("CARGO"));
+        cargo.args(["build", "-p", "mqfq-cuda-hook", "--lib"]);
+        if release {
+            cargo.arg("--release");
+        }
+        assert!(
+            cargo.status().expect("cargo").success(),
+            "build the interposer"
+        );
+    }
+    so
 }
 
 /// Pids of shim processes whose command line names this containerd's socket.
@@ -479,6 +544,46 @@ fn header(path: &str, kind: tar::EntryType, mode: u32, size: u64) -> tar::Header
 /// # Errors
 /// Reading busybox or writing the tar failed.
 pub fn build_busybox_image(out: &Path, name: &str, cmd: &[&str]) -> std::io::Result<()> {
+    build_image(out, name, cmd, &[])
+}
+
+/// An extra entry of a test image's layer (paths relative to the root, no leading `/`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Item {
+    /// A regular file with its bytes and mode.
+    File(String, Vec<u8>, u32),
+    /// A directory.
+    Dir(String),
+    /// A symlink `path → target`.
+    Symlink(String, String),
+    /// A FIFO.
+    Fifo(String),
+    /// A character device `major:minor`.
+    CharDev(String, u32, u32),
+}
+
+/// The host's C library and loader as image entries, at the x86-64 Debian paths.
+///
+/// # Errors
+/// The host has no glibc there.
+pub fn host_glibc() -> std::io::Result<Vec<Item>> {
+    let libc = std::fs::read("/lib/x86_64-linux-gnu/libc.so.6")?;
+    let ld = std::fs::read("/lib64/ld-linux-x86-64.so.2")?;
+    Ok(vec![
+        Item::Dir("lib".into()),
+        Item::Dir("lib/x86_64-linux-gnu".into()),
+        Item::Dir("lib64".into()),
+        Item::File("lib/x86_64-linux-gnu/libc.so.6".into(), libc, 0o755),
+        Item::File("lib64/ld-linux-x86-64.so.2".into(), ld, 0o755),
+    ])
+}
+
+/// [`build_busybox_image`] with `items` added to its layer (after busybox's own entries, so an
+/// item may replace one).
+///
+/// # Errors
+/// Reading busybox or writing the tar failed.
+pub fn build_image(out: &Path, name: &str, cmd: &[&str], items: &[Item]) -> std::io::Result<()> {
     let bb = std::fs::read("/bin/busybox")?;
     let applets = Command::new("/bin/busybox").arg("--list").output()?;
     let mut applets: Vec<String> = String::from_utf8_lossy(&applets.stdout)
@@ -515,6 +620,34 @@ pub fn build_busybox_image(out: &Path, name: &str, cmd: &[&str]) -> std::io::Res
             &header(p, tar::EntryType::Regular, 0o644, c.len() as u64),
             c.as_bytes(),
         )?;
+    }
+    for item in items {
+        match item {
+            Item::File(p, data, mode) => layer.append(
+                &header(p, tar::EntryType::Regular, *mode, data.len() as u64),
+                &data[..],
+            )?,
+            Item::Dir(p) => layer.append(
+                &header(&format!("{p}/"), tar::EntryType::Directory, 0o755, 0),
+                std::io::empty(),
+            )?,
+            Item::Symlink(p, target) => {
+                let mut h = header(p, tar::EntryType::Symlink, 0o777, 0);
+                h.set_link_name(target)?;
+                h.set_cksum();
+                layer.append(&h, std::io::empty())?;
+            }
+            Item::Fifo(p) => {
+                layer.append(&header(p, tar::EntryType::Fifo, 0o644, 0), std::io::empty())?
+            }
+            Item::CharDev(p, major, minor) => {
+                let mut h = header(p, tar::EntryType::Char, 0o600, 0);
+                h.set_device_major(*major)?;
+                h.set_device_minor(*minor)?;
+                h.set_cksum();
+                layer.append(&h, std::io::empty())?;
+            }
+        }
     }
     let layer = layer.into_inner()?;
     let config = serde_json::json!({

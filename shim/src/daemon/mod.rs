@@ -112,7 +112,8 @@ pub async fn run(
     core.hold_until(scheduler_core::Time::from_nanos(
         cfg.restart_grace_ms.saturating_mul(1_000_000),
     ));
-    let pool = pool::Pool::new(cfg.pool_config())?;
+    let mut pool = pool::Pool::new(cfg.pool_config())?;
+    pool.set_measured(monitor.backend() == "nvml");
     let daemon = server::Daemon::new(core, pool, monitor.backend(), cfg.dispatch_log.as_deref())
         .map_err(io("open dispatch_log"))?;
     let mut server = server::bind(&cfg.socket)

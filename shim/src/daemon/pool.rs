@@ -191,6 +191,8 @@ pub struct Pool {
     events: Vec<PoolEvent>,
     /// Containers joined, left or changed tier since [`Pool::tier_counts`] last answered.
     changed: bool,
+    /// Whether GPU memory figures are measured (NVML) rather than simulated.
+    measured: bool,
 }
 
 /// Pooled containers per (function, tier).
@@ -219,7 +221,28 @@ impl Pool {
             orders: Vec::new(),
             events: Vec::new(),
             changed: true,
+            measured: false,
         })
+    }
+
+    /// Says that GPU memory figures come from the driver (NVML): they are then the truth about
+    /// memory in use, and what containers claim never adds to them.
+    pub fn set_measured(&mut self, measured: bool) {
+        self.measured = measured;
+    }
+
+    /// A byte figure a container (through its shim) claims, made believable: never more than
+    /// the GPU has in use (measured) or has at all (simulated). The figures come from the
+    /// container's own processes; a lie may cost that container its place in the pool, never
+    /// another container's memory.
+    fn believable(&self, gpu: u32, bytes: u64) -> u64 {
+        let (used, total) = self.memory.get(&gpu).copied().unwrap_or((0, 0));
+        let cap = if self.measured {
+            used.min(total.max(used))
+        } else {
+            total
+        };
+        if cap == 0 { bytes } else { bytes.min(cap) }
     }
 
     #[allow(clippy::cast_precision_loss)]
@@ -312,6 +335,7 @@ impl Pool {
             e.shim_pid = shim_pid;
             return;
         }
+        let bytes = self.believable(gpu, bytes);
         let priority = self.policy.credit(1, 0.01, bytes);
         self.changed = true;
         self.entries.insert(
@@ -341,6 +365,8 @@ impl Pool {
             self.changed |= self.entries.remove(key).is_some();
             return;
         }
+        let gpu = self.entries.get(key).map(|e| e.gpu);
+        let bytes = gpu.map_or(bytes, |g| self.believable(g, bytes));
         if let Some(e) = self.entries.get_mut(key) {
             e.busy = false;
             e.last_used = now;
@@ -370,8 +396,8 @@ impl Pool {
     }
 
     /// Bytes in use on a GPU as far as the pool can tell, counting prefetches in flight and not
-    /// evictions in flight. The sampled figure, but never less than what Hot containers hold
-    /// (a simulated GPU does not see them).
+    /// evictions in flight. The sampled figure; on a simulated GPU (which does not see the
+    /// containers) never less than what Hot containers hold.
     fn in_use(&self, gpu: u32) -> (u64, u64) {
         let (sampled, total) = self.memory.get(&gpu).copied().unwrap_or((0, 0));
         let mut hot = 0u64;
@@ -387,13 +413,12 @@ impl Pool {
                 _ => {}
             }
         }
-        (
+        let base = if self.measured {
             sampled
-                .max(hot)
-                .saturating_add(coming)
-                .saturating_sub(going),
-            total,
-        )
+        } else {
+            sampled.max(hot)
+        };
+        (base.saturating_add(coming).saturating_sub(going), total)
     }
 
     fn free_in_budget(&self, gpu: u32) -> u64 {
@@ -595,6 +620,14 @@ impl Pool {
             self.changed |= known;
             return known;
         }
+        let Some(gpu) = self.entries.get(&o.key).map(|e| e.gpu) else {
+            return false;
+        };
+        let reported = self.believable(gpu, o.bytes);
+        let o = &Outcome {
+            bytes: reported,
+            ..o.clone()
+        };
         let Some(e) = self.entries.get_mut(&o.key) else {
             return false;
         };

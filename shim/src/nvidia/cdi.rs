@@ -155,6 +155,19 @@ pub fn import(dirs: &[PathBuf]) -> Result<Option<NodeEdits>, EditError> {
     Ok(found)
 }
 
+/// The soname of a host library a CDI spec mounts (the first 256 MiB read: the dynamic
+/// section and its strings sit near the start of every shared library).
+fn library_soname(path: &Path) -> Option<String> {
+    use std::io::Read;
+    let mut d = Vec::new();
+    std::fs::File::open(path)
+        .ok()?
+        .take(256 << 20)
+        .read_to_end(&mut d)
+        .ok()?;
+    crate::elf::soname(&d)
+}
+
 /// What `update-ldcache` would have registered: each mounted shared library's soname (read from
 /// the host file) at its container directory, with the soname link `ldconfig` would have made.
 fn derive_libraries(e: &mut ContainerEdits) {
@@ -166,7 +179,7 @@ fn derive_libraries(e: &mut ContainerEdits) {
         if !(name.starts_with("lib") && name.contains(".so")) {
             continue;
         }
-        let Some(soname) = super::ldcache::soname(Path::new(&m.host_path)) else {
+        let Some(soname) = library_soname(Path::new(&m.host_path)) else {
             continue;
         };
         let dir = cp.parent().unwrap_or(Path::new("/"));

@@ -41,9 +41,20 @@ const CONTROL_NODES: &[&str] = &[
 /// # Errors
 /// Unreadable, or not an ld.so.cache.
 pub fn read_ld_cache(path: &Path) -> Result<Vec<(String, String)>, EditError> {
-    let data = std::fs::read(path).map_err(EditError::io(format!("read {}", path.display())))?;
+    use std::io::Read;
+    let mut data = Vec::new();
+    std::fs::File::open(path)
+        .and_then(|f| {
+            f.take(super::ldcache::MAX_CACHE_BYTES)
+                .read_to_end(&mut data)
+        })
+        .map_err(EditError::io(format!("read {}", path.display())))?;
     super::ldcache::parse(&data)
-        .map(|v| v.into_iter().map(|e| (e.key, e.value)).collect())
+        .map(|v| {
+            v.into_iter()
+                .map(|e| (e.key.into_owned(), e.value.into_owned()))
+                .collect()
+        })
         .map_err(|reason| EditError::Spec {
             file: path.to_owned(),
             reason,

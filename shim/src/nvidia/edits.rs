@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use crate::gpu::GpuSelection;
+use crate::rootfs::{Root, RootError};
 
 /// Why edits could not be built or applied; each names the device, file or field at fault.
 #[derive(Debug, thiserror::Error)]
@@ -54,6 +55,9 @@ pub enum EditError {
     /// The OCI spec has an unexpected shape.
     #[error("OCI spec: {0}")]
     OciSpec(String),
+    /// A path inside the container's rootfs could not be used.
+    #[error(transparent)]
+    Rootfs(#[from] RootError),
 }
 
 impl EditError {
@@ -496,35 +500,23 @@ pub fn apply(spec: &mut Value, edits: &ContainerEdits) -> Result<Applied, EditEr
     Ok(applied)
 }
 
-/// Creates the edits' symlinks inside `rootfs` (never following a link out of it; an existing
-/// file is left alone).
+/// Creates the edits' symlinks inside the container's root, resolving every path inside it (an
+/// image's own symlinks never lead the shim out of it); an existing entry is left alone.
 ///
 /// # Errors
-/// A link path that escapes the rootfs or cannot be created.
-pub fn make_symlinks(rootfs: &Path, edits: &ContainerEdits) -> Result<usize, EditError> {
+/// A link path that is not absolute or has `..`, or one that cannot be created inside the root.
+pub fn make_symlinks(root: &Root, edits: &ContainerEdits) -> Result<usize, EditError> {
     let mut n = 0;
     for s in &edits.symlinks {
-        let rel = s.link.trim_start_matches('/');
-        if rel.is_empty() || rel.split('/').any(|c| c == "..") {
+        if !crate::rootfs::is_plain(&s.link) {
             return Err(EditError::Spec {
                 file: PathBuf::from(&s.link),
                 reason: "symlink path must be absolute without '..'".into(),
             });
         }
-        let link = rootfs.join(rel);
-        if std::fs::symlink_metadata(&link).is_ok() {
-            continue;
+        if root.symlink(&s.link, &s.target)? {
+            n += 1;
         }
-        if let Some(dir) = link.parent() {
-            std::fs::create_dir_all(dir)
-                .map_err(EditError::io(format!("create {}", dir.display())))?;
-        }
-        std::os::unix::fs::symlink(&s.target, &link).map_err(EditError::io(format!(
-            "symlink {} -> {}",
-            link.display(),
-            s.target
-        )))?;
-        n += 1;
     }
     Ok(n)
 }
@@ -532,55 +524,73 @@ pub fn make_symlinks(rootfs: &Path, edits: &ContainerEdits) -> Result<usize, Edi
 #[cfg(test)]
 mod tests;
 
-/// Where the shim keeps the `ld.so.cache` files it builds: `MQFQ_LDCACHE_DIR`, else
-/// `/var/lib/mqfq/ldcache`.
-#[must_use]
-pub fn ldcache_dir() -> PathBuf {
-    std::env::var_os("MQFQ_LDCACHE_DIR")
-        .map_or_else(|| PathBuf::from("/var/lib/mqfq/ldcache"), PathBuf::from)
+/// Where the container's `ld.so.cache` went.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LdCache {
+    /// No driver library to add.
+    Unchanged,
+    /// Written into the rootfs as `/etc/ld.so.cache` (`ldconfig` in the container keeps working).
+    Written {
+        /// Entries taken from the image's own cache (0 when it had none or a bad one).
+        image_entries: usize,
+    },
+    /// The rootfs refused the write (read-only): a file in the bundle, bind-mounted read-only.
+    Mounted(PathBuf),
 }
 
-/// Gives the container an `ld.so.cache` listing the driver libraries: its image's own cache
-/// (from `rootfs`) merged with `edits.libraries`, built once per (image cache, libraries) under
-/// `dir` and bind-mounted read-only over `/etc/ld.so.cache`. Returns the cache file, or `None`
-/// when there is nothing to add.
+/// Gives the container an `ld.so.cache` listing the driver libraries: the image's own cache
+/// (read from its rootfs as untrusted input: a regular file of at most
+/// [`MAX_CACHE_BYTES`](super::ldcache::MAX_CACHE_BYTES), parsed with bounds) merged with
+/// `edits.libraries`, written atomically into the rootfs. A missing or bad image cache is
+/// ignored with a log line: the container still gets the driver libraries. Where the rootfs
+/// cannot be written, the cache goes to `bundle/ld.so.cache` and is bind-mounted instead.
 ///
 /// # Errors
-/// The cache directory or file cannot be written, or the spec has the wrong shape.
-pub fn mount_ld_cache(
+/// Neither the rootfs nor the bundle can be written, or the spec has the wrong shape.
+pub fn install_ld_cache(
     spec: &mut Value,
-    rootfs: &Path,
+    root: &Root,
     edits: &ContainerEdits,
-    dir: &Path,
-) -> Result<Option<PathBuf>, EditError> {
-    use sha2::Digest;
+    bundle: &Path,
+) -> Result<LdCache, EditError> {
+    use super::ldcache;
     if edits.libraries.is_empty() {
-        return Ok(None);
+        return Ok(LdCache::Unchanged);
     }
-    let image = std::fs::read(rootfs.join("etc/ld.so.cache")).ok();
+    let image = match root.read("/etc/ld.so.cache", ldcache::MAX_CACHE_BYTES) {
+        Ok(bytes) => bytes,
+        Err(e) => {
+            tracing::warn!("image ld.so.cache ignored: {e}");
+            None
+        }
+    };
+    let entries = match image.as_deref().map(ldcache::parse) {
+        Some(Ok(entries)) => entries,
+        Some(Err(e)) => {
+            tracing::warn!("image ld.so.cache ignored: {e}");
+            Vec::new()
+        }
+        None => Vec::new(),
+    };
     let driver: Vec<(String, String)> = edits
         .libraries
         .iter()
         .map(|l| (l.soname.clone(), l.path.clone()))
         .collect();
-    let mut h = sha2::Sha256::new();
-    h.update(image.as_deref().unwrap_or_default());
-    for (k, v) in &driver {
-        h.update(k.as_bytes());
-        h.update([0]);
-        h.update(v.as_bytes());
-        h.update([0]);
+    let bytes = ldcache::for_container(&entries, &driver);
+    match root.write_atomic("/etc/ld.so.cache", &bytes, 0o644) {
+        Ok(()) => {
+            return Ok(LdCache::Written {
+                image_entries: entries.len(),
+            });
+        }
+        Err(e) if e.errno() == Some(libc::EROFS) => {
+            tracing::info!("rootfs is read-only ({e}): ld.so.cache bind-mounted instead");
+        }
+        Err(e) => return Err(e.into()),
     }
-    let key: String = h.finalize().iter().map(|b| format!("{b:02x}")).collect();
-    let file = dir.join(format!("{key}.cache"));
-    if !file.exists() {
-        std::fs::create_dir_all(dir).map_err(EditError::io(format!("create {}", dir.display())))?;
-        let bytes = super::ldcache::for_container(image.as_deref(), &driver);
-        let tmp = dir.join(format!("{key}.{}.tmp", std::process::id()));
-        std::fs::write(&tmp, bytes)
-            .and_then(|()| std::fs::rename(&tmp, &file))
-            .map_err(EditError::io(format!("write {}", file.display())))?;
-    }
+    let file = bundle.join("ld.so.cache");
+    std::fs::write(&file, bytes).map_err(EditError::io(format!("write {}", file.display())))?;
     let m = spec
         .as_object_mut()
         .ok_or_else(|| EditError::OciSpec("not an object".into()))?;
@@ -592,5 +602,5 @@ pub fn mount_ld_cache(
         "type": "bind",
         "options": ["ro", "nosuid", "nodev", "bind", "rprivate"],
     }));
-    Ok(Some(file))
+    Ok(LdCache::Mounted(file))
 }

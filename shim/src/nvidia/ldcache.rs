@@ -6,8 +6,9 @@
 //! glibc's binary search expects (names in reverse `_dl_cache_libcmp` order — digit runs compared
 //! as numbers — then flags descending), then the strings; string offsets count from the header.
 
+use std::borrow::Cow;
 use std::cmp::Ordering;
-use std::path::Path;
+use std::collections::HashMap;
 
 const MAGIC: &[u8] = b"glibc-ld.so.cache";
 const VERSION: &[u8] = b"1.1";
@@ -16,15 +17,22 @@ const ENTRY: usize = 24;
 /// `FLAG_ELF_LIBC6`.
 const ELF_LIBC6: i32 = 0x0003;
 
-/// One cache entry.
+/// The largest cache the shim reads (an image's, or the host's): real ones are tens to hundreds
+/// of kilobytes.
+pub const MAX_CACHE_BYTES: u64 = 16 << 20;
+/// The longest key or path an entry may have (`PATH_MAX`).
+pub const MAX_STRING: usize = 4096;
+
+/// One cache entry. Parsed entries borrow their strings from the cache bytes: a cache whose
+/// entries all point at one long string costs no copy per entry.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Entry {
+pub struct Entry<'a> {
     /// Type and architecture flags (`FLAG_ELF_LIBC6 | FLAG_X8664_LIB64` = 0x0303 on x86-64).
     pub flags: i32,
     /// The soname looked up (`libcuda.so.1`).
-    pub key: String,
+    pub key: Cow<'a, str>,
     /// The path the loader opens.
-    pub value: String,
+    pub value: Cow<'a, str>,
     /// Minimum OS version (0).
     pub osversion: u32,
     /// Hardware capabilities (0).
@@ -32,27 +40,31 @@ pub struct Entry {
 }
 
 fn u32_at(d: &[u8], off: usize) -> Option<u32> {
-    d.get(off..off + 4)
+    d.get(off..off.checked_add(4)?)
         .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
 }
 
 fn u64_at(d: &[u8], off: usize) -> Option<u64> {
     let lo = u64::from(u32_at(d, off)?);
-    let hi = u64::from(u32_at(d, off + 4)?);
+    let hi = u64::from(u32_at(d, off.checked_add(4)?)?);
     Some(lo | (hi << 32))
 }
 
-fn cstr_at(d: &[u8], off: usize) -> Option<String> {
+/// A NUL-terminated UTF-8 string of at most [`MAX_STRING`] bytes starting at `off`.
+fn str_at(d: &[u8], off: usize) -> Option<&str> {
     let rest = d.get(off..)?;
-    let end = rest.iter().position(|&b| b == 0)?;
-    String::from_utf8(rest[..end].to_vec()).ok()
+    let window = &rest[..rest.len().min(MAX_STRING + 1)];
+    let end = window.iter().position(|&b| b == 0)?;
+    std::str::from_utf8(&window[..end]).ok()
 }
 
-/// Parses a cache (new format, alone or after the old "ld.so-1.7.0" table).
+/// Parses a cache (new format, alone or after the old "ld.so-1.7.0" table). Bounded: the entry
+/// table must fit in the data, every string offset must point inside it, strings are at most
+/// [`MAX_STRING`] bytes, and nothing is copied.
 ///
 /// # Errors
-/// Not a glibc cache, or truncated.
-pub fn parse(d: &[u8]) -> Result<Vec<Entry>, String> {
+/// Not a glibc cache, truncated, or an entry pointing outside the data.
+pub fn parse(d: &[u8]) -> Result<Vec<Entry<'_>>, String> {
     let full: Vec<u8> = [MAGIC, VERSION].concat();
     let start = d
         .windows(full.len())
@@ -60,7 +72,11 @@ pub fn parse(d: &[u8]) -> Result<Vec<Entry>, String> {
         .ok_or("no glibc-ld.so.cache1.1 header")?;
     let h = &d[start..];
     let nlibs = u32_at(h, 20).ok_or("truncated header")? as usize;
-    if h.len() < HEADER + nlibs.saturating_mul(ENTRY) {
+    let table = nlibs
+        .checked_mul(ENTRY)
+        .and_then(|t| t.checked_add(HEADER))
+        .ok_or("entry count overflows")?;
+    if h.len() < table {
         return Err(format!("truncated: {nlibs} entries announced"));
     }
     let mut out = Vec::with_capacity(nlibs);
@@ -71,13 +87,15 @@ pub fn parse(d: &[u8]) -> Result<Vec<Entry>, String> {
         let value = u32_at(h, e + 8).ok_or("truncated entry")? as usize;
         let osversion = u32_at(h, e + 12).ok_or("truncated entry")?;
         let hwcap = u64_at(h, e + 16).ok_or("truncated entry")?;
-        let (Some(key), Some(value)) = (cstr_at(h, key), cstr_at(h, value)) else {
-            return Err(format!("entry {i}: string offset out of range"));
+        let (Some(key), Some(value)) = (str_at(h, key), str_at(h, value)) else {
+            return Err(format!(
+                "entry {i}: string offset out of range, not UTF-8, or longer than {MAX_STRING}"
+            ));
         };
         out.push(Entry {
             flags,
-            key,
-            value,
+            key: Cow::Borrowed(key),
+            value: Cow::Borrowed(value),
             osversion,
             hwcap,
         });
@@ -125,10 +143,12 @@ pub fn libcmp(a: &str, b: &str) -> Ordering {
     }
 }
 
-/// Serializes entries in the order glibc's lookup needs.
+/// Serializes entries in the order glibc's lookup needs. Each distinct string is written once
+/// (entries share it, as `ldconfig`'s own caches do), so the output is never larger than the
+/// entry table plus the distinct strings it was given.
 #[must_use]
-pub fn write(entries: &[Entry]) -> Vec<u8> {
-    let mut sorted = entries.to_vec();
+pub fn write<'a>(entries: &'a [Entry<'a>]) -> Vec<u8> {
+    let mut sorted: Vec<&'a Entry<'a>> = entries.iter().collect();
     sorted.sort_by(|x, y| {
         libcmp(&y.key, &x.key)
             .then(y.flags.cmp(&x.flags))
@@ -136,16 +156,19 @@ pub fn write(entries: &[Entry]) -> Vec<u8> {
     });
     let strings_at = HEADER + sorted.len() * ENTRY;
     let mut strings: Vec<u8> = Vec::new();
-    let offset = |s: &str, strings: &mut Vec<u8>| -> u32 {
-        let o = strings_at + strings.len();
-        strings.extend_from_slice(s.as_bytes());
-        strings.push(0);
-        u32::try_from(o).unwrap_or(u32::MAX)
-    };
+    let mut seen: HashMap<&str, u32> = HashMap::new();
     let mut table = Vec::with_capacity(sorted.len() * ENTRY);
     for e in &sorted {
-        let k = offset(&e.key, &mut strings);
-        let v = offset(&e.value, &mut strings);
+        let mut offset = |s: &'a str| -> u32 {
+            *seen.entry(s).or_insert_with(|| {
+                let o = strings_at + strings.len();
+                strings.extend_from_slice(s.as_bytes());
+                strings.push(0);
+                u32::try_from(o).unwrap_or(u32::MAX)
+            })
+        };
+        let k = offset(&e.key);
+        let v = offset(&e.value);
         table.extend_from_slice(&e.flags.to_le_bytes());
         table.extend_from_slice(&k.to_le_bytes());
         table.extend_from_slice(&v.to_le_bytes());
@@ -176,7 +199,7 @@ pub fn write(entries: &[Entry]) -> Vec<u8> {
 
 /// The flags a library of this machine's ABI carries, taken from the image's own `libc.so.6`
 /// entry when it has one.
-fn abi_flags(image: &[Entry]) -> i32 {
+fn abi_flags(image: &[Entry<'_>]) -> i32 {
     if let Some(e) = image.iter().find(|e| e.key == "libc.so.6") {
         return e.flags;
     }
@@ -189,71 +212,26 @@ fn abi_flags(image: &[Entry]) -> i32 {
     }
 }
 
-/// A cache for a container: the image's entries (if it has a readable cache) with the driver
+/// A cache for a container: the image's entries (when its cache parsed) with the driver
 /// libraries `(soname, container path)` added, replacing any image entry of the same name.
 #[must_use]
-pub fn for_container(image_cache: Option<&[u8]>, driver: &[(String, String)]) -> Vec<u8> {
-    let mut entries = image_cache.and_then(|d| parse(d).ok()).unwrap_or_default();
-    let flags = abi_flags(&entries);
-    entries.retain(|e| !driver.iter().any(|(k, _)| *k == e.key));
+pub fn for_container(image: &[Entry<'_>], driver: &[(String, String)]) -> Vec<u8> {
+    let flags = abi_flags(image);
+    let mut entries: Vec<Entry<'_>> = image
+        .iter()
+        .filter(|e| !driver.iter().any(|(k, _)| *k == e.key))
+        .cloned()
+        .collect();
     for (k, v) in driver {
         entries.push(Entry {
             flags,
-            key: k.clone(),
-            value: v.clone(),
+            key: Cow::Borrowed(k),
+            value: Cow::Borrowed(v),
             osversion: 0,
             hwcap: 0,
         });
     }
     write(&entries)
-}
-
-/// The `DT_SONAME` of a 64-bit little-endian ELF shared library, read from its dynamic segment.
-#[must_use]
-pub fn soname(path: &Path) -> Option<String> {
-    let d = std::fs::read(path).ok()?;
-    if d.get(0..4)? != b"\x7fELF" || *d.get(4)? != 2 || *d.get(5)? != 1 {
-        return None;
-    }
-    let phoff = usize::try_from(u64_at(&d, 0x20)?).ok()?;
-    let phentsize = usize::from(u16::from_le_bytes([*d.get(0x36)?, *d.get(0x37)?]));
-    let phnum = usize::from(u16::from_le_bytes([*d.get(0x38)?, *d.get(0x39)?]));
-    let mut loads = Vec::new();
-    let mut dynamic = None;
-    for i in 0..phnum {
-        let p = phoff + i * phentsize;
-        let kind = u32_at(&d, p)?;
-        let offset = u64_at(&d, p + 8)?;
-        let vaddr = u64_at(&d, p + 16)?;
-        let filesz = u64_at(&d, p + 32)?;
-        match kind {
-            1 => loads.push((vaddr, offset, filesz)),
-            2 => dynamic = Some((offset, filesz)),
-            _ => {}
-        }
-    }
-    let (dyn_off, dyn_size) = dynamic?;
-    let (mut strtab, mut soname) = (None, None);
-    let mut at = usize::try_from(dyn_off).ok()?;
-    let end = at + usize::try_from(dyn_size).ok()?;
-    while at + 16 <= end {
-        let tag = u64_at(&d, at)?;
-        let val = u64_at(&d, at + 8)?;
-        match tag {
-            0 => break,
-            5 => strtab = Some(val),
-            14 => soname = Some(val),
-            _ => {}
-        }
-        at += 16;
-    }
-    let strtab = strtab?;
-    // DT_STRTAB is a virtual address: map it through the load segments.
-    let (vaddr, offset, _) = loads
-        .iter()
-        .find(|(v, _, sz)| strtab >= *v && strtab < v + sz)?;
-    let file_off = usize::try_from(strtab - vaddr + offset + soname?).ok()?;
-    cstr_at(&d, file_off)
 }
 
 #[cfg(test)]
@@ -271,15 +249,18 @@ mod tests {
         assert_eq!(libcmp("lib2.so", "libz.so"), Ordering::Greater);
     }
 
-    #[test]
-    fn written_caches_parse_back_sorted() {
-        let e = |k: &str| Entry {
+    fn e(k: &str) -> Entry<'static> {
+        Entry {
             flags: 0x0303,
-            key: k.into(),
-            value: format!("/lib/{k}"),
+            key: Cow::Owned(k.into()),
+            value: Cow::Owned(format!("/lib/{k}")),
             osversion: 0,
             hwcap: 0,
-        };
+        }
+    }
+
+    #[test]
+    fn written_caches_parse_back_sorted() {
         let bytes = write(&[
             e("liba.so.1"),
             e("libc.so.6"),
@@ -287,7 +268,7 @@ mod tests {
             e("libc.so.10"),
         ]);
         let back = parse(&bytes).unwrap();
-        let keys: Vec<&str> = back.iter().map(|x| x.key.as_str()).collect();
+        let keys: Vec<&str> = back.iter().map(|x| x.key.as_ref()).collect();
         assert_eq!(keys, ["libz.so.1", "libc.so.10", "libc.so.6", "liba.so.1"]);
         assert_eq!(back[0].value, "/lib/libz.so.1");
         assert!(parse(&bytes[..60]).unwrap_err().contains("truncated"));
@@ -296,16 +277,70 @@ mod tests {
         img.value = "/old/libcuda.so.1".into();
         let mut libc = e("libc.so.6");
         libc.flags = 0x0a03;
+        let image = write(&[img, libc]);
         let merged = for_container(
-            Some(&write(&[img, libc])),
+            &parse(&image).unwrap(),
             &[("libcuda.so.1".into(), "/opt/nv/libcuda.so.1".into())],
         );
         let m = parse(&merged).unwrap();
         assert_eq!(m.len(), 2);
         let cuda = m.iter().find(|x| x.key == "libcuda.so.1").unwrap();
         assert_eq!(
-            (cuda.value.as_str(), cuda.flags),
+            (cuda.value.as_ref(), cuda.flags),
             ("/opt/nv/libcuda.so.1", 0x0a03)
         );
+    }
+
+    /// A crafted cache: `n` entries whose key and value all point at one string of `len` bytes.
+    fn shared_string_cache(n: u32, len: usize) -> Vec<u8> {
+        let strings_at = HEADER + n as usize * ENTRY;
+        let mut d = Vec::new();
+        d.extend_from_slice(MAGIC);
+        d.extend_from_slice(VERSION);
+        d.extend_from_slice(&n.to_le_bytes());
+        d.extend_from_slice(&u32::try_from(len + 1).unwrap().to_le_bytes());
+        d.extend_from_slice(&[2, 0, 0, 0]);
+        d.extend_from_slice(&[0u8; 16]);
+        let off = u32::try_from(strings_at).unwrap();
+        for _ in 0..n {
+            d.extend_from_slice(&0x0303i32.to_le_bytes());
+            d.extend_from_slice(&off.to_le_bytes());
+            d.extend_from_slice(&off.to_le_bytes());
+            d.extend_from_slice(&[0u8; 12]);
+        }
+        d.extend(std::iter::repeat_n(b'l', len));
+        d.push(0);
+        d
+    }
+
+    #[test]
+    fn a_cache_sharing_one_string_costs_no_more_than_its_size() {
+        // 6 000 entries × a 4 KiB string: ~150 KB of input once amplified to ~50 MB; the
+        // issue's crafted cache (longer strings) reached ~400 MB.
+        let d = shared_string_cache(6000, MAX_STRING);
+        assert!(d.len() < 160_000);
+        let entries = parse(&d).unwrap();
+        assert_eq!(entries.len(), 6000);
+        assert!(entries.iter().all(|e| matches!(e.key, Cow::Borrowed(_))));
+        let out = for_container(
+            &entries,
+            &[("libcuda.so.1".into(), "/x/libcuda.so.1".into())],
+        );
+        assert!(
+            out.len() < d.len() + 100,
+            "written {} from {}",
+            out.len(),
+            d.len()
+        );
+        // Longer than PATH_MAX, or an offset past the end: refused.
+        let long = shared_string_cache(2, MAX_STRING + 1);
+        assert!(parse(&long).unwrap_err().contains("longer than"));
+        let mut past = shared_string_cache(1, 8);
+        past[HEADER + 4..HEADER + 8].copy_from_slice(&u32::MAX.to_le_bytes());
+        parse(&past).unwrap_err();
+        // An announced count whose table cannot fit is refused before anything is allocated.
+        let mut huge = shared_string_cache(1, 8);
+        huge[20..24].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert!(parse(&huge).unwrap_err().contains("truncated"));
     }
 }

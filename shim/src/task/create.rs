@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use containerd_shim_protos::api;
 use containerd_shim_protos::events::task::{TaskCreate, TaskIO};
@@ -25,7 +25,7 @@ impl TaskService {
     /// (tty, log URIs), or runc's failure; nothing is left behind on error.
     pub async fn create(&self, req: api::CreateTaskRequest) -> Result<u32> {
         let id = req.id.clone();
-        if id.is_empty() || id.contains('/') {
+        if id.is_empty() || id.contains('/') || id == "." || id == ".." {
             return Err(Error::InvalidArgument(format!("container id {id:?}")));
         }
         {
@@ -174,6 +174,7 @@ impl TaskService {
                 ctl_dir,
                 evicted: false,
                 pool_lock: std::sync::Arc::default(),
+                pool_failed: false,
             },
         );
         self.emit(
@@ -200,9 +201,52 @@ impl TaskService {
     }
 }
 
+/// How long the GPU part of Create may spend in the container's rootfs (links, the
+/// `ld.so.cache`, the image's C library). The image is hostile input: whatever it holds, Create
+/// answers within this.
+const ROOTFS_DEADLINE: Duration = Duration::from_secs(10);
+
+/// What the rootfs work found.
+struct RootfsWork {
+    spec: serde_json::Value,
+    links: usize,
+    cache: crate::nvidia::edits::LdCache,
+    /// Why the interposer is not injected, when it would be wanted.
+    unpooled: Option<String>,
+}
+
+/// The part of Create that reads and writes the container's rootfs, in-root and off the async
+/// threads: the NVIDIA symlinks, the `ld.so.cache`, and whether the interposer fits the image.
+fn rootfs_work(
+    mut spec: serde_json::Value,
+    rootfs: &Path,
+    bundle: &Path,
+    edits: Option<&crate::nvidia::edits::ContainerEdits>,
+    interposer: Option<crate::elf::GlibcVersion>,
+) -> std::result::Result<RootfsWork, crate::nvidia::edits::EditError> {
+    use crate::nvidia::edits;
+    let root = crate::rootfs::Root::open(rootfs)?;
+    let (links, cache) = match edits {
+        Some(e) => (
+            edits::make_symlinks(&root, e)?,
+            edits::install_ld_cache(&mut spec, &root, e, bundle)?,
+        ),
+        None => (0, edits::LdCache::Unchanged),
+    };
+    let unpooled =
+        interposer.and_then(|needs| crate::uvm::fits(needs, crate::uvm::image_glibc(&root)).err());
+    Ok(RootfsWork {
+        spec,
+        links,
+        cache,
+        unpooled,
+    })
+}
+
 /// The GPU part of Create once the rootfs is mounted: the NVIDIA edits that need it (symlinks,
-/// the container's ld.so.cache), the CUDA interposer, then the spec written for runc. Returns
-/// the container's interposer control directory; removes it again on failure.
+/// the container's ld.so.cache), the CUDA interposer where the image can load it, then the spec
+/// written for runc. Returns the container's interposer control directory; removes it again on
+/// failure.
 async fn finish_gpu(
     gpu: &Classification,
     spec: &mut serde_json::Value,
@@ -215,30 +259,62 @@ async fn finish_gpu(
     ns: &str,
     id: &str,
 ) -> Result<Option<PathBuf>> {
-    use crate::nvidia::edits;
     if matches!(gpu, Classification::NotGpu) {
         return Ok(None);
     }
-    let bad = |e: edits::EditError| Error::InvalidArgument(format!("GPU container {id}: {e}"));
-    if let Some((e, applied)) = nvidia {
-        let links = edits::make_symlinks(rootfs, e).map_err(bad)?;
-        let cache = edits::mount_ld_cache(spec, rootfs, e, &edits::ldcache_dir()).map_err(bad)?;
+    let lib = crate::uvm::interposer();
+    let needs = if crate::uvm::wanted(spec)? {
+        crate::uvm::interposer_needs(&lib)
+    } else {
+        None
+    };
+    if nvidia.is_none() && needs.is_none() {
+        return Ok(None);
+    }
+    let edits = nvidia.map(|(e, _)| e.clone());
+    let (taken, root, bundle) = (
+        std::mem::take(spec),
+        rootfs.to_owned(),
+        spec_path.parent().unwrap_or(Path::new("/")).to_owned(),
+    );
+    let job = tokio::task::spawn_blocking(move || {
+        rootfs_work(taken, &root, &bundle, edits.as_ref(), needs)
+    });
+    let work = match tokio::time::timeout(ROOTFS_DEADLINE, job).await {
+        Ok(Ok(Ok(w))) => w,
+        Ok(Ok(Err(e))) => return Err(Error::InvalidArgument(format!("GPU container {id}: {e}"))),
+        Ok(Err(e)) => return Err(Error::io("rootfs work", std::io::Error::other(e))),
+        Err(_) => {
+            return Err(Error::DeadlineExceeded(format!(
+                "GPU container {id}: its rootfs was not prepared within {}s",
+                ROOTFS_DEADLINE.as_secs()
+            )));
+        }
+    };
+    *spec = work.spec;
+    if let Some((_, applied)) = nvidia {
         tracing::info!(
-            container = %id, devices = applied.devices, mounts = applied.mounts, symlinks = links,
-            ld_cache = ?cache, legacy_hooks_dropped = applied.hooks_dropped,
+            container = %id, devices = applied.devices, mounts = applied.mounts,
+            symlinks = work.links, ld_cache = ?work.cache,
+            legacy_hooks_dropped = applied.hooks_dropped,
             hooks_not_run = ?applied.hooks_skipped, "NVIDIA edits applied"
         );
     }
-    let ctl = crate::uvm::inject(
-        spec,
-        &crate::uvm::interposer(),
-        &crate::uvm::ctl_root(),
-        ns,
-        id,
-    )?;
-    if nvidia.is_none() && ctl.is_none() {
-        return Ok(None);
-    }
+    let ctl = match (needs, &work.unpooled) {
+        (Some(_), None) => {
+            let dir = crate::uvm::make_ctl_dir(&crate::uvm::ctl_root(), ns, id)?;
+            if let Err(e) = crate::uvm::add_to_spec(spec, &lib, &dir, id) {
+                crate::uvm::cleanup(&dir);
+                return Err(e);
+            }
+            Some(dir)
+        }
+        (Some(_), Some(why)) => {
+            tracing::warn!(container = %id, "CUDA interposer not injected: {why}; the container runs unpooled");
+            None
+        }
+        (None, _) => None,
+    };
     let write = async {
         let text = serde_json::to_vec(spec)
             .map_err(|e| Error::InvalidArgument(format!("{}: {e}", spec_path.display())))?;

@@ -60,6 +60,8 @@ pub struct Container {
     pub evicted: bool,
     /// Serializes Pause / Resume with the pool's thaw-move-freeze of this container.
     pub pool_lock: Arc<Mutex<()>>,
+    /// Its processes failed to answer a memory move in time: it runs unpooled from then on.
+    pub pool_failed: bool,
 }
 
 impl Container {
@@ -94,6 +96,7 @@ pub struct TaskService {
     namespace: String,
     gate: Arc<dyn Gate>,
     pool_agent: Arc<std::sync::atomic::AtomicBool>,
+    pool_timeouts: pool::PoolTimeouts,
 }
 
 fn nf(id: &str) -> Error {
@@ -142,6 +145,7 @@ impl TaskService {
             namespace: namespace.to_owned(),
             gate,
             pool_agent: Arc::new(std::sync::atomic::AtomicBool::new(false)),
+            pool_timeouts: pool::PoolTimeouts::default(),
         }
     }
 
@@ -327,7 +331,9 @@ impl TaskService {
                 )));
             }
             let work = match (&c.gpu, exec_id.is_empty()) {
-                (Classification::Gpu(w), true) => Some((w.clone(), c.ctl_dir.is_some())),
+                (Classification::Gpu(w), true) => {
+                    Some((w.clone(), c.ctl_dir.is_some() && !c.pool_failed))
+                }
                 _ => None,
             };
             let p = c.proc_mut(exec_id)?;

@@ -26,16 +26,40 @@ use crate::gpu::Classification;
 use crate::process::{Status, Transition};
 use crate::uvm::client::{self, Answer, Command};
 
-/// How long one process may take to answer an evict or prefetch (it synchronizes first).
-const MOVE_TIMEOUT: Duration = Duration::from_secs(120);
+/// How long the processes of a container may take to evict or prefetch (they synchronize
+/// first; 80 GB moves in a few seconds): past it the container is frozen again, reported
+/// failed and dropped from the pool.
+const MOVE_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long they may take to say how much memory they hold (before a Pause).
+const STATUS_TIMEOUT: Duration = Duration::from_secs(2);
+/// The deadlines on a container's CUDA processes.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct PoolTimeouts {
+    pub(super) status: Duration,
+    pub(super) moves: Duration,
+}
+
+impl Default for PoolTimeouts {
+    fn default() -> Self {
+        PoolTimeouts {
+            status: STATUS_TIMEOUT,
+            moves: MOVE_TIMEOUT,
+        }
+    }
+}
+
 /// How long one PoolOrders call waits in the daemon.
 const ORDERS_WAIT: Duration = Duration::from_secs(25);
 
-async fn uvm(dir: &Path, id: &str, cmd: Command) -> Answer {
+/// One command to a container's CUDA processes, off the async threads, bounded by `timeout`.
+async fn uvm(dir: &Path, id: &str, cmd: Command, timeout: Duration) -> Answer {
     let (dir, id) = (dir.to_owned(), id.to_owned());
-    tokio::task::spawn_blocking(move || client::send(&dir, &id, cmd, MOVE_TIMEOUT))
+    tokio::task::spawn_blocking(move || client::send(&dir, &id, cmd, timeout))
         .await
-        .unwrap_or_default()
+        .unwrap_or_else(|e| Answer {
+            errors: vec![format!("control client: {e}")],
+            ..Answer::default()
+        })
 }
 
 fn nanos(d: Duration) -> u64 {
@@ -46,7 +70,7 @@ impl TaskService {
     /// Pause (freeze; the lease goes back, with the bytes its CUDA processes hold) or Resume
     /// (wait for admission, thaw, restore evicted memory).
     pub(super) async fn pause_resume(&self, id: &str, pause: bool) -> Result<()> {
-        let (runtime, work, ctl, lock) = {
+        let (runtime, work, ctl, lock, unpooled) = {
             let st = self.state.lock().await;
             let c = st.containers.get(id).ok_or_else(|| nf(id))?;
             c.init.status.apply(if pause {
@@ -63,24 +87,37 @@ impl TaskService {
                 work,
                 c.ctl_dir.clone(),
                 c.pool_lock.clone(),
+                c.pool_failed,
             )
         };
         let _moving = lock.lock().await;
+        let pooled = ctl.is_some() && !unpooled;
         if pause {
-            // Read while the processes can still answer.
+            // Read while the processes can still answer, within a deadline.
             let bytes = match &ctl {
-                Some(d) => uvm(d, id, Command::Status).await.bytes,
-                None => 0,
+                Some(d) if pooled => {
+                    let a = uvm(d, id, Command::Status, self.pool_timeouts.status).await;
+                    if a.timed_out {
+                        self.drop_from_pool(id, "did not say how much memory it holds")
+                            .await;
+                    }
+                    a.bytes
+                }
+                _ => 0,
             };
             runtime.pause(id).await?;
             // A frozen container uses no GPU time: its slot goes to the queue.
             if work.is_some() {
                 self.gate.release(&self.namespace, id, "pause", bytes).await;
+                if self.pool_failed(id).await {
+                    // Not idle in the pool: its memory is never moved again.
+                    self.gate.cancel(&self.namespace, id).await;
+                }
             }
         } else {
             if let Some(w) = &work {
                 self.gate
-                    .admit(&self.namespace, id, w, Kind::Resume, ctl.is_some())
+                    .admit(&self.namespace, id, w, Kind::Resume, pooled)
                     .await?;
             }
             let thawed = Instant::now();
@@ -133,11 +170,15 @@ impl TaskService {
         if !evicted {
             return;
         }
-        let a = uvm(dir, id, Command::Prefetch).await;
+        let a = uvm(dir, id, Command::Prefetch, self.pool_timeouts.moves).await;
         if !a.ok() {
-            // The interposer lets launches through after a failed prefetch: the memory is still
-            // reachable, only slower.
+            // The interposer lets launches through after a failed prefetch (and prefetches
+            // itself after its bounded wait): the memory is still reachable, only slower.
             tracing::warn!(container = %id, "restore: {}", a.errors.join("; "));
+        }
+        if a.timed_out {
+            self.drop_from_pool(id, "did not restore its memory in time")
+                .await;
         }
         tracing::info!(container = %id, bytes = a.bytes, ms = thawed.elapsed().as_secs_f64() * 1e3, "restored");
         self.gate
@@ -152,6 +193,28 @@ impl TaskService {
                 ..Default::default()
             }])
             .await;
+    }
+
+    /// Whether a container was dropped from the pool.
+    async fn pool_failed(&self, id: &str) -> bool {
+        self.state
+            .lock()
+            .await
+            .containers
+            .get(id)
+            .is_some_and(|c| c.pool_failed)
+    }
+
+    /// A container whose processes did not answer in time: its memory is never moved again
+    /// (no more thaws for it), and it runs unpooled from now on.
+    async fn drop_from_pool(&self, id: &str, why: &str) {
+        let mut st = self.state.lock().await;
+        if let Some(c) = st.containers.get_mut(id)
+            && !c.pool_failed
+        {
+            c.pool_failed = true;
+            tracing::warn!(container = %id, "dropped from the GPU memory pool: {why}");
+        }
     }
 
     /// Starts the loop that carries out the daemon's pool orders (once per shim).
@@ -180,18 +243,30 @@ impl TaskService {
         };
         let found = if o.namespace == self.namespace {
             let st = self.state.lock().await;
-            st.containers
-                .get(id)
-                .map(|c| (c.runtime.clone(), c.ctl_dir.clone(), c.pool_lock.clone()))
+            st.containers.get(id).map(|c| {
+                (
+                    c.runtime.clone(),
+                    c.ctl_dir.clone(),
+                    c.pool_lock.clone(),
+                    c.pool_failed,
+                )
+            })
         } else {
             None
         };
-        let Some((runtime, ctl, lock)) = found else {
+        let Some((runtime, ctl, lock, failed)) = found else {
             r.gone = true;
             r.error = "no such container in this shim".into();
             self.gate.pool_report(vec![r]).await;
             return;
         };
+        if failed {
+            // The daemon forgets it: no order will thaw it again.
+            r.gone = true;
+            r.error = "dropped from the pool after a memory move failed to answer".into();
+            self.gate.pool_report(vec![r]).await;
+            return;
+        }
         // A Pause or Resume in progress (a Resume may wait long in the queue) makes the order
         // stale: skip it rather than hold up the orders for this shim's other containers.
         let Ok(_moving) = lock.try_lock() else {
@@ -255,7 +330,7 @@ impl TaskService {
         } else {
             Command::Prefetch
         };
-        let a = uvm(dir, id, cmd).await;
+        let a = uvm(dir, id, cmd, self.pool_timeouts.moves).await;
         let mut frozen = runtime.pause(id).await;
         if frozen.is_err() {
             frozen = runtime.pause(id).await;
@@ -271,6 +346,12 @@ impl TaskService {
                 // Resume.
                 c.evicted = if evict { a.processes > 0 } else { !a.ok() };
             }
+        }
+        if a.timed_out {
+            // Frozen again above; never thawed for the pool again.
+            self.drop_from_pool(id, "a memory move did not finish in time")
+                .await;
+            r.gone = true;
         }
         r.ok = a.ok() && r.error.is_empty();
         r.bytes = a.bytes;

@@ -2,14 +2,30 @@
 //! command to every CUDA process of a container, through the sockets they made in its control
 //! directory. Blocking; callers run it off the async executor.
 //!
+//! Whatever answers there is the container's own code, so nothing it does can hold the shim:
+//! entries are opened without following links and used only if they are sockets (connected
+//! through the descriptor, so a swapped name cannot redirect the connection), connections are
+//! non-blocking, each command has one deadline for connect, question and answer, replies are
+//! capped at [`MAX_REPLY`] bytes, at most [`MAX_SOCKETS`] processes are asked (all at once, so
+//! one that stalls does not delay the others), and figures are parsed strictly and summed
+//! saturating.
+//!
 //! A socket nobody listens on any more (its process exited) is removed. A process whose answer
 //! is an error fails the command, but the others are still asked: an eviction that reached two
 //! of three processes has moved their memory, and the caller should know both facts.
 
-use std::io::{BufRead, BufReader, Write};
-use std::os::unix::net::UnixStream;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::Path;
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+use nix::errno::Errno;
+use nix::fcntl::OFlag;
+use nix::sys::stat::{Mode, SFlag};
+
+/// The longest reply line read from a process (the interposer's longest is under 200 bytes).
+pub const MAX_REPLY: usize = 512;
+/// The most sockets asked per command (the control directory holds 64 inodes).
+pub const MAX_SOCKETS: usize = 64;
 
 /// What the processes of a container answered.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -22,6 +38,8 @@ pub struct Answer {
     pub resident: u64,
     /// Errors, one per process that failed: `socket: message`.
     pub errors: Vec<String>,
+    /// Whether a process did not answer within the deadline.
+    pub timed_out: bool,
 }
 
 impl Answer {
@@ -53,177 +71,255 @@ impl Command {
     }
 }
 
-fn field(reply: &str, name: &str) -> Option<u64> {
-    reply
-        .split_whitespace()
-        .find_map(|w| w.strip_prefix(name)?.strip_prefix('='))
-        .and_then(|v| v.parse().ok())
+/// Why one process's command failed.
+#[derive(Debug, PartialEq, Eq)]
+enum Failure {
+    /// Nobody listens (its process is gone): the socket is removed.
+    Gone,
+    /// No answer within the deadline.
+    Timeout,
+    /// Anything else, said as text.
+    Other(String),
 }
 
-fn one(
-    path: &Path,
-    container_id: &str,
-    cmd: Command,
-    timeout: Duration,
-) -> Result<(u64, u64), String> {
-    let conn = UnixStream::connect(path).map_err(|e| e.to_string())?;
-    conn.set_read_timeout(Some(timeout))
-        .and_then(|()| conn.set_write_timeout(Some(Duration::from_secs(5))))
-        .map_err(|e| e.to_string())?;
-    let mut out = conn.try_clone().map_err(|e| e.to_string())?;
-    let mut lines = BufReader::new(conn);
-    let mut ask = |line: &str| -> Result<String, String> {
-        writeln!(out, "{line}").map_err(|e| e.to_string())?;
-        let mut reply = String::new();
-        lines.read_line(&mut reply).map_err(|e| e.to_string())?;
-        let reply = reply.trim_end().to_owned();
-        if reply == "ok" || reply.starts_with("ok ") {
-            Ok(reply)
-        } else if reply.is_empty() {
-            Err("connection closed".into())
-        } else {
-            Err(reply)
-        }
-    };
-    ask(&format!("hello {container_id}"))?;
-    let reply = ask(cmd.word())?;
+/// `name=<digits>` in a reply: strictly decimal, fits in u64; anything else is an error.
+fn field(reply: &str, name: &str) -> Result<u64, Failure> {
+    let v = reply
+        .split_ascii_whitespace()
+        .find_map(|w| w.strip_prefix(name)?.strip_prefix('='))
+        .ok_or_else(|| Failure::Other(format!("reply without {name}=")))?;
+    if v.is_empty() || v.len() > 20 || !v.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(Failure::Other(format!("bad {name}={v:.24}")));
+    }
+    v.parse()
+        .map_err(|_| Failure::Other(format!("bad {name}={v:.24}")))
+}
+
+/// Parses one reply to `cmd`: `(bytes, resident)`.
+fn parse_reply(cmd: Command, reply: &str) -> Result<(u64, u64), Failure> {
+    if reply != "ok" && !reply.starts_with("ok ") {
+        return Err(Failure::Other(reply.chars().take(200).collect()));
+    }
     Ok(match cmd {
-        Command::Status => (
-            field(&reply, "managed").unwrap_or(0),
-            field(&reply, "resident").unwrap_or(0),
-        ),
-        Command::Evict => (field(&reply, "evicted").unwrap_or(0), 0),
-        Command::Prefetch => (field(&reply, "prefetched").unwrap_or(0), 0),
+        Command::Status => (field(reply, "managed")?, field(reply, "resident")?),
+        Command::Evict => (field(reply, "evicted")?, 0),
+        Command::Prefetch => (field(reply, "prefetched")?, 0),
     })
 }
 
-/// Sends `cmd` to every CUDA process of the container whose control directory is `dir`.
-/// `timeout` bounds each answer (an eviction synchronizes the process's work first).
+/// Waits until `fd` is ready for `events` or `deadline` passes.
+fn ready(fd: &OwnedFd, events: nix::poll::PollFlags, deadline: Instant) -> Result<(), Failure> {
+    use nix::poll::{PollFd, PollTimeout, poll};
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(Failure::Timeout);
+        }
+        let ms = u16::try_from(left.as_millis().max(1)).unwrap_or(u16::MAX);
+        let mut fds = [PollFd::new(fd.as_fd(), events)];
+        match poll(&mut fds, PollTimeout::from(ms)) {
+            Ok(0) | Err(Errno::EINTR) => {}
+            Ok(_) => return Ok(()),
+            Err(e) => return Err(Failure::Other(e.to_string())),
+        }
+    }
+}
+
+/// Connected to a socket entry of the directory, without following a link and without
+/// blocking: the entry is opened `O_PATH | O_NOFOLLOW`, checked to be a socket, and connected
+/// through `/proc/self/fd`.
+fn connect(dir: &OwnedFd, name: &str) -> Result<OwnedFd, Failure> {
+    use nix::sys::socket::{AddressFamily, SockFlag, SockType, UnixAddr, socket};
+    let entry = nix::fcntl::openat(
+        dir,
+        name,
+        OFlag::O_PATH | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| match e {
+        Errno::ENOENT => Failure::Gone,
+        e => Failure::Other(e.to_string()),
+    })?;
+    let st = nix::sys::stat::fstat(&entry).map_err(|e| Failure::Other(e.to_string()))?;
+    if st.st_mode & SFlag::S_IFMT.bits() != SFlag::S_IFSOCK.bits() {
+        return Err(Failure::Other("not a socket: ignored".into()));
+    }
+    let sock = socket(
+        AddressFamily::Unix,
+        SockType::Stream,
+        SockFlag::SOCK_NONBLOCK | SockFlag::SOCK_CLOEXEC,
+        None,
+    )
+    .map_err(|e| Failure::Other(e.to_string()))?;
+    let addr = UnixAddr::new(format!("/proc/self/fd/{}", entry.as_raw_fd()).as_str())
+        .map_err(|e| Failure::Other(e.to_string()))?;
+    match nix::sys::socket::connect(sock.as_raw_fd(), &addr) {
+        Ok(()) => Ok(sock),
+        Err(Errno::ECONNREFUSED) => Err(Failure::Gone),
+        // A full backlog: the process is not accepting.
+        Err(Errno::EAGAIN) => Err(Failure::Other("not accepting connections".into())),
+        Err(e) => Err(Failure::Other(e.to_string())),
+    }
+}
+
+/// Writes a line, reads one reply line, all before `deadline`.
+fn ask(sock: &OwnedFd, line: &str, deadline: Instant) -> Result<String, Failure> {
+    use nix::poll::PollFlags;
+    let msg = format!("{line}\n");
+    let mut sent = 0;
+    while sent < msg.len() {
+        ready(sock, PollFlags::POLLOUT, deadline)?;
+        match nix::unistd::write(sock, &msg.as_bytes()[sent..]) {
+            Ok(n) => sent += n,
+            Err(Errno::EAGAIN | Errno::EINTR) => {}
+            Err(Errno::EPIPE | Errno::ECONNRESET) => {
+                return Err(Failure::Other("connection closed".into()));
+            }
+            Err(e) => return Err(Failure::Other(e.to_string())),
+        }
+    }
+    let mut reply = Vec::with_capacity(64);
+    let mut buf = [0u8; 128];
+    loop {
+        ready(sock, PollFlags::POLLIN, deadline)?;
+        // Read at most up to the cap; one line only (the protocol is question / answer).
+        let room = (MAX_REPLY + 1 - reply.len()).min(buf.len());
+        match nix::unistd::read(sock, &mut buf[..room]) {
+            Ok(0) => return Err(Failure::Other("connection closed".into())),
+            Ok(n) => {
+                reply.extend_from_slice(&buf[..n]);
+                if let Some(end) = reply.iter().position(|&b| b == b'\n') {
+                    reply.truncate(end);
+                    break;
+                }
+                if reply.len() > MAX_REPLY {
+                    return Err(Failure::Other(format!(
+                        "reply longer than {MAX_REPLY} bytes"
+                    )));
+                }
+            }
+            Err(Errno::EAGAIN | Errno::EINTR) => {}
+            Err(e) => return Err(Failure::Other(e.to_string())),
+        }
+    }
+    String::from_utf8(reply).map_err(|_| Failure::Other("reply is not UTF-8".into()))
+}
+
+fn one(
+    dir: &OwnedFd,
+    name: &str,
+    container_id: &str,
+    cmd: Command,
+    deadline: Instant,
+) -> Result<(u64, u64), Failure> {
+    let sock = connect(dir, name)?;
+    let hello = ask(&sock, &format!("hello {container_id}"), deadline)?;
+    parse_hello(&hello)?;
+    parse_reply(cmd, &ask(&sock, cmd.word(), deadline)?)
+}
+
+fn parse_hello(reply: &str) -> Result<(), Failure> {
+    if reply == "ok" {
+        Ok(())
+    } else {
+        Err(Failure::Other(reply.chars().take(200).collect()))
+    }
+}
+
+/// The names in the control directory that look like a process's socket (`cuda-<pid>.sock`),
+/// at most [`MAX_SOCKETS`] of them, sorted.
+fn socket_names(dir: &OwnedFd) -> Vec<String> {
+    let Ok(d) = nix::dir::Dir::openat(
+        dir,
+        ".",
+        OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    ) else {
+        return Vec::new();
+    };
+    let mut names: Vec<String> = d
+        .into_iter()
+        .filter_map(Result::ok)
+        .filter_map(|e| e.file_name().to_str().ok().map(str::to_owned))
+        .filter(|n| {
+            n.strip_prefix("cuda-")
+                .and_then(|r| r.strip_suffix(".sock"))
+                .is_some_and(|pid| {
+                    !pid.is_empty() && pid.len() <= 10 && pid.bytes().all(|b| b.is_ascii_digit())
+                })
+        })
+        .take(MAX_SOCKETS * 4)
+        .collect();
+    names.sort();
+    names.truncate(MAX_SOCKETS);
+    names
+}
+
+/// Sends `cmd` to every CUDA process of the container whose control directory is `dir`, all
+/// within `timeout` (each process is asked at once on its own thread).
 #[must_use]
 pub fn send(dir: &Path, container_id: &str, cmd: Command, timeout: Duration) -> Answer {
+    let deadline = Instant::now() + timeout;
     let mut a = Answer::default();
-    let Ok(entries) = std::fs::read_dir(dir) else {
+    // The directory is the shim's own (a tmpfs mounted on a root-only path): opened once, and
+    // every entry is reached from this descriptor.
+    let Ok(dirfd) = nix::fcntl::open(
+        dir,
+        OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    ) else {
         return a;
     };
-    let mut socks: Vec<_> = entries
-        .filter_map(Result::ok)
-        .map(|e| e.path())
-        .filter(|p| {
-            p.file_name()
-                .and_then(|n| n.to_str())
-                .is_some_and(|n| n.starts_with("cuda-") && n.ends_with(".sock"))
-        })
-        .collect();
-    socks.sort();
-    for s in socks {
-        match one(&s, container_id, cmd, timeout) {
+    let names = socket_names(&dirfd);
+    type Outcome = (String, Result<(u64, u64), Failure>);
+    let results: Vec<Outcome> = std::thread::scope(|s| {
+        let handles: Vec<_> = names
+            .iter()
+            .map(|n| {
+                let dirfd = &dirfd;
+                (
+                    n,
+                    s.spawn(move || one(dirfd, n, container_id, cmd, deadline)),
+                )
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|(n, h)| {
+                let r = h
+                    .join()
+                    .unwrap_or_else(|_| Err(Failure::Other("client thread panicked".into())));
+                (n.clone(), r)
+            })
+            .collect()
+    });
+    for (name, r) in results {
+        match r {
             Ok((bytes, resident)) => {
                 a.processes += 1;
-                a.bytes += bytes;
-                a.resident += resident;
+                a.bytes = a.bytes.saturating_add(bytes);
+                a.resident = a.resident.saturating_add(resident);
             }
-            Err(e) if e.contains("Connection refused") || e.contains("No such file") => {
-                // Its process is gone.
-                let _ = std::fs::remove_file(&s);
+            Err(Failure::Gone) => {
+                // Its process is gone: the name is removed (from our descriptor, no link followed).
+                let _ = nix::unistd::unlinkat(
+                    &dirfd,
+                    name.as_str(),
+                    nix::unistd::UnlinkatFlags::NoRemoveDir,
+                );
             }
-            Err(e) => a.errors.push(format!(
-                "{}: {e}",
-                s.file_name()
-                    .map_or_else(String::new, |n| n.to_string_lossy().into_owned())
-            )),
+            Err(Failure::Timeout) => {
+                a.timed_out = true;
+                a.errors.push(format!(
+                    "{name}: no answer within {}ms",
+                    timeout.as_millis()
+                ));
+            }
+            Err(Failure::Other(e)) => a.errors.push(format!("{name}: {e}")),
         }
     }
     a
 }
 
 #[cfg(test)]
-mod tests {
-    use std::os::unix::net::UnixListener;
-
-    use super::*;
-
-    /// A fake interposer answering a script of replies.
-    fn fake(
-        dir: &Path,
-        name: &str,
-        replies: &'static [&'static str],
-    ) -> std::thread::JoinHandle<Vec<String>> {
-        let l = UnixListener::bind(dir.join(name)).unwrap();
-        std::thread::spawn(move || {
-            let (c, _) = l.accept().unwrap();
-            let mut out = c.try_clone().unwrap();
-            let mut lines = BufReader::new(c);
-            let mut got = Vec::new();
-            for r in replies {
-                let mut line = String::new();
-                if lines.read_line(&mut line).unwrap() == 0 {
-                    break;
-                }
-                got.push(line.trim_end().to_owned());
-                writeln!(out, "{r}").unwrap();
-            }
-            got
-        })
-    }
-
-    #[test]
-    fn sums_every_process_removes_stale_sockets_and_keeps_errors() {
-        let t = tempfile::tempdir().unwrap();
-        let a = fake(t.path(), "cuda-10.sock", &["ok", "ok evicted=100"]);
-        let b = fake(t.path(), "cuda-11.sock", &["ok", "ok evicted=23"]);
-        let c = fake(
-            t.path(),
-            "cuda-12.sock",
-            &["ok", "error evict: cuMemAdvise_v2 not found"],
-        );
-        // A process that exited: its socket file is left, nobody listens.
-        drop(UnixListener::bind(t.path().join("cuda-13.sock")).unwrap());
-        std::fs::write(t.path().join("probe"), "not a socket").unwrap();
-        let r = send(t.path(), "c1", Command::Evict, Duration::from_secs(5));
-        assert_eq!(r.processes, 2);
-        assert_eq!(r.bytes, 123);
-        assert_eq!(r.errors.len(), 1, "{:?}", r.errors);
-        assert!(
-            r.errors[0].starts_with("cuda-12.sock: error evict"),
-            "{:?}",
-            r.errors
-        );
-        assert!(!r.ok());
-        assert_eq!(a.join().unwrap(), ["hello c1", "evict"]);
-        assert_eq!(b.join().unwrap(), ["hello c1", "evict"]);
-        c.join().unwrap();
-        assert!(
-            !t.path().join("cuda-13.sock").exists(),
-            "stale socket removed"
-        );
-        assert!(t.path().join("probe").exists());
-    }
-
-    #[test]
-    fn status_reads_managed_and_resident_and_a_refused_hello_is_an_error() {
-        let t = tempfile::tempdir().unwrap();
-        let a = fake(
-            t.path(),
-            "cuda-1.sock",
-            &["ok", "ok managed=4096 resident=0 native=7 evicted=1"],
-        );
-        let r = send(t.path(), "c1", Command::Status, Duration::from_secs(5));
-        assert_eq!((r.processes, r.bytes, r.resident), (1, 4096, 0));
-        a.join().unwrap();
-        let b = fake(t.path(), "cuda-2.sock", &["error wrong container c2"]);
-        std::fs::remove_file(t.path().join("cuda-1.sock")).unwrap();
-        let r = send(t.path(), "c2", Command::Prefetch, Duration::from_secs(5));
-        assert_eq!(r.processes, 0);
-        assert!(r.errors[0].contains("wrong container"), "{:?}", r.errors);
-        b.join().unwrap();
-        assert_eq!(
-            send(
-                &t.path().join("missing"),
-                "c",
-                Command::Status,
-                Duration::from_secs(1)
-            ),
-            Answer::default()
-        );
-    }
-}
+mod tests;

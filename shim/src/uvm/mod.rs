@@ -4,14 +4,28 @@
 //! CUDA process of the container makes its control socket. Opt out per container with the
 //! annotation `io.mqfq.uvm=off`. A node without the library installed (`MQFQ_INTERPOSER`,
 //! default `/usr/lib/mqfq/libmqfq_cuda.so`) injects nothing.
+//!
+//! The container's processes are untrusted, and the control directory is the one place they
+//! write that the shim (root) reads. So: the host root of the directories is root-only (0700),
+//! each container's directory is its own small tmpfs (64 inodes, 64 KiB: it can neither fill
+//! host `/run` nor reach another container's), and [`client`] opens what it finds there without
+//! following links and with a deadline on every command.
+//!
+//! A preloaded library that needs a newer glibc than the image has stops every program of the
+//! container from starting. So the shim reads both — the newest `GLIBC_x.y` the interposer
+//! needs and the newest the image's `libc.so.6` defines — and injects only where they fit;
+//! elsewhere (an older glibc, musl, a static image) the container runs unpooled, with a log line.
 
 pub mod client;
 
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 
 use serde_json::{Value, json};
 
+use crate::elf::GlibcVersion;
 use crate::error::{Error, Result};
+use crate::rootfs::Root;
 
 /// Annotation: `on` (default) or `off`.
 pub const ANN_UVM: &str = "io.mqfq.uvm";
@@ -19,6 +33,22 @@ pub const ANN_UVM: &str = "io.mqfq.uvm";
 pub const CONTAINER_LIB: &str = "/usr/lib/mqfq/libmqfq_cuda.so";
 /// The control directory in the container.
 pub const CONTAINER_CTL: &str = "/run/mqfq/ctl";
+/// The per-container tmpfs: enough for one socket per CUDA process of a container.
+const CTL_TMPFS: &str = "size=64k,nr_inodes=64,mode=1777";
+
+/// Where an image's C library may be, in the order the loader's usual paths give.
+const LIBC_PATHS: &[&str] = &[
+    "/lib/x86_64-linux-gnu/libc.so.6",
+    "/usr/lib/x86_64-linux-gnu/libc.so.6",
+    "/lib/aarch64-linux-gnu/libc.so.6",
+    "/usr/lib/aarch64-linux-gnu/libc.so.6",
+    "/lib64/libc.so.6",
+    "/usr/lib64/libc.so.6",
+    "/lib/libc.so.6",
+    "/usr/lib/libc.so.6",
+];
+/// The largest `libc.so.6` read (glibc's is about 2 MiB).
+const LIBC_CAP: u64 = 32 << 20;
 
 /// The installed interposer: `MQFQ_INTERPOSER`, else `/usr/lib/mqfq/libmqfq_cuda.so`.
 #[must_use]
@@ -46,38 +76,132 @@ fn env_set(env: &mut Vec<Value>, key: &str, value: &str) {
     env.push(json!(format!("{key}={value}")));
 }
 
-/// Injects the interposer into a GPU container's spec; returns the host control directory it
-/// made, or `None` (opted out, or not installed).
+/// Whether the container wants the interposer (`io.mqfq.uvm`, default on).
 ///
 /// # Errors
-/// A bad `io.mqfq.uvm` value, a spec of the wrong shape, or the directory cannot be made.
-pub fn inject(
-    spec: &mut Value,
-    lib: &Path,
-    root: &Path,
-    ns: &str,
-    id: &str,
-) -> Result<Option<PathBuf>> {
+/// A value other than `on` or `off`.
+pub fn wanted(spec: &Value) -> Result<bool> {
     match spec
         .get("annotations")
         .and_then(|a| a.get(ANN_UVM))
         .and_then(Value::as_str)
     {
-        None | Some("on") => {}
-        Some("off") => return Ok(None),
-        Some(v) => {
-            return Err(Error::InvalidArgument(format!(
-                "annotation {ANN_UVM}={v:?}: must be on or off"
-            )));
+        None | Some("on") => Ok(true),
+        Some("off") => Ok(false),
+        Some(v) => Err(Error::InvalidArgument(format!(
+            "annotation {ANN_UVM}={v:?}: must be on or off"
+        ))),
+    }
+}
+
+/// The newest glibc version the installed library needs, read once per (path, size, mtime).
+/// `None`: not installed, or not a library this machine can read.
+#[must_use]
+pub fn interposer_needs(lib: &Path) -> Option<GlibcVersion> {
+    type Key = (PathBuf, u64, std::time::SystemTime);
+    static CACHE: Mutex<Option<(Key, Option<GlibcVersion>)>> = Mutex::new(None);
+    let md = std::fs::metadata(lib)
+        .ok()
+        .filter(std::fs::Metadata::is_file)?;
+    let key = (lib.to_owned(), md.len(), md.modified().ok()?);
+    let mut cache = CACHE
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if let Some((k, v)) = cache.as_ref()
+        && *k == key
+    {
+        return *v;
+    }
+    let needs = std::fs::read(lib)
+        .ok()
+        .and_then(|d| crate::elf::glibc_needed(&d));
+    *cache = Some((key, needs));
+    needs
+}
+
+/// The newest glibc version the image's C library defines; `None` when it has no glibc (musl,
+/// a static or distroless image) or one the shim cannot read.
+#[must_use]
+pub fn image_glibc(root: &Root) -> Option<GlibcVersion> {
+    LIBC_PATHS
+        .iter()
+        .find_map(|p| match root.read(p, LIBC_CAP) {
+            Ok(Some(d)) => crate::elf::glibc_defined(&d),
+            Ok(None) => None,
+            Err(e) => {
+                tracing::debug!("image C library: {e}");
+                None
+            }
+        })
+}
+
+/// Whether the interposer can load into this image: `Err` says why not.
+///
+/// # Errors
+/// The image's glibc is missing or older than the library needs.
+pub fn fits(needs: GlibcVersion, image: Option<GlibcVersion>) -> std::result::Result<(), String> {
+    match image {
+        None => Err("the image has no glibc the interposer can load into".into()),
+        Some(v) if v < needs => Err(format!(
+            "the image's glibc {}.{} is older than the {}.{} the interposer needs",
+            v.0, v.1, needs.0, needs.1
+        )),
+        Some(_) => Ok(()),
+    }
+}
+
+/// Makes a container's control directory: the host root (and its namespace directory) made
+/// root-only, then a small tmpfs of its own mounted there.
+///
+/// # Errors
+/// The directories cannot be made or the tmpfs cannot be mounted.
+pub fn make_ctl_dir(root: &Path, ns: &str, id: &str) -> Result<PathBuf> {
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    let io =
+        |what: &str, p: &Path, e: std::io::Error| Error::io(format!("{what} {}", p.display()), e);
+    let dir = ctl_dir(root, ns, id);
+    for d in [root.to_owned(), root.join(ns)] {
+        match std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&d)
+        {
+            Ok(()) => {}
+            Err(e) => return Err(io("create", &d, e)),
         }
+        // An existing directory (made by an older shim 0777) is tightened.
+        std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o700))
+            .map_err(|e| io("chmod", &d, e))?;
     }
-    if !lib.is_file() {
-        tracing::debug!("no interposer at {}: not injected", lib.display());
-        return Ok(None);
+    match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(io("create", &dir, e)),
     }
+    let flags = nix::mount::MsFlags::MS_NOSUID
+        | nix::mount::MsFlags::MS_NODEV
+        | nix::mount::MsFlags::MS_NOEXEC;
+    if let Err(e) = nix::mount::mount(
+        Some("mqfq-ctl"),
+        &dir,
+        Some("tmpfs"),
+        flags,
+        Some(CTL_TMPFS),
+    ) {
+        let _ = std::fs::remove_dir(&dir);
+        return Err(io("mount a tmpfs on", &dir, e.into()));
+    }
+    Ok(dir)
+}
+
+/// Adds the interposer to a GPU container's spec: library mount, control directory mount,
+/// `LD_PRELOAD`, `MQFQ_CTL_DIR`, `MQFQ_CONTAINER_ID`.
+///
+/// # Errors
+/// A spec of the wrong shape.
+pub fn add_to_spec(spec: &mut Value, lib: &Path, dir: &Path, id: &str) -> Result<()> {
     let shape =
         |what: &str| Error::InvalidArgument(format!("OCI spec: `{what}` has the wrong shape"));
-    let dir = ctl_dir(root, ns, id);
     {
         let env = spec
             .get_mut("process")
@@ -115,15 +239,17 @@ pub fn inject(
         json!({"destination": CONTAINER_CTL, "source": dir.display().to_string(),
         "type": "bind", "options": ["rw", "nosuid", "nodev", "noexec", "bind", "rprivate"]}),
     );
-    std::fs::create_dir_all(&dir).map_err(|e| Error::io(format!("create {}", dir.display()), e))?;
-    // The container's processes may run as any user; the directory is theirs alone.
-    std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o777))
-        .map_err(|e| Error::io(format!("chmod {}", dir.display()), e))?;
-    Ok(Some(dir))
+    Ok(())
 }
 
-/// Removes a container's control directory (at Delete, or when Create fails).
+/// Removes a container's control directory (at Delete, when Create fails, and in `shim delete`
+/// after a crash): its tmpfs unmounted (lazily: a process may still hold a socket), then the
+/// directory.
 pub fn cleanup(dir: &Path) {
+    match nix::mount::umount2(dir, nix::mount::MntFlags::MNT_DETACH) {
+        Ok(()) | Err(nix::errno::Errno::EINVAL | nix::errno::Errno::ENOENT) => {}
+        Err(e) => tracing::warn!("unmount {}: {e}", dir.display()),
+    }
     if let Err(e) = std::fs::remove_dir_all(dir)
         && e.kind() != std::io::ErrorKind::NotFound
     {
@@ -135,49 +261,88 @@ pub fn cleanup(dir: &Path) {
 mod tests {
     use super::*;
 
+    fn is_root() -> bool {
+        std::fs::metadata("/proc/self").is_ok_and(|m| std::os::unix::fs::MetadataExt::uid(&m) == 0)
+    }
+
     #[test]
-    fn injects_preload_mounts_and_env_unless_opted_out() {
-        let t = tempfile::tempdir().unwrap();
-        let lib = t.path().join("libmqfq_cuda.so");
-        std::fs::write(&lib, "x").unwrap();
+    fn adds_preload_mounts_and_env_and_reads_the_opt_out() {
         let mut spec = json!({"process": {"env": ["LD_PRELOAD=/other.so", "PATH=/bin"]}});
-        let dir = inject(&mut spec, &lib, t.path(), "ns", "c1")
-            .unwrap()
-            .unwrap();
-        assert_eq!(dir, t.path().join("ns/c1"));
-        assert!(dir.is_dir());
+        add_to_spec(
+            &mut spec,
+            Path::new("/lib/x.so"),
+            Path::new("/run/ctl/ns/c1"),
+            "c1",
+        )
+        .unwrap();
         let env = &spec["process"]["env"];
         assert_eq!(env[0], "PATH=/bin");
         assert_eq!(env[1], format!("LD_PRELOAD={CONTAINER_LIB}:/other.so"));
         assert_eq!(env[2], "MQFQ_CTL_DIR=/run/mqfq/ctl");
         assert_eq!(env[3], "MQFQ_CONTAINER_ID=c1");
-        assert_eq!(spec["mounts"][1]["source"], dir.display().to_string());
-        cleanup(&dir);
-        assert!(!dir.exists());
-
-        let mut off = json!({"process": {}, "annotations": {ANN_UVM: "off"}});
-        assert!(
-            inject(&mut off, &lib, t.path(), "ns", "c2")
-                .unwrap()
-                .is_none()
-        );
-        assert!(off.get("mounts").is_none());
-        let mut bad = json!({"process": {}, "annotations": {ANN_UVM: "maybe"}});
-        let e = inject(&mut bad, &lib, t.path(), "ns", "c3")
+        assert_eq!(spec["mounts"][0]["source"], "/lib/x.so");
+        assert_eq!(spec["mounts"][1]["source"], "/run/ctl/ns/c1");
+        assert!(wanted(&json!({})).unwrap());
+        assert!(!wanted(&json!({"annotations": {ANN_UVM: "off"}})).unwrap());
+        let e = wanted(&json!({"annotations": {ANN_UVM: "maybe"}}))
             .unwrap_err()
             .to_string();
         assert!(e.contains(ANN_UVM), "{e}");
-        let mut none = json!({"process": {}});
+    }
+
+    #[test]
+    fn the_interposer_goes_only_where_the_image_glibc_is_new_enough() {
+        fits((2, 17), Some((2, 31))).unwrap();
+        fits((2, 31), Some((2, 31))).unwrap();
+        let e = fits((2, 34), Some((2, 31))).unwrap_err();
+        assert!(e.contains("2.31") && e.contains("2.34"), "{e}");
+        assert!(fits((2, 17), None).is_err());
+        // An image's libc found by its usual paths, through the image's own (in-root) links.
+        let t = tempfile::tempdir().unwrap();
+        let Ok(libc) = std::fs::read("/lib/x86_64-linux-gnu/libc.so.6") else {
+            return;
+        };
+        std::fs::create_dir_all(t.path().join("usr/lib64")).unwrap();
+        std::fs::write(t.path().join("usr/lib64/libc-2.x.so"), &libc).unwrap();
+        std::os::unix::fs::symlink("/usr/lib64", t.path().join("lib64")).unwrap();
+        std::os::unix::fs::symlink("libc-2.x.so", t.path().join("usr/lib64/libc.so.6")).unwrap();
+        let root = Root::open(t.path()).unwrap();
+        assert_eq!(image_glibc(&root), crate::elf::glibc_defined(&libc));
+        let empty = tempfile::tempdir().unwrap();
+        assert_eq!(image_glibc(&Root::open(empty.path()).unwrap()), None);
+    }
+
+    #[test]
+    fn control_directories_are_root_only_and_bounded() {
+        use std::os::unix::fs::PermissionsExt;
+        if !is_root() {
+            return;
+        }
+        let t = tempfile::tempdir().unwrap();
+        let root = t.path().join("ctl");
+        let dir = make_ctl_dir(&root, "ns", "c1").unwrap();
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o7777;
+        assert_eq!(mode(&root), 0o700);
+        assert_eq!(mode(&root.join("ns")), 0o700);
+        assert_eq!(mode(&dir), 0o1777, "the tmpfs root");
+        // 64 inodes: a container cannot make more entries than that.
+        let mut made = 0;
+        for i in 0..200 {
+            if std::fs::write(dir.join(format!("f{i}")), "").is_err() {
+                break;
+            }
+            made += 1;
+        }
+        assert!(made < 64, "{made}");
+        // 64 KiB: nor fill it.
+        assert!(std::fs::write(dir.join("big"), vec![0u8; 1 << 20]).is_err());
+        cleanup(&dir);
+        assert!(!dir.exists());
         assert!(
-            inject(
-                &mut none,
-                &t.path().join("missing.so"),
-                t.path(),
-                "ns",
-                "c4"
-            )
-            .unwrap()
-            .is_none()
+            std::fs::read_to_string("/proc/self/mountinfo")
+                .unwrap()
+                .lines()
+                .all(|l| !l.contains(&*dir.to_string_lossy()))
         );
     }
 }

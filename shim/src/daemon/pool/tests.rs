@@ -115,6 +115,41 @@ fn tier_counts_are_computed_only_after_a_change() {
 }
 
 #[test]
+fn a_container_lying_about_its_bytes_costs_no_other_container_its_memory() {
+    // Simulated GPU: claims are capped at the GPU's size.
+    let mut p = pool(1e6, false);
+    p.observe_memory(0, 0, 10 * GIB);
+    paused(&mut p, "ns/a", "f", GIB, 0.0);
+    paused(&mut p, "ns/b", "g", GIB, 1.0);
+    paused(&mut p, "ns/liar", "h", u64::MAX, 2.0);
+    let liar = p
+        .entries(t(3.0))
+        .into_iter()
+        .find(|e| e.key == "ns/liar")
+        .unwrap();
+    assert_eq!(liar.bytes, 10 * GIB, "capped at the GPU's memory");
+    // Measured GPU (NVML): what is in use is the driver's figure, never the claims; a claim is
+    // capped at what the GPU really has in use.
+    let mut p = pool(1e6, false);
+    p.set_measured(true);
+    p.observe_memory(0, 2 * GIB, 10 * GIB);
+    paused(&mut p, "ns/a", "f", GIB, 0.0);
+    paused(&mut p, "ns/b", "g", GIB, 1.0);
+    paused(&mut p, "ns/liar", "h", u64::MAX, 2.0);
+    p.report(&ok("ns/a", Action::Prefetch, u64::MAX), t(2.5));
+    p.take_orders();
+    p.tick(t(3.0), None);
+    assert!(
+        p.take_orders().is_empty(),
+        "no pressure: 2 GiB of 10 in use"
+    );
+    for e in p.entries(t(3.0)) {
+        assert!(e.bytes <= 2 * GIB, "{e:?}");
+        assert_eq!(e.tier, Tier::Hot);
+    }
+}
+
+#[test]
 fn gpu_memory_pressure_evicts_inactive_least_recent_first_and_counts_evictions_in_flight() {
     let mut p = pool(1e6, false);
     p.observe_memory(0, 0, 10 * GIB); // budget 8.5 GiB
