@@ -98,6 +98,8 @@ fn main() {
         weight: 1.0,
         tenant: None,
         gpus: GpuSelection::Devices(vec!["3".into()]),
+        grant: Some(GpuSelection::Devices(vec!["3".into()])),
+        pod_namespace: String::new(),
     };
     let mut ours = Vec::with_capacity(n);
     for i in 0..n {

@@ -1,17 +1,34 @@
-//! Which containers are GPU work, and whose.
+//! Which containers are GPU work, whose, and which GPUs the shim may give them.
 //!
 //! Decided once, at Create, from the OCI spec alone, so the shim needs no GPU and no daemon to
-//! classify. The result is recorded with the container; the daemon gate (issue 4) acts on it.
+//! classify. The result is recorded with the container; the daemon gate acts on it.
 //!
-//! A container is GPU work if any of these holds (an explicit `io.mqfq.gpu` wins over all):
-//! a CDI annotation (`cdi.k8s.io/*`), `NVIDIA_VISIBLE_DEVICES` naming devices (not empty, `void`
-//! or `none`), `CUDA_VISIBLE_DEVICES` non-empty, or a `/dev/nvidia*` device in `linux.devices`.
+//! **Who grants GPUs.** The shim hands a container device nodes (with `rwm` cgroup rules) only
+//! for what the platform assigned it — never for what the image or the pod author wrote
+//! (`nvidia/cuda` images set `NVIDIA_VISIBLE_DEVICES=all` in their ENV). A grant comes from:
+//! - `/dev/nvidia<N>` nodes already in `linux.devices` (containerd applied CDI, a device plugin's
+//!   device specs, a privileged container);
+//! - NVIDIA's volume-mount device list: mounts of `/dev/null` at
+//!   `/var/run/nvidia-container-devices/<device>` (the device plugin's `volume-mounts` strategy;
+//!   a pod author would need a hostPath volume);
+//! - CDI annotations `cdi.k8s.io/*` — outside CRI always (the caller is the node's root), under
+//!   CRI only with `MQFQ_GPU_ACCESS=cdi-annotations` (containerd 1.7+ applies CDI itself);
+//! - `NVIDIA_VISIBLE_DEVICES` — only with `MQFQ_GPU_ACCESS=env` (ctr and Docker users who want
+//!   the env-var path) or in a privileged container (`CAP_SYS_ADMIN`, which has every device
+//!   anyway), as NVIDIA's `accept-nvidia-visible-devices-envvar-when-unprivileged=false`.
+//!
+//! **What is GPU work** (gated by the queue): a container with a grant (whatever `io.mqfq.gpu`
+//! says: one holding a GPU cannot opt out of the queue); else `io.mqfq.gpu=true` (classifies,
+//! never grants); else a legacy NVIDIA prestart hook (Docker `--gpus`, `ctr --gpus`: the hook
+//! then gives the devices, by NVIDIA's own rules). `CUDA_VISIBLE_DEVICES` and an untrusted
+//! `NVIDIA_VISIBLE_DEVICES` only pick the GPU queue of a container that is GPU work.
 //! Sandbox (pause) containers never are; exec processes are never classified at all.
 //!
 //! The function key (one MQFQ flow each) is the first of: annotation `io.mqfq.function`; Knative's
 //! `serving.knative.dev/service` (or `…/revision`) as `knative/<namespace>/<name>`; an OpenWhisk
 //! action container name (`wsk<invoker>_<n>_<action>`) as `openwhisk/<action>`; the image name
-//! (`io.kubernetes.cri.image-name`); the container id.
+//! (`io.kubernetes.cri.image-name`); the container id. The daemon scopes it by tenant, so a pod
+//! naming another namespace's function does not join that function's flow.
 
 use serde::Serialize;
 use serde_json::Value;
@@ -42,12 +59,59 @@ pub enum GpuSelection {
 pub struct GpuWork {
     /// Function key: one MQFQ flow per key.
     pub function: String,
-    /// Flow weight (default 1).
+    /// Flow weight the pod asked for (`io.mqfq.weight`; 0 = none): the daemon decides whether
+    /// it counts.
     pub weight: f64,
-    /// Tenant, if given.
+    /// Tenant the pod named (`io.mqfq.tenant`), if any: the daemon decides whether it counts.
     pub tenant: Option<String>,
-    /// Requested devices.
+    /// The pod's Kubernetes namespace (CRI), or empty.
+    pub pod_namespace: String,
+    /// Which GPUs it uses, for routing to a GPU queue.
     pub gpus: GpuSelection,
+    /// The GPUs the shim may give it (device nodes and driver files), from a trusted source
+    /// only; `None`: the shim gives none (the platform or a legacy hook does, or nobody).
+    pub grant: Option<GpuSelection>,
+}
+
+/// Where the shim accepts GPU grants from, beyond what the platform put in the spec
+/// (`MQFQ_GPU_ACCESS`, comma-separated: `env`, `cdi-annotations`; empty or `platform` for none).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GpuAccess {
+    /// `NVIDIA_VISIBLE_DEVICES` grants devices (ctr / Docker hosts whose users are trusted).
+    pub env: bool,
+    /// Under CRI, `cdi.k8s.io/*` annotations grant devices.
+    pub cdi_annotations: bool,
+}
+
+impl GpuAccess {
+    /// Parses a `MQFQ_GPU_ACCESS` value.
+    ///
+    /// # Errors
+    /// An unknown word.
+    pub fn parse(v: &str) -> Result<Self> {
+        let mut a = GpuAccess::default();
+        for w in v.split(',').map(str::trim).filter(|w| !w.is_empty()) {
+            match w {
+                "platform" => {}
+                "env" => a.env = true,
+                "cdi-annotations" => a.cdi_annotations = true,
+                other => {
+                    return Err(Error::InvalidArgument(format!(
+                        "MQFQ_GPU_ACCESS={v:?}: unknown source {other:?} (expected platform, env, cdi-annotations)"
+                    )));
+                }
+            }
+        }
+        Ok(a)
+    }
+
+    /// From the shim's environment.
+    ///
+    /// # Errors
+    /// An unknown word in `MQFQ_GPU_ACCESS`.
+    pub fn from_env() -> Result<Self> {
+        Self::parse(&std::env::var("MQFQ_GPU_ACCESS").unwrap_or_default())
+    }
 }
 
 /// What Create learned about a container.
@@ -134,11 +198,72 @@ fn openwhisk_action(name: &str) -> Option<&str> {
         .then_some(action)
 }
 
-/// Classifies a container from its OCI spec (`config.json` as JSON). `id` is the container id.
+/// The device list of NVIDIA's volume-mount strategy: `/dev/null` mounted at
+/// `/var/run/nvidia-container-devices/<device>`.
+const DEVICE_MOUNTS: &str = "/var/run/nvidia-container-devices/";
+
+fn volume_mount_devices(spec: &Value) -> Vec<String> {
+    spec.get("mounts")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter(|m| {
+            m.get("source")
+                .and_then(Value::as_str)
+                .is_some_and(|s| s.trim_end_matches('/') == "/dev/null")
+        })
+        .filter_map(|m| m.get("destination").and_then(Value::as_str))
+        .filter_map(|d| d.strip_prefix(DEVICE_MOUNTS))
+        .filter(|n| !n.is_empty() && !n.contains('/'))
+        .map(str::to_owned)
+        .collect()
+}
+
+fn privileged(spec: &Value) -> bool {
+    spec.get("process")
+        .and_then(|p| p.get("capabilities"))
+        .and_then(|c| c.get("bounding"))
+        .and_then(Value::as_array)
+        .is_some_and(|b| b.iter().any(|c| c.as_str() == Some("CAP_SYS_ADMIN")))
+}
+
+fn legacy_hook(spec: &Value) -> bool {
+    let Some(hooks) = spec.get("hooks") else {
+        return false;
+    };
+    ["prestart", "createRuntime", "createContainer"]
+        .iter()
+        .filter_map(|stage| hooks.get(*stage).and_then(Value::as_array))
+        .flatten()
+        .any(|h| {
+            let path = h.get("path").and_then(Value::as_str).unwrap_or("");
+            let name = path.rsplit('/').next().unwrap_or(path);
+            let args = h.get("args").and_then(Value::as_array);
+            matches!(
+                name,
+                "nvidia-container-runtime-hook" | "nvidia-container-toolkit"
+            ) || args.is_some_and(|a| {
+                a.iter()
+                    .filter_map(Value::as_str)
+                    .any(|x| x.ends_with("nvidia-container-cli"))
+            })
+        })
+}
+
+fn selection(names: Vec<String>) -> GpuSelection {
+    if names.is_empty() || names.iter().any(|n| n == "all") {
+        GpuSelection::All
+    } else {
+        GpuSelection::Devices(names)
+    }
+}
+
+/// Classifies a container from its OCI spec (`config.json` as JSON). `id` is the container id,
+/// `access` where GPU grants are accepted from.
 ///
 /// # Errors
 /// [`Error::InvalidArgument`] naming the annotation when an `io.mqfq.*` annotation is malformed.
-pub fn classify(spec: &Value, id: &str) -> Result<Classification> {
+pub fn classify(spec: &Value, id: &str, access: GpuAccess) -> Result<Classification> {
     // Validate our annotations first, even on containers that turn out not to be GPU work, so a
     // typo never silently disables scheduling.
     let forced = match annotation(spec, ANN_GPU) {
@@ -150,7 +275,7 @@ pub fn classify(spec: &Value, id: &str) -> Result<Classification> {
         },
     };
     let weight = match annotation(spec, ANN_WEIGHT) {
-        None => 1.0,
+        None => 0.0,
         Some(v) => match v.trim().parse::<f64>() {
             Ok(w) if w.is_finite() && w > 0.0 && w <= 1000.0 => w,
             _ => return Err(invalid(ANN_WEIGHT, v, "expected a number in (0, 1000]")),
@@ -163,61 +288,78 @@ pub fn classify(spec: &Value, id: &str) -> Result<Classification> {
         .map(|v| check_name(ANN_TENANT, v))
         .transpose()?;
 
-    if annotation(spec, "io.kubernetes.cri.container-type") == Some("sandbox") {
+    let container_type = annotation(spec, "io.kubernetes.cri.container-type");
+    if container_type == Some("sandbox") {
         return Ok(Classification::NotGpu);
     }
+    let cri = container_type.is_some();
     let nvidia =
         env(spec, "NVIDIA_VISIBLE_DEVICES").filter(|v| !matches!(v.trim(), "" | "void" | "none"));
     let cuda = env(spec, "CUDA_VISIBLE_DEVICES").filter(|v| !v.trim().is_empty());
-    let cdi: Vec<&str> = annotations(spec)
+    let cdi: Vec<String> = annotations(spec)
         .filter(|(k, _)| k.starts_with("cdi.k8s.io/"))
-        .map(|(_, v)| v)
+        .flat_map(|(_, v)| v.split(','))
+        .filter_map(|d| d.split_once('=').map(|(_, n)| n.trim().to_owned()))
+        .filter(|n| !n.is_empty())
         .collect();
-    let dev_nodes: Vec<&str> = devices(spec)
-        .filter(|p| p.starts_with("/dev/nvidia"))
+    let dev_nodes: Vec<String> = devices(spec)
+        .filter_map(|p| p.strip_prefix("/dev/nvidia"))
+        .filter(|s| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()))
+        .map(str::to_owned)
         .collect();
-    let detected = nvidia.is_some() || cuda.is_some() || !cdi.is_empty() || !dev_nodes.is_empty();
-    if !forced.unwrap_or(detected) {
+    let mounted = volume_mount_devices(spec);
+
+    // Trusted sources only, in the order NVIDIA's toolkit prefers them.
+    let grant = if !mounted.is_empty() {
+        Some(selection(mounted))
+    } else if !cdi.is_empty() && (!cri || access.cdi_annotations) {
+        Some(selection(cdi.clone()))
+    } else if let Some(v) = nvidia.filter(|_| access.env || privileged(spec)) {
+        Some(parse_list(v))
+    } else if !dev_nodes.is_empty() {
+        Some(GpuSelection::Devices(dev_nodes.clone()))
+    } else {
+        None
+    };
+    let gpu = if grant.is_some() {
+        if forced == Some(false) {
+            tracing::info!(container = %id, "{ANN_GPU}=false ignored: the container was given a GPU");
+        }
+        true
+    } else {
+        forced.unwrap_or_else(|| legacy_hook(spec))
+    };
+    if !gpu {
+        if nvidia.is_some() || cuda.is_some() || !cdi.is_empty() {
+            tracing::debug!(
+                container = %id,
+                "GPU variables or annotations from an untrusted source: not GPU work (see MQFQ_GPU_ACCESS)"
+            );
+        }
         return Ok(Classification::NotGpu);
     }
-
-    let gpus = if let Some(v) = nvidia {
-        parse_list(v)
-    } else if !cdi.is_empty() {
-        // CDI values are comma-separated fully-qualified names: vendor/class=device.
-        let names: Vec<String> = cdi
-            .iter()
-            .flat_map(|v| v.split(','))
-            .filter_map(|d| d.split_once('=').map(|(_, n)| n.trim().to_owned()))
-            .filter(|n| !n.is_empty())
-            .collect();
-        if names.iter().any(|n| n == "all") || names.is_empty() {
-            GpuSelection::All
+    // The queue to wait in: the grant, else what the container says it uses.
+    let gpus = grant.clone().unwrap_or_else(|| {
+        if let Some(v) = nvidia {
+            parse_list(v)
+        } else if !cdi.is_empty() {
+            selection(cdi)
+        } else if let Some(v) = cuda {
+            parse_list(v)
         } else {
-            GpuSelection::Devices(names)
-        }
-    } else if let Some(v) = cuda {
-        parse_list(v)
-    } else {
-        let idx: Vec<String> = dev_nodes
-            .iter()
-            .filter_map(|p| p.strip_prefix("/dev/nvidia"))
-            .filter(|s| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()))
-            .map(str::to_owned)
-            .collect();
-        if idx.is_empty() {
             GpuSelection::All
-        } else {
-            GpuSelection::Devices(idx)
         }
-    };
-
+    });
     let function = function.unwrap_or_else(|| derive_function(spec, id));
     Ok(Classification::Gpu(GpuWork {
         function,
         weight,
         tenant,
+        pod_namespace: annotation(spec, "io.kubernetes.cri.sandbox-namespace")
+            .unwrap_or_default()
+            .to_owned(),
         gpus,
+        grant,
     }))
 }
 
@@ -252,64 +394,143 @@ mod tests {
 
     use super::*;
 
-    fn gpu(spec: &Value) -> GpuWork {
-        match classify(spec, "cid").unwrap() {
-            Classification::Gpu(w) => w,
-            Classification::NotGpu => panic!("expected GPU work for {spec}"),
+    const ENV: GpuAccess = GpuAccess {
+        env: true,
+        cdi_annotations: false,
+    };
+
+    fn with(spec: &Value, access: GpuAccess) -> Option<GpuWork> {
+        match classify(spec, "cid", access).unwrap() {
+            Classification::Gpu(w) => Some(w),
+            Classification::NotGpu => None,
         }
+    }
+
+    fn gpu(spec: &Value) -> GpuWork {
+        with(spec, GpuAccess::default()).unwrap_or_else(|| panic!("expected GPU work for {spec}"))
+    }
+
+    fn devs(d: &[&str]) -> GpuSelection {
+        GpuSelection::Devices(d.iter().map(|s| (*s).to_owned()).collect())
     }
 
     #[test]
     fn plain_containers_are_not_gpu_work() {
         let spec = json!({"process": {"env": ["PATH=/bin", "NVIDIA_VISIBLE_DEVICES=void"]},
                           "linux": {"devices": [{"path": "/dev/fuse"}]}});
-        assert_eq!(classify(&spec, "c").unwrap(), Classification::NotGpu);
+        assert_eq!(with(&spec, ENV), None);
         assert_eq!(
-            classify(&json!({"process": {"env": ["CUDA_VISIBLE_DEVICES="]}}), "c").unwrap(),
-            Classification::NotGpu
+            with(&json!({"process": {"env": ["CUDA_VISIBLE_DEVICES="]}}), ENV),
+            None
         );
     }
 
     #[test]
-    fn each_signal_makes_gpu_work() {
-        let w = gpu(&json!({"process": {"env": ["NVIDIA_VISIBLE_DEVICES=0,GPU-abc"]}}));
+    fn an_image_env_grants_no_gpu_and_does_not_make_gpu_work() {
+        // nvidia/cuda images carry NVIDIA_VISIBLE_DEVICES=all in their ENV: under CRI that must
+        // not give the pod every GPU of the node, nor gate it.
+        let pod = json!({"annotations": {"io.kubernetes.cri.container-type": "container"},
+                         "process": {"env": ["NVIDIA_VISIBLE_DEVICES=all", "CUDA_VISIBLE_DEVICES=0"]}});
+        assert_eq!(with(&pod, GpuAccess::default()), None);
+        // Nor a pod's own CDI annotation (when containerd is told to pass it through).
+        let cdi = json!({"annotations": {"io.kubernetes.cri.container-type": "container",
+                                         "cdi.k8s.io/x": "nvidia.com/gpu=all"}});
+        assert_eq!(with(&cdi, GpuAccess::default()), None);
+        let w = with(
+            &cdi,
+            GpuAccess {
+                env: false,
+                cdi_annotations: true,
+            },
+        )
+        .unwrap();
+        assert_eq!(w.grant, Some(GpuSelection::All));
+        // io.mqfq.gpu classifies, never grants.
+        let ask = json!({"annotations": {"io.mqfq.gpu": "true"},
+                         "process": {"env": ["NVIDIA_VISIBLE_DEVICES=1"]}});
+        let w = gpu(&ask);
+        assert_eq!((w.grant, w.gpus), (None, devs(&["1"])));
+        // The explicit switch (ctr / Docker hosts) and privileged containers take the env.
+        let env = json!({"process": {"env": ["NVIDIA_VISIBLE_DEVICES=0,GPU-abc"]}});
+        assert_eq!(with(&env, GpuAccess::default()), None);
         assert_eq!(
-            w.gpus,
-            GpuSelection::Devices(vec!["0".into(), "GPU-abc".into()])
+            with(&env, ENV).unwrap().grant,
+            Some(devs(&["0", "GPU-abc"]))
         );
-        assert_eq!(w.function, "cid");
-        assert_eq!(w.weight, 1.0);
-        let w = gpu(&json!({"process": {"env": ["NVIDIA_VISIBLE_DEVICES=all"]}}));
-        assert_eq!(w.gpus, GpuSelection::All);
-        let w = gpu(&json!({"process": {"env": ["CUDA_VISIBLE_DEVICES=1"]}}));
-        assert_eq!(w.gpus, GpuSelection::Devices(vec!["1".into()]));
+        let privileged = json!({"process": {"env": ["NVIDIA_VISIBLE_DEVICES=all"],
+            "capabilities": {"bounding": ["CAP_CHOWN", "CAP_SYS_ADMIN"]}}});
+        assert_eq!(gpu(&privileged).grant, Some(GpuSelection::All));
+    }
+
+    #[test]
+    fn what_the_platform_assigned_grants() {
+        // Device nodes containerd (CDI) or a device plugin put in the spec.
+        let w = gpu(
+            &json!({"annotations": {"io.kubernetes.cri.container-type": "container"},
+                    "process": {"env": ["NVIDIA_VISIBLE_DEVICES=all"]},
+                    "linux": {"devices": [{"path": "/dev/nvidiactl"}, {"path": "/dev/nvidia3"}]}}),
+        );
+        assert_eq!(
+            (w.grant.clone(), w.gpus),
+            (Some(devs(&["3"])), devs(&["3"]))
+        );
+        // NVIDIA's volume-mount device list.
+        let w = gpu(&json!({"mounts": [
+            {"source": "/dev/null", "destination": "/var/run/nvidia-container-devices/GPU-1"},
+            {"source": "/host/x", "destination": "/var/run/nvidia-container-devices/GPU-2"},
+            {"source": "/dev/null", "destination": "/var/run/nvidia-container-devices/GPU-3"}]}));
+        assert_eq!(w.grant, Some(devs(&["GPU-1", "GPU-3"])));
+        // CDI annotations outside CRI (the caller is the node's root).
         let w =
             gpu(&json!({"annotations": {"cdi.k8s.io/gpu": "nvidia.com/gpu=0,nvidia.com/gpu=1"}}));
-        assert_eq!(w.gpus, GpuSelection::Devices(vec!["0".into(), "1".into()]));
-        let w = gpu(
-            &json!({"linux": {"devices": [{"path": "/dev/nvidiactl"}, {"path": "/dev/nvidia3"}]}}),
-        );
-        assert_eq!(w.gpus, GpuSelection::Devices(vec!["3".into()]));
-        let w = gpu(&json!({"annotations": {"io.mqfq.gpu": "true"}}));
-        assert_eq!(w.gpus, GpuSelection::All);
+        assert_eq!(w.grant, Some(devs(&["0", "1"])));
+        // A container holding a GPU cannot leave the queue.
+        let w = gpu(&json!({"annotations": {"io.mqfq.gpu": "false"},
+                            "linux": {"devices": [{"path": "/dev/nvidia0"}]}}));
+        assert_eq!(w.grant, Some(devs(&["0"])));
     }
 
     #[test]
-    fn explicit_annotation_and_sandbox_win() {
-        let spec = json!({"annotations": {"io.mqfq.gpu": "false"},
-                          "process": {"env": ["NVIDIA_VISIBLE_DEVICES=all"]}});
-        assert_eq!(classify(&spec, "c").unwrap(), Classification::NotGpu);
+    fn legacy_hooks_and_the_explicit_annotation_classify_without_granting() {
+        let docker = json!({"process": {"env": ["NVIDIA_VISIBLE_DEVICES=2"]},
+            "hooks": {"prestart": [{"path": "/usr/bin/nvidia-container-runtime-hook",
+                                     "args": ["nvidia-container-runtime-hook", "prestart"]}]}});
+        let w = gpu(&docker);
+        assert_eq!((w.grant, w.gpus), (None, devs(&["2"])));
+        let ctr = json!({"hooks": {"prestart": [{"path": "/usr/bin/containerd",
+            "args": ["containerd", "oci-hook", "--", "/usr/bin/nvidia-container-cli", "configure"]}]}});
+        assert_eq!(gpu(&ctr).gpus, GpuSelection::All);
+        let off = json!({"annotations": {"io.mqfq.gpu": "false"},
+                         "process": {"env": ["NVIDIA_VISIBLE_DEVICES=all"]}});
+        assert_eq!(with(&off, GpuAccess::default()), None);
+        assert!(
+            with(&off, ENV).is_some(),
+            "with the env switch the env is a grant"
+        );
         let pause = json!({"annotations": {"io.kubernetes.cri.container-type": "sandbox"},
-                           "process": {"env": ["NVIDIA_VISIBLE_DEVICES=all"]}});
-        assert_eq!(classify(&pause, "c").unwrap(), Classification::NotGpu);
+                           "linux": {"devices": [{"path": "/dev/nvidia0"}]}});
+        assert_eq!(with(&pause, ENV), None);
+        assert_eq!(
+            GpuAccess::parse("env, cdi-annotations").unwrap(),
+            GpuAccess {
+                env: true,
+                cdi_annotations: true
+            }
+        );
+        assert_eq!(GpuAccess::parse("platform").unwrap(), GpuAccess::default());
+        let e = GpuAccess::parse("all").unwrap_err().to_string();
+        assert!(e.contains("MQFQ_GPU_ACCESS"), "{e}");
     }
 
     #[test]
     fn function_key_sources_in_order() {
-        let base = |ann: Value| json!({"annotations": ann, "process": {"env": ["NVIDIA_VISIBLE_DEVICES=all"]}});
+        let base = |mut ann: Value| {
+            ann["io.mqfq.gpu"] = json!("true");
+            json!({"annotations": ann})
+        };
         let w = gpu(&base(
             json!({"io.mqfq.function": "resnet", "serving.knative.dev/service": "x",
-                                  "io.mqfq.weight": "2.5", "io.mqfq.tenant": "acme"}),
+                   "io.mqfq.weight": "2.5", "io.mqfq.tenant": "acme"}),
         ));
         assert_eq!(
             (w.function.as_str(), w.weight, w.tenant.as_deref()),
@@ -318,6 +539,8 @@ mod tests {
         let w = gpu(&base(json!({"serving.knative.dev/service": "hello",
                                   "io.kubernetes.cri.sandbox-namespace": "prod"})));
         assert_eq!(w.function, "knative/prod/hello");
+        assert_eq!(w.pod_namespace, "prod");
+        assert_eq!(w.weight, 0.0, "no weight asked for");
         let w = gpu(&base(
             json!({"serving.knative.dev/revision": "hello-00001"}),
         ));
@@ -330,6 +553,7 @@ mod tests {
             json!({"io.kubernetes.cri.image-name": "docker.io/acme/resnet:1"}),
         ));
         assert_eq!(w.function, "docker.io/acme/resnet:1");
+        assert_eq!(gpu(&base(json!({}))).function, "cid");
     }
 
     #[test]
@@ -345,12 +569,17 @@ mod tests {
             ("io.mqfq.tenant", "tab\there"),
         ] {
             let spec = json!({"annotations": {k: v}});
-            match classify(&spec, "c") {
+            match classify(&spec, "c", ENV) {
                 Err(Error::InvalidArgument(msg)) => assert!(msg.contains(k), "{msg}"),
                 other => panic!("{k}={v:?}: {other:?}"),
             }
         }
         let long = "f".repeat(254);
-        classify(&json!({"annotations": {"io.mqfq.function": long}}), "c").unwrap_err();
+        classify(
+            &json!({"annotations": {"io.mqfq.function": long}}),
+            "c",
+            ENV,
+        )
+        .unwrap_err();
     }
 }

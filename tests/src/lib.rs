@@ -172,6 +172,9 @@ impl Containerd {
             .env("MQFQ_EDITS_FILE", d.join("nvidia-edits.json"))
             .env("MQFQ_INTERPOSER", d.join("libmqfq_cuda.so"))
             .env("MQFQ_CTL_ROOT", d.join("ctl"))
+            // The tests are ctr users: NVIDIA_VISIBLE_DEVICES grants GPUs (the explicit switch;
+            // a test of the default policy sets MQFQ_GPU_ACCESS itself).
+            .env("MQFQ_GPU_ACCESS", "env")
             .envs(env.iter().copied())
             .stdout(log.try_clone().expect("log"))
             .stderr(log)
@@ -703,6 +706,7 @@ pub fn build_double(name: &str, out: &Path) -> std::io::Result<PathBuf> {
         "nvml" => ("nvml.c", "libnvidia-ml.so.1"),
         "cuda" => ("cuda.c", "libcuda.so.1"),
         "cuda_client" => ("cuda_client.c", "cuda_client"),
+        "hostile_ctl" => ("hostile_ctl.c", "hostile_ctl"),
         other => {
             return Err(std::io::Error::new(
                 std::io::ErrorKind::NotFound,
@@ -715,7 +719,12 @@ pub fn build_double(name: &str, out: &Path) -> std::io::Result<PathBuf> {
         .join(src);
     let path = out.join(lib);
     let mut cc = Command::new("cc");
-    if name == "cuda_client" {
+    if name == "hostile_ctl" {
+        // Static: the interposer preloaded into the container never loads into it.
+        cc.args(["-static", "-O1", "-Wall", "-Werror", "-o"])
+            .arg(&path)
+            .arg(&src);
+    } else if name == "cuda_client" {
         // A program linked straight to the libcuda double (built first, in the same folder).
         cc.args(["-O1", "-Wall", "-Werror", "-o"])
             .arg(&path)

@@ -68,8 +68,9 @@ pub fn store(file: &Path, edits: &NodeEdits) -> Result<(), EditError> {
     std::fs::rename(&tmp, file).map_err(EditError::io(format!("rename to {}", file.display())))
 }
 
-/// At Create of a GPU container: selects the edits for exactly its GPUs and applies them to its
-/// spec. `None` when the node has no edits file (the spec stays as it came, hooks included).
+/// At Create of a GPU container: selects the edits for exactly the GPUs it was granted (see
+/// `gpu`) and applies them to its spec. `None` when it was granted none, or the node has no edits
+/// file (the spec stays as it came, hooks included).
 ///
 /// # Errors
 /// An unknown device, a bad edits file, or a spec of the wrong shape.
@@ -78,10 +79,13 @@ pub fn prepare(
     work: &GpuWork,
     file: &Path,
 ) -> Result<Option<(ContainerEdits, Applied)>, EditError> {
+    let Some(grant) = &work.grant else {
+        return Ok(None);
+    };
     let Some(node) = load(file)? else {
         return Ok(None);
     };
-    let edits = node.select(&work.gpus)?;
+    let edits = node.select(grant)?;
     let applied = edits::apply(spec, &edits)?;
     Ok(Some((edits, applied)))
 }

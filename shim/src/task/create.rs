@@ -48,7 +48,7 @@ impl TaskService {
             .map_err(|e| Error::io(format!("read {}", spec_path.display()), e))?;
         let mut spec: serde_json::Value = serde_json::from_str(&text)
             .map_err(|e| Error::InvalidArgument(format!("{}: {e}", spec_path.display())))?;
-        let gpu = gpu::classify(&spec, &id)?;
+        let gpu = gpu::classify(&spec, &id, gpu::GpuAccess::from_env()?)?;
         // The node's pre-computed NVIDIA edits go straight into the spec: no hook process.
         // Selected and applied in memory here (an unknown GPU fails before anything is mounted);
         // written once the rootfs is there for the symlinks and the ld.so.cache.
@@ -153,7 +153,7 @@ impl TaskService {
         if let Classification::Gpu(w) = &gpu {
             tracing::info!(
                 container = %id, function = %w.function, weight = w.weight,
-                tenant = ?w.tenant, gpus = ?w.gpus, "GPU container created"
+                tenant = ?w.tenant, gpus = ?w.gpus, granted = ?w.grant, "GPU container created"
             );
         }
         let init = Proc::new("", pid, stdio.clone(), Some(io));

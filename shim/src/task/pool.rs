@@ -40,10 +40,16 @@ pub(super) struct PoolTimeouts {
 }
 
 impl Default for PoolTimeouts {
+    /// The constants, or `MQFQ_POOL_MOVE_TIMEOUT_MS` for memory moves.
     fn default() -> Self {
+        let moves = std::env::var("MQFQ_POOL_MOVE_TIMEOUT_MS")
+            .ok()
+            .and_then(|v| v.parse::<u64>().ok())
+            .filter(|ms| *ms > 0)
+            .map_or(MOVE_TIMEOUT, Duration::from_millis);
         PoolTimeouts {
             status: STATUS_TIMEOUT,
-            moves: MOVE_TIMEOUT,
+            moves,
         }
     }
 }
@@ -97,9 +103,9 @@ impl TaskService {
             let bytes = match &ctl {
                 Some(d) if pooled => {
                     let a = uvm(d, id, Command::Status, self.pool_timeouts.status).await;
-                    if a.timed_out {
-                        self.drop_from_pool(id, "did not say how much memory it holds")
-                            .await;
+                    if !a.ok() {
+                        let why = format!("its status failed: {}", a.errors.join("; "));
+                        self.drop_from_pool(id, &why).await;
                     }
                     a.bytes
                 }
@@ -347,10 +353,10 @@ impl TaskService {
                 c.evicted = if evict { a.processes > 0 } else { !a.ok() };
             }
         }
-        if a.timed_out {
-            // Frozen again above; never thawed for the pool again.
-            self.drop_from_pool(id, "a memory move did not finish in time")
-                .await;
+        if !a.ok() {
+            // Frozen again above; never thawed for the pool again (a container whose processes
+            // fail or stall a move would otherwise be thawed at every retry).
+            self.drop_from_pool(id, "a memory move failed").await;
             r.gone = true;
         }
         r.ok = a.ok() && r.error.is_empty();

@@ -330,13 +330,18 @@ async fn bad_stdio_restore_and_failed_runc_leave_nothing() {
 async fn gpu_containers_are_classified_at_create() {
     let h = harness();
     let spec = json!({"annotations": {"io.mqfq.function": "resnet", "io.mqfq.weight": "2"},
-                      "process": {"env": ["NVIDIA_VISIBLE_DEVICES=0"]}});
+                      "process": {"env": ["NVIDIA_VISIBLE_DEVICES=0"]},
+                      "linux": {"devices": [{"path": "/dev/nvidia0"}]}});
     let req = h.bundle("g1", &spec);
     h.svc.create(req).await.unwrap();
     match h.svc.classification("g1").await {
         Some(Classification::Gpu(w)) => {
             assert_eq!(w.function, "resnet");
             assert_eq!(w.weight, 2.0);
+            assert_eq!(
+                w.grant,
+                Some(crate::gpu::GpuSelection::Devices(vec!["0".into()]))
+            );
         }
         other => panic!("{other:?}"),
     }

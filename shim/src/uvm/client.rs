@@ -76,6 +76,8 @@ impl Command {
 enum Failure {
     /// Nobody listens (its process is gone): the socket is removed.
     Gone,
+    /// The entry is not a socket (planted by the container): ignored.
+    NotSocket,
     /// No answer within the deadline.
     Timeout,
     /// Anything else, said as text.
@@ -142,7 +144,7 @@ fn connect(dir: &OwnedFd, name: &str) -> Result<OwnedFd, Failure> {
     })?;
     let st = nix::sys::stat::fstat(&entry).map_err(|e| Failure::Other(e.to_string()))?;
     if st.st_mode & SFlag::S_IFMT.bits() != SFlag::S_IFSOCK.bits() {
-        return Err(Failure::Other("not a socket: ignored".into()));
+        return Err(Failure::NotSocket);
     }
     let sock = socket(
         AddressFamily::Unix,
@@ -307,6 +309,9 @@ pub fn send(dir: &Path, container_id: &str, cmd: Command, timeout: Duration) -> 
                     name.as_str(),
                     nix::unistd::UnlinkatFlags::NoRemoveDir,
                 );
+            }
+            Err(Failure::NotSocket) => {
+                tracing::info!("{}: {name} is not a socket: ignored", dir.display());
             }
             Err(Failure::Timeout) => {
                 a.timed_out = true;

@@ -99,7 +99,11 @@ fn a_planted_symlink_is_never_connected_to() {
     std::os::unix::fs::symlink(t.path().join("host.sock"), dir.join("cuda-7.sock")).unwrap();
     let r = send(&dir, "c1", Command::Evict, Duration::from_secs(2));
     assert_eq!(r.processes, 0);
-    assert!(r.errors[0].contains("not a socket"), "{:?}", r.errors);
+    assert!(
+        r.ok(),
+        "a planted entry is ignored, not a failure: {:?}",
+        r.errors
+    );
     assert!(
         host.accept().is_err(),
         "nothing connected to the host socket"

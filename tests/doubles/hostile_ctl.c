@@ -1,0 +1,101 @@
+/* A hostile "CUDA process" for the security tests: it answers (or not) on the interposer's
+ * control socket in $MQFQ_CTL_DIR the way an attacker inside a container would.
+ *
+ *   hostile_ctl symlink <host socket>   plant cuda-1.sock -> <host socket>, then sleep
+ *   hostile_ctl stall                   accept, read, never answer
+ *   hostile_ctl flood                   answer every connection with endless bytes, no newline
+ *   hostile_ctl lie                     answer "ok" and absurd byte counts
+ *   hostile_ctl fill                    make entries until the directory refuses, then sleep
+ *
+ * Built static (cc -static), so the preloaded interposer never loads into it. */
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+static const char *dir(void) {
+    const char *d = getenv("MQFQ_CTL_DIR");
+    return d ? d : "/run/mqfq/ctl";
+}
+
+static int listen_on(const char *name) {
+    struct sockaddr_un a = {.sun_family = AF_UNIX};
+    snprintf(a.sun_path, sizeof a.sun_path, "%s/%s", dir(), name);
+    unlink(a.sun_path);
+    int s = socket(AF_UNIX, SOCK_STREAM, 0);
+    if (s < 0 || bind(s, (struct sockaddr *)&a, sizeof a) < 0 || listen(s, 16) < 0) {
+        perror("hostile_ctl: listen");
+        exit(1);
+    }
+    return s;
+}
+
+static void forever(void) {
+    for (;;) pause();
+}
+
+int main(int argc, char **argv) {
+    signal(SIGPIPE, SIG_IGN);
+    if (argc < 2) return 2;
+    const char *mode = argv[1];
+    char name[64];
+    snprintf(name, sizeof name, "cuda-%d.sock", (int)getpid());
+    if (!strcmp(mode, "symlink") && argc > 2) {
+        char p[200];
+        snprintf(p, sizeof p, "%s/cuda-1.sock", dir());
+        if (symlink(argv[2], p) < 0) perror("hostile_ctl: symlink");
+        printf("planted\n");
+        fflush(stdout);
+        forever();
+    }
+    if (!strcmp(mode, "fill")) {
+        int n = 0;
+        for (;; n++) {
+            char p[200];
+            snprintf(p, sizeof p, "%s/f%d", dir(), n);
+            int fd = open(p, O_CREAT | O_WRONLY, 0644);
+            if (fd < 0) break;
+            close(fd);
+        }
+        printf("filled %d\n", n);
+        fflush(stdout);
+        forever();
+    }
+    int s = listen_on(name);
+    printf("listening\n");
+    fflush(stdout);
+    for (;;) {
+        int c = accept(s, NULL, NULL);
+        if (c < 0) continue;
+        if (!strcmp(mode, "stall")) {
+            continue; /* kept open, never answered */
+        }
+        if (!strcmp(mode, "flood")) {
+            char junk[4096];
+            memset(junk, 'x', sizeof junk);
+            if (fork() == 0) {
+                while (write(c, junk, sizeof junk) > 0) {
+                }
+                _exit(0);
+            }
+            close(c);
+            continue;
+        }
+        /* lie */
+        char buf[512];
+        ssize_t n;
+        while ((n = read(c, buf, sizeof buf)) > 0) {
+            const char *r = strncmp(buf, "hello", 5) == 0
+                ? "ok\n"
+                : "ok managed=18446744073709551615 resident=18446744073709551615 "
+                  "evicted=18446744073709551615 prefetched=18446744073709551615\n";
+            if (write(c, r, strlen(r)) < 0) break;
+        }
+        close(c);
+    }
+}
