@@ -87,7 +87,8 @@ impl Hasher for TicketHasher {
     }
 }
 
-type TicketMap = HashMap<u64, (FlowId, f64), BuildHasherDefault<TicketHasher>>;
+/// Outstanding tickets: flow, estimated charge, and the effective weight it was charged at.
+type TicketMap = HashMap<u64, (FlowId, f64, f64), BuildHasherDefault<TicketHasher>>;
 
 /// The state of a flow as the design names it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -198,6 +199,8 @@ pub struct FlowSnapshot {
     pub completed: u64,
     /// Whether the flow's memory is resident on the GPU (as told by the pool manager).
     pub resident: bool,
+    /// Its tenant, if any.
+    pub tenant: Option<String>,
 }
 
 #[derive(Debug)]
@@ -225,6 +228,10 @@ struct Flow<T> {
     gpu_time: f64,
     dispatched: u64,
     completed: u64,
+    /// The tenant it belongs to (second level of fairness), if any.
+    tenant: Option<String>,
+    /// An expired flow's slot, free for reuse.
+    vacant: bool,
 }
 
 /// The node's MQFQ-Sticky queue. `T` is the caller's item (an invocation, an admission request).
@@ -246,6 +253,15 @@ pub struct MqfqQueue<T> {
     next_ticket: u64,
     events: Vec<FlowEvent>,
     queued: usize,
+    /// Tenants by name (see the `tenants` module).
+    tenants: HashMap<String, tenants::Tenant>,
+    /// Tenants with at least one backlogged flow.
+    active_tenants: BTreeSet<String>,
+    /// Σ weight of backlogged flows without a tenant, and how many there are.
+    tenantless_w: f64,
+    tenantless_n: usize,
+    /// Slots of expired flows.
+    free: Vec<FlowId>,
 }
 
 fn check_weight(w: f64) -> Result<(), ConfigError> {
@@ -285,6 +301,11 @@ impl<T> MqfqQueue<T> {
             next_ticket: 0,
             events: Vec::new(),
             queued: 0,
+            tenants: HashMap::new(),
+            active_tenants: BTreeSet::new(),
+            tenantless_w: 0.0,
+            tenantless_n: 0,
+            free: Vec::new(),
         })
     }
 
@@ -294,7 +315,7 @@ impl<T> MqfqQueue<T> {
         &self.cfg
     }
 
-    /// The flow for a function key, created (Inactive, weight 1) on first use.
+    /// The flow for a function key, created (Inactive, weight 1, no tenant) on first use.
     ///
     /// # Panics
     /// Never in practice: panics only past 2^32 flows.
@@ -302,9 +323,8 @@ impl<T> MqfqQueue<T> {
         if let Some(&id) = self.by_key.get(key) {
             return id;
         }
-        let id = FlowId(u32::try_from(self.flows.len()).expect("fewer than 2^32 flows"));
         let alpha = self.cfg.ewma_alpha;
-        self.flows.push(Flow {
+        let fresh = Flow {
             key: key.to_owned(),
             weight: 1.0,
             pending: VecDeque::new(),
@@ -322,7 +342,17 @@ impl<T> MqfqQueue<T> {
             gpu_time: 0.0,
             dispatched: 0,
             completed: 0,
-        });
+            tenant: None,
+            vacant: false,
+        };
+        let id = if let Some(id) = self.free.pop() {
+            self.flows[id.ix()] = fresh;
+            id
+        } else {
+            let id = FlowId(u32::try_from(self.flows.len()).expect("fewer than 2^32 flows"));
+            self.flows.push(fresh);
+            id
+        };
         self.by_key.insert(key.to_owned(), id);
         id
     }
@@ -333,14 +363,17 @@ impl<T> MqfqQueue<T> {
         self.by_key.get(key).copied()
     }
 
-    /// Number of flows ever created.
+    /// Number of flows in the queue (expired ones not counted).
     #[must_use]
     pub fn flow_count(&self) -> usize {
-        self.flows.len()
+        self.by_key.len()
     }
 
     fn get(&self, id: FlowId) -> Result<&Flow<T>, QueueError> {
-        self.flows.get(id.ix()).ok_or(QueueError::UnknownFlow(id))
+        self.flows
+            .get(id.ix())
+            .filter(|f| !f.vacant)
+            .ok_or(QueueError::UnknownFlow(id))
     }
 
     /// Sets a flow's weight (affects charges from now on).
@@ -352,9 +385,11 @@ impl<T> MqfqQueue<T> {
         let backlogged = self.get(id)?.phase == Phase::Backlogged;
         if backlogged {
             self.index_remove(id);
+            self.leave(id);
         }
         self.flows[id.ix()].weight = weight;
         if backlogged {
+            self.join(id);
             self.index_insert(id);
         }
         Ok(())
@@ -595,6 +630,7 @@ impl<T> MqfqQueue<T> {
             }
             let f = &mut self.flows[id.ix()];
             f.phase = Phase::Backlogged;
+            self.join(id);
             self.index_insert(id);
             self.update_v();
         }
@@ -676,12 +712,13 @@ impl<T> MqfqQueue<T> {
         let charge = self.charge_of(&self.flows[id.ix()]);
         let was_short = self.counts_short(id);
         let v = self.v;
+        let eff = self.effective(id);
         self.index_remove(id);
         let f = &mut self.flows[id.ix()];
         let head = f.pending.pop_front()?;
         self.queued -= 1;
         let start = f.start;
-        let finish = start + charge / f.weight;
+        let finish = start + charge / eff;
         f.finish = finish;
         f.in_flight += 1;
         f.dispatched += 1;
@@ -694,6 +731,8 @@ impl<T> MqfqQueue<T> {
         }
         if more {
             self.index_insert(id);
+        } else {
+            self.leave(id);
         }
         self.update_v();
         self.recount(id, was_short);
@@ -707,7 +746,7 @@ impl<T> MqfqQueue<T> {
             v,
         };
         self.next_ticket += 1;
-        self.outstanding.insert(ticket.id, (id, charge));
+        self.outstanding.insert(ticket.id, (id, charge, eff));
         Some(Dispatched {
             ticket,
             item: head.item,
@@ -728,7 +767,7 @@ impl<T> MqfqQueue<T> {
         measured: Option<f64>,
         now: Time,
     ) -> Result<(), QueueError> {
-        let (id, charge) = self
+        let (id, charge, eff) = self
             .outstanding
             .remove(&ticket.id)
             .ok_or(QueueError::UnknownTicket(ticket.id))?;
@@ -746,7 +785,7 @@ impl<T> MqfqQueue<T> {
             f.service.observe(m);
             f.gpu_time += m;
             if correct {
-                let delta = (m - charge) / f.weight;
+                let delta = (m - charge) / eff;
                 f.finish += delta;
                 if backlogged {
                     f.start = (f.start + delta).max(v);
@@ -810,7 +849,7 @@ impl<T> MqfqQueue<T> {
     /// The derived state of a flow.
     #[must_use]
     pub fn state(&self, id: FlowId) -> Option<FlowState> {
-        let f = self.flows.get(id.ix())?;
+        let f = self.flows.get(id.ix()).filter(|f| !f.vacant)?;
         Some(match f.phase {
             Phase::Inactive => FlowState::Inactive,
             Phase::Backlogged if f.start - self.v > self.overrun() => FlowState::Throttled,
@@ -821,13 +860,16 @@ impl<T> MqfqQueue<T> {
     /// The function key of a flow.
     #[must_use]
     pub fn key(&self, id: FlowId) -> Option<&str> {
-        self.flows.get(id.ix()).map(|f| f.key.as_str())
+        self.flows
+            .get(id.ix())
+            .filter(|f| !f.vacant)
+            .map(|f| f.key.as_str())
     }
 
     /// A snapshot of one flow.
     #[must_use]
     pub fn snapshot(&self, id: FlowId) -> Option<FlowSnapshot> {
-        let f = self.flows.get(id.ix())?;
+        let f = self.flows.get(id.ix()).filter(|f| !f.vacant)?;
         Some(FlowSnapshot {
             id,
             key: f.key.clone(),
@@ -843,6 +885,7 @@ impl<T> MqfqQueue<T> {
             dispatched: f.dispatched,
             completed: f.completed,
             resident: f.resident,
+            tenant: f.tenant.clone(),
         })
     }
 
@@ -857,6 +900,7 @@ impl<T> MqfqQueue<T> {
 }
 
 mod outside;
+mod tenants;
 
 #[cfg(test)]
 mod tests;

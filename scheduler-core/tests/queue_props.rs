@@ -249,3 +249,121 @@ proptest! {
         prop_assert!(gap <= bound + 1e-9, "gap {gap} > bound {bound}");
     }
 }
+
+/// Applies `ops` to a queue whose five flows are in tenant `tenant` (or in none), returning every
+/// dispatch (item, start, finish) and every forgotten flow.
+fn replay(cfg: &QueueConfig, ops: &[Op], tenant: Option<(&str, f64)>) -> Vec<String> {
+    let mut q: MqfqQueue<u64> = MqfqQueue::new(cfg.clone()).unwrap();
+    let mut flows: Vec<FlowId> = (0..5)
+        .map(|i| q.flow_in(&format!("f{i}"), tenant.map(|t| t.0)))
+        .collect();
+    if let Some((name, w)) = tenant {
+        q.set_tenant_weight(name, w).unwrap();
+    }
+    let mut out = Vec::new();
+    let mut now = Time::ZERO;
+    let mut running: Vec<Ticket> = Vec::new();
+    let mut item = 0u64;
+    for op in ops {
+        now = now.plus_secs(0.01);
+        match *op {
+            Op::Enqueue(f) => {
+                // A forgotten flow comes back under the same key.
+                flows[f] = q.flow_in(&format!("f{f}"), tenant.map(|t| t.0));
+                q.enqueue(flows[f], item, now).unwrap();
+                item += 1;
+            }
+            Op::Dispatch(free) => {
+                if let Some(d) = q.dispatch_slot(now, free) {
+                    out.push(format!(
+                        "{} {:?} {:?}",
+                        d.item, d.ticket.start, d.ticket.finish
+                    ));
+                    running.push(d.ticket);
+                }
+            }
+            Op::Complete(i, m) => {
+                if !running.is_empty() {
+                    let t = running.swap_remove(i % running.len());
+                    q.complete(&t, Some(m), now).unwrap();
+                }
+            }
+            Op::Tick(dt) => {
+                now = now.plus_secs(dt);
+                q.tick(now);
+                for k in q.forget_idle(now, 1.0) {
+                    out.push(format!("forgot {k}"));
+                }
+            }
+            Op::Resident(f, r, c) => {
+                let _ = q.set_residency(flows[f], r, c);
+            }
+            Op::Weight(f, w) => {
+                let _ = q.set_weight(flows[f], w);
+            }
+        }
+    }
+    out
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    /// One tenant (of any weight) holding every flow is exactly no tenant at all: the same
+    /// dispatches with the same tags, bit for bit, and the same flows forgotten.
+    #[test]
+    fn a_single_tenant_changes_nothing(
+        cfg in config(),
+        ops in prop::collection::vec(op(5), 1..300),
+        w in 0.1f64..10.0,
+    ) {
+        let flat = replay(&cfg, &ops, None);
+        let one = replay(&cfg, &ops, Some(("t", w)));
+        prop_assert_eq!(flat, one);
+    }
+
+    /// Tenant A runs `k` functions, tenant B `m`; all backlogged, equal costs: the two tenants
+    /// receive service in proportion to their weights, within a bound that does not grow with
+    /// time, however many functions each runs.
+    #[test]
+    fn tenants_share_by_weight_whatever_their_function_counts(
+        k in 1usize..6,
+        m in 1usize..4,
+        wa in 0.5f64..3.0,
+        d in 1usize..4,
+        t in 0.0f64..3.0,
+        sel in selection(),
+    ) {
+        let mut q: MqfqQueue<usize> = MqfqQueue::new(fair_cfg(t, sel)).unwrap();
+        let mut ids = Vec::new();
+        for i in 0..k + m {
+            let tenant = if i < k { "a" } else { "b" };
+            let id = q.flow_in(&format!("f{i}"), Some(tenant));
+            q.set_charge_hint(id, Some(1.0)).unwrap();
+            q.enqueue(id, i, Time::ZERO).unwrap();
+            q.enqueue(id, i, Time::ZERO).unwrap();
+            ids.push(id);
+        }
+        q.set_tenant_weight("a", wa).unwrap();
+        let (mut a, mut b) = (0.0f64, 0.0f64);
+        let mut running: Vec<(f64, Ticket)> = Vec::new();
+        let mut now = 0.0;
+        let mut worst: f64 = 0.0;
+        for _ in 0..600 {
+            while running.len() < d {
+                let x = q.dispatch(Time::from_secs_f64(now)).expect("backlogged");
+                if x.item < k { a += 1.0 } else { b += 1.0 }
+                q.enqueue(ids[x.item], x.item, Time::from_secs_f64(now)).unwrap();
+                running.push((now + 1.0, x.ticket));
+            }
+            worst = worst.max((a / wa - b).abs());
+            running.sort_by(|x, y| x.0.total_cmp(&y.0));
+            let (end, ticket) = running.remove(0);
+            now = end;
+            q.complete(&ticket, Some(1.0), Time::from_secs_f64(now)).unwrap();
+        }
+        #[allow(clippy::cast_precision_loss)]
+        let bound = (t + d as f64 + 2.0) * (k.max(m) as f64 + 1.0) / wa.min(1.0);
+        prop_assert!(worst <= bound, "gap {worst} > {bound} (a={a}, b={b})");
+    }
+}

@@ -17,6 +17,7 @@ impl<T> MqfqQueue<T> {
         self.get(id)?;
         let was_short = self.counts_short(id);
         let charge = self.charge_of(&self.flows[id.ix()]);
+        let eff = self.effective(id);
         let v = self.v;
         let phase = self.flows[id.ix()].phase;
         match phase {
@@ -24,8 +25,8 @@ impl<T> MqfqQueue<T> {
                 // The head moves back by the adopted charge, as if it had been dispatched first.
                 self.index_remove(id);
                 let f = &mut self.flows[id.ix()];
-                f.start += charge / f.weight;
-                f.finish += charge / f.weight;
+                f.start += charge / eff;
+                f.finish += charge / eff;
                 self.index_insert(id);
             }
             Phase::Inactive | Phase::Lingering { .. } | Phase::Running => {
@@ -36,7 +37,7 @@ impl<T> MqfqQueue<T> {
                     self.events.push(FlowEvent::Activated(id));
                 }
                 let f = &mut self.flows[id.ix()];
-                f.finish = f.finish.max(v) + charge / f.weight;
+                f.finish = f.finish.max(v) + charge / eff;
                 f.phase = Phase::Running;
             }
         }
@@ -44,7 +45,7 @@ impl<T> MqfqQueue<T> {
         let ticket = Ticket {
             id: self.next_ticket,
             flow: id,
-            start: f.finish - charge / f.weight,
+            start: f.finish - charge / eff,
             finish: f.finish,
             charge,
             v,
@@ -53,7 +54,7 @@ impl<T> MqfqQueue<T> {
         f.dispatched += 1;
         f.last_service = Some(now);
         self.next_ticket += 1;
-        self.outstanding.insert(ticket.id, (id, charge));
+        self.outstanding.insert(ticket.id, (id, charge, eff));
         self.update_v();
         self.recount(id, was_short);
         Ok(ticket)
@@ -62,7 +63,7 @@ impl<T> MqfqQueue<T> {
     /// Removes the first queued item of flow `id` that matches `pred` (an admission whose caller
     /// went away). The flow keeps its tags.
     pub fn withdraw(&mut self, id: FlowId, mut pred: impl FnMut(&T) -> bool) -> Option<T> {
-        let f = self.flows.get(id.ix())?;
+        let f = self.flows.get(id.ix()).filter(|f| !f.vacant)?;
         let pos = f.pending.iter().position(|p| pred(&p.item))?;
         let was_short = self.counts_short(id);
         let f = &mut self.flows[id.ix()];
@@ -70,6 +71,7 @@ impl<T> MqfqQueue<T> {
         self.queued -= 1;
         if f.pending.is_empty() {
             self.index_remove(id);
+            self.leave(id);
             let f = &mut self.flows[id.ix()];
             if f.in_flight > 0 {
                 f.phase = Phase::Running;
@@ -85,5 +87,40 @@ impl<T> MqfqQueue<T> {
         }
         self.recount(id, was_short);
         Some(item)
+    }
+}
+
+impl<T> MqfqQueue<T> {
+    /// Forgets flows idle for at least `idle_s` seconds at `now` (Inactive, nothing queued or
+    /// running), so that function keys — which come from pods — do not accumulate. Returns their
+    /// keys. A forgotten flow that comes back starts afresh at V: it loses at most the lead it
+    /// had, which MQFQ bounds by T plus one charge.
+    pub fn forget_idle(&mut self, now: Time, idle_s: f64) -> Vec<String> {
+        let mut gone = Vec::new();
+        for i in 0..self.flows.len() {
+            let f = &self.flows[i];
+            let last = f.last_service.max(f.last_arrival).unwrap_or(Time::ZERO);
+            let idle = f.phase == Phase::Inactive
+                && !f.vacant
+                && f.pending.is_empty()
+                && f.in_flight == 0
+                && now.secs_since(last) >= idle_s;
+            let Ok(ix) = u32::try_from(i) else { break };
+            let id = FlowId(ix);
+            if !idle || self.sticky == Some(id) {
+                continue;
+            }
+            let f = &mut self.flows[i];
+            f.vacant = true;
+            let key = std::mem::take(&mut f.key);
+            let tenant = f.tenant.take();
+            self.by_key.remove(&key);
+            self.free.push(id);
+            if let Some(t) = tenant {
+                self.tenant_flow_gone(&t);
+            }
+            gone.push(key);
+        }
+        gone
     }
 }

@@ -20,6 +20,8 @@ struct Args {
 
 fn main() -> anyhow::Result<()> {
     mqfq_shim::logging::init_stderr();
+    // Everything the daemon creates (socket, edits file, dispatch log) is root's alone.
+    mqfq_shim::daemon::restrict_umask();
     let args = Args::parse();
     let path = args.config.or_else(|| {
         let p = PathBuf::from("/etc/mqfq/mqfqd.toml");

@@ -346,47 +346,62 @@ impl Metrics {
     }
 }
 
-/// Serves `GET /metrics` on `listener` until the task is dropped.
+/// Connections served at once; more wait in the kernel's backlog.
+pub const MAX_CONNECTIONS: usize = 32;
+/// The whole exchange (request head in, page out) must finish within this.
+const EXCHANGE_DEADLINE: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Serves `GET /metrics` on `listener`: at most [`MAX_CONNECTIONS`] at once, each bounded in size
+/// (a 4 KiB request head) and in time ([`EXCHANGE_DEADLINE`] for the whole exchange, so a client
+/// that trickles bytes is cut off); an accept error (out of descriptors) pauses accepting
+/// briefly instead of spinning.
 pub async fn serve(listener: tokio::net::TcpListener, metrics: Arc<Metrics>) {
+    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
     loop {
-        let Ok((mut conn, _)) = listener.accept().await else {
-            continue;
+        let Ok(permit) = slots.clone().acquire_owned().await else {
+            return;
         };
-        let metrics = Some(metrics.clone());
-        tokio::spawn(async move {
-            let mut buf = vec![0u8; 4096];
-            let mut len = 0;
-            // Read the request head (bounded), then answer and close.
-            while len < buf.len() {
-                match tokio::time::timeout(
-                    std::time::Duration::from_secs(5),
-                    conn.read(&mut buf[len..]),
-                )
-                .await
-                {
-                    Ok(Ok(0)) | Err(_) | Ok(Err(_)) => break,
-                    Ok(Ok(n)) => len += n,
-                }
-                if buf[..len].windows(4).any(|w| w == b"\r\n\r\n") {
-                    break;
-                }
+        let mut conn = match listener.accept().await {
+            Ok((c, _)) => c,
+            Err(e) => {
+                tracing::warn!("metrics: accept: {e}");
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                continue;
             }
-            let head = String::from_utf8_lossy(&buf[..len]);
-            let (status, body) = match (
-                head.split_whitespace().next(),
-                head.split_whitespace().nth(1),
-                metrics,
-            ) {
-                (Some("GET"), Some("/metrics"), Some(m)) => ("200 OK", m.render()),
-                (Some("GET"), Some(_), _) => ("404 Not Found", "try /metrics\n".to_owned()),
-                _ => ("400 Bad Request", "bad request\n".to_owned()),
+        };
+        let metrics = metrics.clone();
+        tokio::spawn(async move {
+            let _permit = permit;
+            let exchange = async {
+                let mut buf = vec![0u8; 4096];
+                let mut len = 0;
+                // Read the request head (bounded), then answer and close.
+                while len < buf.len() {
+                    match conn.read(&mut buf[len..]).await {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => len += n,
+                    }
+                    if buf[..len].windows(4).any(|w| w == b"\r\n\r\n") {
+                        break;
+                    }
+                }
+                let head = String::from_utf8_lossy(&buf[..len]);
+                let (status, body) = match (
+                    head.split_whitespace().next(),
+                    head.split_whitespace().nth(1),
+                ) {
+                    (Some("GET"), Some("/metrics")) => ("200 OK", metrics.render()),
+                    (Some("GET"), Some(_)) => ("404 Not Found", "try /metrics\n".to_owned()),
+                    _ => ("400 Bad Request", "bad request\n".to_owned()),
+                };
+                let reply = format!(
+                    "HTTP/1.1 {status}\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = conn.write_all(reply.as_bytes()).await;
+                let _ = conn.shutdown().await;
             };
-            let reply = format!(
-                "HTTP/1.1 {status}\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                body.len()
-            );
-            let _ = conn.write_all(reply.as_bytes()).await;
-            let _ = conn.shutdown().await;
+            let _ = tokio::time::timeout(EXCHANGE_DEADLINE, exchange).await;
         });
     }
 }
@@ -394,6 +409,56 @@ pub async fn serve(listener: tokio::net::TcpListener, metrics: Arc<Metrics>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn open_fds() -> usize {
+        std::fs::read_dir("/proc/self/fd").map_or(0, Iterator::count)
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_endpoint_holds_a_bounded_number_of_connections() {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        tokio::spawn(serve(l, Arc::new(Metrics::new())));
+        let before = open_fds();
+        // 200 clients that connect and say nothing.
+        let mut idle = Vec::new();
+        for _ in 0..200 {
+            idle.push(tokio::net::TcpStream::connect(addr).await.unwrap());
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        let server_side = open_fds() - before - idle.len();
+        assert!(
+            server_side <= MAX_CONNECTIONS + 2,
+            "{server_side} connections accepted at once"
+        );
+        drop(idle);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_client_that_trickles_its_request_is_cut_off() {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        tokio::spawn(serve(l, Arc::new(Metrics::new())));
+        let mut c = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let started = tokio::time::Instant::now();
+        // One byte every half second would keep a per-read timeout happy for half an hour.
+        let mut sent = 0;
+        while c.write_all(b"G").await.is_ok() && sent < 4000 {
+            sent += 1;
+            tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+            let mut probe = [0u8; 1];
+            if let Ok(Ok(0)) =
+                tokio::time::timeout(std::time::Duration::from_millis(1), c.read(&mut probe)).await
+            {
+                break;
+            }
+        }
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(30),
+            "closed after {:?} ({sent} bytes)",
+            started.elapsed()
+        );
+    }
 
     #[test]
     fn queue_length_follows_the_dispatch_record() {

@@ -50,6 +50,12 @@ fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> RunError {
     move |source| RunError::Io { what, source }
 }
 
+/// Makes every file and socket the daemon creates from here on private to root (umask 077), so
+/// the socket is never reachable, even between bind and chmod.
+pub fn restrict_umask() {
+    let _ = nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o077));
+}
+
 /// The monitor the config asks for; `auto` falls back to simulated GPUs when NVML cannot load.
 ///
 /// # Errors

@@ -130,6 +130,26 @@ fn gpus(root: &Path) -> Vec<(u32, Option<String>)> {
     out
 }
 
+/// Whether the MPS pipe directory is the MPS daemon's: a real directory (not a symlink) owned by
+/// root and writable by nobody else. The default (`/tmp/nvidia-mps`) lies in a world-writable
+/// directory, so any local user could make it first and have it mounted read-write into every
+/// GPU container.
+#[must_use]
+pub fn trusted_mps_dir(dir: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(md) = std::fs::symlink_metadata(dir) else {
+        return false;
+    };
+    let ok = md.is_dir() && md.uid() == 0 && md.mode() & 0o022 == 0;
+    if !ok {
+        tracing::warn!(
+            "MPS pipe directory {} is not a root-owned directory only root can write: not mounted",
+            dir.display()
+        );
+    }
+    ok
+}
+
 /// Discovers the edits under `root`; `mps_pipe_dir` is mounted when an MPS daemon has made it.
 ///
 /// # Errors
@@ -238,7 +258,7 @@ pub fn discover(root: &Path, mps_pipe_dir: &Path) -> Result<NodeEdits, EditError
             ..Mount::default()
         });
     }
-    if mps_pipe_dir.is_dir() {
+    if trusted_mps_dir(mps_pipe_dir) {
         common.mounts.push(Mount {
             host_path: mps_pipe_dir.display().to_string(),
             container_path: mps_pipe_dir.display().to_string(),
@@ -273,4 +293,33 @@ pub fn discover(root: &Path, mps_pipe_dir: &Path) -> Result<NodeEdits, EditError
     };
     edits.fill_device_numbers()?;
     Ok(edits)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::PermissionsExt;
+
+    use super::*;
+
+    #[test]
+    fn only_a_root_owned_mps_directory_is_trusted() {
+        let t = tempfile::tempdir().unwrap();
+        let d = t.path().join("nvidia-mps");
+        assert!(!trusted_mps_dir(&d), "missing");
+        std::fs::create_dir(&d).unwrap();
+        std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let root = std::fs::metadata("/proc/self")
+            .is_ok_and(|m| std::os::unix::fs::MetadataExt::uid(&m) == 0);
+        assert_eq!(trusted_mps_dir(&d), root);
+        std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o777)).unwrap();
+        assert!(!trusted_mps_dir(&d), "world-writable");
+        std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let link = t.path().join("link");
+        std::os::unix::fs::symlink(&d, &link).unwrap();
+        assert!(!trusted_mps_dir(&link), "a symlink");
+        if root {
+            std::os::unix::fs::chown(&d, Some(1000), None).unwrap();
+            assert!(!trusted_mps_dir(&d), "made first by a local user");
+        }
+    }
 }
