@@ -168,41 +168,6 @@ pub struct Dispatched<T> {
     pub enqueued_at: Time,
 }
 
-/// A read-only view of a flow, for `mqfqctl status`, metrics and tests.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct FlowSnapshot {
-    /// The flow's id.
-    pub id: FlowId,
-    /// Function key.
-    pub key: String,
-    /// Weight.
-    pub weight: f64,
-    /// Derived state.
-    pub state: FlowState,
-    /// Start tag of the head (meaningful while backlogged).
-    pub start: f64,
-    /// Finish tag of the last charged invocation.
-    pub finish: f64,
-    /// Invocations queued.
-    pub queued: usize,
-    /// Invocations running.
-    pub in_flight: u32,
-    /// Measured service received, seconds.
-    pub gpu_time_s: f64,
-    /// EWMA of measured service, if known.
-    pub service_s: Option<f64>,
-    /// EWMA of inter-arrival time, if known.
-    pub iat_s: Option<f64>,
-    /// Invocations dispatched.
-    pub dispatched: u64,
-    /// Invocations completed.
-    pub completed: u64,
-    /// Whether the flow's memory is resident on the GPU (as told by the pool manager).
-    pub resident: bool,
-    /// Its tenant, if any.
-    pub tenant: Option<String>,
-}
-
 #[derive(Debug)]
 struct Pending<T> {
     item: T,
@@ -865,42 +830,13 @@ impl<T> MqfqQueue<T> {
             .filter(|f| !f.vacant)
             .map(|f| f.key.as_str())
     }
-
-    /// A snapshot of one flow.
-    #[must_use]
-    pub fn snapshot(&self, id: FlowId) -> Option<FlowSnapshot> {
-        let f = self.flows.get(id.ix()).filter(|f| !f.vacant)?;
-        Some(FlowSnapshot {
-            id,
-            key: f.key.clone(),
-            weight: f.weight,
-            state: self.state(id)?,
-            start: f.start,
-            finish: f.finish,
-            queued: f.pending.len(),
-            in_flight: f.in_flight,
-            gpu_time_s: f.gpu_time,
-            service_s: f.service.get(),
-            iat_s: f.iat.get(),
-            dispatched: f.dispatched,
-            completed: f.completed,
-            resident: f.resident,
-            tenant: f.tenant.clone(),
-        })
-    }
-
-    /// Snapshots of every flow, in creation order.
-    #[must_use]
-    pub fn snapshots(&self) -> Vec<FlowSnapshot> {
-        (0..self.flows.len())
-            .filter_map(|i| u32::try_from(i).ok())
-            .filter_map(|i| self.snapshot(FlowId(i)))
-            .collect()
-    }
 }
 
 mod outside;
+mod snapshot;
 mod tenants;
+
+pub use snapshot::FlowSnapshot;
 
 #[cfg(test)]
 mod tests;

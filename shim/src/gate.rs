@@ -8,10 +8,17 @@
 //! starts, a warning is logged, and the start is counted and reported on reconnect) or
 //! **closed** (`MQFQ_FAIL=closed`: Start fails with UNAVAILABLE and the container stays Created).
 //!
+//! No lease outlives its container: a Release that cannot be delivered is kept and retried (on
+//! reconnection and with every heartbeat), every registration also lists the containers whose
+//! Admit is in flight, and the daemon releases any lease of this shim that a registration no
+//! longer lists. An admission waits at most `MQFQ_ADMIT_TIMEOUT_MS`; past it the waiting
+//! admission is withdrawn and the fail mode applies, so a slot lost to a bug never hangs starts.
+//!
 //! Configuration comes from the shim's environment, which containerd passes on:
 //! `MQFQ_DAEMON_SOCKET` (default `/run/mqfq/mqfqd.sock`), `MQFQ_FAIL` (`open` | `closed`),
 //! `MQFQ_RECONNECT_GRACE_MS` (how long a lost daemon is waited for before failing open or
-//! closed; default 5000).
+//! closed; default 5000), `MQFQ_ADMIT_TIMEOUT_MS` (the longest a Start or Resume waits in the
+//! queue; default 100000, below the kubelet's 2-minute runtime request timeout; 0 = no limit).
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -74,6 +81,8 @@ pub struct GateConfig {
     pub fail_open: bool,
     /// How long a daemon that was there is waited for.
     pub reconnect_grace: Duration,
+    /// The longest an admission waits (`None`: no limit).
+    pub admit_timeout: Option<Duration>,
 }
 
 impl GateConfig {
@@ -101,10 +110,19 @@ impl GateConfig {
                 ))
             })?,
         };
+        let admit = match std::env::var("MQFQ_ADMIT_TIMEOUT_MS") {
+            Err(_) => 100_000,
+            Ok(v) => v.parse::<u64>().map_err(|_| {
+                Error::InvalidArgument(format!(
+                    "MQFQ_ADMIT_TIMEOUT_MS={v:?}: must be milliseconds (0: no limit)"
+                ))
+            })?,
+        };
         Ok(GateConfig {
             socket,
             fail_open,
             reconnect_grace: Duration::from_millis(grace),
+            admit_timeout: (admit > 0).then(|| Duration::from_millis(admit)),
         })
     }
 }
@@ -147,6 +165,10 @@ pub struct DaemonGate {
     /// Paused pooled containers, re-registered so a restarted daemon re-learns its pool.
     idle: StdMutex<HashMap<String, Idle>>,
     unreported_fail_open: AtomicU64,
+    /// Containers whose Admit is in flight (`ns/id`).
+    admitting: StdMutex<std::collections::HashSet<String>>,
+    /// Releases not delivered yet (the daemon was unreachable), retried.
+    unreleased: StdMutex<Vec<api::ReleaseRequest>>,
     heartbeat: AtomicBool,
     /// Whether a daemon ever answered: one that did and went away is waited for.
     seen_daemon: AtomicBool,
@@ -180,6 +202,7 @@ fn entry(ns: &str, id: &str, work: &GpuWork) -> api::Running {
         tenant: work.tenant.clone().unwrap_or_default(),
         weight: work.weight,
         gpus: gpus(work),
+        pod_namespace: work.pod_namespace.clone(),
         ..Default::default()
     }
 }
@@ -188,6 +211,13 @@ enum Attempt {
     Admitted(u64),
     Lost(String),
     Refused(Error),
+}
+
+enum AdmitFailure {
+    /// The daemon said no (bad request, cancelled).
+    Refused(Error),
+    /// The daemon is unreachable.
+    Lost(String),
 }
 
 impl DaemonGate {
@@ -201,6 +231,8 @@ impl DaemonGate {
             held: StdMutex::new(HashMap::new()),
             idle: StdMutex::new(HashMap::new()),
             unreported_fail_open: AtomicU64::new(0),
+            admitting: StdMutex::new(std::collections::HashSet::new()),
+            unreleased: StdMutex::new(Vec::new()),
             heartbeat: AtomicBool::new(false),
             seen_daemon: AtomicBool::new(false),
         })
@@ -216,6 +248,45 @@ impl DaemonGate {
         self.idle
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn admitting(&self) -> std::sync::MutexGuard<'_, std::collections::HashSet<String>> {
+        self.admitting
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn unreleased(&self) -> std::sync::MutexGuard<'_, Vec<api::ReleaseRequest>> {
+        self.unreleased
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Delivers the releases kept while the daemon was unreachable. One it does not know (it
+    /// restarted, or already released it by reconciliation) is done.
+    async fn retry_releases(&self, c: &api::AdmissionClient) {
+        let pending = std::mem::take(&mut *self.unreleased());
+        for req in pending {
+            match c
+                .release(ttrpc::context::with_timeout(5_000_000_000), &req)
+                .await
+            {
+                Ok(_) | Err(ttrpc::Error::RpcStatus(_)) => {}
+                Err(e) => {
+                    tracing::debug!(lease = req.lease_id, "release still undelivered: {e}");
+                    self.keep_release(req);
+                }
+            }
+        }
+    }
+
+    /// Keeps an undelivered release (at most 4096; past that the daemon's reconciliation of
+    /// the registration releases the lease anyway).
+    fn keep_release(&self, req: api::ReleaseRequest) {
+        let mut u = self.unreleased();
+        if u.len() < 4096 {
+            u.push(req);
+        }
     }
 
     /// The connected client, connecting and registering first when needed.
@@ -241,7 +312,11 @@ impl DaemonGate {
     /// Sends the held set; adopts the leases the daemon answers with.
     async fn register(&self, c: &api::AdmissionClient) -> std::result::Result<(), String> {
         let _sync = self.sync.lock().await;
+        self.retry_releases(c).await;
         let fail_open = self.unreported_fail_open.load(Ordering::SeqCst);
+        // In-flight admissions first: one that completes in between is then in `held` (an
+        // admission enters `held` before it leaves `admitting`), never in neither.
+        let admitting: Vec<String> = self.admitting().iter().cloned().collect();
         let running: Vec<api::Running> = self
             .held()
             .values()
@@ -267,6 +342,7 @@ impl DaemonGate {
             running,
             fail_open_starts: fail_open,
             idle,
+            admitting,
             ..Default::default()
         };
         let resp = c
@@ -308,7 +384,7 @@ impl DaemonGate {
                 let period = if connected { 1000 } else { 200 };
                 tokio::time::sleep(Duration::from_millis(period)).await;
                 let Some(g) = gate.upgrade() else { return };
-                let idle = g.held().is_empty();
+                let idle = g.held().is_empty() && g.unreleased().is_empty();
                 if idle && g.unreported_fail_open.load(Ordering::SeqCst) == 0 {
                     continue;
                 }
@@ -323,6 +399,51 @@ impl DaemonGate {
                 connected = ok;
             }
         });
+    }
+
+    /// Admits through the daemon, waiting for it through a restart; the lease, or why not.
+    async fn admit_waiting(
+        &self,
+        ns: &str,
+        id: &str,
+        work: &GpuWork,
+        kind: Kind,
+        pooled: bool,
+    ) -> std::result::Result<u64, AdmitFailure> {
+        let first_loss = Instant::now();
+        loop {
+            match self.attempt(ns, id, work, kind, pooled).await {
+                Attempt::Admitted(lease) => return Ok(lease),
+                Attempt::Refused(e) => return Err(AdmitFailure::Refused(e)),
+                Attempt::Lost(e) => {
+                    // A daemon that is not there (no socket, never seen) is not waited for; one
+                    // that went away (a restart) is, for the grace period.
+                    let absent =
+                        !self.seen_daemon.load(Ordering::SeqCst) && !self.cfg.socket.exists();
+                    if absent || first_loss.elapsed() >= self.cfg.reconnect_grace {
+                        return Err(AdmitFailure::Lost(e));
+                    }
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            }
+        }
+    }
+
+    /// The fail mode: open (start without a lease, counted and reported) or closed.
+    fn fail(&self, ns: &str, id: &str, work: &GpuWork, pooled: bool, why: &str) -> Result<u64> {
+        let socket = self.cfg.socket.display();
+        if !self.cfg.fail_open {
+            self.admitting().remove(&key(ns, id));
+            return Err(Error::Unavailable(format!(
+                "GPU admission for {id}: mqfqd at {socket}: {why}, and MQFQ_FAIL=closed"
+            )));
+        }
+        tracing::warn!(
+            container = %id, function = %work.function, pooled,
+            "mqfqd at {socket}: {why}: starting without admission (fail-open)"
+        );
+        self.unreported_fail_open.fetch_add(1, Ordering::SeqCst);
+        Ok(0)
     }
 
     async fn attempt(
@@ -354,9 +475,10 @@ impl DaemonGate {
             .into(),
             shim_pid: std::process::id(),
             pooled,
+            pod_namespace: work.pod_namespace.clone(),
             ..Default::default()
         };
-        // No deadline: the call returns when the queue dispatches it.
+        // The call returns when the queue dispatches it; the caller bounds the wait.
         match c.admit(ttrpc::context::with_timeout(0), &req).await {
             Ok(r) => Attempt::Admitted(r.lease_id),
             Err(ttrpc::Error::RpcStatus(s)) => {
@@ -387,63 +509,67 @@ impl Gate for Arc<DaemonGate> {
         kind: Kind,
         pooled: bool,
     ) -> Result<()> {
-        let first_loss = Instant::now();
-        let lost = loop {
-            match self.attempt(ns, id, work, kind, pooled).await {
-                Attempt::Admitted(lease) => {
-                    self.idle().remove(&key(ns, id));
-                    self.held().insert(
-                        key(ns, id),
-                        Held {
-                            ns: ns.to_owned(),
-                            id: id.to_owned(),
-                            work: work.clone(),
-                            lease,
-                            since: Instant::now(),
-                            pooled,
-                        },
-                    );
-                    self.start_heartbeat();
-                    return Ok(());
-                }
-                Attempt::Refused(e) => return Err(e),
-                Attempt::Lost(e) => {
-                    // A daemon that is not there (no socket, never seen) is not waited for; one
-                    // that went away (a restart) is, for the grace period.
-                    let absent =
-                        !self.seen_daemon.load(Ordering::SeqCst) && !self.cfg.socket.exists();
-                    if absent || first_loss.elapsed() >= self.cfg.reconnect_grace {
-                        break e;
-                    }
-                    tokio::time::sleep(Duration::from_millis(100)).await;
+        let k = key(ns, id);
+        self.admitting().insert(k.clone());
+        let waited = match self.cfg.admit_timeout {
+            Some(limit) => {
+                tokio::time::timeout(limit, self.admit_waiting(ns, id, work, kind, pooled))
+                    .await
+                    .ok()
+            }
+            None => Some(self.admit_waiting(ns, id, work, kind, pooled).await),
+        };
+        let timed_out = waited.is_none();
+        let outcome = match waited {
+            Some(Ok(lease)) => Ok(lease),
+            Some(Err(AdmitFailure::Refused(e))) => Err(e),
+            Some(Err(AdmitFailure::Lost(why))) => {
+                self.fail(ns, id, work, pooled, &format!("unreachable ({why})"))
+            }
+            None => {
+                // Withdrawn at the daemon; a grant that raced the deadline is a lease nobody
+                // holds, released when this shim's next registrations do not list it.
+                self.cancel(ns, id).await;
+                let limit = self.cfg.admit_timeout.unwrap_or_default();
+                let why = format!("no GPU slot within {}s", limit.as_secs());
+                if self.cfg.fail_open {
+                    self.fail(ns, id, work, pooled, &why)
+                } else {
+                    self.admitting().remove(&k);
+                    return Err(Error::DeadlineExceeded(format!(
+                        "GPU admission for {id}: {why} (MQFQ_ADMIT_TIMEOUT_MS) and MQFQ_FAIL=closed"
+                    )));
                 }
             }
         };
-        let socket = self.cfg.socket.display();
-        if !self.cfg.fail_open {
-            return Err(Error::Unavailable(format!(
-                "GPU admission for {id}: mqfqd at {socket} is unreachable ({lost}) and MQFQ_FAIL=closed"
-            )));
+        let result = outcome.map(|lease| {
+            self.idle().remove(&k);
+            self.held().insert(
+                k.clone(),
+                Held {
+                    ns: ns.to_owned(),
+                    id: id.to_owned(),
+                    work: work.clone(),
+                    lease,
+                    since: Instant::now(),
+                    pooled,
+                },
+            );
+            self.start_heartbeat();
+        });
+        // After `held`: a registration never sees the container in neither set.
+        self.admitting().remove(&k);
+        if timed_out && result.is_ok() {
+            // The daemon is there (only the queue was slow): report the fail-open start now,
+            // not at a heartbeat this short-lived shim may never reach.
+            let cached = self.conn.lock().await.client.clone();
+            if let Some(c) = cached
+                && let Err(e) = self.register(&c).await
+            {
+                tracing::debug!("report fail-open start: {e}");
+            }
         }
-        tracing::warn!(
-            container = %id, function = %work.function,
-            "mqfqd at {socket} is unreachable ({lost}): starting without admission (fail-open)"
-        );
-        self.unreported_fail_open.fetch_add(1, Ordering::SeqCst);
-        self.idle().remove(&key(ns, id));
-        self.held().insert(
-            key(ns, id),
-            Held {
-                ns: ns.to_owned(),
-                id: id.to_owned(),
-                work: work.clone(),
-                lease: 0,
-                since: Instant::now(),
-                pooled,
-            },
-        );
-        self.start_heartbeat();
-        Ok(())
+        result
     }
 
     async fn cancel(&self, ns: &str, id: &str) {
@@ -486,9 +612,6 @@ impl Gate for Arc<DaemonGate> {
         if h.lease == 0 {
             return;
         }
-        let Some(c) = self.conn.lock().await.client.clone() else {
-            return;
-        };
         let req = api::ReleaseRequest {
             lease_id: h.lease,
             service_ns: u64::try_from(h.since.elapsed().as_nanos()).unwrap_or(u64::MAX),
@@ -496,12 +619,26 @@ impl Gate for Arc<DaemonGate> {
             managed_bytes,
             ..Default::default()
         };
-        if let Err(e) = c
+        let Some(c) = self.conn.lock().await.client.clone() else {
+            self.keep_release(req);
+            self.start_heartbeat();
+            return;
+        };
+        match c
             .release(ttrpc::context::with_timeout(5_000_000_000), &req)
             .await
         {
-            // A daemon that restarted never saw this lease; one that is gone frees it anyway.
-            tracing::info!(container = %id, lease = h.lease, "release: {e}");
+            Ok(_) => {}
+            // A daemon that restarted never saw this lease.
+            Err(ttrpc::Error::RpcStatus(s)) => {
+                tracing::info!(container = %id, lease = h.lease, "release: {}", s.message);
+            }
+            Err(e) => {
+                tracing::info!(container = %id, lease = h.lease, "release not delivered ({e}): kept, retried");
+                self.forget().await;
+                self.keep_release(req);
+                self.start_heartbeat();
+            }
         }
     }
 

@@ -201,6 +201,7 @@ fn gate() -> Arc<dyn crate::gate::Gate> {
             socket: crate::daemon::config::DEFAULT_SOCKET.into(),
             fail_open: false,
             reconnect_grace: std::time::Duration::from_secs(5),
+            admit_timeout: Some(std::time::Duration::from_secs(100)),
         }
     });
     Arc::new(crate::gate::DaemonGate::new(cfg))

@@ -135,9 +135,17 @@ fn gpu_run(
     std::thread::spawn(move || Command::new("ctr").args(&args).output().unwrap())
 }
 
-/// Each container marks itself running, works, counts how many are marked, unmarks itself.
-const WORK: &str =
-    "touch /out/run/$ID; sleep 0.4; ls /out/run | wc -l >> /out/counts; rm /out/run/$ID";
+/// Each container marks itself running, waits for the test's go (so nothing finishes before
+/// the whole workload is queued, however slow the machine), works, counts how many are marked,
+/// unmarks itself.
+const WORK: &str = "touch /out/run/$ID; while [ ! -e /out/go ]; do sleep 0.05; done; sleep 0.4; \
+                    ls /out/run | wc -l >> /out/counts; rm /out/run/$ID";
+
+/// The function of a dispatch record's flow (`tenant/function`).
+fn function_of(r: &Value) -> &str {
+    let f = r["function"].as_str().unwrap();
+    f.rsplit('/').next().unwrap_or(f)
+}
 
 #[test]
 fn starts_wait_for_mqfq_sticky_within_d_and_a_flood_cannot_starve_a_light_function() {
@@ -160,6 +168,8 @@ fn starts_wait_for_mqfq_sticky_within_d_and_a_flood_cannot_starve_a_light_functi
     }
     d.wait_for("medium queued", |s| waiting(s) >= 8);
     runs.push(gpu_run(&c, "light0", "light", &out, WORK));
+    d.wait_for("light queued", |s| waiting(s) >= 12);
+    std::fs::write(out.join("go"), "").unwrap();
     for r in runs {
         let o = r.join().unwrap();
         assert!(o.status.success(), "{}\n{}", text(&o), c.log());
@@ -195,7 +205,11 @@ fn starts_wait_for_mqfq_sticky_within_d_and_a_flood_cannot_starve_a_light_functi
     for r in &records {
         let t = Time::from_nanos(r["t_ns"].as_u64().unwrap());
         let key = r["key"].as_str().unwrap().to_owned();
-        let f = q.flow(r["function"].as_str().unwrap());
+        let tenant = r["tenant"].as_str();
+        let f = q.flow_in(r["function"].as_str().unwrap(), tenant);
+        if let (Some(name), Some(w)) = (tenant, r["tenant_weight"].as_f64()) {
+            q.set_tenant_weight(name, w).unwrap();
+        }
         q.tick(t);
         match r["event"].as_str().unwrap() {
             "enqueue" => {
@@ -218,10 +232,7 @@ fn starts_wait_for_mqfq_sticky_within_d_and_a_flood_cannot_starve_a_light_functi
 
     // (c) The light function is not starved: it is dispatched while most of the flood still
     // waits (FCFS would run every flood container first).
-    let order: Vec<&str> = dispatches
-        .iter()
-        .map(|r| r["function"].as_str().unwrap())
-        .collect();
+    let order: Vec<&str> = dispatches.iter().map(|r| function_of(r)).collect();
     let light = order.iter().position(|f| *f == "light").unwrap();
     let flood_after = order[light..].iter().filter(|f| **f == "flood").count();
     assert!(flood_after >= 3, "{order:?}");
@@ -625,5 +636,90 @@ fn pause_gives_the_slot_back_and_resume_waits_for_it() {
         assert!(c.ctr(&["containers", "rm", id]).status.success());
     }
     d.wait_for("nothing held", |s| leases(s) == 0 && waiting(s) == 0);
+    assert!(c.leftovers().is_empty(), "{:?}", c.leftovers());
+}
+
+/// A slot that is never given back (a leaked lease, a stuck container) does not hang later
+/// starts: past `MQFQ_ADMIT_TIMEOUT_MS` the waiting admission is withdrawn and the fail mode
+/// applies — open: the start goes through and is counted; closed: a clear error.
+#[test]
+fn a_start_never_waits_past_its_admission_deadline() {
+    for fail in ["open", "closed"] {
+        let Some(c) = containerd(
+            &format!("deadline-{fail}"),
+            &[("MQFQ_ADMIT_TIMEOUT_MS", "1500"), ("MQFQ_FAIL", fail)],
+        ) else {
+            return;
+        };
+        let d = mqfqd(
+            c.dir(),
+            &c.daemon_socket(),
+            "restart_grace_ms = 0\n[concurrency]\nd_max = 1\nd_initial = 1\n",
+        );
+        gpu_detached(&c, "holder");
+        d.wait_for("the holder admitted", |s| leases(s) == 1);
+        let started = Instant::now();
+        let o = c.run(
+            MQFQ,
+            "late",
+            &["--env", "NVIDIA_VISIBLE_DEVICES=0"],
+            &["true"],
+        );
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "{fail}: {:?}",
+            started.elapsed()
+        );
+        if fail == "open" {
+            assert!(o.status.success(), "{}", text(&o));
+            assert!(c.log().contains("no GPU slot within 1s"), "{}", c.log());
+            d.wait_for("the fail-open start reported", |s| {
+                s["fail_open_starts"] == 1
+            });
+        } else {
+            assert!(!o.status.success());
+            let msg = text(&o);
+            assert!(msg.contains("MQFQ_ADMIT_TIMEOUT_MS"), "{msg}");
+            let _ = c.ctr(&["task", "delete", "-f", "late"]);
+            let _ = c.ctr(&["containers", "rm", "late"]);
+        }
+        // The withdrawn admission left nothing waiting.
+        d.wait_for("nothing waiting", |s| waiting(s) == 0 && leases(s) == 1);
+        assert!(
+            c.ctr(&["task", "kill", "-s", "SIGKILL", "holder"])
+                .status
+                .success()
+        );
+        assert!(c.wait_status("holder", "STOPPED"));
+        assert!(c.ctr(&["task", "delete", "holder"]).status.success());
+        assert!(c.ctr(&["containers", "rm", "holder"]).status.success());
+        d.wait_for("no lease left", |s| leases(s) == 0);
+        assert!(c.leftovers().is_empty(), "{:?}", c.leftovers());
+    }
+}
+
+/// A Release the daemon could not take (it was stopped) is not lost: the shim keeps it and
+/// delivers it once the daemon answers again, so no lease outlives its container.
+#[test]
+fn a_release_the_daemon_missed_is_delivered_later() {
+    let Some((c, d, out)) = one_slot("lostrelease") else {
+        return;
+    };
+    let run = gpu_run(&c, "brief", "f", &out, "sleep 1");
+    d.wait_for("admitted", |s| leases(s) == 1);
+    let pid = d.pid().unwrap().to_string();
+    assert!(
+        Command::new("kill")
+            .args(["-STOP", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    // The container exits while the daemon cannot answer; its Release times out in the shim.
+    let o = run.join().unwrap();
+    let cont = Command::new("kill").args(["-CONT", &pid]).status().unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(cont.success());
+    d.wait_for("the lease released after all", |s| leases(s) == 0);
     assert!(c.leftovers().is_empty(), "{:?}", c.leftovers());
 }

@@ -85,6 +85,12 @@ impl Mqfqd {
         }
     }
 
+    /// The daemon's pid, while it runs.
+    #[must_use]
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
     /// SIGKILL, and reap.
     pub fn kill9(&mut self) {
         if let Some(mut c) = self.child.take() {

@@ -23,6 +23,9 @@
 //!                  # warm_budget_mib = 1024, warm_paths = []
 //! [pool]           # idle GPU containers: hot_ttl_s = 1800, warm_ttl_s = 7200, headroom = 0.15,
 //!                  # prefetch_iat = 5, reclaim = false, host_headroom = 0.1
+//! [fairness]       # weights and tenants (see `policy`): trust_annotations = false,
+//!                  # tenant_from = "namespace", tenants = {}, [[fairness.rule]] …
+//! [limits]         # waiters_per_shim = 256, containers_per_shim = 256, flow_idle_s = 600
 //! ```
 
 use std::path::{Path, PathBuf};
@@ -238,6 +241,10 @@ pub struct DaemonConfig {
     pub nvidia: NvidiaSection,
     /// Tiers of idle GPU containers.
     pub pool: PoolSection,
+    /// Who decides weights and tenants.
+    pub fairness: super::policy::FairnessSection,
+    /// Per-shim caps and forgetting.
+    pub limits: super::policy::LimitsSection,
 }
 
 impl Default for DaemonConfig {
@@ -257,6 +264,8 @@ impl Default for DaemonConfig {
             simulated: SimulatedSection::default(),
             nvidia: NvidiaSection::default(),
             pool: PoolSection::default(),
+            fairness: super::policy::FairnessSection::default(),
+            limits: super::policy::LimitsSection::default(),
         }
     }
 }
@@ -350,6 +359,8 @@ impl DaemonConfig {
             },
             ..e
         })?;
+        self.fairness.check()?;
+        self.limits.check()?;
         if self.nvidia.refresh_interval_ms < 100 {
             return Err(reject(
                 "nvidia.refresh_interval_ms",
@@ -500,6 +511,14 @@ mod tests {
             ("[pool]\nhost_headroom = -1", "pool.host_headroom"),
             ("[pool]\nhot_ttl_s = -1", "pool.hot_ttl_s"),
             ("[pool]\nevict = true", "evict"),
+            ("[fairness]\ntenant_from = \"pod\"", "fairness.tenant_from"),
+            ("[fairness]\ntenants = { a = -1.0 }", "fairness.tenants"),
+            ("[[fairness.rule]]\nweight = 0.0", "fairness.rule.weight"),
+            ("[[fairness.rule]]\nnamspace = \"x\"", "namspace"),
+            (
+                "[limits]\ncontainers_per_shim = 0",
+                "limits.containers_per_shim",
+            ),
         ];
         for (text, key) in cases {
             let e = parse(text).unwrap_err().to_string();

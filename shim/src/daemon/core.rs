@@ -37,6 +37,14 @@ pub enum CoreError {
     /// Release of a lease that is not held.
     #[error("lease {0} is not held")]
     UnknownLease(u64),
+    /// A shim asked for more than its share of the daemon.
+    #[error("{what}: at most {limit} per shim ([limits] in mqfqd.toml)")]
+    Limit {
+        /// What is capped.
+        what: &'static str,
+        /// The cap.
+        limit: usize,
+    },
     /// Bad scheduler knobs.
     #[error(transparent)]
     Config(#[from] scheduler_core::ConfigError),
@@ -78,9 +86,11 @@ pub struct AdmitInfo {
     pub container_id: String,
     /// Function key.
     pub function: String,
-    /// Tenant (informational).
-    pub tenant: String,
-    /// Flow weight; 0 means 1.
+    /// The tenant in force (the operator's policy decided it); `None`: none.
+    pub tenant: Option<String>,
+    /// That tenant's weight; 0 means 1.
+    pub tenant_weight: f64,
+    /// Flow weight in force; 0 means 1.
     pub weight: f64,
     /// Requested GPUs as named by the container; empty means all.
     pub gpus: Vec<String>,
@@ -96,6 +106,27 @@ impl AdmitInfo {
     pub fn key(&self) -> String {
         format!("{}/{}", self.namespace, self.container_id)
     }
+
+    /// The queue's flow for it: the function, scoped by the tenant (`tenant/function`), so a
+    /// function key named in one tenant never joins another tenant's flow.
+    #[must_use]
+    pub fn flow_key(&self) -> String {
+        match &self.tenant {
+            Some(t) => format!("{t}/{}", self.function),
+            None => self.function.clone(),
+        }
+    }
+}
+
+/// What a registration did.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Registration {
+    /// `(key, lease)` for every running container the shim listed.
+    pub leases: Vec<(String, u64)>,
+    /// `(key, lease)` of leases the shim held but no longer lists: released.
+    pub released: Vec<(String, u64)>,
+    /// What the freed slots dispatched.
+    pub grants: Vec<Grant>,
 }
 
 /// A dispatched admission.
@@ -109,103 +140,6 @@ pub struct Grant {
     pub gpu: u32,
     /// Time queued.
     pub waited_ns: u64,
-}
-
-/// One line of the dispatch record.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "event", rename_all = "snake_case")]
-pub enum Record {
-    /// An admission joined its flow's queue.
-    Enqueue {
-        /// Sequence number.
-        seq: u64,
-        /// Daemon time, ns.
-        t_ns: u64,
-        /// GPU queue.
-        gpu: u32,
-        /// Container key.
-        key: String,
-        /// Function.
-        function: String,
-        /// Weight in force.
-        weight: f64,
-        /// Start or resume.
-        kind: Kind,
-    },
-    /// The queue dispatched an admission.
-    Dispatch {
-        /// Sequence number.
-        seq: u64,
-        /// Daemon time, ns.
-        t_ns: u64,
-        /// GPU.
-        gpu: u32,
-        /// Container key.
-        key: String,
-        /// Function.
-        function: String,
-        /// The lease granted.
-        lease: u64,
-        /// Free slots passed to the queue.
-        free: u32,
-        /// Leases on this GPU after the dispatch.
-        running: u32,
-        /// The concurrency limit in force.
-        limit: u32,
-        /// D at the time.
-        d: f64,
-        /// Time queued, ns.
-        waited_ns: u64,
-    },
-    /// A lease ended.
-    Release {
-        /// Sequence number.
-        seq: u64,
-        /// Daemon time, ns.
-        t_ns: u64,
-        /// GPU.
-        gpu: u32,
-        /// Container key.
-        key: String,
-        /// Function.
-        function: String,
-        /// The lease.
-        lease: u64,
-        /// Measured service, seconds.
-        measured_s: Option<f64>,
-        /// Why it ended.
-        reason: String,
-    },
-    /// A waiting admission left the queue.
-    Withdraw {
-        /// Sequence number.
-        seq: u64,
-        /// Daemon time, ns.
-        t_ns: u64,
-        /// GPU.
-        gpu: u32,
-        /// Container key.
-        key: String,
-        /// Function.
-        function: String,
-        /// Why.
-        reason: String,
-    },
-    /// A running container was adopted (re-registration, fail-open start).
-    Adopt {
-        /// Sequence number.
-        seq: u64,
-        /// Daemon time, ns.
-        t_ns: u64,
-        /// GPU.
-        gpu: u32,
-        /// Container key.
-        key: String,
-        /// Function.
-        function: String,
-        /// The lease it now holds.
-        lease: u64,
-    },
 }
 
 /// A running container a shim re-registers.
@@ -250,6 +184,8 @@ pub struct Lease {
     pub since: Time,
     ticket: Ticket,
     long: bool,
+    /// The registration epoch it was granted in (see [`Core::register`]).
+    epoch: u64,
 }
 
 /// A read-only view of one GPU.
@@ -288,6 +224,14 @@ pub struct Core {
     hold: Time,
     /// Flows that turned Active since the last [`Core::drain_activated`]: (GPU, function).
     activated: Vec<(u32, String)>,
+    /// Per-shim caps: waiting admissions, registered containers.
+    limits: (usize, usize),
+    /// Waiting admissions per shim.
+    waiting_of: HashMap<u32, usize>,
+    /// Counts registrations; a lease remembers the count it was granted at.
+    epoch: u64,
+    /// The epoch of each shim's last registration.
+    registered_at: HashMap<u32, u64>,
 }
 
 fn invalid(field: &'static str, reason: impl Into<String>) -> CoreError {
@@ -335,7 +279,38 @@ impl Core {
             fail_open_starts: 0,
             hold: Time::ZERO,
             activated: Vec::new(),
+            limits: (usize::MAX, usize::MAX),
+            waiting_of: HashMap::new(),
+            epoch: 0,
+            registered_at: HashMap::new(),
         })
+    }
+
+    /// Caps what one shim may have: waiting admissions and registered containers.
+    pub fn set_limits(&mut self, waiters_per_shim: usize, containers_per_shim: usize) {
+        self.limits = (waiters_per_shim, containers_per_shim);
+    }
+
+    /// The registered-containers cap per shim.
+    #[must_use]
+    pub fn containers_per_shim(&self) -> usize {
+        self.limits.1
+    }
+
+    fn waiting_insert(&mut self, key: String, w: Waiting) {
+        *self.waiting_of.entry(w.shim_pid).or_default() += 1;
+        self.waiting.insert(key, w);
+    }
+
+    fn waiting_remove(&mut self, key: &str) -> Option<Waiting> {
+        let w = self.waiting.remove(key)?;
+        if let Some(n) = self.waiting_of.get_mut(&w.shim_pid) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                self.waiting_of.remove(&w.shim_pid);
+            }
+        }
+        Some(w)
     }
 
     fn next_seq(&mut self) -> u64 {
@@ -434,6 +409,16 @@ impl Core {
                 format!("{} must be a finite number > 0", info.weight),
             ));
         }
+        let tw = info.tenant_weight;
+        if !(tw == 0.0 || (tw.is_finite() && tw > 0.0)) {
+            return Err(invalid(
+                "tenant_weight",
+                format!("{tw} must be a finite number > 0"),
+            ));
+        }
+        if info.tenant.as_deref().is_some_and(str::is_empty) {
+            return Err(invalid("tenant", "must not be empty"));
+        }
         Ok(w)
     }
 
@@ -472,6 +457,12 @@ impl Core {
         if self.waiting.contains_key(&key) {
             return Err(CoreError::AlreadyWaiting(key));
         }
+        if self.waiting_of.get(&info.shim_pid).copied().unwrap_or(0) >= self.limits.0 {
+            return Err(CoreError::Limit {
+                what: "waiting admissions",
+                limit: self.limits.0,
+            });
+        }
         self.tick(now);
         if let Some(&lease) = self.lease_of.get(&key) {
             // Already admitted (a retried call after a lost reply): the same lease again.
@@ -485,11 +476,9 @@ impl Core {
         }
         let slot = self.route(&candidates);
         let seq = self.next_seq();
+        let flow_key = info.flow_key();
         let g = &mut self.gpus[slot];
-        let flow = g.queue.flow(&info.function);
-        g.queue
-            .set_weight(flow, weight)
-            .map_err(|_| invalid("weight", format!("{weight} must be a finite number > 0")))?;
+        let flow = Self::flow_of(&mut g.queue, info, &flow_key, weight)?;
         g.queue
             .enqueue(flow, key.clone(), now)
             .map_err(|e| invalid("function", e.to_string()))?;
@@ -500,20 +489,48 @@ impl Core {
             t_ns: now.as_nanos(),
             gpu,
             key: key.clone(),
-            function: info.function.clone(),
+            function: flow_key.clone(),
+            tenant: info.tenant.clone(),
+            tenant_weight: if info.tenant_weight == 0.0 {
+                1.0
+            } else {
+                info.tenant_weight
+            },
             weight,
             kind: info.kind,
         });
-        self.waiting.insert(
+        self.waiting_insert(
             key,
             Waiting {
                 gpu,
                 flow,
-                function: info.function.clone(),
+                function: flow_key,
                 shim_pid: info.shim_pid,
             },
         );
         Ok(self.pump(slot, now))
+    }
+
+    /// The flow of an admission, with its weight and its tenant's weight in force.
+    fn flow_of(
+        q: &mut MqfqQueue<String>,
+        info: &AdmitInfo,
+        flow_key: &str,
+        weight: f64,
+    ) -> Result<FlowId, CoreError> {
+        let flow = q.flow_in(flow_key, info.tenant.as_deref());
+        q.set_weight(flow, weight)
+            .map_err(|_| invalid("weight", format!("{weight} must be a finite number > 0")))?;
+        if let Some(t) = &info.tenant {
+            let tw = if info.tenant_weight == 0.0 {
+                1.0
+            } else {
+                info.tenant_weight
+            };
+            q.set_tenant_weight(t, tw)
+                .map_err(|_| invalid("tenant_weight", format!("{tw} must be > 0")))?;
+        }
+        Ok(flow)
     }
 
     /// The limit in force on a GPU: ⌊D⌋, but while short flows are active never below the long
@@ -564,8 +581,7 @@ impl Core {
             let dval = g.conc.d();
             let key = d.item;
             let (function, shim_pid) = self
-                .waiting
-                .remove(&key)
+                .waiting_remove(&key)
                 .map_or((String::new(), 0), |w| (w.function, w.shim_pid));
             let lease = self.next_lease;
             self.next_lease += 1;
@@ -595,6 +611,7 @@ impl Core {
                     since: now,
                     ticket: d.ticket,
                     long,
+                    epoch: self.epoch,
                 },
             );
             grants.push(Grant {
@@ -629,7 +646,7 @@ impl Core {
     /// Withdraws a waiting admission. Returns whether one was waiting.
     pub fn cancel(&mut self, key: &str, reason: &str, now: Time) -> bool {
         self.tick(now);
-        let Some(w) = self.waiting.remove(key) else {
+        let Some(w) = self.waiting_remove(key) else {
             return false;
         };
         let slot = self.slot(w.gpu);
@@ -709,106 +726,6 @@ impl Core {
         self.pump_all(now)
     }
 
-    /// A shim died: its waiting admissions are withdrawn and its leases released. Returns the
-    /// withdrawn keys, the released leases, and the grants the freed slots made.
-    pub fn shim_gone(&mut self, pid: u32, now: Time) -> (Vec<String>, Vec<u64>, Vec<Grant>) {
-        let keys: Vec<String> = self
-            .waiting
-            .iter()
-            .filter(|(_, w)| w.shim_pid == pid)
-            .map(|(k, _)| k.clone())
-            .collect();
-        for k in &keys {
-            self.cancel(k, "shim gone", now);
-        }
-        let leases: Vec<u64> = self
-            .leases
-            .iter()
-            .filter(|(_, l)| l.shim_pid == pid)
-            .map(|(&id, _)| id)
-            .collect();
-        let mut grants = Vec::new();
-        for &id in &leases {
-            if let Ok(g) = self.release(id, None, "shim gone", now) {
-                grants.extend(g);
-            }
-        }
-        (keys, leases, grants)
-    }
-
-    /// A shim (re)registers its running GPU containers. Leases this daemon granted are kept;
-    /// the others (granted by a previous daemon, or fail-open starts) are adopted with new
-    /// leases. Returns `(key, lease)` for each.
-    ///
-    /// # Errors
-    /// An invalid entry; entries before it are kept (registration is idempotent, the shim
-    /// sends the whole set again).
-    pub fn register(
-        &mut self,
-        shim_pid: u32,
-        running: &[RunningInfo],
-        fail_open_starts: u64,
-        now: Time,
-    ) -> Result<Vec<(String, u64)>, CoreError> {
-        self.tick(now);
-        self.fail_open_starts += fail_open_starts;
-        let mut out = Vec::new();
-        for r in running {
-            let weight = Self::validate(&r.info)?;
-            let key = r.info.key();
-            if let Some(&lease) = self.lease_of.get(&key) {
-                self.set_holder(lease, shim_pid);
-                out.push((key, lease));
-                continue;
-            }
-            if self.waiting.contains_key(&key) {
-                // It runs, so it no longer waits.
-                self.cancel(&key, "registered as running", now);
-            }
-            let candidates = self.resolve(&r.info.gpus)?;
-            let slot = self.route(&candidates);
-            let g = &mut self.gpus[slot];
-            let flow = g.queue.flow(&r.info.function);
-            let _ = g.queue.set_weight(flow, weight);
-            let ticket = g
-                .queue
-                .adopt(flow, now)
-                .map_err(|e| invalid("function", e.to_string()))?;
-            let long = !g.queue.is_short_flow(flow);
-            g.running += 1;
-            if long {
-                g.long_running += 1;
-            }
-            let gpu = g.info.index;
-            let lease = self.next_lease;
-            self.next_lease += 1;
-            let seq = self.next_seq();
-            self.log.push(Record::Adopt {
-                seq,
-                t_ns: now.as_nanos(),
-                gpu,
-                key: key.clone(),
-                function: r.info.function.clone(),
-                lease,
-            });
-            self.lease_of.insert(key.clone(), lease);
-            self.leases.insert(
-                lease,
-                Lease {
-                    key: key.clone(),
-                    function: r.info.function.clone(),
-                    gpu,
-                    shim_pid,
-                    since: now,
-                    ticket,
-                    long,
-                },
-            );
-            out.push((key, lease));
-        }
-        Ok(out)
-    }
-
     /// Takes the dispatch record since the last call.
     pub fn drain_log(&mut self) -> Vec<Record> {
         std::mem::take(&mut self.log)
@@ -882,6 +799,11 @@ impl Core {
         }
     }
 }
+
+mod record;
+mod register;
+
+pub use record::Record;
 
 #[cfg(test)]
 mod tests;

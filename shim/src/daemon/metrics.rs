@@ -262,6 +262,19 @@ impl Metrics {
         }
     }
 
+    /// Drops the per-function series of forgotten flows (function keys come from pods: kept
+    /// forever they would grow without bound).
+    pub fn forget_functions(&self, functions: &[String]) {
+        for f in functions {
+            let l = self::function(f);
+            self.queue_length.remove(&l);
+            self.queue_wait.remove(&l);
+            self.gpu_time.remove(&l);
+            self.admitted.remove(&l);
+            self.completed.remove(&l);
+        }
+    }
+
     /// Accounts the dispatch record.
     pub fn record(&self, records: &[Record]) {
         for r in records {
@@ -461,6 +474,27 @@ mod tests {
     }
 
     #[test]
+    fn forgotten_functions_leave_the_exposition() {
+        let m = Metrics::new();
+        for f in ["a", "b"] {
+            m.record(&[Record::Adopt {
+                seq: 0,
+                t_ns: 0,
+                gpu: 0,
+                key: format!("ns/{f}"),
+                function: f.into(),
+                tenant: None,
+                lease: 1,
+            }]);
+        }
+        assert!(m.render().contains("function=\"a\""));
+        m.forget_functions(&["a".to_owned()]);
+        let text = m.render();
+        assert!(!text.contains("function=\"a\""), "{text}");
+        assert!(text.contains("function=\"b\""), "{text}");
+    }
+
+    #[test]
     fn queue_length_follows_the_dispatch_record() {
         let m = Metrics::new();
         let enq = |k: &str| Record::Enqueue {
@@ -469,6 +503,8 @@ mod tests {
             gpu: 0,
             key: k.into(),
             function: "f".into(),
+            tenant: None,
+            tenant_weight: 1.0,
             weight: 1.0,
             kind: super::super::core::Kind::Start,
         };

@@ -5,12 +5,14 @@
 //! - [`config`] — `mqfqd.toml`.
 //! - [`server`] — the ttrpc service, shim liveness, the sampling loop, the dispatch log.
 //! - [`metrics`] — Prometheus metrics and their HTTP endpoint.
+//! - [`policy`] — weights and tenants from the operator's rules; per-shim caps.
 //! - [`warm`] — held primary CUDA contexts, the warm driver where persistence mode is refused.
 
 pub mod config;
 pub mod core;
 pub mod metrics;
 pub mod monitor;
+pub mod policy;
 pub mod pool;
 pub mod server;
 pub mod warm;
@@ -120,8 +122,16 @@ pub async fn run(
     ));
     let mut pool = pool::Pool::new(cfg.pool_config())?;
     pool.set_measured(monitor.backend() == "nvml");
-    let daemon = server::Daemon::new(core, pool, monitor.backend(), cfg.dispatch_log.as_deref())
-        .map_err(io("open dispatch_log"))?;
+    core.set_limits(cfg.limits.waiters_per_shim, cfg.limits.containers_per_shim);
+    let daemon = server::Daemon::with_policy(
+        core,
+        pool,
+        monitor.backend(),
+        cfg.dispatch_log.as_deref(),
+        cfg.fairness.clone(),
+        cfg.limits.flow_idle_s,
+    )
+    .map_err(io("open dispatch_log"))?;
     let mut server = server::bind(&cfg.socket)
         .map_err(io(format!("listen on {}", cfg.socket.display())))?
         .register_service(crate::api::create_admission(Arc::new(server::Service(

@@ -18,6 +18,7 @@ use ttrpc::r#async::TtrpcContext;
 use super::core::{AdmitInfo, Core, CoreError, Grant, Kind, RunningInfo};
 use super::metrics::Metrics;
 use super::monitor::GpuMonitor;
+use super::policy::{Asked, FairnessSection};
 use super::pool::{Action, Order, Pool};
 use crate::api;
 
@@ -46,6 +47,10 @@ pub struct Daemon {
     metrics: Arc<Metrics>,
     /// Woken when pool orders are queued for any shim.
     orders_ready: tokio::sync::Notify,
+    /// Weights and tenants.
+    policy: FairnessSection,
+    /// Flows idle this long are forgotten (0: never).
+    flow_idle_s: f64,
 }
 
 /// The longest a PoolOrders call waits for orders.
@@ -73,30 +78,89 @@ pub fn to_ttrpc(e: &CoreError) -> ttrpc::Error {
         }
         CoreError::AlreadyWaiting(_) => ttrpc::Code::ALREADY_EXISTS,
         CoreError::UnknownLease(_) => ttrpc::Code::NOT_FOUND,
+        CoreError::Limit { .. } => ttrpc::Code::RESOURCE_EXHAUSTED,
     };
     status(code, e)
 }
 
-fn admit_info(req: &api::AdmitRequest, kind: Kind) -> AdmitInfo {
+/// What the shim asked for, with the operator's policy applied: the tenant and weights in
+/// force are the daemon's decision, never the pod's alone.
+fn decided(
+    policy: &FairnessSection,
+    namespace: &str,
+    pod_namespace: &str,
+    function: &str,
+    tenant: &str,
+    weight: f64,
+) -> super::policy::Decided {
+    policy.resolve(Asked {
+        namespace,
+        pod_namespace,
+        function,
+        tenant,
+        weight,
+    })
+}
+
+/// What a shim relays from a pod is checked even where the policy ignores it: a malformed
+/// request is refused, not silently reinterpreted.
+fn check_asked(weight: f64, tenant: &str, pod_namespace: &str) -> Result<(), CoreError> {
+    let bad = |field: &'static str, reason: String| CoreError::Invalid { field, reason };
+    if !(weight.is_finite() && weight >= 0.0) {
+        return Err(bad(
+            "weight",
+            format!("{weight} must be a finite number >= 0 (0: none)"),
+        ));
+    }
+    for (field, v) in [("tenant", tenant), ("pod_namespace", pod_namespace)] {
+        if v.len() > 253 || !v.bytes().all(|b| b.is_ascii_graphic()) {
+            return Err(bad(
+                field,
+                format!("{v:.40?} must be at most 253 printable characters"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn admit_info(policy: &FairnessSection, req: &api::AdmitRequest, kind: Kind) -> AdmitInfo {
+    let d = decided(
+        policy,
+        &req.namespace,
+        &req.pod_namespace,
+        &req.function,
+        &req.tenant,
+        req.weight,
+    );
     AdmitInfo {
         namespace: req.namespace.clone(),
         container_id: req.container_id.clone(),
         function: req.function.clone(),
-        tenant: req.tenant.clone(),
-        weight: req.weight,
+        tenant: d.tenant,
+        tenant_weight: d.tenant_weight,
+        weight: d.weight,
         gpus: req.gpus.clone(),
         kind,
         shim_pid: req.shim_pid,
     }
 }
 
-fn running_info(r: &api::Running, shim_pid: u32) -> AdmitInfo {
+fn running_info(policy: &FairnessSection, r: &api::Running, shim_pid: u32) -> AdmitInfo {
+    let d = decided(
+        policy,
+        &r.namespace,
+        &r.pod_namespace,
+        &r.function,
+        &r.tenant,
+        r.weight,
+    );
     AdmitInfo {
         namespace: r.namespace.clone(),
         container_id: r.container_id.clone(),
         function: r.function.clone(),
-        tenant: r.tenant.clone(),
-        weight: r.weight,
+        tenant: d.tenant,
+        tenant_weight: d.tenant_weight,
+        weight: d.weight,
         gpus: r.gpus.clone(),
         kind: Kind::Start,
         shim_pid,
@@ -113,6 +177,22 @@ impl Daemon {
         pool: Pool,
         backend: &'static str,
         log: Option<&Path>,
+    ) -> std::io::Result<Arc<Self>> {
+        Self::with_policy(core, pool, backend, log, FairnessSection::default(), 0.0)
+    }
+
+    /// [`new`](Self::new) with the operator's fairness policy and the idle time after which a
+    /// flow is forgotten (0: never).
+    ///
+    /// # Errors
+    /// The log file cannot be opened.
+    pub fn with_policy(
+        core: Core,
+        pool: Pool,
+        backend: &'static str,
+        log: Option<&Path>,
+        policy: FairnessSection,
+        flow_idle_s: f64,
     ) -> std::io::Result<Arc<Self>> {
         let log = match log {
             Some(p) => {
@@ -150,6 +230,8 @@ impl Daemon {
             backend,
             metrics: Arc::new(Metrics::new()),
             orders_ready: tokio::sync::Notify::new(),
+            policy,
+            flow_idle_s,
         }))
     }
 
@@ -276,8 +358,18 @@ impl Daemon {
         let mut tick = tokio::time::interval(every);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut failing = false;
+        let mut last_forget = Instant::now();
         loop {
             tick.tick().await;
+            if self.flow_idle_s > 0.0 && last_forget.elapsed() >= Duration::from_secs(10) {
+                last_forget = Instant::now();
+                let now = self.now();
+                let gone = self.lock().core.forget_idle(now, self.flow_idle_s);
+                if !gone.is_empty() {
+                    tracing::info!(flows = gone.len(), "idle flows forgotten");
+                    self.metrics.forget_functions(&gone);
+                }
+            }
             let leases: Vec<u32> = self.lock().core.gpus().iter().map(|g| g.running).collect();
             let samples = match monitor.sample(&leases) {
                 Ok(s) => {
@@ -366,6 +458,7 @@ impl Daemon {
                 gpu_time_s: f.gpu_time_s,
                 dispatched: f.dispatched,
                 completed: f.completed,
+                tenant: f.tenant.unwrap_or_default(),
                 ..Default::default()
             })
             .collect();
@@ -442,7 +535,8 @@ impl api::Admission for Service {
                 ));
             }
         };
-        let info = admit_info(&req, kind);
+        check_asked(req.weight, &req.tenant, &req.pod_namespace).map_err(|e| to_ttrpc(&e))?;
+        let info = admit_info(&d.policy, &req, kind);
         let key = info.key();
         let (tx, rx) = oneshot::channel();
         {
@@ -551,39 +645,63 @@ impl api::Admission for Service {
         req: api::RegisterRequest,
     ) -> ttrpc::Result<api::RegisterResponse> {
         let d = &self.0;
+        let cap = d.lock().core.containers_per_shim();
+        if req.running.len() + req.idle.len() > cap {
+            return Err(to_ttrpc(&CoreError::Limit {
+                what: "registered containers",
+                limit: cap,
+            }));
+        }
+        for r in req.running.iter().chain(&req.idle) {
+            check_asked(r.weight, &r.tenant, &r.pod_namespace).map_err(|e| to_ttrpc(&e))?;
+        }
         let running: Vec<RunningInfo> = req
             .running
             .iter()
             .map(|r| RunningInfo {
-                info: running_info(r, req.shim_pid),
+                info: running_info(&d.policy, r, req.shim_pid),
                 lease: r.lease_id,
             })
             .collect();
         let now = d.now();
         let mut inner = d.lock();
-        let adopted = inner
+        let registered = inner
             .core
-            .register(req.shim_pid, &running, req.fail_open_starts, now)
+            .register(
+                req.shim_pid,
+                &running,
+                &req.admitting,
+                req.fail_open_starts,
+                now,
+            )
             .map_err(|e| to_ttrpc(&e));
-        if let Ok(a) = &adopted {
-            for ((r, wire), (key, lease)) in running.iter().zip(&req.running).zip(a) {
+        let mut grants = Vec::new();
+        if let Ok(reg) = &registered {
+            for ((r, wire), (key, lease)) in running.iter().zip(&req.running).zip(&reg.leases) {
                 if wire.pooled && r.lease != *lease {
                     // Newly adopted (a restarted daemon, or a fail-open start): running, Hot.
                     inner.pooled.insert(key.clone(), req.shim_pid);
                     Daemon::pool_grant(&mut inner, *lease, now);
                 }
             }
+            for (key, lease) in &reg.released {
+                tracing::warn!(shim = req.shim_pid, key = %key, lease, "lease the shim no longer lists: released");
+                inner.pooled.remove(key);
+                inner.pool.forget(key);
+            }
+            grants.clone_from(&reg.grants);
         }
         for r in &req.idle {
-            Daemon::adopt_idle(&mut inner, r, req.shim_pid, now);
+            let flow = running_info(&d.policy, r, req.shim_pid).flow_key();
+            Daemon::adopt_idle(&mut inner, r, &flow, req.shim_pid, now);
         }
-        d.settle(&mut inner, Vec::new());
-        let adopted = adopted?;
+        d.settle(&mut inner, grants);
+        let registered = registered?;
         d.watch(&mut inner, req.shim_pid);
         // Shims re-register every second: only news is worth a line.
         let new = running
             .iter()
-            .zip(&adopted)
+            .zip(&registered.leases)
             .filter(|(r, (_, lease))| r.lease != *lease)
             .count();
         if new > 0 || req.fail_open_starts > 0 {
@@ -596,7 +714,8 @@ impl api::Admission for Service {
             );
         }
         Ok(api::RegisterResponse {
-            leases: adopted
+            leases: registered
+                .leases
                 .into_iter()
                 .map(|(key, lease)| {
                     let (ns, cid) = key.split_once('/').unwrap_or(("", &key));
@@ -708,6 +827,13 @@ mod tests {
             ttrpc::Code::ALREADY_EXISTS
         );
         assert_eq!(code(CoreError::UnknownLease(1)), ttrpc::Code::NOT_FOUND);
+        assert_eq!(
+            code(CoreError::Limit {
+                what: "waiting admissions",
+                limit: 1
+            }),
+            ttrpc::Code::RESOURCE_EXHAUSTED
+        );
     }
 
     #[tokio::test]

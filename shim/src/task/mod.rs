@@ -386,8 +386,22 @@ impl TaskService {
             .map(Some)
         };
         let mut st = self.state.lock().await;
-        let c = st.containers.get_mut(id).ok_or_else(|| nf(id))?;
-        let p = c.proc_mut(exec_id)?;
+        let found = st
+            .containers
+            .get_mut(id)
+            .ok_or_else(|| nf(id))
+            .and_then(|c| c.proc_mut(exec_id));
+        let p = match found {
+            Ok(p) => p,
+            Err(e) => {
+                // Deleted while it started: whatever runc did, the lease goes back.
+                drop(st);
+                if work.is_some() {
+                    self.release_lease(id, true, "deleted while starting").await;
+                }
+                return Err(e);
+            }
+        };
         p.starting = false;
         let exec_pid = match result {
             Ok(None) => None,

@@ -24,6 +24,7 @@ fn harness() -> Harness {
             socket: "/nonexistent/mqfqd.sock".into(),
             fail_open: true,
             reconnect_grace: std::time::Duration::ZERO,
+            admit_timeout: None,
         },
     )))
 }
@@ -755,4 +756,60 @@ async fn a_container_that_stalls_a_memory_move_is_frozen_again_and_never_thawed_
     h.svc.pause_resume("s1", false).await.unwrap();
     assert_eq!(gate.admits.lock().unwrap().last().map(|a| a.1), Some(false));
     stall.join().unwrap();
+}
+
+/// A gate whose admissions wait for the test, recording releases.
+#[derive(Debug, Default)]
+struct HeldGate {
+    go: tokio::sync::Notify,
+    releases: std::sync::Mutex<Vec<(String, String)>>,
+}
+
+#[async_trait::async_trait]
+impl crate::gate::Gate for HeldGate {
+    async fn admit(
+        &self,
+        _: &str,
+        _: &str,
+        _: &crate::gpu::GpuWork,
+        _: Kind,
+        _: bool,
+    ) -> Result<()> {
+        self.go.notified().await;
+        Ok(())
+    }
+    async fn cancel(&self, _: &str, _: &str) {}
+    async fn release(&self, _: &str, id: &str, reason: &str, _: u64) {
+        self.releases
+            .lock()
+            .unwrap()
+            .push((id.to_owned(), reason.to_owned()));
+    }
+    async fn pool_orders(&self, _: Duration) -> Vec<crate::api::PoolOrder> {
+        std::future::pending().await
+    }
+    async fn pool_report(&self, _: Vec<crate::api::PoolResult>) {}
+}
+
+#[tokio::test]
+async fn a_delete_racing_a_granted_start_still_releases_the_lease() {
+    let gate = Arc::new(HeldGate::default());
+    let h = harness_with(gate.clone());
+    let gpu = json!({"process": {"args": ["sh"], "env": ["PATH=/bin"]},
+                     "annotations": {"io.mqfq.gpu": "true"}});
+    let req = h.bundle("r1", &gpu);
+    h.svc.create(req).await.unwrap();
+    let svc = h.svc.clone();
+    let start = tokio::spawn(async move { svc.start("r1", "").await });
+    // The start waits in the queue; the container is deleted meanwhile.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    h.svc.delete("r1", "").await.unwrap();
+    let before = gate.releases.lock().unwrap().len();
+    // Now the grant arrives: the start fails, and the lease it was given goes back.
+    gate.go.notify_one();
+    let r = start.await.unwrap();
+    assert!(r.is_err(), "{r:?}");
+    let releases = gate.releases.lock().unwrap().clone();
+    assert_eq!(releases.len(), before + 1, "{releases:?}");
+    assert_eq!(releases.last().unwrap().0, "r1");
 }

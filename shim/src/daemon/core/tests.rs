@@ -45,7 +45,8 @@ fn req(id: &str, function: &str) -> AdmitInfo {
         namespace: "ns".into(),
         container_id: id.into(),
         function: function.into(),
-        tenant: String::new(),
+        tenant: None,
+        tenant_weight: 0.0,
         weight: 0.0,
         gpus: vec![],
         kind: Kind::Start,
@@ -208,15 +209,17 @@ fn registration_adopts_running_containers_and_keeps_known_leases() {
         lease,
     };
     let adopted = c
-        .register(7, &[run("a", 0), run("b", 41)], 2, secs(0.0))
-        .unwrap();
+        .register(7, &[run("a", 0), run("b", 41)], &[], 2, secs(0.0))
+        .unwrap()
+        .leases;
     assert_eq!(adopted.len(), 2);
     assert_eq!(c.gpus()[0].running, 2);
     assert_eq!(c.fail_open_starts(), 2);
     // Registering again is idempotent.
     let again = c
-        .register(7, &[run("a", 0), run("b", 41)], 0, secs(0.1))
-        .unwrap();
+        .register(7, &[run("a", 0), run("b", 41)], &[], 0, secs(0.1))
+        .unwrap()
+        .leases;
     assert_eq!(again, adopted);
     assert_eq!(c.gpus()[0].running, 2);
     // Over the limit: new work waits until both adopted leases end.
@@ -230,6 +233,113 @@ fn registration_adopts_running_containers_and_keeps_known_leases() {
         .release(adopted[1].1, Some(1.0), "exit", secs(1.0))
         .unwrap();
     assert_eq!(keys(&g), ["ns/x"]);
+}
+
+#[test]
+fn leases_a_shim_no_longer_lists_are_released_but_never_one_it_may_not_know_yet() {
+    let mut c = core(1, 2);
+    let running = |c: &Core| -> Vec<RunningInfo> {
+        c.leases()
+            .map(|(id, l)| RunningInfo {
+                info: req(l.key.trim_start_matches("ns/"), "f"),
+                lease: id,
+            })
+            .collect()
+    };
+    c.register(7, &[], &[], 0, secs(0.0)).unwrap();
+    let a = c.admit(&req("a", "f"), secs(0.1)).unwrap()[0].lease;
+    let b = c.admit(&req("b", "f"), secs(0.1)).unwrap()[0].lease;
+    // A registration sent before the grants reached the shim lists neither: nothing released.
+    let r = c.register(7, &[], &[], 0, secs(0.2)).unwrap();
+    assert!(r.released.is_empty(), "{r:?}");
+    // Next one: `a` is listed, `b`'s Admit is still in flight — kept too.
+    let listed = running(&c)
+        .into_iter()
+        .filter(|r| r.lease == a)
+        .collect::<Vec<_>>();
+    let r = c
+        .register(7, &listed, &["ns/b".to_owned()], 0, secs(0.3))
+        .unwrap();
+    assert!(r.released.is_empty(), "{r:?}");
+    // Then `b` is in neither list (its Release was lost): released, and its slot reused.
+    c.admit(&req("w", "f"), secs(0.35)).unwrap();
+    let r = c.register(7, &listed, &[], 0, secs(0.4)).unwrap();
+    assert_eq!(r.released, [("ns/b".to_owned(), b)]);
+    assert_eq!(keys(&r.grants), ["ns/w"]);
+    assert!(c.lease(a).is_some());
+    // Another shim's leases are never touched.
+    let mut other = req("o", "f");
+    other.shim_pid = 8;
+    c.release(a, None, "exit", secs(0.5)).unwrap();
+    c.admit(&other, secs(0.5)).unwrap();
+    c.register(7, &[], &[], 0, secs(0.6)).unwrap();
+    let r = c.register(7, &[], &[], 0, secs(0.7)).unwrap();
+    assert!(r.released.iter().all(|(k, _)| k != "ns/o"), "{r:?}");
+    assert!(c.lease_of("ns/o").is_some());
+}
+
+#[test]
+fn per_shim_caps_refuse_with_their_name() {
+    let mut c = core(1, 1);
+    c.set_limits(2, 3);
+    c.admit(&req("a", "f"), secs(0.0)).unwrap();
+    c.admit(&req("b", "f"), secs(0.0)).unwrap();
+    c.admit(&req("c", "f"), secs(0.0)).unwrap();
+    let e = c.admit(&req("d", "f"), secs(0.0)).unwrap_err();
+    assert_eq!(
+        e,
+        CoreError::Limit {
+            what: "waiting admissions",
+            limit: 2
+        }
+    );
+    let mut other = req("x", "f");
+    other.shim_pid = 8;
+    c.admit(&other, secs(0.0)).unwrap();
+    let many: Vec<RunningInfo> = (0..4)
+        .map(|i| RunningInfo {
+            info: req(&format!("r{i}"), "f"),
+            lease: 0,
+        })
+        .collect();
+    let e = c.register(9, &many, &[], 0, secs(0.1)).unwrap_err();
+    assert!(e.to_string().contains("registered containers"), "{e}");
+}
+
+#[test]
+fn function_keys_are_scoped_by_tenant_and_idle_flows_are_forgotten() {
+    let mut c = core(1, 4);
+    let mut a = req("a", "resnet");
+    a.tenant = Some("team-a".into());
+    let mut b = req("b", "resnet");
+    b.tenant = Some("team-b".into());
+    b.tenant_weight = 3.0;
+    let la = c.admit(&a, secs(0.0)).unwrap()[0].lease;
+    let lb = c.admit(&b, secs(0.0)).unwrap()[0].lease;
+    let mut flows: Vec<(String, Option<String>)> = c
+        .flows()
+        .into_iter()
+        .map(|(_, f)| (f.key, f.tenant))
+        .collect();
+    flows.sort();
+    assert_eq!(
+        flows,
+        [
+            ("team-a/resnet".to_owned(), Some("team-a".to_owned())),
+            ("team-b/resnet".to_owned(), Some("team-b".to_owned()))
+        ]
+    );
+    assert_eq!(c.lease(la).unwrap().function, "team-a/resnet");
+    c.release(la, Some(0.1), "exit", secs(1.0)).unwrap();
+    c.release(lb, Some(0.1), "exit", secs(1.0)).unwrap();
+    assert!(c.forget_idle(secs(5.0), 60.0).is_empty());
+    let mut gone = c.forget_idle(secs(100.0), 60.0);
+    gone.sort();
+    assert_eq!(gone, ["team-a/resnet", "team-b/resnet"]);
+    assert!(c.flows().is_empty());
+    // A forgotten function comes back as a new flow.
+    c.admit(&a, secs(101.0)).unwrap();
+    assert_eq!(c.flows().len(), 1);
 }
 
 #[test]
@@ -333,10 +443,12 @@ fn nothing_is_dispatched_during_the_restart_hold() {
                 info: req("r", "f"),
                 lease: 0,
             }],
+            &[],
             0,
             secs(0.5),
         )
-        .unwrap();
+        .unwrap()
+        .leases;
     assert!(c.tick_all(secs(1.6)).is_empty());
     let g = c
         .release(adopted[0].1, Some(1.0), "exit", secs(2.0))

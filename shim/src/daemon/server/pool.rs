@@ -23,7 +23,13 @@ impl Daemon {
     /// A paused pooled container a shim re-registered: the pool re-learns it. Entries that do not
     /// name a container or a GPU of this node are skipped with a log line (registration is
     /// repeated; one bad entry must not cost the others).
-    pub(super) fn adopt_idle(inner: &mut Inner, r: &api::Running, shim_pid: u32, now: Time) {
+    pub(super) fn adopt_idle(
+        inner: &mut Inner,
+        r: &api::Running,
+        flow: &str,
+        shim_pid: u32,
+        now: Time,
+    ) {
         if r.namespace.is_empty() || r.container_id.is_empty() || r.function.is_empty() {
             tracing::warn!(
                 shim = shim_pid,
@@ -44,15 +50,9 @@ impl Daemon {
             return;
         }
         inner.pooled.insert(key.clone(), shim_pid);
-        inner.pool.adopt_idle(
-            &key,
-            &r.function,
-            gpu,
-            shim_pid,
-            r.managed_bytes,
-            r.evicted,
-            now,
-        );
+        inner
+            .pool
+            .adopt_idle(&key, flow, gpu, shim_pid, r.managed_bytes, r.evicted, now);
     }
 
     /// Hands the pool's new orders to their shims and its events to the metrics.

@@ -1,0 +1,115 @@
+//! The dispatch record: one JSON line per queue decision, enough to replay them exactly.
+
+use serde::{Deserialize, Serialize};
+
+use super::Kind;
+
+/// One line of the dispatch record.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum Record {
+    /// An admission joined its flow's queue.
+    Enqueue {
+        /// Sequence number.
+        seq: u64,
+        /// Daemon time, ns.
+        t_ns: u64,
+        /// GPU queue.
+        gpu: u32,
+        /// Container key.
+        key: String,
+        /// Flow (the function, scoped by its tenant).
+        function: String,
+        /// Its tenant, if any.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        tenant: Option<String>,
+        /// The tenant's weight.
+        #[serde(default = "one")]
+        tenant_weight: f64,
+        /// Weight in force.
+        weight: f64,
+        /// Start or resume.
+        kind: Kind,
+    },
+    /// The queue dispatched an admission.
+    Dispatch {
+        /// Sequence number.
+        seq: u64,
+        /// Daemon time, ns.
+        t_ns: u64,
+        /// GPU.
+        gpu: u32,
+        /// Container key.
+        key: String,
+        /// Function.
+        function: String,
+        /// The lease granted.
+        lease: u64,
+        /// Free slots passed to the queue.
+        free: u32,
+        /// Leases on this GPU after the dispatch.
+        running: u32,
+        /// The concurrency limit in force.
+        limit: u32,
+        /// D at the time.
+        d: f64,
+        /// Time queued, ns.
+        waited_ns: u64,
+    },
+    /// A lease ended.
+    Release {
+        /// Sequence number.
+        seq: u64,
+        /// Daemon time, ns.
+        t_ns: u64,
+        /// GPU.
+        gpu: u32,
+        /// Container key.
+        key: String,
+        /// Function.
+        function: String,
+        /// The lease.
+        lease: u64,
+        /// Measured service, seconds.
+        measured_s: Option<f64>,
+        /// Why it ended.
+        reason: String,
+    },
+    /// A waiting admission left the queue.
+    Withdraw {
+        /// Sequence number.
+        seq: u64,
+        /// Daemon time, ns.
+        t_ns: u64,
+        /// GPU.
+        gpu: u32,
+        /// Container key.
+        key: String,
+        /// Function.
+        function: String,
+        /// Why.
+        reason: String,
+    },
+    /// A running container was adopted (re-registration, fail-open start).
+    Adopt {
+        /// Sequence number.
+        seq: u64,
+        /// Daemon time, ns.
+        t_ns: u64,
+        /// GPU.
+        gpu: u32,
+        /// Container key.
+        key: String,
+        /// Flow.
+        function: String,
+        /// Its tenant, if any.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        tenant: Option<String>,
+        /// The lease it now holds.
+        lease: u64,
+    },
+}
+
+fn one() -> f64 {
+    1.0
+}
