@@ -4,8 +4,10 @@ set -euo pipefail
 
 need_apt=()
 # containerd, runc, busybox-static: the shim's integration tests start a real containerd;
-# protobuf-compiler: the CRI test's client (k8s-cri) compiles the CRI protos.
-for pkg in build-essential pkg-config ca-certificates curl git containerd runc busybox-static protobuf-compiler; do
+# protobuf-compiler: the CRI test's client (k8s-cri) compiles the CRI protos;
+# python3-pip: fetches the pinned zig toolchain for the portable interposer (scripts/tools.sh).
+for pkg in build-essential pkg-config ca-certificates curl git containerd runc busybox-static \
+    protobuf-compiler python3 python3-pip; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need_apt+=("$pkg")
 done
 if [ ${#need_apt[@]} -gt 0 ]; then

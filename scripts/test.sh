@@ -9,6 +9,17 @@ echo "== cargo fmt --check"
 cargo fmt --all --check
 echo "== cargo clippy -D warnings"
 cargo clippy --workspace --all-targets --locked -- -D warnings
+echo "== portable interposer (glibc >= 2.17) and an old glibc to test it on"
+MQFQ_PORTABLE_INTERPOSER=$(scripts/build-interposer.sh)
+export MQFQ_PORTABLE_INTERPOSER
+# shellcheck source=scripts/tools.sh
+source scripts/tools.sh
+export MQFQ_ZIG="$ZIG"
+if MQFQ_OLD_GLIBC_ROOT=$(scripts/fetch-old-glibc.sh); then
+    export MQFQ_OLD_GLIBC_ROOT MQFQ_REQUIRE_PORTABLE=1
+else
+    echo "WARNING: Debian 11's glibc could not be fetched: the old-glibc run is skipped" >&2
+fi
 echo "== cargo test"
 # The containerd integration tests skip themselves where they cannot run; here they must run.
 MQFQ_REQUIRE_CONTAINERD=1 cargo test --workspace --locked

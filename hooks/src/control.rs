@@ -40,10 +40,10 @@ pub fn start(dir: &Path) -> std::io::Result<()> {
                             .name("mqfq-cuda-conn".into())
                             .spawn(move || serve(c, expected.as_deref()));
                         if let Err(e) = spawned {
-                            eprintln!("mqfq-cuda: control connection: {e}");
+                            log!("control connection: {e}");
                         }
                     }
-                    Err(e) => eprintln!("mqfq-cuda: accept: {e}"),
+                    Err(e) => log!("accept: {e}"),
                 }
             }
         })?;
@@ -63,13 +63,13 @@ fn serve(conn: UnixStream, expected: Option<&str>) {
             Ok(_) => {}
         }
         if !line.ends_with('\n') {
-            eprintln!("mqfq-cuda: control: truncated or overlong message; connection closed");
+            log!("control: truncated or overlong message; connection closed");
             let _ = writeln!(out, "error truncated or overlong message");
             return;
         }
         let reply = answer(line.trim_end(), &mut greeted, expected);
         if reply.starts_with("error") {
-            eprintln!("mqfq-cuda: control: {:?}: {reply}", line.trim_end());
+            log!("control: {:?}: {reply}", line.trim_end());
         }
         if writeln!(out, "{reply}").is_err() {
             return;

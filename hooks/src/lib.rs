@@ -16,6 +16,14 @@
 //! Without `MQFQ_CTL_DIR` the interposer converts nothing and says so once on stderr; it never
 //! crashes the application (no panics on any path: errors fall back to the real call).
 
+/// A line on stderr that can never fail or panic (`eprintln!` panics when stderr is closed or
+/// broken, and a panic must not reach the application through a C entry point).
+macro_rules! log {
+    ($($t:tt)*) => {
+        $crate::log_line(&format!($($t)*))
+    };
+}
+
 mod control;
 mod native;
 mod real;
@@ -31,6 +39,29 @@ pub type CuResult = c_int;
 pub type CuDevicePtr = c_ulonglong;
 
 const CUDA_SUCCESS: CuResult = 0;
+/// `CUDA_ERROR_UNKNOWN`: what an entry point answers if the interposer itself failed.
+const CUDA_ERROR_UNKNOWN: CuResult = 999;
+
+/// Writes `mqfq-cuda: <line>` to fd 2, ignoring every error.
+fn log_line(line: &str) {
+    let msg = format!("mqfq-cuda: {line}\n");
+    let mut rest = msg.as_bytes();
+    while !rest.is_empty() {
+        // SAFETY: writes from a live buffer of the given length to fd 2; the result is checked.
+        let n = unsafe { libc::write(2, rest.as_ptr().cast(), rest.len()) };
+        let Ok(n) = usize::try_from(n) else { return };
+        if n == 0 {
+            return;
+        }
+        rest = &rest[n..];
+    }
+}
+
+/// Runs an entry point's body, never letting a panic cross into the application: a panic (a bug
+/// here) becomes `fallback` — an error code, or a null pointer for `dlsym`.
+fn guard<R>(fallback: R, body: impl FnOnce() -> R) -> R {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(body)).unwrap_or(fallback)
+}
 const CU_MEM_ATTACH_GLOBAL: c_uint = 1;
 
 type AllocFn = unsafe extern "C" fn(*mut CuDevicePtr, usize) -> CuResult;
@@ -168,34 +199,36 @@ fn base_name(sym: &[u8]) -> &[u8] {
 /// As `dlsym(3)`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn dlsym(handle: *mut c_void, symbol: *const c_char) -> *mut c_void {
-    let Some(real_dlsym) = real::dlsym() else {
-        return std::ptr::null_mut();
-    };
-    // SAFETY: forwarding the caller's arguments to the real dlsym.
-    let found = unsafe { real_dlsym(handle, symbol) };
-    if found.is_null() || symbol.is_null() {
-        return found;
-    }
-    // SAFETY: dlsym's symbol is a NUL-terminated string (it just resolved).
-    let name = unsafe { CStr::from_ptr(symbol) }.to_bytes();
-    if name == b"cuGetProcAddress" {
-        real::remember(Fn::GetProcAddress, found);
-        return cuGetProcAddress as GetProcAddressFn as *mut c_void;
-    }
-    if !name.starts_with(b"cu") {
-        return found;
-    }
-    match wrapper(base_name(name)) {
-        Some((which, ours)) => {
-            // A driver whose own table points at the exported name hands back this library's
-            // function: never take that for the real one (it would call itself).
-            if found != ours {
-                real::remember(which, found);
-            }
-            ours
+    guard(std::ptr::null_mut(), || {
+        let Some(real_dlsym) = real::dlsym() else {
+            return std::ptr::null_mut();
+        };
+        // SAFETY: forwarding the caller's arguments to the real dlsym.
+        let found = unsafe { real_dlsym(handle, symbol) };
+        if found.is_null() || symbol.is_null() {
+            return found;
         }
-        None => found,
-    }
+        // SAFETY: dlsym's symbol is a NUL-terminated string (it just resolved).
+        let name = unsafe { CStr::from_ptr(symbol) }.to_bytes();
+        if name == b"cuGetProcAddress" {
+            real::remember(Fn::GetProcAddress, found);
+            return cuGetProcAddress as GetProcAddressFn as *mut c_void;
+        }
+        if !name.starts_with(b"cu") {
+            return found;
+        }
+        match wrapper(base_name(name)) {
+            Some((which, ours)) => {
+                // A driver whose own table points at the exported name hands back this library's
+                // function: never take that for the real one (it would call itself).
+                if found != ours {
+                    real::remember(which, found);
+                }
+                ours
+            }
+            None => found,
+        }
+    })
 }
 
 /// Substitutes a successful entry-point lookup of a function we wrap.
@@ -229,15 +262,17 @@ pub unsafe extern "C" fn cuGetProcAddress_v2(
     flags: c_ulonglong,
     status: *mut c_int,
 ) -> CuResult {
-    let Some(f) = real::get::<GetProcAddressV2Fn>(Fn::GetProcAddressV2) else {
-        return real::NOT_FOUND;
-    };
-    // SAFETY: forwarding the caller's arguments to the real function.
-    let r = unsafe { f(symbol, pfn, version, flags, status) };
-    if r == CUDA_SUCCESS {
-        substitute(symbol, pfn);
-    }
-    r
+    guard(CUDA_ERROR_UNKNOWN, || {
+        let Some(f) = real::get::<GetProcAddressV2Fn>(Fn::GetProcAddressV2) else {
+            return real::NOT_FOUND;
+        };
+        // SAFETY: forwarding the caller's arguments to the real function.
+        let r = unsafe { f(symbol, pfn, version, flags, status) };
+        if r == CUDA_SUCCESS {
+            substitute(symbol, pfn);
+        }
+        r
+    })
 }
 
 /// `cuGetProcAddress` (CUDA 11.3–11.8): resolve for real, then substitute.
@@ -251,15 +286,17 @@ pub unsafe extern "C" fn cuGetProcAddress(
     version: c_int,
     flags: c_ulonglong,
 ) -> CuResult {
-    let Some(f) = real::get::<GetProcAddressFn>(Fn::GetProcAddress) else {
-        return real::NOT_FOUND;
-    };
-    // SAFETY: forwarding the caller's arguments to the real function.
-    let r = unsafe { f(symbol, pfn, version, flags) };
-    if r == CUDA_SUCCESS {
-        substitute(symbol, pfn);
-    }
-    r
+    guard(CUDA_ERROR_UNKNOWN, || {
+        let Some(f) = real::get::<GetProcAddressFn>(Fn::GetProcAddress) else {
+            return real::NOT_FOUND;
+        };
+        // SAFETY: forwarding the caller's arguments to the real function.
+        let r = unsafe { f(symbol, pfn, version, flags) };
+        if r == CUDA_SUCCESS {
+            substitute(symbol, pfn);
+        }
+        r
+    })
 }
 
 /// `cuMemAlloc_v2` → managed memory, recorded.
@@ -268,26 +305,28 @@ pub unsafe extern "C" fn cuGetProcAddress(
 /// As the CUDA driver API.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemAlloc_v2(dptr: *mut CuDevicePtr, size: usize) -> CuResult {
-    if state::converting()
-        && let Some(managed) = real::driver::<AllocManagedFn>(c"cuMemAllocManaged")
-    {
-        // SAFETY: the caller's out-pointer and size, with the documented flag.
-        let r = unsafe { managed(dptr, size, CU_MEM_ATTACH_GLOBAL) };
-        if r == CUDA_SUCCESS && !dptr.is_null() {
-            // SAFETY: checked non-null; the driver just wrote it.
-            state::record(unsafe { *dptr }, size);
-            return r;
+    guard(CUDA_ERROR_UNKNOWN, || {
+        if state::converting()
+            && let Some(managed) = real::driver::<AllocManagedFn>(c"cuMemAllocManaged")
+        {
+            // SAFETY: the caller's out-pointer and size, with the documented flag.
+            let r = unsafe { managed(dptr, size, CU_MEM_ATTACH_GLOBAL) };
+            if r == CUDA_SUCCESS && !dptr.is_null() {
+                // SAFETY: checked non-null; the driver just wrote it.
+                state::record(unsafe { *dptr }, size);
+                return r;
+            }
         }
-    }
-    let Some(f) = real::get::<AllocFn>(Fn::MemAlloc) else {
-        return real::NOT_FOUND;
-    };
-    // SAFETY: forwarding to the real allocator.
-    let r = unsafe { f(dptr, size) };
-    if r == CUDA_SUCCESS {
-        state::record_native(size);
-    }
-    r
+        let Some(f) = real::get::<AllocFn>(Fn::MemAlloc) else {
+            return real::NOT_FOUND;
+        };
+        // SAFETY: forwarding to the real allocator.
+        let r = unsafe { f(dptr, size) };
+        if r == CUDA_SUCCESS {
+            state::record_native(size);
+        }
+        r
+    })
 }
 
 /// `cuMemAllocPitch_v2` → managed memory of `pitch × height`, recorded.
@@ -302,33 +341,35 @@ pub unsafe extern "C" fn cuMemAllocPitch_v2(
     height: usize,
     element: c_uint,
 ) -> CuResult {
-    if state::converting()
-        && !pitch.is_null()
-        && let Some(managed) = real::driver::<AllocManagedFn>(c"cuMemAllocManaged")
-    {
-        // Rows aligned to 512 bytes, as the driver's pitch is for these sizes.
-        let p = width.div_ceil(512).saturating_mul(512);
-        let size = p.saturating_mul(height);
-        // SAFETY: the caller's out-pointer; size computed above.
-        let r = unsafe { managed(dptr, size, CU_MEM_ATTACH_GLOBAL) };
-        if r == CUDA_SUCCESS && !dptr.is_null() {
-            // SAFETY: both checked non-null; the driver wrote `*dptr`.
-            unsafe { *pitch = p };
-            // SAFETY: as above.
-            state::record(unsafe { *dptr }, size);
-            return r;
+    guard(CUDA_ERROR_UNKNOWN, || {
+        if state::converting()
+            && !pitch.is_null()
+            && let Some(managed) = real::driver::<AllocManagedFn>(c"cuMemAllocManaged")
+        {
+            // Rows aligned to 512 bytes, as the driver's pitch is for these sizes.
+            let p = width.div_ceil(512).saturating_mul(512);
+            let size = p.saturating_mul(height);
+            // SAFETY: the caller's out-pointer; size computed above.
+            let r = unsafe { managed(dptr, size, CU_MEM_ATTACH_GLOBAL) };
+            if r == CUDA_SUCCESS && !dptr.is_null() {
+                // SAFETY: both checked non-null; the driver wrote `*dptr`.
+                unsafe { *pitch = p };
+                // SAFETY: as above.
+                state::record(unsafe { *dptr }, size);
+                return r;
+            }
         }
-    }
-    let Some(f) = real::get::<AllocPitchFn>(Fn::MemAllocPitch) else {
-        return real::NOT_FOUND;
-    };
-    // SAFETY: forwarding to the real allocator.
-    let r = unsafe { f(dptr, pitch, width, height, element) };
-    if r == CUDA_SUCCESS && !pitch.is_null() {
-        // SAFETY: checked non-null; the driver wrote it.
-        state::record_native(unsafe { *pitch }.saturating_mul(height));
-    }
-    r
+        let Some(f) = real::get::<AllocPitchFn>(Fn::MemAllocPitch) else {
+            return real::NOT_FOUND;
+        };
+        // SAFETY: forwarding to the real allocator.
+        let r = unsafe { f(dptr, pitch, width, height, element) };
+        if r == CUDA_SUCCESS && !pitch.is_null() {
+            // SAFETY: checked non-null; the driver wrote it.
+            state::record_native(unsafe { *pitch }.saturating_mul(height));
+        }
+        r
+    })
 }
 
 /// `cuMemFree_v2`: forgets the allocation, frees it.
@@ -337,14 +378,16 @@ pub unsafe extern "C" fn cuMemAllocPitch_v2(
 /// As the CUDA driver API.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemFree_v2(ptr: CuDevicePtr) -> CuResult {
-    state::forget(ptr);
-    // cuMemFree also frees stream-ordered allocations.
-    state::apart_remove(state::Apart::Async, ptr);
-    let Some(f) = real::get::<FreeFn>(Fn::MemFree) else {
-        return real::NOT_FOUND;
-    };
-    // SAFETY: forwarding.
-    unsafe { f(ptr) }
+    guard(CUDA_ERROR_UNKNOWN, || {
+        state::forget(ptr);
+        // cuMemFree also frees stream-ordered allocations.
+        state::apart_remove(state::Apart::Async, ptr);
+        let Some(f) = real::get::<FreeFn>(Fn::MemFree) else {
+            return real::NOT_FOUND;
+        };
+        // SAFETY: forwarding.
+        unsafe { f(ptr) }
+    })
 }
 
 /// A driver call that must not run while this process's memory is evicted: it waits for the
@@ -357,12 +400,14 @@ macro_rules! gated {
         /// As the CUDA driver API.
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn $name($($arg: $t),*) -> CuResult {
-            state::wait_resident($label);
-            let Some(real) = real::get::<$ty>(Fn::$which) else {
-                return real::NOT_FOUND;
-            };
-            // SAFETY: forwarding the caller's arguments to the real function.
-            unsafe { real($($arg),*) }
+            guard(CUDA_ERROR_UNKNOWN, || {
+                state::wait_resident($label);
+                let Some(real) = real::get::<$ty>(Fn::$which) else {
+                    return real::NOT_FOUND;
+                };
+                // SAFETY: forwarding the caller's arguments to the real function.
+                unsafe { real($($arg),*) }
+            })
         }
     };
 }

@@ -9,7 +9,7 @@ use std::ffi::{c_uint, c_ulonglong, c_void};
 
 use crate::real::{self, Fn};
 use crate::state::{self, Apart};
-use crate::{CUDA_SUCCESS, CuDevicePtr, CuResult};
+use crate::{CUDA_SUCCESS, CuDevicePtr, CuResult, guard};
 
 type MemCreateFn =
     unsafe extern "C" fn(*mut c_ulonglong, usize, *const c_void, c_ulonglong) -> CuResult;
@@ -71,16 +71,18 @@ pub unsafe extern "C" fn cuMemCreate(
     prop: *const c_void,
     flags: c_ulonglong,
 ) -> CuResult {
-    let Some(f) = real::get::<MemCreateFn>(Fn::MemCreate) else {
-        return real::NOT_FOUND;
-    };
-    // SAFETY: forwarding the caller's arguments.
-    let r = unsafe { f(handle, size, prop, flags) };
-    if r == CUDA_SUCCESS && !handle.is_null() {
-        // SAFETY: checked non-null; the driver wrote it.
-        state::apart_add(Apart::Vmm, unsafe { *handle }, size as u64);
-    }
-    r
+    guard(crate::CUDA_ERROR_UNKNOWN, || {
+        let Some(f) = real::get::<MemCreateFn>(Fn::MemCreate) else {
+            return real::NOT_FOUND;
+        };
+        // SAFETY: forwarding the caller's arguments.
+        let r = unsafe { f(handle, size, prop, flags) };
+        if r == CUDA_SUCCESS && !handle.is_null() {
+            // SAFETY: checked non-null; the driver wrote it.
+            state::apart_add(Apart::Vmm, unsafe { *handle }, size as u64);
+        }
+        r
+    })
 }
 
 /// `cuMemRelease`.
@@ -89,15 +91,17 @@ pub unsafe extern "C" fn cuMemCreate(
 /// As the CUDA driver API.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemRelease(handle: c_ulonglong) -> CuResult {
-    let Some(f) = real::get::<MemReleaseFn>(Fn::MemRelease) else {
-        return real::NOT_FOUND;
-    };
-    // SAFETY: forwarding.
-    let r = unsafe { f(handle) };
-    if r == CUDA_SUCCESS {
-        state::apart_remove(Apart::Vmm, handle);
-    }
-    r
+    guard(crate::CUDA_ERROR_UNKNOWN, || {
+        let Some(f) = real::get::<MemReleaseFn>(Fn::MemRelease) else {
+            return real::NOT_FOUND;
+        };
+        // SAFETY: forwarding.
+        let r = unsafe { f(handle) };
+        if r == CUDA_SUCCESS {
+            state::apart_remove(Apart::Vmm, handle);
+        }
+        r
+    })
 }
 
 /// `cuMemAllocAsync`: native, counted as stream-ordered.
@@ -110,16 +114,18 @@ pub unsafe extern "C" fn cuMemAllocAsync(
     size: usize,
     stream: *mut c_void,
 ) -> CuResult {
-    let Some(f) = real::get::<MemAllocAsyncFn>(Fn::MemAllocAsync) else {
-        return real::NOT_FOUND;
-    };
-    // SAFETY: forwarding.
-    let r = unsafe { f(dptr, size, stream) };
-    if r == CUDA_SUCCESS && !dptr.is_null() {
-        // SAFETY: checked non-null; the driver wrote it.
-        state::apart_add(Apart::Async, unsafe { *dptr }, size as u64);
-    }
-    r
+    guard(crate::CUDA_ERROR_UNKNOWN, || {
+        let Some(f) = real::get::<MemAllocAsyncFn>(Fn::MemAllocAsync) else {
+            return real::NOT_FOUND;
+        };
+        // SAFETY: forwarding.
+        let r = unsafe { f(dptr, size, stream) };
+        if r == CUDA_SUCCESS && !dptr.is_null() {
+            // SAFETY: checked non-null; the driver wrote it.
+            state::apart_add(Apart::Async, unsafe { *dptr }, size as u64);
+        }
+        r
+    })
 }
 
 /// `cuMemAllocFromPoolAsync`: native, counted as stream-ordered.
@@ -133,16 +139,18 @@ pub unsafe extern "C" fn cuMemAllocFromPoolAsync(
     pool: *mut c_void,
     stream: *mut c_void,
 ) -> CuResult {
-    let Some(f) = real::get::<MemAllocFromPoolAsyncFn>(Fn::MemAllocFromPoolAsync) else {
-        return real::NOT_FOUND;
-    };
-    // SAFETY: forwarding.
-    let r = unsafe { f(dptr, size, pool, stream) };
-    if r == CUDA_SUCCESS && !dptr.is_null() {
-        // SAFETY: checked non-null; the driver wrote it.
-        state::apart_add(Apart::Async, unsafe { *dptr }, size as u64);
-    }
-    r
+    guard(crate::CUDA_ERROR_UNKNOWN, || {
+        let Some(f) = real::get::<MemAllocFromPoolAsyncFn>(Fn::MemAllocFromPoolAsync) else {
+            return real::NOT_FOUND;
+        };
+        // SAFETY: forwarding.
+        let r = unsafe { f(dptr, size, pool, stream) };
+        if r == CUDA_SUCCESS && !dptr.is_null() {
+            // SAFETY: checked non-null; the driver wrote it.
+            state::apart_add(Apart::Async, unsafe { *dptr }, size as u64);
+        }
+        r
+    })
 }
 
 /// `cuMemFreeAsync`.
@@ -151,15 +159,17 @@ pub unsafe extern "C" fn cuMemAllocFromPoolAsync(
 /// As the CUDA driver API.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemFreeAsync(dptr: CuDevicePtr, stream: *mut c_void) -> CuResult {
-    let Some(f) = real::get::<MemFreeAsyncFn>(Fn::MemFreeAsync) else {
-        return real::NOT_FOUND;
-    };
-    // SAFETY: forwarding.
-    let r = unsafe { f(dptr, stream) };
-    if r == CUDA_SUCCESS {
-        state::apart_remove(Apart::Async, dptr);
-    }
-    r
+    guard(crate::CUDA_ERROR_UNKNOWN, || {
+        let Some(f) = real::get::<MemFreeAsyncFn>(Fn::MemFreeAsync) else {
+            return real::NOT_FOUND;
+        };
+        // SAFETY: forwarding.
+        let r = unsafe { f(dptr, stream) };
+        if r == CUDA_SUCCESS {
+            state::apart_remove(Apart::Async, dptr);
+        }
+        r
+    })
 }
 
 /// `cuArrayCreate_v2`: native, counted as an array.
@@ -171,18 +181,20 @@ pub unsafe extern "C" fn cuArrayCreate_v2(
     array: *mut *mut c_void,
     desc: *const ArrayDescriptor,
 ) -> CuResult {
-    let Some(f) = real::get::<ArrayCreateFn>(Fn::ArrayCreate) else {
-        return real::NOT_FOUND;
-    };
-    // SAFETY: forwarding.
-    let r = unsafe { f(array, desc) };
-    if r == CUDA_SUCCESS && !array.is_null() && !desc.is_null() {
-        // SAFETY: both checked non-null; the caller's descriptor, the driver's handle.
-        let (a, d) = unsafe { (*array, &*desc) };
-        let bytes = array_bytes(d.width, d.height, 1, d.format, d.channels);
-        state::apart_add(Apart::Array, a as u64, bytes);
-    }
-    r
+    guard(crate::CUDA_ERROR_UNKNOWN, || {
+        let Some(f) = real::get::<ArrayCreateFn>(Fn::ArrayCreate) else {
+            return real::NOT_FOUND;
+        };
+        // SAFETY: forwarding.
+        let r = unsafe { f(array, desc) };
+        if r == CUDA_SUCCESS && !array.is_null() && !desc.is_null() {
+            // SAFETY: both checked non-null; the caller's descriptor, the driver's handle.
+            let (a, d) = unsafe { (*array, &*desc) };
+            let bytes = array_bytes(d.width, d.height, 1, d.format, d.channels);
+            state::apart_add(Apart::Array, a as u64, bytes);
+        }
+        r
+    })
 }
 
 /// `cuArray3DCreate_v2`: native, counted as an array.
@@ -194,19 +206,21 @@ pub unsafe extern "C" fn cuArray3DCreate_v2(
     array: *mut *mut c_void,
     desc: *const Array3DDescriptor,
 ) -> CuResult {
-    let Some(f) = real::get::<Array3DCreateFn>(Fn::Array3DCreate) else {
-        return real::NOT_FOUND;
-    };
-    // SAFETY: forwarding.
-    let r = unsafe { f(array, desc) };
-    if r == CUDA_SUCCESS && !array.is_null() && !desc.is_null() {
-        // SAFETY: both checked non-null.
-        let (a, d) = unsafe { (*array, &*desc) };
-        let _ = d.flags;
-        let bytes = array_bytes(d.width, d.height, d.depth, d.format, d.channels);
-        state::apart_add(Apart::Array, a as u64, bytes);
-    }
-    r
+    guard(crate::CUDA_ERROR_UNKNOWN, || {
+        let Some(f) = real::get::<Array3DCreateFn>(Fn::Array3DCreate) else {
+            return real::NOT_FOUND;
+        };
+        // SAFETY: forwarding.
+        let r = unsafe { f(array, desc) };
+        if r == CUDA_SUCCESS && !array.is_null() && !desc.is_null() {
+            // SAFETY: both checked non-null.
+            let (a, d) = unsafe { (*array, &*desc) };
+            let _ = d.flags;
+            let bytes = array_bytes(d.width, d.height, d.depth, d.format, d.channels);
+            state::apart_add(Apart::Array, a as u64, bytes);
+        }
+        r
+    })
 }
 
 /// `cuArrayDestroy`.
@@ -215,15 +229,17 @@ pub unsafe extern "C" fn cuArray3DCreate_v2(
 /// As the CUDA driver API.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuArrayDestroy(array: *mut c_void) -> CuResult {
-    let Some(f) = real::get::<ArrayDestroyFn>(Fn::ArrayDestroy) else {
-        return real::NOT_FOUND;
-    };
-    // SAFETY: forwarding.
-    let r = unsafe { f(array) };
-    if r == CUDA_SUCCESS {
-        state::apart_remove(Apart::Array, array as u64);
-    }
-    r
+    guard(crate::CUDA_ERROR_UNKNOWN, || {
+        let Some(f) = real::get::<ArrayDestroyFn>(Fn::ArrayDestroy) else {
+            return real::NOT_FOUND;
+        };
+        // SAFETY: forwarding.
+        let r = unsafe { f(array) };
+        if r == CUDA_SUCCESS {
+            state::apart_remove(Apart::Array, array as u64);
+        }
+        r
+    })
 }
 
 /// Our replacement for a counted native allocator, by base name.

@@ -22,6 +22,8 @@ struct Memory {
     /// The device of that context (where prefetches go back to).
     device: c_int,
     evicted: bool,
+    /// An evict or prefetch is under way (a waiting call does not prefetch over it).
+    moving: bool,
 }
 
 static MEMORY: Mutex<Memory> = Mutex::new(Memory {
@@ -29,6 +31,7 @@ static MEMORY: Mutex<Memory> = Mutex::new(Memory {
     context: 0,
     device: 0,
     evicted: false,
+    moving: false,
 });
 static RESIDENT: Condvar = Condvar::new();
 /// Native allocations counted apart: (kind, pointer or handle) → bytes.
@@ -84,10 +87,57 @@ fn memory() -> MutexGuard<'static, Memory> {
         .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
+thread_local! {
+    /// The locks the forking thread holds across `fork` (see [`at_fork`]).
+    static FORK_HELD: std::cell::RefCell<Option<(MutexGuard<'static, Memory>, MutexGuard<'static, BTreeMap<(Apart, u64), u64>>)>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+extern "C" fn fork_prepare() {
+    // Taken in the same order as everywhere else (memory, then apart), so a fork never copies a
+    // lock another thread held mid-update into the child.
+    let held = (memory(), apart());
+    FORK_HELD.with(|h| *h.borrow_mut() = Some(held));
+}
+
+extern "C" fn fork_parent() {
+    FORK_HELD.with(|h| drop(h.borrow_mut().take()));
+}
+
+extern "C" fn fork_child() {
+    // The child has one thread, this one: its copies of the locks are ours to reset and release.
+    // CUDA state does not survive fork, so the child starts with an empty table and sets itself
+    // up (its own control socket) on its first CUDA call.
+    FORK_HELD.with(|h| {
+        if let Some((mut m, mut a)) = h.borrow_mut().take() {
+            *m = Memory::default();
+            a.clear();
+        }
+    });
+    NATIVE.store(0, Ordering::Release);
+    SETUP_PID.store(0, Ordering::Release);
+    CONVERTING.store(0, Ordering::Release);
+}
+
+/// Registers the fork handlers, once per process.
+fn at_fork() {
+    static DONE: std::sync::Once = std::sync::Once::new();
+    DONE.call_once(|| {
+        // SAFETY: three `extern "C" fn()` with static lifetime; pthread_atfork only stores them.
+        let r = unsafe {
+            libc::pthread_atfork(Some(fork_prepare), Some(fork_parent), Some(fork_child))
+        };
+        if r != 0 {
+            log!("pthread_atfork: error {r}; a child forked mid-update may lose its table");
+        }
+    });
+}
+
 /// Whether allocations are converted; sets the process up on first use, and again in a forked
 /// child (which gets its own control socket and an empty table: CUDA state does not survive
 /// fork).
 pub fn converting() -> bool {
+    at_fork();
     let pid = std::process::id();
     if SETUP_PID.load(Ordering::Acquire) == pid {
         return CONVERTING.load(Ordering::Acquire) == 1;
@@ -105,12 +155,12 @@ pub fn converting() -> bool {
         Some(dir) => match crate::control::start(std::path::Path::new(&dir)) {
             Ok(()) => true,
             Err(e) => {
-                eprintln!("mqfq-cuda: control socket: {e}; allocations stay native");
+                log!("control socket: {e}; allocations stay native");
                 false
             }
         },
         None => {
-            eprintln!("mqfq-cuda: MQFQ_CTL_DIR is not set; allocations stay native");
+            log!("MQFQ_CTL_DIR is not set; allocations stay native");
             false
         }
     };
@@ -174,16 +224,56 @@ pub fn forget(ptr: CuDevicePtr) {
     memory().allocs.retain(|a| a.ptr != ptr);
 }
 
-/// Blocks a launch or copy while the process's memory is evicted.
+/// How long a launch or copy waits for the shim's prefetch before the process prefetches its
+/// memory itself: `MQFQ_EVICT_WAIT_MS`, default 30 s. The shim restores memory at Resume within
+/// milliseconds; a process thawed some other way (a resume outside the shim, a shim that gave up
+/// on a move) must not hang forever.
+fn evict_wait() -> std::time::Duration {
+    static MS: AtomicU64 = AtomicU64::new(0);
+    let mut ms = MS.load(Ordering::Relaxed);
+    if ms == 0 {
+        ms = std::env::var("MQFQ_EVICT_WAIT_MS")
+            .ok()
+            .and_then(|v| v.parse::<u64>().ok())
+            .filter(|v| *v > 0)
+            .unwrap_or(30_000);
+        MS.store(ms, Ordering::Relaxed);
+    }
+    std::time::Duration::from_millis(ms)
+}
+
+/// Blocks a launch or copy while the process's memory is evicted, at most
+/// [`evict_wait`]; then (unless a move is under way) prefetches it itself and goes on.
 pub fn wait_resident(call: &str) {
     let mut m = memory();
-    if m.evicted {
-        eprintln!("mqfq-cuda: {call} waits for prefetch");
+    if !m.evicted {
+        return;
     }
+    log!("{call} waits for prefetch");
+    let deadline = std::time::Instant::now() + evict_wait();
     while m.evicted {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() && !m.moving {
+            drop(m);
+            log!(
+                "{call}: no prefetch within {:?}: prefetching itself",
+                evict_wait()
+            );
+            if let Err(e) = prefetch() {
+                log!("self-prefetch: {e}");
+            }
+            m = memory();
+            continue;
+        }
+        let wait = if left.is_zero() {
+            std::time::Duration::from_millis(100)
+        } else {
+            left
+        };
         m = RESIDENT
-            .wait(m)
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+            .wait_timeout(m, wait)
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .0;
     }
 }
 
@@ -296,15 +386,19 @@ pub fn evict() -> Result<u64, String> {
     let (allocs, context, device) = {
         let mut m = memory();
         m.evicted = true;
+        m.moving = true;
         (m.allocs.clone(), m.context, m.device)
     };
     let done = sync_in(context)
         .and_then(|()| move_all(&allocs, LOCATION_HOST, SET_PREFERRED_LOCATION, device))
         .and_then(|bytes| sync_in(context).map(|()| bytes));
+    let mut m = memory();
+    m.moving = false;
     if done.is_err() {
-        memory().evicted = false;
-        RESIDENT.notify_all();
+        m.evicted = false;
     }
+    drop(m);
+    RESIDENT.notify_all();
     done
 }
 
@@ -314,12 +408,17 @@ pub fn evict() -> Result<u64, String> {
 /// A driver call failed (launches are let through anyway: the memory is still reachable).
 pub fn prefetch() -> Result<u64, String> {
     let (allocs, context, device) = {
-        let m = memory();
+        let mut m = memory();
+        m.moving = true;
         (m.allocs.clone(), m.context, m.device)
     };
     let done = move_all(&allocs, LOCATION_DEVICE, UNSET_PREFERRED_LOCATION, device)
         .and_then(|bytes| sync_in(context).map(|()| bytes));
-    memory().evicted = false;
+    {
+        let mut m = memory();
+        m.evicted = false;
+        m.moving = false;
+    }
     RESIDENT.notify_all();
     done
 }

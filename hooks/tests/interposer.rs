@@ -60,6 +60,21 @@ impl Client {
         })
     }
 
+    /// The next line, or `None` if none comes within `limit` (the client is then killed, so a
+    /// test that would hang fails instead).
+    fn line_within(&mut self, limit: Duration) -> Option<String> {
+        use std::os::fd::AsRawFd;
+        if !self.stdout.buffer().contains(&b'\n') {
+            let mut fds = [libc_pollfd(self.stdout.get_ref().as_raw_fd())];
+            let ms = i32::try_from(limit.as_millis()).unwrap_or(i32::MAX);
+            if poll(&mut fds, ms) == 0 {
+                let _ = self.child.kill();
+                return None;
+            }
+        }
+        Some(self.line())
+    }
+
     fn line(&mut self) -> String {
         let mut l = String::new();
         self.stdout.read_line(&mut l).unwrap();
@@ -93,6 +108,31 @@ impl Drop for Client {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+#[repr(C)]
+struct PollFd {
+    fd: i32,
+    events: i16,
+    revents: i16,
+}
+
+fn libc_pollfd(fd: i32) -> PollFd {
+    PollFd {
+        fd,
+        events: 1, // POLLIN
+        revents: 0,
+    }
+}
+
+unsafe extern "C" {
+    #[link_name = "poll"]
+    fn c_poll(fds: *mut PollFd, n: u64, timeout: i32) -> i32;
+}
+
+fn poll(fds: &mut [PollFd], ms: i32) -> i32 {
+    // SAFETY: a live array of pollfd structs of the length passed.
+    unsafe { c_poll(fds.as_mut_ptr(), fds.len() as u64, ms) }
 }
 
 /// No VMM, stream-ordered or array allocations.
@@ -440,4 +480,69 @@ fn the_gpu_check_program_keeps_its_results_across_evict_and_prefetch() {
     );
     let log = std::fs::read_to_string(dir.path().join("cuda.log")).unwrap_or_default();
     assert!(log.is_empty() || log.contains("prefetch host"), "{log}");
+}
+
+#[test]
+fn an_evicted_process_nobody_prefetches_goes_on_by_itself() {
+    let dir = tempfile::tempdir().unwrap();
+    let ctl = dir.path().join("ctl");
+    std::fs::create_dir_all(&ctl).unwrap();
+    let Some(mut c) = Client::start(
+        dir.path(),
+        &[
+            ("MQFQ_CTL_DIR", &ctl),
+            ("MQFQ_EVICT_WAIT_MS", Path::new("300")),
+        ],
+    ) else {
+        return;
+    };
+    c.report();
+    let mut s = Ctl::connect(&ctl);
+    assert_eq!(s.ask("hello any"), "ok");
+    assert!(s.ask("evict").starts_with("ok evicted="));
+    // Nobody prefetches (the shim gave up, or the container was resumed outside it): the
+    // launch waits its bounded time, then the process brings its memory back itself.
+    c.send("launch");
+    let line = c.line_within(Duration::from_secs(20));
+    assert_eq!(line.as_deref(), Some("launched rc=0"), "{}", c.stderr());
+    assert!(c.stderr().contains("prefetching itself"), "{}", c.stderr());
+    let log = std::fs::read_to_string(dir.path().join("cuda.log")).unwrap();
+    let launch = log.rfind("launch").unwrap();
+    assert!(log.rfind("prefetch device").unwrap() < launch, "{log}");
+    assert!(s.ask("status").contains("evicted=0"));
+}
+
+#[test]
+fn a_broken_stderr_never_takes_the_application_down() {
+    let dir = tempfile::tempdir().unwrap();
+    let built = mqfq_testkit::build_double("cuda", dir.path())
+        .and_then(|_| mqfq_testkit::build_double("cuda_client", dir.path()));
+    let client = match built {
+        Ok(c) => c,
+        Err(e) if std::env::var_os("MQFQ_REQUIRE_CONTAINERD").is_some() => panic!("{e}"),
+        Err(e) => {
+            eprintln!("skipped: {e}");
+            return;
+        }
+    };
+    // No control folder: the interposer logs at the first allocation — into a pipe nobody
+    // reads any more, in a process that ignores SIGPIPE (as Python does): EPIPE.
+    let mut child = Command::new(client)
+        .env("LD_PRELOAD", interposer())
+        .env("FAKE_CUDA_LOG", dir.path().join("cuda.log"))
+        .env("CLIENT_IGNORE_SIGPIPE", "1")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stderr.take());
+    let mut out = String::new();
+    std::io::Read::read_to_string(child.stdout.as_mut().unwrap(), &mut out).unwrap();
+    let status = child.wait().unwrap();
+    assert!(status.success(), "{status:?}: {out}");
+    assert!(
+        out.contains("direct rc=0") && out.contains("ready"),
+        "{out}"
+    );
 }

@@ -19,6 +19,7 @@
  */
 #include <dlfcn.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -58,6 +59,8 @@ typedef CUresult (*gpa_fn)(const char *, void **, int, unsigned long long, int *
 
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0);
+    /* As Python and many servers do: a write to a closed pipe fails with EPIPE instead. */
+    if (getenv("CLIENT_IGNORE_SIGPIPE")) signal(SIGPIPE, SIG_IGN);
     int dev;
     CUcontext ctx;
     if (cuInit(0) || cuDeviceGet(&dev, 0) || cuDevicePrimaryCtxRetain(&ctx, dev) ||
