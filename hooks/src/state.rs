@@ -87,9 +87,15 @@ fn memory() -> MutexGuard<'static, Memory> {
         .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
+/// The interposer's two locks, held together.
+type BothLocks = (
+    MutexGuard<'static, Memory>,
+    MutexGuard<'static, BTreeMap<(Apart, u64), u64>>,
+);
+
 thread_local! {
     /// The locks the forking thread holds across `fork` (see [`at_fork`]).
-    static FORK_HELD: std::cell::RefCell<Option<(MutexGuard<'static, Memory>, MutexGuard<'static, BTreeMap<(Apart, u64), u64>>)>> =
+    static FORK_HELD: std::cell::RefCell<Option<BothLocks>> =
         const { std::cell::RefCell::new(None) };
 }
 
