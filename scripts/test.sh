@@ -9,6 +9,10 @@ echo "== cargo fmt --check"
 cargo fmt --all --check
 echo "== cargo clippy -D warnings"
 cargo clippy --workspace --all-targets --locked -- -D warnings
+# The fuzzing entry points too (off in the product build).
+cargo clippy -p mqfq-shim -p mqfq-cuda-hook --features fuzzing --locked -- -D warnings
+echo "== cargo deny (licences, bans, duplicate versions, sources)"
+scripts/deny.sh
 echo "== portable interposer (glibc >= 2.17) and an old glibc to test it on"
 MQFQ_PORTABLE_INTERPOSER=$(scripts/build-interposer.sh)
 export MQFQ_PORTABLE_INTERPOSER
@@ -23,5 +27,7 @@ fi
 echo "== cargo test"
 # The containerd integration tests skip themselves where they cannot run; here they must run.
 MQFQ_REQUIRE_CONTAINERD=1 cargo test --workspace --locked
+echo "== fuzz: every target, 10 s each"
+scripts/fuzz.sh 10
 echo "== benchmarks compile (scheduler-core holds the criterion benches)"
 cargo bench -p scheduler-core --locked --no-run

@@ -80,7 +80,7 @@ fn serve(conn: UnixStream, expected: Option<&str>) {
     }
 }
 
-fn answer(line: &str, greeted: &mut bool, expected: Option<&str>) -> String {
+pub(crate) fn answer(line: &str, greeted: &mut bool, expected: Option<&str>) -> String {
     let mut words = line.split_whitespace();
     let cmd = words.next().unwrap_or("");
     if !*greeted {

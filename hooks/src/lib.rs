@@ -15,6 +15,8 @@
 //!
 //! Without `MQFQ_CTL_DIR` the interposer converts nothing and says so once on stderr; it never
 //! crashes the application (no panics on any path: errors fall back to the real call).
+// The C entry points keep the driver's names; under `fuzzing` they are plain Rust functions.
+#![cfg_attr(feature = "fuzzing", allow(non_snake_case))]
 
 /// A line on stderr that can never fail or panic (`eprintln!` panics when stderr is closed or
 /// broken, and a panic must not reach the application through a C entry point).
@@ -28,6 +30,26 @@ mod control;
 mod native;
 mod real;
 mod state;
+
+/// The fuzz targets' entry point (feature `fuzzing`; not part of the library's interface). With
+/// the feature, no C symbol is exported (`#[no_mangle]` is off): linked into a fuzzer, this
+/// library's `dlsym` would replace the C library's for the whole process.
+#[cfg(feature = "fuzzing")]
+pub mod fuzzing {
+    /// A conversation on the control socket: each line of `data` answered in turn, as a
+    /// connection from container `c1` would be.
+    pub fn control_lines(data: &[u8]) {
+        let text = String::from_utf8_lossy(data);
+        let mut greeted = false;
+        for line in text.split('\n').take(64) {
+            let reply = crate::control::answer(line.trim_end(), &mut greeted, Some("c1"));
+            assert!(
+                reply.starts_with("ok") || reply.starts_with("error"),
+                "{reply}"
+            );
+        }
+    }
+}
 
 use std::ffi::{CStr, c_char, c_int, c_uint, c_ulonglong, c_void};
 
@@ -197,7 +219,7 @@ fn base_name(sym: &[u8]) -> &[u8] {
 ///
 /// # Safety
 /// As `dlsym(3)`.
-#[unsafe(no_mangle)]
+#[cfg_attr(not(feature = "fuzzing"), unsafe(no_mangle))]
 pub unsafe extern "C" fn dlsym(handle: *mut c_void, symbol: *const c_char) -> *mut c_void {
     guard(std::ptr::null_mut(), || {
         let Some(real_dlsym) = real::dlsym() else {
@@ -254,7 +276,7 @@ fn substitute(symbol: *const c_char, pfn: *mut *mut c_void) {
 ///
 /// # Safety
 /// As the CUDA driver API.
-#[unsafe(no_mangle)]
+#[cfg_attr(not(feature = "fuzzing"), unsafe(no_mangle))]
 pub unsafe extern "C" fn cuGetProcAddress_v2(
     symbol: *const c_char,
     pfn: *mut *mut c_void,
@@ -279,7 +301,7 @@ pub unsafe extern "C" fn cuGetProcAddress_v2(
 ///
 /// # Safety
 /// As the CUDA driver API.
-#[unsafe(no_mangle)]
+#[cfg_attr(not(feature = "fuzzing"), unsafe(no_mangle))]
 pub unsafe extern "C" fn cuGetProcAddress(
     symbol: *const c_char,
     pfn: *mut *mut c_void,
@@ -303,7 +325,7 @@ pub unsafe extern "C" fn cuGetProcAddress(
 ///
 /// # Safety
 /// As the CUDA driver API.
-#[unsafe(no_mangle)]
+#[cfg_attr(not(feature = "fuzzing"), unsafe(no_mangle))]
 pub unsafe extern "C" fn cuMemAlloc_v2(dptr: *mut CuDevicePtr, size: usize) -> CuResult {
     guard(CUDA_ERROR_UNKNOWN, || {
         if state::converting()
@@ -333,7 +355,7 @@ pub unsafe extern "C" fn cuMemAlloc_v2(dptr: *mut CuDevicePtr, size: usize) -> C
 ///
 /// # Safety
 /// As the CUDA driver API.
-#[unsafe(no_mangle)]
+#[cfg_attr(not(feature = "fuzzing"), unsafe(no_mangle))]
 pub unsafe extern "C" fn cuMemAllocPitch_v2(
     dptr: *mut CuDevicePtr,
     pitch: *mut usize,
@@ -376,7 +398,7 @@ pub unsafe extern "C" fn cuMemAllocPitch_v2(
 ///
 /// # Safety
 /// As the CUDA driver API.
-#[unsafe(no_mangle)]
+#[cfg_attr(not(feature = "fuzzing"), unsafe(no_mangle))]
 pub unsafe extern "C" fn cuMemFree_v2(ptr: CuDevicePtr) -> CuResult {
     guard(CUDA_ERROR_UNKNOWN, || {
         state::forget(ptr);
@@ -398,7 +420,7 @@ macro_rules! gated {
         ///
         /// # Safety
         /// As the CUDA driver API.
-        #[unsafe(no_mangle)]
+        #[cfg_attr(not(feature = "fuzzing"), unsafe(no_mangle))]
         pub unsafe extern "C" fn $name($($arg: $t),*) -> CuResult {
             guard(CUDA_ERROR_UNKNOWN, || {
                 state::wait_resident($label);

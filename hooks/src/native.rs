@@ -64,7 +64,7 @@ fn array_bytes(w: usize, h: usize, d: usize, format: c_uint, channels: c_uint) -
 ///
 /// # Safety
 /// As the CUDA driver API.
-#[unsafe(no_mangle)]
+#[cfg_attr(not(feature = "fuzzing"), unsafe(no_mangle))]
 pub unsafe extern "C" fn cuMemCreate(
     handle: *mut c_ulonglong,
     size: usize,
@@ -89,7 +89,7 @@ pub unsafe extern "C" fn cuMemCreate(
 ///
 /// # Safety
 /// As the CUDA driver API.
-#[unsafe(no_mangle)]
+#[cfg_attr(not(feature = "fuzzing"), unsafe(no_mangle))]
 pub unsafe extern "C" fn cuMemRelease(handle: c_ulonglong) -> CuResult {
     guard(crate::CUDA_ERROR_UNKNOWN, || {
         let Some(f) = real::get::<MemReleaseFn>(Fn::MemRelease) else {
@@ -108,7 +108,7 @@ pub unsafe extern "C" fn cuMemRelease(handle: c_ulonglong) -> CuResult {
 ///
 /// # Safety
 /// As the CUDA driver API.
-#[unsafe(no_mangle)]
+#[cfg_attr(not(feature = "fuzzing"), unsafe(no_mangle))]
 pub unsafe extern "C" fn cuMemAllocAsync(
     dptr: *mut CuDevicePtr,
     size: usize,
@@ -132,7 +132,7 @@ pub unsafe extern "C" fn cuMemAllocAsync(
 ///
 /// # Safety
 /// As the CUDA driver API.
-#[unsafe(no_mangle)]
+#[cfg_attr(not(feature = "fuzzing"), unsafe(no_mangle))]
 pub unsafe extern "C" fn cuMemAllocFromPoolAsync(
     dptr: *mut CuDevicePtr,
     size: usize,
@@ -157,7 +157,7 @@ pub unsafe extern "C" fn cuMemAllocFromPoolAsync(
 ///
 /// # Safety
 /// As the CUDA driver API.
-#[unsafe(no_mangle)]
+#[cfg_attr(not(feature = "fuzzing"), unsafe(no_mangle))]
 pub unsafe extern "C" fn cuMemFreeAsync(dptr: CuDevicePtr, stream: *mut c_void) -> CuResult {
     guard(crate::CUDA_ERROR_UNKNOWN, || {
         let Some(f) = real::get::<MemFreeAsyncFn>(Fn::MemFreeAsync) else {
@@ -176,7 +176,7 @@ pub unsafe extern "C" fn cuMemFreeAsync(dptr: CuDevicePtr, stream: *mut c_void) 
 ///
 /// # Safety
 /// As the CUDA driver API.
-#[unsafe(no_mangle)]
+#[cfg_attr(not(feature = "fuzzing"), unsafe(no_mangle))]
 pub unsafe extern "C" fn cuArrayCreate_v2(
     array: *mut *mut c_void,
     desc: *const ArrayDescriptor,
@@ -201,7 +201,7 @@ pub unsafe extern "C" fn cuArrayCreate_v2(
 ///
 /// # Safety
 /// As the CUDA driver API.
-#[unsafe(no_mangle)]
+#[cfg_attr(not(feature = "fuzzing"), unsafe(no_mangle))]
 pub unsafe extern "C" fn cuArray3DCreate_v2(
     array: *mut *mut c_void,
     desc: *const Array3DDescriptor,
@@ -227,7 +227,7 @@ pub unsafe extern "C" fn cuArray3DCreate_v2(
 ///
 /// # Safety
 /// As the CUDA driver API.
-#[unsafe(no_mangle)]
+#[cfg_attr(not(feature = "fuzzing"), unsafe(no_mangle))]
 pub unsafe extern "C" fn cuArrayDestroy(array: *mut c_void) -> CuResult {
     guard(crate::CUDA_ERROR_UNKNOWN, || {
         let Some(f) = real::get::<ArrayDestroyFn>(Fn::ArrayDestroy) else {

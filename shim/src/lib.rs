@@ -15,6 +15,8 @@ pub mod ctl;
 pub mod daemon;
 pub mod elf;
 pub mod error;
+#[cfg(feature = "fuzzing")]
+pub mod fuzzing;
 pub mod gate;
 pub mod gpu;
 pub mod io;

@@ -73,7 +73,7 @@ fn non_empty(s: &str) -> Option<String> {
 }
 
 /// CRI's `runtimeoptions.v1.Options`: 1 `type_url`, 2 `config_path`, 3 `config_body`.
-fn decode_cri(bytes: &[u8]) -> Result<(String, Vec<u8>)> {
+pub(crate) fn decode_cri(bytes: &[u8]) -> Result<(String, Vec<u8>)> {
     let mut path = String::new();
     let mut body = Vec::new();
     let mut i = 0;
@@ -119,7 +119,7 @@ fn decode_cri(bytes: &[u8]) -> Result<(String, Vec<u8>)> {
     Ok((path, body))
 }
 
-fn parse_config(text: &str, origin: &str) -> Result<ShimConfig> {
+pub(crate) fn parse_config(text: &str, origin: &str) -> Result<ShimConfig> {
     toml::from_str(text).map_err(|e| Error::InvalidArgument(format!("{origin}: {e}")))
 }
 

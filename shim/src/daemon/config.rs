@@ -476,6 +476,40 @@ mod tests {
     }
 
     #[test]
+    fn the_packaged_unit_is_hardened_and_valid() {
+        let unit = include_str!("../../../packaging/systemd/mqfqd.service");
+        for want in [
+            "NoNewPrivileges=yes",
+            "ProtectSystem=strict",
+            "ProtectHome=yes",
+            "RuntimeDirectoryMode=0700",
+            "UMask=0077",
+            "LimitNOFILE=",
+            "MemoryMax=",
+            "CapabilityBoundingSet=",
+            "KillMode=process",
+        ] {
+            assert!(unit.lines().any(|l| l.starts_with(want)), "{want} missing");
+        }
+        // systemd's own check of the file, where systemd is installed.
+        let Ok(dir) = tempfile::tempdir() else { return };
+        let path = dir.path().join("mqfqd.service");
+        std::fs::write(&path, unit.replace("/usr/local/bin/mqfqd", "/bin/true")).unwrap();
+        if let Ok(o) = std::process::Command::new("systemd-analyze")
+            .args(["verify", "--man=no"])
+            .arg(&path)
+            .output()
+        {
+            let err = String::from_utf8_lossy(&o.stderr);
+            let bad: Vec<&str> = err
+                .lines()
+                .filter(|l| l.contains("mqfqd.service") && !l.contains("Failed to"))
+                .collect();
+            assert!(bad.is_empty(), "{err}");
+        }
+    }
+
+    #[test]
     fn overrides_reach_the_knobs() {
         let c = parse(
             "profile = \"light\"\n[queue]\noverrun_s = 0.5\n[concurrency]\nd_max = 2\nd_initial = 2\n",

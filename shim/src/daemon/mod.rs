@@ -17,6 +17,7 @@ pub mod pool;
 pub mod server;
 pub mod warm;
 
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -97,6 +98,15 @@ pub async fn run(
     cfg: DaemonConfig,
     stop: impl std::future::Future<Output = ()>,
 ) -> Result<(), RunError> {
+    let collected =
+        crate::nvidia::collect_legacy_ldcache(Path::new(crate::nvidia::LEGACY_LDCACHE_DIR));
+    if collected > 0 {
+        tracing::info!(
+            files = collected,
+            "removed ld.so.cache files left by an earlier shim in {}",
+            crate::nvidia::LEGACY_LDCACHE_DIR
+        );
+    }
     let mut monitor = open_monitor(&cfg)?;
     let gpus = monitor.devices()?;
     // Kept for the daemon's lifetime: dropping it releases the contexts.

@@ -67,7 +67,7 @@ fn convert_hooks(e: &mut ContainerEdits) {
 pub fn parse(file: &Path, text: &str) -> Result<NodeEdits, EditError> {
     let yaml = file.extension().is_some_and(|e| e == "yaml" || e == "yml");
     let spec: Spec = if yaml {
-        serde_yaml::from_str(text).map_err(|e| spec_err(file, e.to_string()))?
+        serde_saphyr::from_str(text).map_err(|e| spec_err(file, e.to_string()))?
     } else {
         serde_json::from_str(text).map_err(|e| spec_err(file, e.to_string()))?
     };

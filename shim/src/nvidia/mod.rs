@@ -22,6 +22,33 @@ pub mod warm;
 /// Where `mqfqd` writes the node's edits and the shim reads them.
 pub const DEFAULT_EDITS_FILE: &str = "/run/mqfq/nvidia-edits.json";
 
+/// Where earlier versions of the shim kept the `ld.so.cache` files they built (one per image,
+/// never removed). The cache is now written into each container's rootfs; `mqfqd` clears this
+/// directory at start.
+pub const LEGACY_LDCACHE_DIR: &str = "/var/lib/mqfq/ldcache";
+
+/// Removes the `ld.so.cache` files earlier versions left in `dir` (and the directory once
+/// empty); returns how many. Only regular files named `*.cache` or `*.tmp` are touched.
+pub fn collect_legacy_ldcache(dir: &Path) -> usize {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    let mut n = 0;
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let name = name.to_string_lossy();
+        let ours = name.ends_with(".cache") || name.ends_with(".tmp");
+        if ours
+            && e.file_type().is_ok_and(|t| t.is_file())
+            && std::fs::remove_file(e.path()).is_ok()
+        {
+            n += 1;
+        }
+    }
+    let _ = std::fs::remove_dir(dir);
+    n
+}
+
 use std::path::{Path, PathBuf};
 
 use serde_json::Value;
@@ -156,4 +183,22 @@ pub fn fingerprint(cdi_dirs: &[PathBuf], driver_root: &Path, mps_pipe_dir: &Path
     }
     let _ = write!(f, "mps:{}", mps_pipe_dir.join("control").exists());
     f
+}
+
+#[cfg(test)]
+mod legacy_tests {
+    #[test]
+    fn old_ld_caches_are_collected_and_nothing_else() {
+        let t = tempfile::tempdir().unwrap();
+        let d = t.path().join("ldcache");
+        std::fs::create_dir(&d).unwrap();
+        std::fs::write(d.join("ab12.cache"), "x").unwrap();
+        std::fs::write(d.join("ab12.77.tmp"), "x").unwrap();
+        assert_eq!(super::collect_legacy_ldcache(&d), 2);
+        assert!(!d.exists(), "the emptied directory goes too");
+        std::fs::create_dir(&d).unwrap();
+        std::fs::write(d.join("notes.txt"), "keep").unwrap();
+        assert_eq!(super::collect_legacy_ldcache(&d), 0);
+        assert!(d.join("notes.txt").exists());
+    }
 }

@@ -109,6 +109,17 @@ fn parse_reply(cmd: Command, reply: &str) -> Result<(u64, u64), Failure> {
     })
 }
 
+/// Parses one reply line to `cmd` as [`send`] does: `(bytes, resident)`, or why it is refused.
+///
+/// # Errors
+/// Not an `ok` reply, or a figure missing or not a plain decimal `u64`.
+pub fn parse_reply_text(cmd: Command, reply: &str) -> Result<(u64, u64), String> {
+    parse_reply(cmd, reply).map_err(|f| match f {
+        Failure::Other(s) => s,
+        other => format!("{other:?}"),
+    })
+}
+
 /// Waits until `fd` is ready for `events` or `deadline` passes.
 fn ready(fd: &OwnedFd, events: nix::poll::PollFlags, deadline: Instant) -> Result<(), Failure> {
     use nix::poll::{PollFd, PollTimeout, poll};
