@@ -59,8 +59,8 @@ pub trait Gate: Send + Sync + std::fmt::Debug {
         kind: Kind,
         pooled: bool,
     ) -> Result<()>;
-    /// Withdraws a waiting admission of this container, if any (also tells the pool a killed or
-    /// deleted container is gone).
+    /// Withdraws a waiting admission of this container, if any, and ends a lease the daemon holds
+    /// for it (also tells the pool a killed or deleted container is gone).
     async fn cancel(&self, ns: &str, id: &str);
     /// Ends the container's lease, if it holds one; `managed_bytes` is what its CUDA processes
     /// hold (pooled containers, read before a pause; 0 = unknown).
@@ -265,16 +265,21 @@ impl DaemonGate {
     /// Delivers the releases kept while the daemon was unreachable. One it does not know (it
     /// restarted, or already released it by reconciliation) is done.
     async fn retry_releases(&self, c: &api::AdmissionClient) {
-        let pending = std::mem::take(&mut *self.unreleased());
-        for req in pending {
+        let mut pending = std::mem::take(&mut *self.unreleased()).into_iter();
+        while let Some(req) = pending.next() {
             match c
                 .release(ttrpc::context::with_timeout(5_000_000_000), &req)
                 .await
             {
                 Ok(_) | Err(ttrpc::Error::RpcStatus(_)) => {}
                 Err(e) => {
+                    // The daemon is not answering: keep this one and the rest for later rather
+                    // than wait 5 s for each (the caller holds the registration lock).
                     tracing::debug!(lease = req.lease_id, "release still undelivered: {e}");
                     self.keep_release(req);
+                    for rest in pending.by_ref() {
+                        self.keep_release(rest);
+                    }
                 }
             }
         }

@@ -14,13 +14,14 @@
 //! - CDI annotations `cdi.k8s.io/*` — outside CRI always (the caller is the node's root), under
 //!   CRI only with `MQFQ_GPU_ACCESS=cdi-annotations` (containerd 1.7+ applies CDI itself);
 //! - `NVIDIA_VISIBLE_DEVICES` — only with `MQFQ_GPU_ACCESS=env` (ctr and Docker users who want
-//!   the env-var path) or in a privileged container (`CAP_SYS_ADMIN`, which has every device
-//!   anyway), as NVIDIA's `accept-nvidia-visible-devices-envvar-when-unprivileged=false`.
+//!   the env-var path) or in a privileged container (its device cgroup already allows every
+//!   device), as NVIDIA's `accept-nvidia-visible-devices-envvar-when-unprivileged=false`.
 //!
 //! **What is GPU work** (gated by the queue): a container with a grant (whatever `io.mqfq.gpu`
-//! says: one holding a GPU cannot opt out of the queue); else `io.mqfq.gpu=true` (classifies,
-//! never grants); else a legacy NVIDIA prestart hook (Docker `--gpus`, `ctr --gpus`: the hook
-//! then gives the devices, by NVIDIA's own rules). `CUDA_VISIBLE_DEVICES` and an untrusted
+//! says: one holding a GPU cannot opt out of the queue); outside CRI also `io.mqfq.gpu=true`
+//! (classifies, never grants) or a legacy NVIDIA prestart hook (Docker `--gpus`, `ctr --gpus`:
+//! the hook then gives the devices, by NVIDIA's own rules). Under CRI a pod without a GPU from
+//! the platform never takes a queue slot. `CUDA_VISIBLE_DEVICES` and an untrusted
 //! `NVIDIA_VISIBLE_DEVICES` only pick the GPU queue of a container that is GPU work.
 //! Sandbox (pause) containers never are; exec processes are never classified at all.
 //!
@@ -156,22 +157,54 @@ fn devices(spec: &Value) -> impl Iterator<Item = &str> {
         .filter_map(|d| d.get("path").and_then(Value::as_str))
 }
 
+/// Minors of NVIDIA GPU device nodes (character major 195, minor under 255) in `linux.devices`.
+fn gpu_minors(spec: &Value) -> Vec<String> {
+    spec.get("linux")
+        .and_then(|l| l.get("devices"))
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter(|d| d.get("type").and_then(Value::as_str) == Some("c"))
+        .filter(|d| d.get("major").and_then(Value::as_i64) == Some(195))
+        .filter_map(|d| d.get("minor").and_then(Value::as_i64))
+        .filter(|m| (0..255).contains(m))
+        .map(|m| m.to_string())
+        .collect()
+}
+
 fn invalid(key: &str, value: &str, why: &str) -> Error {
     Error::InvalidArgument(format!("annotation {key}={value:?}: {why}"))
 }
 
-/// A key or tenant: 1..=253 printable ASCII characters without spaces.
+/// A key or tenant: 1–253 characters from `A–Z a–z 0–9 . _ - : / @ +` (they become metric labels
+/// and log fields).
 fn check_name(key: &str, value: &str) -> Result<String> {
-    let ok = !value.is_empty() && value.len() <= 253 && value.bytes().all(|b| b.is_ascii_graphic());
-    if ok {
+    if crate::daemon::core::is_key(value) {
         Ok(value.to_owned())
     } else {
         Err(invalid(
             key,
             value,
-            "must be 1 to 253 printable ASCII characters without spaces",
+            "must be 1 to 253 characters of A-Z a-z 0-9 . _ - : / @ +",
         ))
     }
+}
+
+/// A function key derived from names the platform or the pod chose: characters outside the
+/// key alphabet become `_`, and it is cut to 253 bytes.
+fn sanitize(name: &str) -> String {
+    let mut s: String = name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || "._-:/@+".contains(c) {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    s.truncate(253);
+    if s.is_empty() { "_".to_owned() } else { s }
 }
 
 fn parse_list(v: &str) -> GpuSelection {
@@ -219,12 +252,26 @@ fn volume_mount_devices(spec: &Value) -> Vec<String> {
         .collect()
 }
 
+/// Privileged as runc sees it: the device cgroup allows every device (`rwm` on all), which is
+/// what `--privileged` gives. (A capability alone, such as an added `CAP_SYS_ADMIN`, is not.)
 fn privileged(spec: &Value) -> bool {
-    spec.get("process")
-        .and_then(|p| p.get("capabilities"))
-        .and_then(|c| c.get("bounding"))
+    spec.get("linux")
+        .and_then(|l| l.get("resources"))
+        .and_then(|r| r.get("devices"))
         .and_then(Value::as_array)
-        .is_some_and(|b| b.iter().any(|c| c.as_str() == Some("CAP_SYS_ADMIN")))
+        .is_some_and(|rules| {
+            rules.iter().any(|r| {
+                r.get("allow").and_then(Value::as_bool) == Some(true)
+                    && r.get("type")
+                        .and_then(Value::as_str)
+                        .is_none_or(|t| t == "a")
+                    && r.get("major").is_none_or(Value::is_null)
+                    && r.get("minor").is_none_or(Value::is_null)
+                    && r.get("access")
+                        .and_then(Value::as_str)
+                        .is_none_or(|a| a.contains('r') && a.contains('w') && a.contains('m'))
+            })
+        })
 }
 
 fn legacy_hook(spec: &Value) -> bool {
@@ -302,11 +349,18 @@ pub fn classify(spec: &Value, id: &str, access: GpuAccess) -> Result<Classificat
         .filter_map(|d| d.split_once('=').map(|(_, n)| n.trim().to_owned()))
         .filter(|n| !n.is_empty())
         .collect();
-    let dev_nodes: Vec<String> = devices(spec)
+    let mut dev_nodes: Vec<String> = devices(spec)
         .filter_map(|p| p.strip_prefix("/dev/nvidia"))
         .filter(|s| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()))
         .map(str::to_owned)
         .collect();
+    // A GPU node under another name (a CDI spec or DRA driver may choose one): NVIDIA's major 195,
+    // minors below 255 (255 is nvidiactl).
+    for minor in gpu_minors(spec) {
+        if !dev_nodes.contains(&minor) {
+            dev_nodes.push(minor);
+        }
+    }
     let mounted = volume_mount_devices(spec);
 
     // Trusted sources only, in the order NVIDIA's toolkit prefers them.
@@ -326,6 +380,12 @@ pub fn classify(spec: &Value, id: &str, access: GpuAccess) -> Result<Classificat
             tracing::info!(container = %id, "{ANN_GPU}=false ignored: the container was given a GPU");
         }
         true
+    } else if cri {
+        // A pod without a GPU from the platform holds no GPU: it takes no queue slot either.
+        if forced == Some(true) {
+            tracing::info!(container = %id, "{ANN_GPU}=true ignored: no GPU was assigned to the pod");
+        }
+        false
     } else {
         forced.unwrap_or_else(|| legacy_hook(spec))
     };
@@ -350,7 +410,7 @@ pub fn classify(spec: &Value, id: &str, access: GpuAccess) -> Result<Classificat
             GpuSelection::All
         }
     });
-    let function = function.unwrap_or_else(|| derive_function(spec, id));
+    let function = function.unwrap_or_else(|| sanitize(&derive_function(spec, id)));
     Ok(Classification::Gpu(GpuWork {
         function,
         weight,
@@ -445,11 +505,15 @@ mod tests {
         )
         .unwrap();
         assert_eq!(w.grant, Some(GpuSelection::All));
-        // io.mqfq.gpu classifies, never grants.
+        // io.mqfq.gpu classifies, never grants; under CRI, without a GPU from the platform, it
+        // does not even take a queue slot.
         let ask = json!({"annotations": {"io.mqfq.gpu": "true"},
                          "process": {"env": ["NVIDIA_VISIBLE_DEVICES=1"]}});
         let w = gpu(&ask);
         assert_eq!((w.grant, w.gpus), (None, devs(&["1"])));
+        let pod_ask = json!({"annotations": {"io.mqfq.gpu": "true",
+                                             "io.kubernetes.cri.container-type": "container"}});
+        assert_eq!(with(&pod_ask, ENV), None);
         // The explicit switch (ctr / Docker hosts) and privileged containers take the env.
         let env = json!({"process": {"env": ["NVIDIA_VISIBLE_DEVICES=0,GPU-abc"]}});
         assert_eq!(with(&env, GpuAccess::default()), None);
@@ -457,9 +521,14 @@ mod tests {
             with(&env, ENV).unwrap().grant,
             Some(devs(&["0", "GPU-abc"]))
         );
-        let privileged = json!({"process": {"env": ["NVIDIA_VISIBLE_DEVICES=all"],
-            "capabilities": {"bounding": ["CAP_CHOWN", "CAP_SYS_ADMIN"]}}});
+        let privileged = json!({"process": {"env": ["NVIDIA_VISIBLE_DEVICES=all"]},
+            "linux": {"resources": {"devices": [{"allow": true, "access": "rwm"}]}}});
         assert_eq!(gpu(&privileged).grant, Some(GpuSelection::All));
+        // A capability is not privilege: SYS_ADMIN added to an nvidia/cuda image gets no GPU.
+        let capable = json!({"process": {"env": ["NVIDIA_VISIBLE_DEVICES=all"],
+            "capabilities": {"bounding": ["CAP_CHOWN", "CAP_SYS_ADMIN"]}},
+            "linux": {"resources": {"devices": [{"allow": false, "access": "rwm"}]}}});
+        assert_eq!(with(&capable, GpuAccess::default()), None);
     }
 
     #[test]
@@ -554,6 +623,9 @@ mod tests {
         ));
         assert_eq!(w.function, "docker.io/acme/resnet:1");
         assert_eq!(gpu(&base(json!({}))).function, "cid");
+        // Derived from names the pod chose: only the key alphabet survives.
+        let w = gpu(&base(json!({"serving.knative.dev/service": "a\"b c\\"})));
+        assert_eq!(w.function, "knative/default/a_b_c_");
     }
 
     #[test]
@@ -567,6 +639,8 @@ mod tests {
             ("io.mqfq.function", ""),
             ("io.mqfq.function", "has space"),
             ("io.mqfq.tenant", "tab\there"),
+            ("io.mqfq.function", "x\\"),
+            ("io.mqfq.function", "x\",gpu=\"9"),
         ] {
             let spec = json!({"annotations": {k: v}});
             match classify(&spec, "c", ENV) {

@@ -686,12 +686,12 @@ pub fn simulate(
                 let u = (g.busy_ms - g.busy_at_sample) / cfg.sample_ms;
                 g.busy_at_sample = g.busy_ms;
                 g.conc.observe(u);
-                if samples % paper_every == 0 {
+                if samples.is_multiple_of(paper_every) {
                     g.util_smooth = 0.6 * u + 0.4 * g.util_smooth;
                     g.gate_est = g.util_smooth;
                 }
             }
-            if samples % 10 == 0 {
+            if samples.is_multiple_of(10) {
                 e.housekeeping(policy, mem_style);
             }
             next_sample += cfg.sample_ms;

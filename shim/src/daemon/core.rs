@@ -234,6 +234,16 @@ pub struct Core {
     registered_at: HashMap<u32, u64>,
 }
 
+/// Whether a function key or tenant name is well formed: 1–253 characters from
+/// `A–Z a–z 0–9 . _ - : / @ +`. They become metric labels and log fields; pods choose them.
+#[must_use]
+pub fn is_key(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 253
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"._-:/@+".contains(&b))
+}
+
 fn invalid(field: &'static str, reason: impl Into<String>) -> CoreError {
     CoreError::Invalid {
         field,
@@ -399,8 +409,14 @@ impl Core {
                 format!("{:?} must be non-empty without '/'", info.container_id),
             ));
         }
-        if info.function.is_empty() {
-            return Err(invalid("function", "must not be empty"));
+        if !is_key(&info.function) {
+            return Err(invalid(
+                "function",
+                format!(
+                    "{:.64?} must be 1 to 253 characters of A-Z a-z 0-9 . _ - : / @ +",
+                    info.function
+                ),
+            ));
         }
         let w = if info.weight == 0.0 { 1.0 } else { info.weight };
         if !(w.is_finite() && w > 0.0) {
@@ -416,8 +432,11 @@ impl Core {
                 format!("{tw} must be a finite number > 0"),
             ));
         }
-        if info.tenant.as_deref().is_some_and(str::is_empty) {
-            return Err(invalid("tenant", "must not be empty"));
+        if info.tenant.as_deref().is_some_and(|t| !is_key(t)) {
+            return Err(invalid(
+                "tenant",
+                "must be 1 to 253 characters of A-Z a-z 0-9 . _ - : / @ +",
+            ));
         }
         Ok(w)
     }

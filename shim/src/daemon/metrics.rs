@@ -82,12 +82,9 @@ impl Metrics {
         let m = Metrics {
             queue_length: Family::default(),
             queue_wait: Family::new_with_constructor(|| {
-                Histogram::new(
-                    [
-                        0.001, 0.005, 0.025, 0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
-                    ]
-                    .into_iter(),
-                )
+                Histogram::new([
+                    0.001, 0.005, 0.025, 0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+                ])
             }),
             gpu_time: Family::default(),
             admitted: Family::default(),
@@ -103,9 +100,7 @@ impl Metrics {
             pool_hits: Family::default(),
             pool_moves: Family::default(),
             pool_bytes: Family::default(),
-            pool_restore: Histogram::new(
-                [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0].into_iter(),
-            ),
+            pool_restore: Histogram::new([0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0]),
             pool_containers: Family::default(),
             pool_function_containers: Family::default(),
             registry: Registry::default(),
@@ -471,6 +466,22 @@ mod tests {
             "closed after {:?} ({sent} bytes)",
             started.elapsed()
         );
+    }
+
+    #[test]
+    fn label_values_are_escaped() {
+        let m = Metrics::new();
+        m.record(&[Record::Adopt {
+            seq: 0,
+            t_ns: 0,
+            gpu: 0,
+            key: "ns/x".into(),
+            function: "x\",gpu=\"9\\".into(),
+            tenant: None,
+            lease: 1,
+        }]);
+        let text = m.render();
+        assert!(text.contains(r#"function="x\",gpu=\"9\\""#), "{text}");
     }
 
     #[test]

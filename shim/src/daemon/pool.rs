@@ -231,18 +231,22 @@ impl Pool {
         self.measured = measured;
     }
 
-    /// A byte figure a container (through its shim) claims, made believable: never more than
-    /// the GPU has in use (measured) or has at all (simulated). The figures come from the
-    /// container's own processes; a lie may cost that container its place in the pool, never
-    /// another container's memory.
-    fn believable(&self, gpu: u32, bytes: u64) -> u64 {
-        let (used, total) = self.memory.get(&gpu).copied().unwrap_or((0, 0));
-        let cap = if self.measured {
-            used.min(total.max(used))
-        } else {
-            total
+    /// A byte figure container `key` (through its shim) claims, made believable: never more than
+    /// the GPU has in use (measured) or has at all (simulated), less what the other Hot
+    /// containers on it are known to hold; nothing while the GPU's memory is not known yet. The
+    /// figures come from the container's own processes: a lie may cost that container its place
+    /// in the pool, never another container's memory.
+    fn believable(&self, key: &str, gpu: u32, bytes: u64) -> u64 {
+        let Some(&(used, total)) = self.memory.get(&gpu) else {
+            return 0;
         };
-        if cap == 0 { bytes } else { bytes.min(cap) }
+        let others: u64 = self
+            .entries
+            .iter()
+            .filter(|(k, e)| k.as_str() != key && e.gpu == gpu && e.tier == Tier::Hot)
+            .fold(0u64, |sum, (_, e)| sum.saturating_add(e.bytes));
+        let cap = if self.measured { used } else { total };
+        bytes.min(cap.saturating_sub(others))
     }
 
     #[allow(clippy::cast_precision_loss)]
@@ -335,7 +339,7 @@ impl Pool {
             e.shim_pid = shim_pid;
             return;
         }
-        let bytes = self.believable(gpu, bytes);
+        let bytes = self.believable(key, gpu, bytes);
         let priority = self.policy.credit(1, 0.01, bytes);
         self.changed = true;
         self.entries.insert(
@@ -366,7 +370,7 @@ impl Pool {
             return;
         }
         let gpu = self.entries.get(key).map(|e| e.gpu);
-        let bytes = gpu.map_or(bytes, |g| self.believable(g, bytes));
+        let bytes = gpu.map_or(0, |g| self.believable(key, g, bytes));
         if let Some(e) = self.entries.get_mut(key) {
             e.busy = false;
             e.last_used = now;
@@ -380,6 +384,13 @@ impl Pool {
     pub fn forget(&mut self, key: &str) {
         self.changed |= self.entries.remove(key).is_some();
         self.orders.retain(|o| o.key != key);
+    }
+
+    /// Functions whose flows the daemon forgot: their call statistics go too.
+    pub fn forget_functions(&mut self, functions: &[String]) {
+        for f in functions {
+            self.calls.remove(f);
+        }
     }
 
     /// A container's shim died: its containers leave the pool.
@@ -405,11 +416,11 @@ impl Pool {
         let mut going = 0u64;
         for e in self.entries.values().filter(|e| e.gpu == gpu) {
             if e.tier == Tier::Hot {
-                hot += e.bytes;
+                hot = hot.saturating_add(e.bytes);
             }
             match e.pending {
-                Some((Action::Prefetch, _)) => coming += e.bytes,
-                Some((Action::Evict, _)) => going += e.bytes,
+                Some((Action::Prefetch, _)) => coming = coming.saturating_add(e.bytes),
+                Some((Action::Evict, _)) => going = going.saturating_add(e.bytes),
                 _ => {}
             }
         }
@@ -623,7 +634,7 @@ impl Pool {
         let Some(gpu) = self.entries.get(&o.key).map(|e| e.gpu) else {
             return false;
         };
-        let reported = self.believable(gpu, o.bytes);
+        let reported = self.believable(&o.key, gpu, o.bytes);
         let o = &Outcome {
             bytes: reported,
             ..o.clone()

@@ -364,7 +364,12 @@ impl Daemon {
             if self.flow_idle_s > 0.0 && last_forget.elapsed() >= Duration::from_secs(10) {
                 last_forget = Instant::now();
                 let now = self.now();
-                let gone = self.lock().core.forget_idle(now, self.flow_idle_s);
+                let gone = {
+                    let mut inner = self.lock();
+                    let gone = inner.core.forget_idle(now, self.flow_idle_s);
+                    inner.pool.forget_functions(&gone);
+                    gone
+                };
                 if !gone.is_empty() {
                     tracing::info!(flows = gone.len(), "idle flows forgotten");
                     self.metrics.forget_functions(&gone);
@@ -623,16 +628,21 @@ impl api::Admission for Service {
         let now = d.now();
         let mut inner = d.lock();
         let withdrawn = inner.core.cancel(&key, "cancelled", now);
-        if inner.core.lease_of(&key).is_none() {
-            // Cancel comes with every Kill and Delete of a GPU container: one without a lease
-            // (waiting, or paused) leaves the pool. One with a lease leaves at its release.
-            inner.pooled.remove(&key);
-            inner.pool.forget(&key);
+        // Cancel comes with every Kill and Delete of a GPU container, and when a shim gave up
+        // waiting: a lease it holds ends here (a grant that raced the shim's deadline would
+        // otherwise be held by nobody), and the container leaves the pool.
+        let mut grants = Vec::new();
+        if let Some(lease) = inner.core.lease_of(&key)
+            && let Ok(g) = inner.core.release(lease, None, "cancelled", now)
+        {
+            grants = g;
         }
+        inner.pooled.remove(&key);
+        inner.pool.forget(&key);
         if let Some(tx) = inner.waiters.remove(&key) {
             let _ = tx.send(Err("cancelled by the shim".into()));
         }
-        d.settle(&mut inner, Vec::new());
+        d.settle(&mut inner, grants);
         Ok(api::CancelResponse {
             withdrawn,
             ..Default::default()

@@ -20,8 +20,14 @@ const ELF_LIBC6: i32 = 0x0003;
 /// The largest cache the shim reads (an image's, or the host's): real ones are tens to hundreds
 /// of kilobytes.
 pub const MAX_CACHE_BYTES: u64 = 16 << 20;
-/// The longest key or path an entry may have (`PATH_MAX`).
+/// The longest path an entry may have (`PATH_MAX`).
 pub const MAX_STRING: usize = 4096;
+/// The longest key (a soname) an entry may have: real ones are a few dozen bytes, and keys are
+/// what sorting compares.
+pub const MAX_KEY: usize = 256;
+/// The most entries a cache may have: a full distribution has a few thousand. Bounds the work
+/// (parsing, sorting, writing) a crafted cache can cost, not only its memory.
+pub const MAX_ENTRIES: usize = 20_000;
 
 /// One cache entry. Parsed entries borrow their strings from the cache bytes: a cache whose
 /// entries all point at one long string costs no copy per entry.
@@ -50,17 +56,18 @@ fn u64_at(d: &[u8], off: usize) -> Option<u64> {
     Some(lo | (hi << 32))
 }
 
-/// A NUL-terminated UTF-8 string of at most [`MAX_STRING`] bytes starting at `off`.
-fn str_at(d: &[u8], off: usize) -> Option<&str> {
+/// A NUL-terminated UTF-8 string of at most `max` bytes starting at `off`.
+fn str_at(d: &[u8], off: usize, max: usize) -> Option<&str> {
     let rest = d.get(off..)?;
-    let window = &rest[..rest.len().min(MAX_STRING + 1)];
+    let window = &rest[..rest.len().min(max + 1)];
     let end = window.iter().position(|&b| b == 0)?;
     std::str::from_utf8(&window[..end]).ok()
 }
 
-/// Parses a cache (new format, alone or after the old "ld.so-1.7.0" table). Bounded: the entry
-/// table must fit in the data, every string offset must point inside it, strings are at most
-/// [`MAX_STRING`] bytes, and nothing is copied.
+/// Parses a cache (new format, alone or after the old "ld.so-1.7.0" table). Bounded: at most
+/// [`MAX_ENTRIES`] entries, the entry table must fit in the data, every string offset must point
+/// inside it, keys are at most [`MAX_KEY`] bytes and paths [`MAX_STRING`], each distinct string
+/// is read once, and nothing is copied.
 ///
 /// # Errors
 /// Not a glibc cache, truncated, or an entry pointing outside the data.
@@ -72,6 +79,11 @@ pub fn parse(d: &[u8]) -> Result<Vec<Entry<'_>>, String> {
         .ok_or("no glibc-ld.so.cache1.1 header")?;
     let h = &d[start..];
     let nlibs = u32_at(h, 20).ok_or("truncated header")? as usize;
+    if nlibs > MAX_ENTRIES {
+        return Err(format!(
+            "{nlibs} entries announced, more than the {MAX_ENTRIES} accepted"
+        ));
+    }
     let table = nlibs
         .checked_mul(ENTRY)
         .and_then(|t| t.checked_add(HEADER))
@@ -80,6 +92,13 @@ pub fn parse(d: &[u8]) -> Result<Vec<Entry<'_>>, String> {
         return Err(format!("truncated: {nlibs} entries announced"));
     }
     let mut out = Vec::with_capacity(nlibs);
+    // Entries sharing a string read it once.
+    let mut seen: HashMap<(usize, usize), Option<&str>> = HashMap::new();
+    let mut string = |off: usize, max: usize| {
+        *seen
+            .entry((off, max))
+            .or_insert_with(|| str_at(h, off, max))
+    };
     for i in 0..nlibs {
         let e = HEADER + i * ENTRY;
         let flags = u32_at(h, e).ok_or("truncated entry")? as i32;
@@ -87,9 +106,9 @@ pub fn parse(d: &[u8]) -> Result<Vec<Entry<'_>>, String> {
         let value = u32_at(h, e + 8).ok_or("truncated entry")? as usize;
         let osversion = u32_at(h, e + 12).ok_or("truncated entry")?;
         let hwcap = u64_at(h, e + 16).ok_or("truncated entry")?;
-        let (Some(key), Some(value)) = (str_at(h, key), str_at(h, value)) else {
+        let (Some(key), Some(value)) = (string(key, MAX_KEY), string(value, MAX_STRING)) else {
             return Err(format!(
-                "entry {i}: string offset out of range, not UTF-8, or longer than {MAX_STRING}"
+                "entry {i}: string offset out of range, not UTF-8, or too long (keys {MAX_KEY}, paths {MAX_STRING})"
             ));
         };
         out.push(Entry {
@@ -315,9 +334,9 @@ mod tests {
 
     #[test]
     fn a_cache_sharing_one_string_costs_no_more_than_its_size() {
-        // 6 000 entries × a 4 KiB string: ~150 KB of input once amplified to ~50 MB; the
-        // issue's crafted cache (longer strings) reached ~400 MB.
-        let d = shared_string_cache(6000, MAX_STRING);
+        // 6 000 entries × a 256-byte key: ~150 KB of input, ~1.5 MB once copied per entry (the
+        // issue's crafted cache, with longer strings, reached ~400 MB).
+        let d = shared_string_cache(6000, MAX_KEY);
         assert!(d.len() < 160_000);
         let entries = parse(&d).unwrap();
         assert_eq!(entries.len(), 6000);
@@ -332,15 +351,24 @@ mod tests {
             out.len(),
             d.len()
         );
-        // Longer than PATH_MAX, or an offset past the end: refused.
-        let long = shared_string_cache(2, MAX_STRING + 1);
-        assert!(parse(&long).unwrap_err().contains("longer than"));
+        // A key longer than a soname can be, or an offset past the end: refused.
+        let long = shared_string_cache(2, MAX_KEY + 1);
+        assert!(parse(&long).unwrap_err().contains("too long"));
         let mut past = shared_string_cache(1, 8);
         past[HEADER + 4..HEADER + 8].copy_from_slice(&u32::MAX.to_le_bytes());
         parse(&past).unwrap_err();
-        // An announced count whose table cannot fit is refused before anything is allocated.
+        // An announced count whose table cannot fit is refused before anything is allocated, and
+        // so is one past the entry cap (it bounds parsing and sorting work too).
         let mut huge = shared_string_cache(1, 8);
-        huge[20..24].copy_from_slice(&u32::MAX.to_le_bytes());
+        huge[20..24].copy_from_slice(&(MAX_ENTRIES as u32).to_le_bytes());
         assert!(parse(&huge).unwrap_err().contains("truncated"));
+        let too_many = shared_string_cache(u32::try_from(MAX_ENTRIES).unwrap() + 1, 8);
+        assert!(parse(&too_many).unwrap_err().contains("accepted"));
+        // The worst a cache within the caps can cost stays small: the most entries, every key of
+        // the longest length and sharing a prefix, merged and written.
+        let worst = shared_string_cache(u32::try_from(MAX_ENTRIES).unwrap(), MAX_KEY);
+        let entries = parse(&worst).unwrap();
+        let out = for_container(&entries, &[]);
+        assert!(out.len() <= worst.len());
     }
 }

@@ -84,11 +84,19 @@ impl TaskService {
             }
             mounted = true;
         }
+        // The rootfs runc will use: the spec's `root.path` (relative to the bundle), which is
+        // `rootfs` for containerd's own mounts but may name a directory (`ctr run --rootfs`).
+        let image_root = spec
+            .get("root")
+            .and_then(|r| r.get("path"))
+            .and_then(serde_json::Value::as_str)
+            .filter(|p| !p.is_empty())
+            .map_or_else(|| rootfs.clone(), |p| bundle.join(p));
         let ctl_dir = match finish_gpu(
             &gpu,
             &mut spec,
             &spec_path,
-            &rootfs,
+            &image_root,
             nvidia.as_ref(),
             &self.namespace,
             &id,
@@ -175,6 +183,7 @@ impl TaskService {
                 evicted: false,
                 pool_lock: std::sync::Arc::default(),
                 pool_failed: false,
+                managed_bytes: 0,
             },
         );
         self.emit(

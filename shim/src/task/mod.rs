@@ -62,6 +62,8 @@ pub struct Container {
     pub pool_lock: Arc<Mutex<()>>,
     /// Its processes failed to answer a memory move in time: it runs unpooled from then on.
     pub pool_failed: bool,
+    /// Managed bytes its CUDA processes held at the last Pause (sizes memory-move deadlines).
+    pub managed_bytes: u64,
 }
 
 impl Container {
@@ -732,11 +734,16 @@ impl TaskService {
 
 /// Unmounts the rootfs (and anything below it), logging failures: there is nothing better to do
 /// on a cleanup path.
+/// A mount still busy (a worker that missed its deadline may hold a descriptor in it) is
+/// detached instead, so no failed Create leaves a mount behind.
 pub fn unmount(rootfs: &Path) {
     if let Some(p) = rootfs.to_str()
         && let Err(e) = containerd_shim::mount::umount_recursive(Some(p), 0)
     {
-        tracing::warn!("unmount {p}: {e}");
+        match nix::mount::umount2(rootfs, nix::mount::MntFlags::MNT_DETACH) {
+            Ok(()) => tracing::warn!("unmount {p}: {e}; detached instead"),
+            Err(e2) => tracing::warn!("unmount {p}: {e}; detach: {e2}"),
+        }
     }
 }
 

@@ -97,6 +97,18 @@ impl TaskService {
             )
         };
         let _moving = lock.lock().await;
+        // Checked again under the lock: a second Pause or Resume that waited behind this one
+        // must not act twice (a second Resume would re-admit, fail in runc, and release the
+        // lease the first one holds).
+        {
+            let st = self.state.lock().await;
+            let c = st.containers.get(id).ok_or_else(|| nf(id))?;
+            c.init.status.apply(if pause {
+                Transition::Pause
+            } else {
+                Transition::Resume
+            })?;
+        }
         let pooled = ctl.is_some() && !unpooled;
         if pause {
             // Read while the processes can still answer, within a deadline.
@@ -106,6 +118,9 @@ impl TaskService {
                     if !a.ok() {
                         let why = format!("its status failed: {}", a.errors.join("; "));
                         self.drop_from_pool(id, &why).await;
+                    }
+                    if let Some(c) = self.state.lock().await.containers.get_mut(id) {
+                        c.managed_bytes = a.bytes;
                     }
                     a.bytes
                 }
@@ -199,6 +214,14 @@ impl TaskService {
                 ..Default::default()
             }])
             .await;
+    }
+
+    /// How long moving `bytes` may take: 2 s plus 1 GiB/s, at most the move timeout.
+    fn move_deadline(&self, bytes: u64) -> Duration {
+        let secs = 2.0 + bytes as f64 / f64::from(1u32 << 30);
+        self.pool_timeouts
+            .moves
+            .min(Duration::from_secs_f64(secs.min(3600.0)))
     }
 
     /// Whether a container was dropped from the pool.
@@ -336,7 +359,13 @@ impl TaskService {
         } else {
             Command::Prefetch
         };
-        let a = uvm(dir, id, cmd, self.pool_timeouts.moves).await;
+        // Thawed, the container runs without a lease: its window is what moving its memory
+        // should take (2 s plus 1 GiB/s), never the whole move timeout for a few bytes.
+        let bytes = {
+            let st = self.state.lock().await;
+            st.containers.get(id).map_or(0, |c| c.managed_bytes)
+        };
+        let a = uvm(dir, id, cmd, self.move_deadline(bytes)).await;
         let mut frozen = runtime.pause(id).await;
         if frozen.is_err() {
             frozen = runtime.pause(id).await;

@@ -813,3 +813,70 @@ async fn a_delete_racing_a_granted_start_still_releases_the_lease() {
     assert_eq!(releases.len(), before + 1, "{releases:?}");
     assert_eq!(releases.last().unwrap().0, "r1");
 }
+
+/// A gate whose Resume admissions wait for the test (Starts pass), counting them.
+#[derive(Debug, Default)]
+struct ResumeGate {
+    go: tokio::sync::Notify,
+    resumes: std::sync::atomic::AtomicUsize,
+    releases: std::sync::Mutex<Vec<String>>,
+}
+
+#[async_trait::async_trait]
+impl crate::gate::Gate for ResumeGate {
+    async fn admit(
+        &self,
+        _: &str,
+        _: &str,
+        _: &crate::gpu::GpuWork,
+        kind: Kind,
+        _: bool,
+    ) -> Result<()> {
+        if kind == Kind::Resume {
+            self.resumes
+                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            self.go.notified().await;
+        }
+        Ok(())
+    }
+    async fn cancel(&self, _: &str, _: &str) {}
+    async fn release(&self, _: &str, _: &str, reason: &str, _: u64) {
+        self.releases.lock().unwrap().push(reason.to_owned());
+    }
+    async fn pool_orders(&self, _: Duration) -> Vec<crate::api::PoolOrder> {
+        std::future::pending().await
+    }
+    async fn pool_report(&self, _: Vec<crate::api::PoolResult>) {}
+}
+
+#[tokio::test]
+async fn a_second_resume_waiting_behind_the_first_does_not_admit_or_release_again() {
+    let gate = Arc::new(ResumeGate::default());
+    let h = harness_with(gate.clone());
+    let gpu = json!({"process": {"args": ["sh"], "env": ["PATH=/bin"]},
+                     "annotations": {"io.mqfq.gpu": "true"}});
+    let req = h.bundle("d1", &gpu);
+    h.svc.create(req).await.unwrap();
+    h.svc.start("d1", "").await.unwrap();
+    h.svc.pause_resume("d1", true).await.unwrap();
+    let (a, b) = (h.svc.clone(), h.svc.clone());
+    let first = tokio::spawn(async move { a.pause_resume("d1", false).await });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    // A retried Resume arrives while the first waits in the queue.
+    let second = tokio::spawn(async move { b.pause_resume("d1", false).await });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    gate.go.notify_one();
+    first.await.unwrap().unwrap();
+    let r = second.await.unwrap();
+    assert!(matches!(r, Err(Error::FailedPrecondition(_))), "{r:?}");
+    assert_eq!(gate.resumes.load(std::sync::atomic::Ordering::SeqCst), 1);
+    let releases = gate.releases.lock().unwrap().clone();
+    assert!(
+        !releases.iter().any(|r| r == "resume failed"),
+        "{releases:?}"
+    );
+    assert_eq!(
+        h.svc.state("d1", "").await.unwrap().status(),
+        api::Status::RUNNING
+    );
+}

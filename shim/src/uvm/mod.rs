@@ -173,11 +173,12 @@ pub fn make_ctl_dir(root: &Path, ns: &str, id: &str) -> Result<PathBuf> {
         std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o700))
             .map_err(|e| io("chmod", &d, e))?;
     }
-    match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-        Err(e) => return Err(io("create", &dir, e)),
-    }
+    // One left by a shim that died before Delete: its tmpfs goes, never stacked under a new one.
+    cleanup(&dir);
+    std::fs::DirBuilder::new()
+        .mode(0o700)
+        .create(&dir)
+        .map_err(|e| io("create", &dir, e))?;
     let flags = nix::mount::MsFlags::MS_NOSUID
         | nix::mount::MsFlags::MS_NODEV
         | nix::mount::MsFlags::MS_NOEXEC;

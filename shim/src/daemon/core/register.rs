@@ -61,11 +61,12 @@ impl Core {
         }
         self.epoch += 1;
         let previous = self.registered_at.insert(shim_pid, self.epoch);
-        self.fail_open_starts += fail_open_starts;
         let mut out = Registration::default();
         for r in running {
             out.leases.push(self.register_one(shim_pid, r, now)?);
         }
+        // Counted once the registration went through: a refused one is sent again, count and all.
+        self.fail_open_starts += fail_open_starts;
         if let Some(previous) = previous {
             let listed: std::collections::HashSet<&str> = out
                 .leases

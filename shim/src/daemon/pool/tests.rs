@@ -127,7 +127,15 @@ fn a_container_lying_about_its_bytes_costs_no_other_container_its_memory() {
         .into_iter()
         .find(|e| e.key == "ns/liar")
         .unwrap();
-    assert_eq!(liar.bytes, 10 * GIB, "capped at the GPU's memory");
+    assert_eq!(
+        liar.bytes,
+        8 * GIB,
+        "capped at the GPU's memory less the others' known bytes"
+    );
+    // Before the GPU's memory is known, a claim counts for nothing.
+    let mut fresh = pool(1e6, false);
+    paused(&mut fresh, "ns/early", "f", u64::MAX, 0.0);
+    assert_eq!(fresh.entries(t(0.0))[0].bytes, 0);
     // Measured GPU (NVML): what is in use is the driver's figure, never the claims; a claim is
     // capped at what the GPU really has in use.
     let mut p = pool(1e6, false);
@@ -147,6 +155,17 @@ fn a_container_lying_about_its_bytes_costs_no_other_container_its_memory() {
         assert!(e.bytes <= 2 * GIB, "{e:?}");
         assert_eq!(e.tier, Tier::Hot);
     }
+    let liar = p
+        .entries(t(3.0))
+        .into_iter()
+        .find(|e| e.key == "ns/liar")
+        .unwrap();
+    assert_eq!(liar.bytes, 0, "all in use is the others' already");
+    // Evicted (claiming everything again), then admitted: no room is made at anyone's cost.
+    p.report(&ok("ns/liar", Action::Evict, u64::MAX), t(3.5));
+    p.take_orders();
+    p.granted("ns/liar", "h", 0, 7, t(4.0));
+    assert!(p.take_orders().is_empty(), "nobody evicted for the liar");
 }
 
 #[test]
