@@ -102,28 +102,24 @@ impl GateConfig {
                 )));
             }
         };
-        let grace = match std::env::var("MQFQ_RECONNECT_GRACE_MS") {
-            Err(_) => 5000,
-            Ok(v) => v.parse::<u64>().map_err(|_| {
-                Error::InvalidArgument(format!(
-                    "MQFQ_RECONNECT_GRACE_MS={v:?}: must be milliseconds"
-                ))
-            })?,
-        };
-        let admit = match std::env::var("MQFQ_ADMIT_TIMEOUT_MS") {
-            Err(_) => 100_000,
-            Ok(v) => v.parse::<u64>().map_err(|_| {
-                Error::InvalidArgument(format!(
-                    "MQFQ_ADMIT_TIMEOUT_MS={v:?}: must be milliseconds (0: no limit)"
-                ))
-            })?,
-        };
+        let grace = env_ms("MQFQ_RECONNECT_GRACE_MS", 5000, "")?;
+        let admit = env_ms("MQFQ_ADMIT_TIMEOUT_MS", 100_000, " (0: no limit)")?;
         Ok(GateConfig {
             socket,
             fail_open,
             reconnect_grace: Duration::from_millis(grace),
             admit_timeout: (admit > 0).then(|| Duration::from_millis(admit)),
         })
+    }
+}
+
+/// A duration in milliseconds from the environment, or `default`.
+fn env_ms(name: &str, default: u64, hint: &str) -> Result<u64> {
+    match std::env::var(name) {
+        Err(_) => Ok(default),
+        Ok(v) => v.parse::<u64>().map_err(|_| {
+            Error::InvalidArgument(format!("{name}={v:?}: must be milliseconds{hint}"))
+        }),
     }
 }
 

@@ -128,6 +128,17 @@ fn is(mode: u32, kind: SFlag) -> bool {
     mode & SFlag::S_IFMT.bits() == kind.bits()
 }
 
+/// The steps of a path for the walk: its names and `..`s (the root and `.` are no steps).
+fn steps(p: &Path) -> VecDeque<OsString> {
+    p.components()
+        .filter_map(|c| match c {
+            Component::Normal(n) => Some(n.to_owned()),
+            Component::ParentDir => Some(OsString::from("..")),
+            _ => None,
+        })
+        .collect()
+}
+
 /// The normal components of an absolute container path; `..` is refused.
 fn plain(path: &str) -> Result<Vec<&OsStr>> {
     let p = Path::new(path);
@@ -207,14 +218,7 @@ impl Root {
     fn walk(&self, path: &str, follow_last: bool) -> Result<OwnedFd> {
         let err = |e: Errno| RootError::io(path, e);
         let mut stack: Vec<OwnedFd> = Vec::new();
-        let mut todo: VecDeque<OsString> = Path::new(path)
-            .components()
-            .filter_map(|c| match c {
-                Component::Normal(n) => Some(n.to_owned()),
-                Component::ParentDir => Some(OsString::from("..")),
-                _ => None,
-            })
-            .collect();
+        let mut todo = steps(Path::new(path));
         let mut links = 0;
         while let Some(name) = todo.pop_front() {
             if name == ".." {
@@ -241,14 +245,7 @@ impl Root {
                 if t.is_absolute() {
                     stack.clear();
                 }
-                let mut spliced: VecDeque<OsString> = t
-                    .components()
-                    .filter_map(|c| match c {
-                        Component::Normal(n) => Some(n.to_owned()),
-                        Component::ParentDir => Some(OsString::from("..")),
-                        _ => None,
-                    })
-                    .collect();
+                let mut spliced = steps(t);
                 spliced.extend(todo);
                 todo = spliced;
                 continue;

@@ -134,15 +134,6 @@ fn setup(name: &str) -> Option<(Containerd, Mqfqd, PathBuf, u16)> {
     Some((c, d, cuda, port))
 }
 
-fn remove(c: &Containerd, id: &str) {
-    let _ = c.ctr(&["task", "kill", "-s", "SIGKILL", id]);
-    // Frozen processes die once thawed.
-    let _ = c.ctr(&["task", "resume", id]);
-    assert!(c.wait_status(id, "STOPPED"), "{id} stopped");
-    assert!(c.ctr(&["task", "delete", id]).status.success());
-    assert!(c.ctr(&["containers", "rm", id]).status.success());
-}
-
 /// Resumes an evicted container: Resume returns once its memory is back (all four ranges
 /// prefetched, no launch before that), it launches again, and the pool has it Hot and busy.
 fn resume_restored(c: &Containerd, d: &Mqfqd, cuda: &Path, id: &str) {
@@ -240,7 +231,7 @@ fn idle_containers_are_evicted_restored_at_resume_and_prefetched_on_activation()
 
     // Gone containers leave the pool; nothing is left behind.
     for id in ["a", "b"] {
-        remove(&c, id);
+        c.remove(id);
     }
     d.wait_for("the pool empty", |s| {
         s["pool"].as_array().is_none_or(Vec::is_empty)
@@ -272,7 +263,7 @@ fn a_restarted_daemon_relearns_paused_containers_from_their_shims() {
     assert_eq!(count(&log, "prefetch host"), 4, "{log:?}");
     // Resume restores it as usual.
     resume_restored(&c, &d, &cuda, "r");
-    remove(&c, "r");
+    c.remove("r");
     d.wait_for("the pool empty", |s| {
         s["pool"].as_array().is_none_or(Vec::is_empty)
     });

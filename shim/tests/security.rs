@@ -98,24 +98,18 @@ fn edits() -> NodeEdits {
     }
 }
 
-/// An ld.so.cache whose entries all point at one 4 KiB string (amplified by a copying parser).
-fn crafted_cache(n: u32) -> Vec<u8> {
-    let strings_at = 48 + n as usize * 24;
-    let mut d = b"glibc-ld.so.cache1.1".to_vec();
-    d.extend_from_slice(&n.to_le_bytes());
-    d.extend_from_slice(&4097u32.to_le_bytes());
-    d.extend_from_slice(&[2, 0, 0, 0]);
-    d.extend_from_slice(&[0u8; 16]);
-    let off = u32::try_from(strings_at).unwrap();
-    for _ in 0..n {
-        d.extend_from_slice(&0x0303i32.to_le_bytes());
-        d.extend_from_slice(&off.to_le_bytes());
-        d.extend_from_slice(&off.to_le_bytes());
-        d.extend_from_slice(&[0u8; 12]);
-    }
-    d.extend(std::iter::repeat_n(b'l', 4096));
-    d.push(0);
-    d
+/// An ld.so.cache whose entries all point at one long string (amplified by a copying parser),
+/// made by the shim's own writer, which stores a string once however many entries share it.
+fn crafted_cache(n: usize) -> Vec<u8> {
+    let key = "l".repeat(4096);
+    let e = mqfq_shim::nvidia::ldcache::Entry {
+        flags: 0x0303,
+        key: key.as_str().into(),
+        value: key.as_str().into(),
+        osversion: 0,
+        hwcap: 0,
+    };
+    mqfq_shim::nvidia::ldcache::write(&vec![e; n])
 }
 
 /// A path inside the image for a host path (the image's symlinks point at the host).
@@ -383,14 +377,6 @@ fn hostile(c: &Containerd, bin: &Path, id: &str, args: &[&str]) {
     assert!(o.status.success(), "{id}: {}\n{}", text(&o), c.log());
 }
 
-fn remove(c: &Containerd, id: &str) {
-    let _ = c.ctr(&["task", "kill", "-s", "SIGKILL", id]);
-    let _ = c.ctr(&["task", "resume", id]);
-    assert!(c.wait_status(id, "STOPPED"), "{id} stopped");
-    assert!(c.ctr(&["task", "delete", id]).status.success());
-    assert!(c.ctr(&["containers", "rm", id]).status.success());
-}
-
 /// Container processes that plant symlinks, stall, flood and lie on the control socket: Pause
 /// answers within its deadline, the memory move is given up, the container stays paused and is
 /// never thawed for the pool again, nothing reaches the host socket, claims stay believable.
@@ -465,7 +451,7 @@ fn hostile_control_sockets_cannot_hold_or_steer_the_runtime() {
     let log = c.log();
     assert!(log.contains("not a socket"), "{log}");
     for id in ids {
-        remove(&c, id);
+        c.remove(id);
     }
     assert!(c.leftovers().is_empty(), "{:?}", c.leftovers());
 }

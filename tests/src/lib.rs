@@ -208,32 +208,12 @@ impl Containerd {
         for (i, (name, cmd)) in images.iter().enumerate() {
             let tar = c.dir.path().join(format!("image{i}.tar"));
             build_busybox_image(&tar, name, cmd).expect("build busybox image");
-            let o = c.ctr(&[
-                "images",
-                "import",
-                "--snapshotter",
-                "native",
-                tar.to_str().expect("utf-8 path"),
-            ]);
-            assert!(
-                o.status.success(),
-                "import: {}",
-                String::from_utf8_lossy(&o.stderr)
-            );
+            c.import_tar(&tar, name);
         }
         Some(c)
     }
 
-    /// Builds an image of busybox plus `items` named `name` and imports it.
-    ///
-    /// # Panics
-    /// The image cannot be built or imported.
-    pub fn import_image(&self, name: &str, items: &[Item]) {
-        let tar = self.dir.path().join(format!(
-            "image-{}.tar",
-            name.replace(|ch: char| !ch.is_ascii_alphanumeric(), "_")
-        ));
-        build_image(&tar, name, &["sh"], items).expect("build image");
+    fn import_tar(&self, tar: &Path, name: &str) {
         let o = self.ctr(&[
             "images",
             "import",
@@ -246,6 +226,32 @@ impl Containerd {
             "import {name}: {}",
             String::from_utf8_lossy(&o.stderr)
         );
+    }
+
+    /// Builds an image of busybox plus `items` named `name` and imports it.
+    ///
+    /// # Panics
+    /// The image cannot be built or imported.
+    pub fn import_image(&self, name: &str, items: &[Item]) {
+        let tar = self.dir.path().join(format!(
+            "image-{}.tar",
+            name.replace(|ch: char| !ch.is_ascii_alphanumeric(), "_")
+        ));
+        build_image(&tar, name, &["sh"], items).expect("build image");
+        self.import_tar(&tar, name);
+    }
+
+    /// Kills a task (thawing it if paused: frozen processes die once thawed), waits until it is
+    /// stopped, deletes it and its container.
+    ///
+    /// # Panics
+    /// It does not stop within 20 s, or ctr refuses the deletes.
+    pub fn remove(&self, id: &str) {
+        let _ = self.ctr(&["task", "kill", "-s", "SIGKILL", id]);
+        let _ = self.ctr(&["task", "resume", id]);
+        assert!(self.wait_status(id, "STOPPED"), "{id} stopped");
+        assert!(self.ctr(&["task", "delete", id]).status.success());
+        assert!(self.ctr(&["containers", "rm", id]).status.success());
     }
 
     /// Where this containerd's shims look for `mqfqd`.

@@ -68,6 +68,14 @@ async fn uvm(dir: &Path, id: &str, cmd: Command, timeout: Duration) -> Answer {
         })
 }
 
+fn transition(pause: bool) -> Transition {
+    if pause {
+        Transition::Pause
+    } else {
+        Transition::Resume
+    }
+}
+
 fn nanos(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
@@ -79,11 +87,7 @@ impl TaskService {
         let (runtime, work, ctl, lock, unpooled) = {
             let st = self.state.lock().await;
             let c = st.containers.get(id).ok_or_else(|| nf(id))?;
-            c.init.status.apply(if pause {
-                Transition::Pause
-            } else {
-                Transition::Resume
-            })?;
+            c.init.status.apply(transition(pause))?;
             let work = match &c.gpu {
                 Classification::Gpu(w) => Some(w.clone()),
                 Classification::NotGpu => None,
@@ -103,11 +107,7 @@ impl TaskService {
         {
             let st = self.state.lock().await;
             let c = st.containers.get(id).ok_or_else(|| nf(id))?;
-            c.init.status.apply(if pause {
-                Transition::Pause
-            } else {
-                Transition::Resume
-            })?;
+            c.init.status.apply(transition(pause))?;
         }
         let pooled = ctl.is_some() && !unpooled;
         if pause {
