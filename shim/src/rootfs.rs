@@ -1,6 +1,6 @@
 //! Paths inside a container's root filesystem, resolved inside it.
 //!
-//! Why: an image is hostile input. `rootfs.join("usr/lib/x86_64-linux-gnu")` follows any symlink
+//! Why: an image is hostile input. A path joined onto the rootfs by hand follows any symlink
 //! the image planted, so an image whose `/usr/lib/x86_64-linux-gnu` points at a host directory
 //! would have the shim (root) create links or write files on the host — the class of runc's
 //! CVE-2024-21626 and the NVIDIA toolkit's CVE-2024-0132. Every file, directory and symlink the
