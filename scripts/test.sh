@@ -27,6 +27,16 @@ fi
 echo "== cargo test"
 # The containerd integration tests skip themselves where they cannot run; here they must run.
 MQFQ_REQUIRE_CONTAINERD=1 cargo test --workspace --locked
+echo "== containerd integration tests on the other release lines (1.7, 2.1; the above ran on the system's)"
+for line in 1.7 2.1; do
+    if ! dir=$(scripts/fetch-containerd.sh "$line"); then
+        echo "ERROR: containerd $line could not be fetched from Debian's archive" >&2
+        exit 1
+    fi
+    echo "-- containerd $line"
+    MQFQ_CONTAINERD_DIR="$dir" MQFQ_REQUIRE_CONTAINERD=1 cargo test --locked -p mqfq-shim \
+        --test ctr --test cri --test daemon --test nvidia --test pool --test security
+done
 echo "== fuzz: every target, 10 s each"
 scripts/fuzz.sh 10
 echo "== benchmarks compile (scheduler-core holds the criterion benches)"

@@ -301,7 +301,7 @@ fn terminals_through_a_real_pty() {
 #[test]
 fn oom_kills_publish_task_oom() {
     let Some(c) = containerd("oom") else { return };
-    let mut events = std::process::Command::new("ctr")
+    let mut events = mqfq_testkit::ctr_command()
         .arg("-a")
         .arg(c.socket())
         .args(["-n", &c.ns, "events"])
@@ -369,4 +369,22 @@ fn version_flag() {
     assert!(o.status.success());
     let s = out(&o);
     assert!(s.contains("mqfq-shim") && s.contains("revision"), "{s}");
+}
+
+/// The containerd these tests run on is the one selected (`MQFQ_CONTAINERD_DIR`, else the
+/// system's): its server reports the version the test kit read from the binary.
+#[test]
+fn the_containerd_under_test_is_the_selected_one() {
+    let Some(c) = containerd("version") else {
+        return;
+    };
+    let o = c.ctr(&["version"]);
+    let text = String::from_utf8_lossy(&o.stdout).into_owned();
+    let server = text.split("Server:").nth(1).unwrap_or_default();
+    let (major, minor) = c.version;
+    assert!(
+        server.contains(&format!("Version:  {major}.{minor}.")),
+        "{text} (expected {major}.{minor})"
+    );
+    eprintln!("containerd {major}.{minor} under test");
 }

@@ -132,7 +132,7 @@ fn gpu_run(
         ])
         .map(str::to_owned)
         .collect();
-    std::thread::spawn(move || Command::new("ctr").args(&args).output().unwrap())
+    std::thread::spawn(move || mqfq_testkit::ctr_command().args(&args).output().unwrap())
 }
 
 /// Each container marks itself running, waits for the test's go (so nothing finishes before
@@ -592,7 +592,7 @@ fn pause_gives_the_slot_back_and_resume_waits_for_it() {
     let sock = c.socket();
     let ns = c.ns.clone();
     let resume = std::thread::spawn(move || {
-        Command::new("ctr")
+        mqfq_testkit::ctr_command()
             .arg("-a")
             .arg(&sock)
             .args(["-n", &ns, "task", "resume", "frozen"])

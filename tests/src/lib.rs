@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use sha2::{Digest, Sha256};
 
+mod config;
 mod mqfqd;
 pub use mqfqd::{Mqfqd, pool_tiers};
 
@@ -37,6 +38,53 @@ pub struct Containerd {
     child: Option<Child>,
     /// The namespace tests use.
     pub ns: String,
+    /// containerd's (major, minor) version.
+    pub version: (u32, u32),
+}
+
+/// `PATH` with the containerd under test first: `MQFQ_CONTAINERD_DIR` (a directory holding
+/// `containerd`, `ctr` and `containerd-shim-runc-v2` of one release, as
+/// `scripts/fetch-containerd.sh` extracts them), else the system's.
+#[must_use]
+pub fn tool_path() -> String {
+    let path = std::env::var("PATH").unwrap_or_default();
+    match std::env::var("MQFQ_CONTAINERD_DIR") {
+        Ok(d) if !d.is_empty() => format!("{d}:{path}"),
+        _ => path,
+    }
+}
+
+/// `ctr` of the containerd under test, for tests that run it themselves.
+#[must_use]
+pub fn ctr_command() -> Command {
+    let mut c = Command::new("ctr");
+    c.env("PATH", tool_path());
+    c
+}
+
+/// The (major, minor) version of the containerd under test.
+///
+/// # Panics
+/// `containerd --version` cannot be run or read.
+#[must_use]
+pub fn containerd_version() -> (u32, u32) {
+    let o = Command::new("containerd")
+        .arg("--version")
+        .env("PATH", tool_path())
+        .output()
+        .expect("containerd --version");
+    let text = String::from_utf8_lossy(&o.stdout).into_owned();
+    // "containerd github.com/containerd/containerd[/v2] 1.7.24~ds1 …"
+    let v = text
+        .split_whitespace()
+        .find(|w| w.chars().next().is_some_and(|c| c.is_ascii_digit()) && w.contains('.'))
+        .unwrap_or_else(|| panic!("no version in {text:?}"));
+    let mut parts = v
+        .split(|c: char| !c.is_ascii_digit())
+        .filter(|p| !p.is_empty());
+    let major = parts.next().and_then(|p| p.parse().ok()).unwrap_or(1);
+    let minor = parts.next().and_then(|p| p.parse().ok()).unwrap_or(0);
+    (major, minor)
 }
 
 fn is_root() -> bool {
@@ -48,6 +96,7 @@ fn is_root() -> bool {
 
 fn have(bin: &str) -> bool {
     Command::new("sh")
+        .env("PATH", tool_path())
         .args(["-c", &format!("command -v {bin}")])
         .output()
         .is_ok_and(|o| o.status.success())
@@ -120,50 +169,11 @@ impl Containerd {
             .tempdir_in("/tmp")
             .expect("temp dir");
         let d = dir.path();
-        let mut config = format!(
-            "version = 2\nroot = \"{root}\"\nstate = \"{state}\"\n{disabled}\n\
-             [grpc]\n  address = \"{sock}\"\n[ttrpc]\n  address = \"{sock}.ttrpc\"\n\
-             [debug]\n  level = \"debug\"\n",
-            root = d.join("root").display(),
-            state = d.join("state").display(),
-            sock = d.join("containerd.sock").display(),
-            disabled = if cri {
-                ""
-            } else {
-                "disabled_plugins = [\"io.containerd.grpc.v1.cri\"]"
-            },
-        );
-        if cri {
-            let cri_cfg = format!(
-                r#"[plugins."io.containerd.grpc.v1.cri"]
-  sandbox_image = "{PAUSE}"
-  restrict_oom_score_adj = true
-  disable_tcp_service = true
-  stream_server_address = "127.0.0.1"
-  stream_server_port = "0"
-  [plugins."io.containerd.grpc.v1.cri".cni]
-    bin_dir = "{dir}/cni/bin"
-    conf_dir = "{dir}/cni/net.d"
-  [plugins."io.containerd.grpc.v1.cri".containerd]
-    snapshotter = "native"
-    default_runtime_name = "runc"
-    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
-      runtime_type = "io.containerd.runc.v2"
-    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.mqfq]
-      runtime_type = "{MQFQ}"
-      pod_annotations = ["io.mqfq.*"]
-"#,
-                dir = d.display()
-            );
-            config.push_str(&cri_cfg);
-        }
+        let version = containerd_version();
+        let config = config::containerd_config(d, cri, version.0);
         std::fs::write(d.join("config.toml"), config).expect("write config");
         let log = std::fs::File::create(d.join("containerd.log")).expect("log");
-        let path = format!(
-            "{}:{}",
-            shim_dir.display(),
-            std::env::var("PATH").unwrap_or_default()
-        );
+        let path = format!("{}:{}", shim_dir.display(), tool_path());
         let child = Command::new("containerd")
             .arg("--config")
             .arg(d.join("config.toml"))
@@ -184,6 +194,7 @@ impl Containerd {
             dir,
             child: Some(child),
             ns: ns.to_owned(),
+            version,
         };
         let deadline = Instant::now() + Duration::from_secs(30);
         while !c.ctr(&["version"]).status.success() {
@@ -282,6 +293,7 @@ impl Containerd {
     #[must_use]
     pub fn ctr(&self, args: &[&str]) -> Output {
         Command::new("timeout")
+            .env("PATH", tool_path())
             .arg("60")
             .arg("ctr")
             .arg("-a")

@@ -111,7 +111,7 @@ fn main() -> ExitCode {
                 std::thread::spawn(move || {
                     std::thread::sleep(delay);
                     let t = Instant::now();
-                    let ok = Command::new("ctr")
+                    let ok = mqfq_testkit::ctr_command()
                         .args(&args)
                         .output()
                         .is_ok_and(|o| o.status.success());

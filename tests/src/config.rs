@@ -1,0 +1,92 @@
+//! containerd's configuration for a throwaway instance, per release line: config version 2 for
+//! 1.6 and 1.7, version 3 for 2.x (where the CRI plugin is split into `io.containerd.cri.v1.images`
+//! and `io.containerd.cri.v1.runtime`, and `ctr images import` goes through the transfer
+//! service, which must be told to unpack with the native snapshotter).
+
+use std::path::Path;
+
+use crate::{MQFQ, PAUSE};
+
+/// The config file's text for an instance under `dir`, with the CRI plugin on or off, for
+/// containerd major version `major`.
+#[must_use]
+pub fn containerd_config(dir: &Path, cri: bool, major: u32) -> String {
+    let d = dir.display();
+    let common = format!(
+        "root = \"{d}/root\"\nstate = \"{d}/state\"\n\
+         [grpc]\n  address = \"{d}/containerd.sock\"\n[ttrpc]\n  address = \"{d}/containerd.sock.ttrpc\"\n\
+         [debug]\n  level = \"debug\"\n"
+    );
+    if major >= 2 {
+        v3(&common, &d.to_string(), cri)
+    } else {
+        v2(&common, &d.to_string(), cri)
+    }
+}
+
+fn v2(common: &str, d: &str, cri: bool) -> String {
+    if !cri {
+        return format!(
+            "version = 2\ndisabled_plugins = [\"io.containerd.grpc.v1.cri\"]\n{common}"
+        );
+    }
+    format!(
+        r#"version = 2
+{common}[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "{PAUSE}"
+  restrict_oom_score_adj = true
+  disable_tcp_service = true
+  stream_server_address = "127.0.0.1"
+  stream_server_port = "0"
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "{d}/cni/bin"
+    conf_dir = "{d}/cni/net.d"
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "native"
+    default_runtime_name = "runc"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.mqfq]
+      runtime_type = "{MQFQ}"
+      pod_annotations = ["io.mqfq.*"]
+"#
+    )
+}
+
+fn v3(common: &str, d: &str, cri: bool) -> String {
+    let transfer = "[plugins.'io.containerd.transfer.v1.local']\n\
+                    \x20 [[plugins.'io.containerd.transfer.v1.local'.unpack_config]]\n\
+                    \x20   platform = \"linux/amd64\"\n\
+                    \x20   snapshotter = \"native\"\n";
+    if !cri {
+        return format!(
+            "version = 3\ndisabled_plugins = [\"io.containerd.grpc.v1.cri\", \
+             \"io.containerd.cri.v1.runtime\", \"io.containerd.cri.v1.images\", \
+             \"io.containerd.podsandbox.controller.v1.podsandbox\"]\n{common}{transfer}"
+        );
+    }
+    format!(
+        r#"version = 3
+{common}{transfer}[plugins.'io.containerd.cri.v1.images']
+  snapshotter = "native"
+  [plugins.'io.containerd.cri.v1.images'.pinned_images]
+    sandbox = "{PAUSE}"
+[plugins.'io.containerd.cri.v1.runtime']
+  restrict_oom_score_adj = true
+  [plugins.'io.containerd.cri.v1.runtime'.cni]
+    bin_dirs = ["{d}/cni/bin"]
+    conf_dir = "{d}/cni/net.d"
+  [plugins.'io.containerd.cri.v1.runtime'.containerd]
+    default_runtime_name = "runc"
+    [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+    [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.mqfq]
+      runtime_type = "{MQFQ}"
+      pod_annotations = ["io.mqfq.*"]
+[plugins.'io.containerd.grpc.v1.cri']
+  disable_tcp_service = true
+  stream_server_address = "127.0.0.1"
+  stream_server_port = "0"
+"#
+    )
+}
