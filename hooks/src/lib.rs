@@ -26,6 +26,7 @@ macro_rules! log {
     };
 }
 
+mod burst;
 mod control;
 mod native;
 mod real;
@@ -412,8 +413,9 @@ pub unsafe extern "C" fn cuMemFree_v2(ptr: CuDevicePtr) -> CuResult {
     })
 }
 
-/// A driver call that must not run while this process's memory is evicted: it waits for the
-/// prefetch, then forwards to the real function.
+/// A driver call that is GPU work: it is part of a burst (admitted by the shim, see `burst`),
+/// must not run while this process's memory is evicted (it waits for the prefetch), then
+/// forwards to the real function.
 macro_rules! gated {
     ($(#[$doc:meta])* $name:ident as $which:ident: $ty:ty, $label:literal, ($($arg:ident: $t:ty),* $(,)?)) => {
         $(#[$doc])*
@@ -423,12 +425,15 @@ macro_rules! gated {
         #[cfg_attr(not(feature = "fuzzing"), unsafe(no_mangle))]
         pub unsafe extern "C" fn $name($($arg: $t),*) -> CuResult {
             guard(CUDA_ERROR_UNKNOWN, || {
+                burst::enter($label);
                 state::wait_resident($label);
                 let Some(real) = real::get::<$ty>(Fn::$which) else {
                     return real::NOT_FOUND;
                 };
                 // SAFETY: forwarding the caller's arguments to the real function.
-                unsafe { real($($arg),*) }
+                let r = unsafe { real($($arg),*) };
+                burst::leave();
+                r
             })
         }
     };

@@ -87,10 +87,11 @@ fn memory() -> MutexGuard<'static, Memory> {
         .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-/// The interposer's two locks, held together.
+/// The interposer's locks, held together.
 type BothLocks = (
     MutexGuard<'static, Memory>,
     MutexGuard<'static, BTreeMap<(Apart, u64), u64>>,
+    crate::burst::Guard,
 );
 
 thread_local! {
@@ -100,9 +101,10 @@ thread_local! {
 }
 
 extern "C" fn fork_prepare() {
-    // Taken in the same order as everywhere else (memory, then apart), so a fork never copies a
-    // lock another thread held mid-update into the child.
-    let held = (memory(), apart());
+    // Taken in the same order as everywhere else (memory, then apart; the burst lock is never
+    // held with either), so a fork never copies a lock another thread held mid-update into
+    // the child.
+    let held = (memory(), apart(), crate::burst::lock_for_fork());
     FORK_HELD.with(|h| *h.borrow_mut() = Some(held));
 }
 
@@ -115,9 +117,10 @@ extern "C" fn fork_child() {
     // CUDA state does not survive fork, so the child starts with an empty table and sets itself
     // up (its own control socket) on its first CUDA call.
     FORK_HELD.with(|h| {
-        if let Some((mut m, mut a)) = h.borrow_mut().take() {
+        if let Some((mut m, mut a, mut b)) = h.borrow_mut().take() {
             *m = Memory::default();
             a.clear();
+            crate::burst::reset_in_child(&mut b);
         }
     });
     NATIVE.store(0, Ordering::Release);
@@ -126,7 +129,7 @@ extern "C" fn fork_child() {
 }
 
 /// Registers the fork handlers, once per process.
-fn at_fork() {
+pub(crate) fn at_fork() {
     static DONE: std::sync::Once = std::sync::Once::new();
     DONE.call_once(|| {
         // SAFETY: three `extern "C" fn()` with static lifetime; pthread_atfork only stores them.

@@ -104,18 +104,19 @@ pub fn render(s: &api::StatusResponse) -> String {
     if !s.leases.is_empty() {
         let _ = writeln!(
             o,
-            "\n{:>6} {:<36} {:<24} {:>3} {:>8} {:>8}",
-            "LEASE", "CONTAINER", "FUNCTION", "GPU", "SHIM", "HELD s"
+            "\n{:>6} {:<36} {:<24} {:<6} {:>3} {:>8} {:>8}",
+            "LEASE", "CONTAINER", "FUNCTION", "KIND", "GPU", "SHIM", "HELD s"
         );
         for l in &s.leases {
             #[allow(clippy::cast_precision_loss)]
             let held = l.held_ns as f64 / 1e9;
             let _ = writeln!(
                 o,
-                "{:>6} {:<36} {:<24} {:>3} {:>8} {:>8.2}",
+                "{:>6} {:<36} {:<24} {:<6} {:>3} {:>8} {:>8.2}",
                 l.lease_id,
                 format!("{}/{}", l.namespace, l.container_id),
                 l.function,
+                l.kind,
                 l.gpu,
                 l.shim_pid,
                 held
@@ -195,6 +196,7 @@ pub fn to_json(s: &api::StatusResponse) -> serde_json::Value {
         "leases": s.leases.iter().map(|l| json!({
             "lease_id": l.lease_id, "namespace": l.namespace, "container_id": l.container_id,
             "function": l.function, "gpu": l.gpu, "shim_pid": l.shim_pid, "held_ns": l.held_ns,
+            "kind": l.kind,
         })).collect::<Vec<_>>(),
         "pool": s.pool.iter().map(|e| json!({
             "namespace": e.namespace, "container_id": e.container_id, "function": e.function,

@@ -34,13 +34,15 @@ use crate::daemon::config::DEFAULT_SOCKET;
 use crate::error::{Error, Result};
 use crate::gpu::{GpuSelection, GpuWork};
 
-/// Start or Resume.
+/// What an admission is for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
     /// Task Start.
     Start,
     /// Task Resume.
     Resume,
+    /// A burst of GPU work in a running container (its CUDA interposer asked).
+    Burst,
 }
 
 /// Where GPU starts wait.
@@ -65,6 +67,12 @@ pub trait Gate: Send + Sync + std::fmt::Debug {
     /// Ends the container's lease, if it holds one; `managed_bytes` is what its CUDA processes
     /// hold (pooled containers, read before a pause; 0 = unknown).
     async fn release(&self, ns: &str, id: &str, reason: &str, managed_bytes: u64);
+    /// Ends a burst's lease (reason `idle`: the container lives on) with the GPU-busy time
+    /// the burst measured, rather than the time the lease was held.
+    async fn end_burst(&self, ns: &str, id: &str, service: Duration, managed_bytes: u64) {
+        let _ = service;
+        self.release(ns, id, "idle", managed_bytes).await;
+    }
     /// Waits up to `wait` for the daemon's pool orders for this shim; empty on timeout or when
     /// the daemon is unreachable (after a short pause, so a caller's loop does not spin).
     async fn pool_orders(&self, wait: Duration) -> Vec<api::PoolOrder>;
@@ -132,6 +140,9 @@ struct Held {
     lease: u64,
     since: Instant,
     pooled: bool,
+    kind: Kind,
+    /// The service to report instead of the time held (a burst's GPU-busy time).
+    service: Option<Duration>,
 }
 
 /// A pooled container that is paused: no lease, memory Hot or evicted.
@@ -325,6 +336,7 @@ impl DaemonGate {
                 lease_id: h.lease,
                 running_ns: u64::try_from(h.since.elapsed().as_nanos()).unwrap_or(u64::MAX),
                 pooled: h.pooled,
+                burst: h.kind == Kind::Burst,
                 ..entry(&h.ns, &h.id, &h.work)
             })
             .collect();
@@ -430,10 +442,19 @@ impl DaemonGate {
         }
     }
 
-    /// The fail mode: open (start without a lease, counted and reported) or closed.
-    fn fail(&self, ns: &str, id: &str, work: &GpuWork, pooled: bool, why: &str) -> Result<u64> {
+    /// The fail mode: open (start without a lease, counted and reported) or closed; `open`
+    /// overrides closed (a start past its deadline).
+    fn fail(
+        &self,
+        ns: &str,
+        id: &str,
+        work: &GpuWork,
+        pooled: bool,
+        why: &str,
+        open: bool,
+    ) -> Result<u64> {
         let socket = self.cfg.socket.display();
-        if !self.cfg.fail_open {
+        if !self.cfg.fail_open && !open {
             self.admitting().remove(&key(ns, id));
             return Err(Error::Unavailable(format!(
                 "GPU admission for {id}: mqfqd at {socket}: {why}, and MQFQ_FAIL=closed"
@@ -472,6 +493,7 @@ impl DaemonGate {
             kind: match kind {
                 Kind::Start => api::Kind::START,
                 Kind::Resume => api::Kind::RESUME,
+                Kind::Burst => api::Kind::BURST,
             }
             .into(),
             shim_pid: std::process::id(),
@@ -525,7 +547,7 @@ impl Gate for Arc<DaemonGate> {
             Some(Ok(lease)) => Ok(lease),
             Some(Err(AdmitFailure::Refused(e))) => Err(e),
             Some(Err(AdmitFailure::Lost(why))) => {
-                self.fail(ns, id, work, pooled, &format!("unreachable ({why})"))
+                self.fail(ns, id, work, pooled, &format!("unreachable ({why})"), false)
             }
             None => {
                 // Withdrawn at the daemon; a grant that raced the deadline is a lease nobody
@@ -533,8 +555,10 @@ impl Gate for Arc<DaemonGate> {
                 self.cancel(ns, id).await;
                 let limit = self.cfg.admit_timeout.unwrap_or_default();
                 let why = format!("no GPU slot within {}s", limit.as_secs());
-                if self.cfg.fail_open {
-                    self.fail(ns, id, work, pooled, &why)
+                // A start past its deadline starts whatever the fail mode: the queue never
+                // makes a pod fail to start (the kubelet would retry it into a crash loop).
+                if self.cfg.fail_open || kind == Kind::Start {
+                    self.fail(ns, id, work, pooled, &why, true)
                 } else {
                     self.admitting().remove(&k);
                     return Err(Error::DeadlineExceeded(format!(
@@ -554,6 +578,8 @@ impl Gate for Arc<DaemonGate> {
                     lease,
                     since: Instant::now(),
                     pooled,
+                    kind,
+                    service: None,
                 },
             );
             self.start_heartbeat();
@@ -592,13 +618,20 @@ impl Gate for Arc<DaemonGate> {
         }
     }
 
+    async fn end_burst(&self, ns: &str, id: &str, service: Duration, managed_bytes: u64) {
+        if let Some(h) = self.held().get_mut(&key(ns, id)) {
+            h.service = Some(service);
+        }
+        self.release(ns, id, "idle", managed_bytes).await;
+    }
+
     async fn release(&self, ns: &str, id: &str, reason: &str, managed_bytes: u64) {
         let _sync = self.sync.lock().await;
         let removed = self.held().remove(&key(ns, id));
         let Some(h) = removed else {
             return;
         };
-        if h.pooled && reason == "pause" {
+        if h.pooled && crate::daemon::core::stays_idle(reason) {
             self.idle().insert(
                 key(ns, id),
                 Idle {
@@ -613,9 +646,10 @@ impl Gate for Arc<DaemonGate> {
         if h.lease == 0 {
             return;
         }
+        let service = h.service.unwrap_or_else(|| h.since.elapsed());
         let req = api::ReleaseRequest {
             lease_id: h.lease,
-            service_ns: u64::try_from(h.since.elapsed().as_nanos()).unwrap_or(u64::MAX),
+            service_ns: u64::try_from(service.as_nanos()).unwrap_or(u64::MAX).max(1),
             reason: reason.to_owned(),
             managed_bytes,
             ..Default::default()

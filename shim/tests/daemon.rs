@@ -640,8 +640,9 @@ fn pause_gives_the_slot_back_and_resume_waits_for_it() {
 }
 
 /// A slot that is never given back (a leaked lease, a stuck container) does not hang later
-/// starts: past `MQFQ_ADMIT_TIMEOUT_MS` the waiting admission is withdrawn and the fail mode
-/// applies — open: the start goes through and is counted; closed: a clear error.
+/// starts of GPU containers without the interposer: past `MQFQ_ADMIT_TIMEOUT_MS` the waiting
+/// admission is withdrawn and the container starts anyway, logged and counted, whatever the
+/// fail mode — the queue never makes a pod fail to start.
 #[test]
 fn a_start_never_waits_past_its_admission_deadline() {
     for fail in ["open", "closed"] {
@@ -670,19 +671,11 @@ fn a_start_never_waits_past_its_admission_deadline() {
             "{fail}: {:?}",
             started.elapsed()
         );
-        if fail == "open" {
-            assert!(o.status.success(), "{}", text(&o));
-            assert!(c.log().contains("no GPU slot within 1s"), "{}", c.log());
-            d.wait_for("the fail-open start reported", |s| {
-                s["fail_open_starts"] == 1
-            });
-        } else {
-            assert!(!o.status.success());
-            let msg = text(&o);
-            assert!(msg.contains("MQFQ_ADMIT_TIMEOUT_MS"), "{msg}");
-            let _ = c.ctr(&["task", "delete", "-f", "late"]);
-            let _ = c.ctr(&["containers", "rm", "late"]);
-        }
+        assert!(o.status.success(), "{fail}: {}", text(&o));
+        assert!(c.log().contains("no GPU slot within 1s"), "{}", c.log());
+        d.wait_for("the start past its deadline reported", |s| {
+            s["fail_open_starts"] == 1
+        });
         // The withdrawn admission left nothing waiting.
         d.wait_for("nothing waiting", |s| waiting(s) == 0 && leases(s) == 1);
         assert!(

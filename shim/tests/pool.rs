@@ -112,12 +112,14 @@ fn no_launch_while_evicted(log: &[String]) {
 
 /// A containerd whose shims find the interposer, the doubles built, and an mqfqd whose pool
 /// evicts after 1 s of idleness (a function's flow turns inactive 0.3 s after its last use);
-/// also the daemon's metrics port.
+/// also the daemon's metrics port. The shims gate Start and Resume (`MQFQ_BURST=off`, the
+/// OpenWhisk-with-pauses setup); `shim/tests/bursts.rs` has the pool under burst admission.
 fn setup(name: &str) -> Option<(Containerd, Mqfqd, PathBuf, u16)> {
     let shim = Path::new(env!("CARGO_BIN_EXE_containerd-shim-mqfq-v2"));
-    let c = Containerd::start(
+    let c = Containerd::start_with_env(
         &format!("it-{}-{name}", std::process::id()),
         shim.parent().unwrap(),
+        &[("MQFQ_BURST", "off")],
     )?;
     let cuda = c.install_cuda(&interposer()).unwrap();
     let port = free_port();

@@ -380,12 +380,13 @@ fn hostile(c: &Containerd, bin: &Path, id: &str, args: &[&str]) {
 /// Container processes that plant symlinks, stall, flood and lie on the control socket: Pause
 /// answers within its deadline, the memory move is given up, the container stays paused and is
 /// never thawed for the pool again, nothing reaches the host socket, claims stay believable.
+/// (Start / Resume gating, so each container holds a lease from its start.)
 #[test]
 fn hostile_control_sockets_cannot_hold_or_steer_the_runtime() {
     let Some(c) = Containerd::start_with_env(
         &format!("it-{}-ctl", std::process::id()),
         shim_dir(),
-        &[("MQFQ_POOL_MOVE_TIMEOUT_MS", "1500")],
+        &[("MQFQ_POOL_MOVE_TIMEOUT_MS", "1500"), ("MQFQ_BURST", "off")],
     ) else {
         return;
     };

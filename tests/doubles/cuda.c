@@ -5,6 +5,11 @@
  *   FAKE_CUDA_GPUS  number of devices (default 1)
  *   FAKE_CUDA_LOG   file that each call appends a line to
  *   FAKE_CUDA_FAIL  if set, cuInit fails with CUDA_ERROR_NO_DEVICE (100)
+ *   FAKE_CUDA_KERNEL_MS  if set, every launch is asynchronous work of that many milliseconds on
+ *                   one in-order timeline (as a GPU stream runs it): the launch returns at once,
+ *                   the log gets "kernel <begin_us> <end_us>" (CLOCK_MONOTONIC, microseconds, the
+ *                   same clock in every container), cuCtxSynchronize waits for the timeline to
+ *                   drain and cuStreamQuery says 600 (not ready) until then
  *
  * It runs one kernel for real, on the host: `inc` from any module (p[i] += 1), so programs can
  * check their results. Copies are memcpy (device memory is host memory here).
@@ -15,6 +20,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <pthread.h>
+#include <time.h>
+#include <unistd.h>
 
 typedef int CUresult;
 typedef int CUdevice;
@@ -87,7 +95,43 @@ CUresult cuDevicePrimaryCtxRelease_v2(CUdevice d) {
 
 CUresult cuCtxSetCurrent(CUcontext c) { current = c; return 0; }
 CUresult cuCtxGetCurrent(CUcontext *c) { *c = current; return 0; }
-CUresult cuCtxSynchronize(void) { note("sync", 0, 0); return 0; }
+/* The timeline of FAKE_CUDA_KERNEL_MS work: when the last queued kernel ends. */
+static pthread_mutex_t timeline = PTHREAD_MUTEX_INITIALIZER;
+static long long busy_until_us = 0;
+static long long now_us(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (long long)t.tv_sec * 1000000 + t.tv_nsec / 1000;
+}
+static int kernel_ms(void) {
+    const char *v = getenv("FAKE_CUDA_KERNEL_MS");
+    return v ? atoi(v) : 0;
+}
+/* Queues one kernel on the timeline and logs its interval. */
+static void enqueue_kernel(void) {
+    int ms = kernel_ms();
+    if (ms <= 0) return;
+    pthread_mutex_lock(&timeline);
+    long long now = now_us();
+    long long begin = busy_until_us > now ? busy_until_us : now;
+    busy_until_us = begin + (long long)ms * 1000;
+    long long end = busy_until_us;
+    pthread_mutex_unlock(&timeline);
+    note("kernel %ld %ld", (long)begin, (long)end);
+}
+static long long pending_us(void) {
+    pthread_mutex_lock(&timeline);
+    long long left = busy_until_us - now_us();
+    pthread_mutex_unlock(&timeline);
+    return left;
+}
+CUresult cuCtxSynchronize(void) {
+    long long left = pending_us();
+    if (left > 0) usleep((useconds_t)left);
+    note("sync", 0, 0);
+    return 0;
+}
+CUresult cuStreamQuery(CUstream s) { (void)s; return pending_us() > 0 ? 600 : 0; }
 
 static CUresult record(CUdeviceptr *p, size_t size, int kind) {
     if (!initialized) return 3;
@@ -180,6 +224,7 @@ CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, uns
     (void)gx; (void)gy; (void)gz; (void)bx; (void)by; (void)bz; (void)shm; (void)s;
     (void)extra;
     note("launch", 0, 0);
+    enqueue_kernel();
     if (f == (CUfunction)&inc_kernel && params) {
         /* The one kernel this double runs: inc(p, n), p[i] += 1. */
         unsigned *p = *(unsigned **)params[0];
@@ -257,6 +302,7 @@ static const struct { const char *name; void *fn; } table[] = {
     {"cuCtxSetCurrent", (void *)cuCtxSetCurrent},
     {"cuCtxGetCurrent", (void *)cuCtxGetCurrent},
     {"cuCtxSynchronize", (void *)cuCtxSynchronize},
+    {"cuStreamQuery", (void *)cuStreamQuery},
     {"cuMemAlloc", (void *)cuMemAlloc_v2},
     {"cuMemAllocManaged", (void *)cuMemAllocManaged},
     {"cuMemAllocPitch", (void *)cuMemAllocPitch_v2},

@@ -15,7 +15,9 @@
  *   quit
  * With the argument `loop` it takes no commands: after the allocations it launches a kernel
  * every 20 ms forever (a function's container between and during invocations; the driver
- * double's log shows each launch).
+ * double's log shows each launch). With `serve <kernels> <gap_ms> [<requests>]` it is a
+ * long-running GPU server: each request launches <kernels> kernels and waits for them
+ * (cuCtxSynchronize), then it idles <gap_ms>; forever, or <requests> times then it exits.
  */
 #include <dlfcn.h>
 #include <pthread.h>
@@ -45,6 +47,7 @@ typedef struct { size_t w, h; unsigned format, channels; } ArrayDesc;
 CUresult cuArrayCreate_v2(void **, const ArrayDesc *);
 CUresult cuArrayDestroy(void *);
 CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr, const void *, size_t, void *);
+CUresult cuCtxSynchronize(void);
 static void *launcher(void *rc) {
     *(int *)rc = cuLaunchKernel(NULL, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL);
     return NULL;
@@ -93,6 +96,19 @@ int main(int argc, char **argv) {
             cuLaunchKernel(NULL, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL);
             usleep(20000);
         }
+    }
+
+    if (argc > 3 && strcmp(argv[1], "serve") == 0) {
+        int kernels = atoi(argv[2]), gap_ms = atoi(argv[3]);
+        long requests = argc > 4 ? atol(argv[4]) : -1;
+        for (long i = 0; requests < 0 || i < requests; i++) {
+            for (int k = 0; k < kernels; k++)
+                cuLaunchKernel(NULL, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL);
+            cuCtxSynchronize();
+            printf("request %ld\n", i);
+            if (gap_ms > 0) usleep((useconds_t)gap_ms * 1000);
+        }
+        return 0;
     }
 
     unsigned long long vmm = 0;

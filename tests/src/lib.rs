@@ -327,24 +327,40 @@ impl Containerd {
     /// (busybox is static) and the driver double logging to `<cuda>/<id>.log`.
     #[must_use]
     pub fn run_cuda_client(&self, runtime: &str, id: &str, function: &str, cuda: &Path) -> Output {
+        self.run_cuda(runtime, id, function, cuda, &[], &["loop"])
+    }
+
+    /// [`run_cuda_client`](Self::run_cuda_client) with more `--env` settings and the client's
+    /// arguments (`serve <kernels> <gap_ms>`: a long-running GPU server).
+    #[must_use]
+    pub fn run_cuda(
+        &self,
+        runtime: &str,
+        id: &str,
+        function: &str,
+        cuda: &Path,
+        env: &[&str],
+        args: &[&str],
+    ) -> Output {
         let dir = cuda.display().to_string();
-        self.ctr(&[
-            "run",
-            "-d",
-            "--snapshotter",
-            "native",
-            "--runtime",
-            runtime,
+        let log = format!("FAKE_CUDA_LOG={dir}/{id}.log");
+        let mut envs = vec!["--env", "NVIDIA_VISIBLE_DEVICES=0", "--env", &log];
+        for e in env {
+            envs.extend(["--env", e]);
+        }
+        let client = format!("{dir}/cuda_client");
+        let mut cmd = vec!["run", "-d", "--snapshotter", "native", "--runtime", runtime];
+        cmd.extend(envs);
+        let lib_path = format!("LD_LIBRARY_PATH=/lib/x86_64-linux-gnu:{dir}");
+        let function = format!("io.mqfq.function={function}");
+        let own = format!("type=bind,src={dir},dst={dir},options=rbind:rw");
+        cmd.extend([
             "--env",
-            "NVIDIA_VISIBLE_DEVICES=0",
-            "--env",
-            &format!("FAKE_CUDA_LOG={dir}/{id}.log"),
-            "--env",
-            &format!("LD_LIBRARY_PATH=/lib/x86_64-linux-gnu:{dir}"),
+            &lib_path,
             "--annotation",
-            &format!("io.mqfq.function={function}"),
+            &function,
             "--mount",
-            &format!("type=bind,src={dir},dst={dir},options=rbind:rw"),
+            &own,
             "--mount",
             "type=bind,src=/usr/lib/x86_64-linux-gnu,dst=/lib/x86_64-linux-gnu,options=rbind:ro",
             "--mount",
@@ -352,9 +368,10 @@ impl Containerd {
              dst=/lib64/ld-linux-x86-64.so.2,options=rbind:ro",
             GLIBC_IMAGE,
             id,
-            &format!("{dir}/cuda_client"),
-            "loop",
-        ])
+            &client,
+        ]);
+        cmd.extend(args);
+        self.ctr(&cmd)
     }
 
     /// `ctr run --rm --snapshotter native --runtime <runtime> [extra…] busybox <id> cmd…`.

@@ -67,7 +67,8 @@ pub struct GpuInfo {
     pub mig: Vec<String>,
 }
 
-/// Start of a task or its resume after a pause.
+/// What an admission is for: a task's start, its resume after a pause, or a burst of GPU work
+/// in a running container (seen by its CUDA interposer).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Kind {
@@ -75,6 +76,26 @@ pub enum Kind {
     Start,
     /// Task Resume.
     Resume,
+    /// A burst of GPU work.
+    Burst,
+}
+
+impl Kind {
+    /// The name in metrics and the dispatch record.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Start => "start",
+            Kind::Resume => "resume",
+            Kind::Burst => "burst",
+        }
+    }
+}
+
+/// Whether a lease ended with its container living on, idle: paused, or between bursts.
+#[must_use]
+pub fn stays_idle(reason: &str) -> bool {
+    matches!(reason, "pause" | "idle")
 }
 
 /// An admission request, validated by [`Core::admit`].
@@ -167,6 +188,7 @@ struct Waiting {
     flow: FlowId,
     function: String,
     shim_pid: u32,
+    kind: Kind,
 }
 
 /// A held lease.
@@ -182,6 +204,8 @@ pub struct Lease {
     pub shim_pid: u32,
     /// When it was granted.
     pub since: Time,
+    /// What it was asked for.
+    pub kind: Kind,
     ticket: Ticket,
     long: bool,
     /// The registration epoch it was granted in (see [`Core::register`]).
@@ -525,6 +549,7 @@ impl Core {
                 flow,
                 function: flow_key,
                 shim_pid: info.shim_pid,
+                kind: info.kind,
             },
         );
         Ok(self.pump(slot, now))
@@ -599,9 +624,11 @@ impl Core {
             let running = g.running;
             let dval = g.conc.d();
             let key = d.item;
-            let (function, shim_pid) = self
+            let (function, shim_pid, kind) = self
                 .waiting_remove(&key)
-                .map_or((String::new(), 0), |w| (w.function, w.shim_pid));
+                .map_or((String::new(), 0, Kind::Start), |w| {
+                    (w.function, w.shim_pid, w.kind)
+                });
             let lease = self.next_lease;
             self.next_lease += 1;
             let waited_ns = now.as_nanos().saturating_sub(d.enqueued_at.as_nanos());
@@ -628,6 +655,7 @@ impl Core {
                     gpu,
                     shim_pid,
                     since: now,
+                    kind,
                     ticket: d.ticket,
                     long,
                     epoch: self.epoch,

@@ -36,6 +36,7 @@ pub struct Metrics {
     queue_wait: Family<Labels, Histogram>,
     gpu_time: Family<Labels, Counter<f64, AtomicU64>>,
     admitted: Family<Labels, Counter>,
+    admissions: Family<Labels, Counter>,
     completed: Family<Labels, Counter>,
     d: Family<Labels, Gauge<f64, AtomicU64>>,
     limit: Family<Labels, Gauge>,
@@ -97,6 +98,7 @@ impl Metrics {
             memory_total: Family::default(),
             fail_open: Gauge::default(),
             dead_shim_releases: Counter::default(),
+            admissions: Family::default(),
             pool_hits: Family::default(),
             pool_moves: Family::default(),
             pool_bytes: Family::default(),
@@ -124,6 +126,11 @@ impl Metrics {
             "admitted",
             "Admissions dispatched, per function",
             m.admitted.clone(),
+        );
+        registry.register(
+            "admissions",
+            "Admissions asked for, by kind (start, resume, burst)",
+            m.admissions.clone(),
         );
         registry.register(
             "completed",
@@ -274,9 +281,12 @@ impl Metrics {
     pub fn record(&self, records: &[Record]) {
         for r in records {
             match r {
-                Record::Enqueue { function, .. } => {
+                Record::Enqueue { function, kind, .. } => {
                     self.queue_length
                         .get_or_create(&self::function(function))
+                        .inc();
+                    self.admissions
+                        .get_or_create(&vec![("kind".into(), kind.as_str().into())])
                         .inc();
                 }
                 Record::Withdraw { function, .. } => {

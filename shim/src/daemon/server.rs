@@ -162,7 +162,7 @@ fn running_info(policy: &FairnessSection, r: &api::Running, shim_pid: u32) -> Ad
         tenant_weight: d.tenant_weight,
         weight: d.weight,
         gpus: r.gpus.clone(),
-        kind: Kind::Start,
+        kind: if r.burst { Kind::Burst } else { Kind::Start },
         shim_pid,
     }
 }
@@ -479,6 +479,7 @@ impl Daemon {
                     gpu: l.gpu,
                     shim_pid: l.shim_pid,
                     held_ns: now.as_nanos().saturating_sub(l.since.as_nanos()),
+                    kind: l.kind.as_str().to_owned(),
                     ..Default::default()
                 }
             })
@@ -533,10 +534,11 @@ impl api::Admission for Service {
         let kind = match req.kind.enum_value() {
             Ok(api::Kind::START) => Kind::Start,
             Ok(api::Kind::RESUME) => Kind::Resume,
+            Ok(api::Kind::BURST) => Kind::Burst,
             Err(v) => {
                 return Err(status(
                     ttrpc::Code::INVALID_ARGUMENT,
-                    format!("invalid `kind`: {v} is neither START nor RESUME"),
+                    format!("invalid `kind`: {v} is not START, RESUME or BURST"),
                 ));
             }
         };
@@ -607,8 +609,9 @@ impl api::Admission for Service {
         if let Some(key) = key
             && inner.pooled.contains_key(&key)
         {
-            // After a pause the container lives on, idle; after anything else it is gone.
-            let paused = reason == "pause";
+            // After a pause or a burst the container lives on, idle; after anything else it is
+            // gone.
+            let paused = super::core::stays_idle(reason);
             inner.pool.released(&key, paused, req.managed_bytes, now);
             if !paused {
                 inner.pooled.remove(&key);

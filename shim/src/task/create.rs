@@ -116,6 +116,20 @@ impl TaskService {
                 crate::uvm::cleanup(d);
             }
         };
+        // Burst admission: the socket exists before any of the container's processes do.
+        let burst_listener = match &ctl_dir {
+            Some(d) if crate::uvm::burst_mode() => match super::burst::bind(d) {
+                Ok(l) => Some(l),
+                Err(e) => {
+                    if mounted {
+                        unmount(&rootfs);
+                    }
+                    undo_ctl();
+                    return Err(e);
+                }
+            },
+            _ => None,
+        };
         let io = match ProcessIo::new(&stdio, &id, &self.namespace).await {
             Ok(io) => io,
             Err(e) => {
@@ -168,6 +182,14 @@ impl TaskService {
         if ctl_dir.is_some() {
             self.start_pool_agent();
         }
+        let (burst, burst_task) = match burst_listener {
+            Some(l) => {
+                let book = std::sync::Arc::new(super::burst::Book::default());
+                let task = self.serve_bursts(&id, l, book.clone());
+                (task.is_some().then_some(book), task)
+            }
+            None => (None, None),
+        };
         let mut st = self.state.lock().await;
         st.containers.insert(
             id.clone(),
@@ -184,6 +206,8 @@ impl TaskService {
                 pool_lock: std::sync::Arc::default(),
                 pool_failed: false,
                 managed_bytes: 0,
+                burst,
+                burst_task,
             },
         );
         self.emit(
@@ -312,7 +336,8 @@ async fn finish_gpu(
     let ctl = match (needs, &work.unpooled) {
         (Some(_), None) => {
             let dir = crate::uvm::make_ctl_dir(&crate::uvm::ctl_root(), ns, id)?;
-            if let Err(e) = crate::uvm::add_to_spec(spec, &lib, &dir, id) {
+            if let Err(e) = crate::uvm::add_to_spec(spec, &lib, &dir, id, crate::uvm::burst_mode())
+            {
                 crate::uvm::cleanup(&dir);
                 return Err(e);
             }

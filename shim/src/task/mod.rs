@@ -64,6 +64,11 @@ pub struct Container {
     pub pool_failed: bool,
     /// Managed bytes its CUDA processes held at the last Pause (sizes memory-move deadlines).
     pub managed_bytes: u64,
+    /// Burst admission (its interposer asks for each burst of GPU work): its Start and Resume
+    /// are then not gated.
+    pub burst: Option<Arc<burst::Book>>,
+    /// The task serving its burst socket (aborted at Delete).
+    pub burst_task: Option<tokio::task::AbortHandle>,
 }
 
 impl Container {
@@ -332,7 +337,9 @@ impl TaskService {
                     "container {id} has exited; cannot start exec {exec_id}"
                 )));
             }
+            // A burst-mode container starts at once: its GPU work waits instead.
             let work = match (&c.gpu, exec_id.is_empty()) {
+                _ if c.burst.is_some() => None,
                 (Classification::Gpu(w), true) => {
                     Some((w.clone(), c.ctl_dir.is_some() && !c.pool_failed))
                 }
@@ -624,6 +631,9 @@ impl TaskService {
         if c.mounted_rootfs {
             unmount(&c.bundle.join("rootfs"));
         }
+        if let Some(t) = &c.burst_task {
+            t.abort();
+        }
         if let Some(d) = &c.ctl_dir {
             crate::uvm::cleanup(d);
         }
@@ -748,6 +758,7 @@ pub fn unmount(rootfs: &Path) {
 }
 
 mod adapter;
+pub mod burst;
 mod create;
 mod pool;
 

@@ -58,7 +58,7 @@ impl Default for PoolTimeouts {
 const ORDERS_WAIT: Duration = Duration::from_secs(25);
 
 /// One command to a container's CUDA processes, off the async threads, bounded by `timeout`.
-async fn uvm(dir: &Path, id: &str, cmd: Command, timeout: Duration) -> Answer {
+pub(super) async fn uvm(dir: &Path, id: &str, cmd: Command, timeout: Duration) -> Answer {
     let (dir, id) = (dir.to_owned(), id.to_owned());
     tokio::task::spawn_blocking(move || client::send(&dir, &id, cmd, timeout))
         .await
@@ -84,7 +84,7 @@ impl TaskService {
     /// Pause (freeze; the lease goes back, with the bytes its CUDA processes hold) or Resume
     /// (wait for admission, thaw, restore evicted memory).
     pub(super) async fn pause_resume(&self, id: &str, pause: bool) -> Result<()> {
-        let (runtime, work, ctl, lock, unpooled) = {
+        let (runtime, work, ctl, lock, unpooled, bursts) = {
             let st = self.state.lock().await;
             let c = st.containers.get(id).ok_or_else(|| nf(id))?;
             c.init.status.apply(transition(pause))?;
@@ -98,6 +98,7 @@ impl TaskService {
                 c.ctl_dir.clone(),
                 c.pool_lock.clone(),
                 c.pool_failed,
+                c.burst.is_some(),
             )
         };
         let _moving = lock.lock().await;
@@ -135,6 +136,9 @@ impl TaskService {
                     self.gate.cancel(&self.namespace, id).await;
                 }
             }
+        } else if bursts {
+            // Its next burst is admitted (and its memory restored) when it comes.
+            runtime.resume(id).await?;
         } else {
             if let Some(w) = &work {
                 self.gate
@@ -181,7 +185,7 @@ impl TaskService {
     }
 
     /// After a thaw at Resume: brings evicted memory back before the task goes on.
-    async fn restore(&self, id: &str, dir: &Path, thawed: Instant) {
+    pub(super) async fn restore(&self, id: &str, dir: &Path, thawed: Instant) {
         let evicted = {
             let mut st = self.state.lock().await;
             st.containers
@@ -278,12 +282,13 @@ impl TaskService {
                     c.ctl_dir.clone(),
                     c.pool_lock.clone(),
                     c.pool_failed,
+                    c.burst.clone(),
                 )
             })
         } else {
             None
         };
-        let Some((runtime, ctl, lock, failed)) = found else {
+        let Some((runtime, ctl, lock, failed, book)) = found else {
             r.gone = true;
             r.error = "no such container in this shim".into();
             self.gate.pool_report(vec![r]).await;
@@ -320,7 +325,21 @@ impl TaskService {
             ) if ctl.is_some() && evicted == (a == mqfqd::PoolAction::PREFETCH) => {
                 let evict = a == mqfqd::PoolAction::EVICT;
                 let dir: PathBuf = ctl.unwrap_or_default();
-                self.move_memory(id, &*runtime, &dir, evict, &mut r).await;
+                self.move_memory(id, Some(&*runtime), &dir, evict, &mut r)
+                    .await;
+            }
+            // A running burst-mode container between bursts: its processes answer without a
+            // thaw, and its next burst restores what was evicted before it runs.
+            (
+                Some((Status::Running, evicted)),
+                Ok(a @ (mqfqd::PoolAction::EVICT | mqfqd::PoolAction::PREFETCH)),
+            ) if ctl.is_some()
+                && book.as_ref().is_some_and(|b| !b.busy())
+                && evicted == (a == mqfqd::PoolAction::PREFETCH) =>
+            {
+                let evict = a == mqfqd::PoolAction::EVICT;
+                let dir: PathBuf = ctl.unwrap_or_default();
+                self.move_memory(id, None, &dir, evict, &mut r).await;
             }
             (Some((Status::Paused, _)), Ok(mqfqd::PoolAction::RECLAIM)) => {
                 tracing::info!(container = %id, "pool: reclaiming a Cold container");
@@ -341,16 +360,19 @@ impl TaskService {
         self.gate.pool_report(vec![r]).await;
     }
 
-    /// Thaw, evict or prefetch, freeze again.
+    /// Evict or prefetch; a paused container (`runtime` given) is thawed first and frozen
+    /// again after.
     async fn move_memory(
         &self,
         id: &str,
-        runtime: &dyn crate::runtime::Runtime,
+        runtime: Option<&dyn crate::runtime::Runtime>,
         dir: &Path,
         evict: bool,
         r: &mut mqfqd::PoolResult,
     ) {
-        if let Err(e) = runtime.resume(id).await {
+        if let Some(runtime) = runtime
+            && let Err(e) = runtime.resume(id).await
+        {
             r.error = format!("thaw: {e}");
             return;
         }
@@ -366,13 +388,15 @@ impl TaskService {
             st.containers.get(id).map_or(0, |c| c.managed_bytes)
         };
         let a = uvm(dir, id, cmd, self.move_deadline(bytes)).await;
-        let mut frozen = runtime.pause(id).await;
-        if frozen.is_err() {
-            frozen = runtime.pause(id).await;
-        }
-        if let Err(e) = frozen {
-            tracing::error!(container = %id, "pool: freeze after a memory move failed: {e}; the container runs while containerd sees it paused");
-            r.error = format!("freeze again: {e}");
+        if let Some(runtime) = runtime {
+            let mut frozen = runtime.pause(id).await;
+            if frozen.is_err() {
+                frozen = runtime.pause(id).await;
+            }
+            if let Err(e) = frozen {
+                tracing::error!(container = %id, "pool: freeze after a memory move failed: {e}; the container runs while containerd sees it paused");
+                r.error = format!("freeze again: {e}");
+            }
         }
         {
             let mut st = self.state.lock().await;

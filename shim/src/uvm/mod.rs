@@ -195,12 +195,32 @@ pub fn make_ctl_dir(root: &Path, ns: &str, id: &str) -> Result<PathBuf> {
     Ok(dir)
 }
 
+/// Whether GPU work of containers with the interposer is admitted a burst at a time (the
+/// shim's `MQFQ_BURST`: `on`, the default, or `off` for Start / Resume gating of every GPU
+/// container, as OpenWhisk with pauses through the shim had it).
+#[must_use]
+pub fn burst_mode() -> bool {
+    !matches!(std::env::var("MQFQ_BURST").as_deref(), Ok("off" | "0"))
+}
+
+/// How long a burst's process stays idle, its work complete, before the burst ends: the
+/// shim's `MQFQ_BURST_IDLE_MS` (default 5), passed to the interposer over any value the image
+/// set (a longer one would hold a GPU slot while idle).
+#[must_use]
+pub fn burst_idle_ms() -> u64 {
+    std::env::var("MQFQ_BURST_IDLE_MS")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+        .filter(|v| (1..=60_000).contains(v))
+        .unwrap_or(5)
+}
+
 /// Adds the interposer to a GPU container's spec: library mount, control directory mount,
-/// `LD_PRELOAD`, `MQFQ_CTL_DIR`, `MQFQ_CONTAINER_ID`.
+/// `LD_PRELOAD`, `MQFQ_CTL_DIR`, `MQFQ_CONTAINER_ID`, and `MQFQ_BURST=1` for burst admission.
 ///
 /// # Errors
 /// A spec of the wrong shape.
-pub fn add_to_spec(spec: &mut Value, lib: &Path, dir: &Path, id: &str) -> Result<()> {
+pub fn add_to_spec(spec: &mut Value, lib: &Path, dir: &Path, id: &str, burst: bool) -> Result<()> {
     let shape =
         |what: &str| Error::InvalidArgument(format!("OCI spec: `{what}` has the wrong shape"));
     {
@@ -224,6 +244,13 @@ pub fn add_to_spec(spec: &mut Value, lib: &Path, dir: &Path, id: &str) -> Result
         env_set(env, "LD_PRELOAD", &preload);
         env_set(env, "MQFQ_CTL_DIR", CONTAINER_CTL);
         env_set(env, "MQFQ_CONTAINER_ID", id);
+        // Set by the shim whatever the image said: the image does not choose its admission.
+        if burst {
+            env_set(env, "MQFQ_BURST", "1");
+            env_set(env, "MQFQ_BURST_IDLE_MS", &burst_idle_ms().to_string());
+        } else {
+            env.retain(|e| e.as_str().is_none_or(|s| !s.starts_with("MQFQ_BURST")));
+        }
     }
     let mounts = spec
         .as_object_mut()
@@ -274,6 +301,7 @@ mod tests {
             Path::new("/lib/x.so"),
             Path::new("/run/ctl/ns/c1"),
             "c1",
+            false,
         )
         .unwrap();
         let env = &spec["process"]["env"];

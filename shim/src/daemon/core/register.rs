@@ -144,6 +144,7 @@ impl Core {
                 gpu,
                 shim_pid,
                 since: now,
+                kind: r.info.kind,
                 ticket,
                 long,
                 epoch: self.epoch,

@@ -1,0 +1,346 @@
+//! Burst admission: the GPU work of a long-running process, admitted a burst at a time.
+//!
+//! Why: a Kubernetes pod or a Knative function server is never paused, so gating its container
+//! start admits nothing useful; what has to wait its turn is each invocation's GPU work. This
+//! process sees that work: a **burst** begins at the first launch or copy after an idle gap and
+//! ends once the work it submitted has completed and nothing new came for `MQFQ_BURST_IDLE_MS`.
+//!
+//! With `MQFQ_BURST=1` (the shim sets it, with the socket `$MQFQ_CTL_DIR/shim.sock` that the
+//! container's own shim serves), the first gated call of a burst asks the shim (`begin`) and is
+//! held until it answers; every later call of the burst pays one atomic load (and a
+//! compare-and-swap, once per monitor tick). A monitor thread watches the burst: when no call
+//! came for the idle time, it synchronizes the contexts the burst used — the work is then
+//! observed complete, not merely no longer submitted — and, if still nothing came, ends it
+//! (`end <idle_ns>`: how long ago the work completed, so the shim charges GPU-busy time, not
+//! the idle tail).
+//!
+//! ```text
+//! → begin             ← ok | error <why>     (held until the shim's lease is granted)
+//! → end <idle_ns>     ← ok
+//! ```
+//! The shim attaches every identity (container, function, weight): the process says only
+//! begin and end. A shim that cannot be reached, or that answers an error, lets the burst run
+//! (its own fail mode decides for it while it lives); a forked child has its own connection.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::net::UnixStream;
+use std::sync::atomic::{AtomicU8, AtomicU32, Ordering};
+use std::sync::{Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use crate::CuResult;
+
+/// `STATE`: no burst; calls take the slow path.
+const IDLE: u8 = 0;
+/// A burst is admitted and no call came since the monitor's last look.
+const GRANTED: u8 = 1;
+/// A burst is admitted and a call came since the monitor's last look.
+const TOUCHED: u8 = 2;
+
+static STATE: AtomicU8 = AtomicU8::new(IDLE);
+/// 0: not looked at yet (for this pid); 1: off; 2: on.
+static MODE: AtomicU8 = AtomicU8::new(0);
+/// The pid `MODE` was decided for (a forked child decides again).
+static MODE_PID: AtomicU32 = AtomicU32::new(0);
+
+#[derive(Debug)]
+pub(crate) struct Inner {
+    conn: Option<BufReader<UnixStream>>,
+    /// A thread is asking the shim; others wait for its answer.
+    asking: bool,
+    /// The contexts the burst's first calls were made in (synchronized at its end).
+    contexts: Vec<usize>,
+    monitor: bool,
+}
+
+static INNER: Mutex<Inner> = Mutex::new(Inner {
+    conn: None,
+    asking: false,
+    contexts: Vec::new(),
+    monitor: false,
+});
+static CHANGED: Condvar = Condvar::new();
+
+fn inner() -> MutexGuard<'static, Inner> {
+    INNER
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// The longest a `begin` waits for the shim (a shim that stopped answering must not hang the
+/// application): `MQFQ_BURST_WAIT_MS`, default 10 minutes; the shim's own admission deadline
+/// is far shorter.
+fn begin_wait() -> Duration {
+    Duration::from_millis(env_ms("MQFQ_BURST_WAIT_MS", 600_000))
+}
+
+/// How long a burst's process stays idle, its work complete, before the burst ends:
+/// `MQFQ_BURST_IDLE_MS`, default 5 ms (docs/PERFORMANCE.md).
+fn idle_time() -> Duration {
+    Duration::from_millis(env_ms("MQFQ_BURST_IDLE_MS", 5))
+}
+
+fn env_ms(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+        .filter(|v| *v > 0)
+        .unwrap_or(default)
+}
+
+/// Whether burst admission is on in this process (decided once per pid).
+fn enabled() -> bool {
+    let pid = std::process::id();
+    if MODE_PID.load(Ordering::Acquire) == pid {
+        return MODE.load(Ordering::Acquire) == 2;
+    }
+    let on = std::env::var_os("MQFQ_BURST").is_some_and(|v| v == "1")
+        && std::env::var_os("MQFQ_CTL_DIR").is_some();
+    MODE.store(if on { 2 } else { 1 }, Ordering::Release);
+    MODE_PID.store(pid, Ordering::Release);
+    on
+}
+
+/// Before a gated call: returns at once inside a burst; otherwise begins one (held until the
+/// shim admits it).
+pub fn enter(call: &str) {
+    let s = STATE.load(Ordering::Acquire);
+    if s == TOUCHED {
+        return;
+    }
+    if s == GRANTED
+        && STATE
+            .compare_exchange(GRANTED, TOUCHED, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+    {
+        return;
+    }
+    if !enabled() {
+        return;
+    }
+    begin(call);
+}
+
+/// After a gated call: marks the burst busy again, so a call that ran longer than the idle
+/// time does not end it while it runs.
+pub fn leave() {
+    if STATE.load(Ordering::Relaxed) == GRANTED {
+        let _ = STATE.compare_exchange(GRANTED, TOUCHED, Ordering::AcqRel, Ordering::Relaxed);
+    }
+}
+
+type CtxGetCurrentFn = unsafe extern "C" fn(*mut *mut std::ffi::c_void) -> CuResult;
+
+fn current_context() -> usize {
+    let mut ctx = std::ptr::null_mut();
+    if let Some(get) = crate::real::driver::<CtxGetCurrentFn>(c"cuCtxGetCurrent") {
+        // SAFETY: a valid out-pointer.
+        let _ = unsafe { get(&raw mut ctx) };
+    }
+    ctx as usize
+}
+
+fn begin(call: &str) {
+    crate::state::at_fork();
+    let ctx = current_context();
+    let mut g = inner();
+    loop {
+        match STATE.load(Ordering::Acquire) {
+            IDLE => {}
+            _ => {
+                // Another thread's begin was answered: this call joins the burst.
+                if ctx != 0 && !g.contexts.contains(&ctx) && g.contexts.len() < 16 {
+                    g.contexts.push(ctx);
+                }
+                let _ =
+                    STATE.compare_exchange(GRANTED, TOUCHED, Ordering::AcqRel, Ordering::Acquire);
+                return;
+            }
+        }
+        if g.asking {
+            g = CHANGED
+                .wait(g)
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            continue;
+        }
+        g.asking = true;
+        let conn = g.conn.take();
+        drop(g);
+        let (conn, answer) = ask(conn, "begin");
+        g = inner();
+        g.asking = false;
+        g.conn = conn;
+        if let Err(e) = &answer {
+            log!("{call}: burst admission: {e}; the burst runs without it");
+        }
+        g.contexts.clear();
+        if ctx != 0 {
+            g.contexts.push(ctx);
+        }
+        STATE.store(TOUCHED, Ordering::Release);
+        if !g.monitor {
+            g.monitor = spawn_monitor();
+        }
+        drop(g);
+        CHANGED.notify_all();
+        return;
+    }
+}
+
+/// One request to the shim on this process's connection (made if there is none); the
+/// connection back if it is still good, and the answer.
+fn ask(
+    conn: Option<BufReader<UnixStream>>,
+    line: &str,
+) -> (Option<BufReader<UnixStream>>, Result<(), String>) {
+    let mut conn = match conn {
+        Some(c) => c,
+        None => match connect() {
+            Ok(c) => c,
+            Err(e) => return (None, Err(e)),
+        },
+    };
+    let sent = conn
+        .get_mut()
+        .write_all(format!("{line}\n").as_bytes())
+        .map_err(|e| format!("send: {e}"));
+    if let Err(e) = sent {
+        return (None, Err(e));
+    }
+    let mut reply = String::new();
+    // At most 256 bytes of answer.
+    match (&mut conn).take(256).read_line(&mut reply) {
+        Ok(0) => (None, Err("the shim closed the connection".into())),
+        Err(e) => (None, Err(format!("no answer: {e}"))),
+        Ok(_) if reply.trim_end() == "ok" => (Some(conn), Ok(())),
+        Ok(_) => (Some(conn), Err(format!("shim: {}", reply.trim_end()))),
+    }
+}
+
+fn connect() -> Result<BufReader<UnixStream>, String> {
+    let dir = std::env::var_os("MQFQ_CTL_DIR").ok_or("MQFQ_CTL_DIR is not set")?;
+    let path = std::path::Path::new(&dir).join("shim.sock");
+    let s = UnixStream::connect(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    s.set_read_timeout(Some(begin_wait()))
+        .map_err(|e| e.to_string())?;
+    s.set_write_timeout(Some(Duration::from_secs(5)))
+        .map_err(|e| e.to_string())?;
+    Ok(BufReader::new(s))
+}
+
+fn spawn_monitor() -> bool {
+    match std::thread::Builder::new()
+        .name("mqfq-cuda-burst".into())
+        .spawn(monitor)
+    {
+        Ok(_) => true,
+        Err(e) => {
+            // Without it bursts never end: the lease is then held until the process exits.
+            log!("burst monitor: {e}");
+            false
+        }
+    }
+}
+
+type CtxSetCurrentFn = unsafe extern "C" fn(*mut std::ffi::c_void) -> CuResult;
+type CtxSynchronizeFn = unsafe extern "C" fn() -> CuResult;
+
+/// Waits for the work queued in `contexts` (on this, the monitor's, thread).
+fn synchronize(contexts: &[usize]) {
+    let (Some(set), Some(sync)) = (
+        crate::real::driver::<CtxSetCurrentFn>(c"cuCtxSetCurrent"),
+        crate::real::driver::<CtxSynchronizeFn>(c"cuCtxSynchronize"),
+    ) else {
+        return;
+    };
+    for &ctx in contexts {
+        // SAFETY: a context this process made current on one of its threads; the driver
+        // answers an error for one destroyed since, which is ignored.
+        let _ = unsafe { set(ctx as *mut std::ffi::c_void) };
+        // SAFETY: no arguments.
+        let _ = unsafe { sync() };
+    }
+}
+
+/// The monitor thread: ends a burst once its work has completed and it stayed idle.
+fn monitor() {
+    let idle = idle_time();
+    let tick = (idle / 2).max(Duration::from_micros(200));
+    let mut last_call = Instant::now();
+    loop {
+        if STATE.load(Ordering::Acquire) == IDLE {
+            let mut g = inner();
+            while STATE.load(Ordering::Acquire) == IDLE {
+                g = CHANGED
+                    .wait(g)
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+            }
+            last_call = Instant::now();
+        }
+        std::thread::sleep(tick);
+        if STATE
+            .compare_exchange(TOUCHED, GRANTED, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+        {
+            last_call = Instant::now();
+            continue;
+        }
+        if last_call.elapsed() < idle {
+            continue;
+        }
+        let contexts = inner().contexts.clone();
+        let before = Instant::now();
+        synchronize(&contexts);
+        // Work still running when the idle time was up ended when the synchronize returned;
+        // otherwise it ended by the last call (as near as this thread can see).
+        let completed = if before.elapsed() > tick {
+            Instant::now()
+        } else {
+            last_call
+        };
+        let mut g = inner();
+        if STATE
+            .compare_exchange(GRANTED, IDLE, Ordering::AcqRel, Ordering::Acquire)
+            .is_err()
+        {
+            // A call came meanwhile: the burst goes on.
+            continue;
+        }
+        let idle_ns = u64::try_from(completed.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        if let Some(conn) = g.conn.take() {
+            // A begin that comes now waits for this end (`asking`), so the shim always hears
+            // them in order; the lock itself is not held while the shim answers.
+            g.asking = true;
+            drop(g);
+            let (conn, answer) = ask(Some(conn), &format!("end {idle_ns}"));
+            if let Err(e) = answer {
+                log!("burst end: {e}");
+            }
+            g = inner();
+            g.asking = false;
+            g.conn = conn;
+        }
+        drop(g);
+        CHANGED.notify_all();
+    }
+}
+
+/// In a forked child: no burst, no connection (the parent's stays the parent's), no monitor
+/// (threads do not survive fork). Called with the interposer's locks held by this thread.
+pub(crate) fn reset_in_child(g: &mut Inner) {
+    // The child's copy of the parent's socket is closed; the parent's connection is untouched.
+    g.conn = None;
+    g.asking = false;
+    g.contexts.clear();
+    g.monitor = false;
+    STATE.store(IDLE, Ordering::Release);
+    MODE_PID.store(0, Ordering::Release);
+}
+
+/// The burst lock, for the fork handlers (taken after the interposer's others).
+pub(crate) fn lock_for_fork() -> MutexGuard<'static, Inner> {
+    inner()
+}
+
+/// For the fork handlers' type.
+pub(crate) type Guard = MutexGuard<'static, Inner>;

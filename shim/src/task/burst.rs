@@ -1,0 +1,603 @@
+//! Burst leases: a running GPU container's work admitted a burst at a time (issue 12).
+//!
+//! Kubernetes never pauses a container and a function server runs for hours, so what waits in
+//! the node's queue is each burst of GPU work, which the CUDA interposer sees. Its processes
+//! ask this shim — never `mqfqd`: the container reaches nothing but its own control directory —
+//! on `shim.sock` there (protocol in `hooks/src/burst.rs`). The shim attaches everything it
+//! knows (namespace, container, function, weight, tenant, GPUs) and asks `mqfqd` for a lease
+//! of kind `burst`; the processes only say `begin` and `end`.
+//!
+//! One lease per container: the first process to begin asks, others that begin meanwhile or
+//! while it is held join it, and it is released (`idle`, the container lives on) when the last
+//! active process ends its burst or goes away (its connection closes when it dies). The
+//! service charged is the burst's GPU-busy time: from the grant to the last observed
+//! completion, without the idle tail. Memory the pool evicted comes back (prefetch, under the
+//! container's pool lock) before the first call of the burst runs.
+//!
+//! Bounds: at most [`MAX_CONNS`] connections per container, requests of at most [`MAX_LINE`]
+//! bytes, one request at a time per connection; a flood or a lie only ever concerns this
+//! container's own lease.
+
+use std::collections::HashSet;
+use std::path::Path;
+use std::sync::{Arc, Mutex as StdMutex};
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::UnixStream;
+use tokio::net::unix::OwnedReadHalf;
+
+use super::TaskService;
+use crate::error::{Error, Result};
+use crate::gate::Kind;
+use crate::gpu::Classification;
+use crate::uvm::client::Command;
+
+/// Connections one container may hold open (the control tmpfs has 64 inodes anyway).
+pub const MAX_CONNS: usize = 64;
+/// The longest request line.
+pub const MAX_LINE: usize = 64;
+/// The socket's name in the control directory.
+pub const SOCKET: &str = "shim.sock";
+
+/// A request from a process.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Request {
+    /// Its burst begins: answer once admitted.
+    Begin,
+    /// Its burst ended; its work completed this long ago.
+    End(Duration),
+}
+
+/// Parses one request line (without its newline).
+///
+/// # Errors
+/// Anything but `begin` or `end <idle_ns>` (a decimal u64).
+pub fn parse(line: &[u8]) -> std::result::Result<Request, String> {
+    let text = std::str::from_utf8(line).map_err(|_| "not UTF-8".to_owned())?;
+    let mut words = text.split(' ');
+    match (words.next(), words.next(), words.next()) {
+        (Some("begin"), None, None) => Ok(Request::Begin),
+        (Some("end"), Some(ns), None)
+            if !ns.is_empty() && ns.len() <= 20 && ns.bytes().all(|b| b.is_ascii_digit()) =>
+        {
+            ns.parse::<u64>()
+                .map(|n| Request::End(Duration::from_nanos(n)))
+                .map_err(|_| "idle_ns out of range".to_owned())
+        }
+        _ => Err("unknown request".to_owned()),
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Lease {
+    /// No burst.
+    Idle,
+    /// The admission is in flight.
+    Asking,
+    /// Admitted at this instant.
+    Held(Instant),
+}
+
+#[derive(Debug)]
+struct BookInner {
+    next_conn: u64,
+    conns: usize,
+    /// Connections whose burst was admitted and has not ended.
+    active: HashSet<u64>,
+    /// Connections waiting for the admission.
+    waiting: HashSet<u64>,
+    lease: Lease,
+    /// The latest completion any process of the current burst reported.
+    completed: Option<Instant>,
+    /// Bumped when an admission finishes (granted or given up), so waiters look again.
+    round: u64,
+    /// The answer of the last admission round: `None` granted, `Some(why)` not.
+    refused: Option<String>,
+    /// A burst's release is on its way to the daemon: the next admission waits for it.
+    releasing: bool,
+}
+
+/// One container's burst state.
+#[derive(Debug)]
+pub struct Book {
+    inner: StdMutex<BookInner>,
+    changed: tokio::sync::Notify,
+}
+
+impl Default for Book {
+    fn default() -> Self {
+        Book {
+            inner: StdMutex::new(BookInner {
+                next_conn: 0,
+                conns: 0,
+                active: HashSet::new(),
+                waiting: HashSet::new(),
+                lease: Lease::Idle,
+                completed: None,
+                round: 0,
+                refused: None,
+                releasing: false,
+            }),
+            changed: tokio::sync::Notify::new(),
+        }
+    }
+}
+
+/// What ending a process's part of the burst requires of the caller.
+#[derive(Debug, PartialEq)]
+enum After {
+    Nothing,
+    /// Release the lease with this GPU-busy service.
+    Release(Duration),
+    /// Withdraw the waiting admission (nobody waits for it any more).
+    Withdraw,
+}
+
+impl Book {
+    fn lock(&self) -> std::sync::MutexGuard<'_, BookInner> {
+        self.inner
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Whether a burst is admitted or being admitted (the pool leaves the container alone).
+    #[must_use]
+    pub fn busy(&self) -> bool {
+        self.lock().lease != Lease::Idle
+    }
+
+    fn open(&self) -> Option<u64> {
+        let mut b = self.lock();
+        if b.conns >= MAX_CONNS {
+            return None;
+        }
+        b.conns += 1;
+        b.next_conn += 1;
+        Some(b.next_conn)
+    }
+
+    /// A process begins: `Ok(true)` if it joined a held lease, `Ok(false)` if it must wait
+    /// (and `start` says whether it must start the admission).
+    fn begin(&self, conn: u64) -> (bool, bool, u64) {
+        let mut b = self.lock();
+        match b.lease {
+            Lease::Held(_) => {
+                b.active.insert(conn);
+                (true, false, b.round)
+            }
+            Lease::Asking => {
+                b.waiting.insert(conn);
+                (false, false, b.round)
+            }
+            Lease::Idle => {
+                b.waiting.insert(conn);
+                b.lease = Lease::Asking;
+                b.completed = None;
+                (false, true, b.round)
+            }
+        }
+    }
+
+    /// After an admission round: `Some(answer)` once `round` has passed.
+    fn answer(&self, conn: u64, round: u64) -> Option<std::result::Result<(), String>> {
+        let mut b = self.lock();
+        if b.round == round {
+            return None;
+        }
+        b.waiting.remove(&conn);
+        match b.refused.clone() {
+            None => {
+                b.active.insert(conn);
+                Some(Ok(()))
+            }
+            Some(why) => Some(Err(why)),
+        }
+    }
+
+    /// The admission finished: granted (`None`) or not. Whether the lease must go straight
+    /// back (everyone who waited for it went away).
+    fn admitted(&self, refused: Option<String>) -> bool {
+        let mut b = self.lock();
+        b.round += 1;
+        let granted = refused.is_none();
+        b.refused = refused;
+        let nobody = b.waiting.is_empty() && b.active.is_empty();
+        b.lease = if granted && !nobody {
+            Lease::Held(Instant::now())
+        } else {
+            Lease::Idle
+        };
+        if granted && nobody {
+            b.releasing = true;
+        }
+        drop(b);
+        self.changed.notify_waiters();
+        granted && nobody
+    }
+
+    /// A process's burst ended (`completed_at`) or the process went away (`None`: now).
+    fn end(&self, conn: u64, completed_at: Option<Instant>) -> After {
+        let mut b = self.lock();
+        let was_waiting = b.waiting.remove(&conn);
+        let was_active = b.active.remove(&conn);
+        if was_active {
+            let at = completed_at.unwrap_or_else(Instant::now);
+            b.completed = Some(b.completed.map_or(at, |c| c.max(at)));
+        }
+        if !b.active.is_empty() || !b.waiting.is_empty() {
+            return After::Nothing;
+        }
+        match b.lease {
+            Lease::Held(granted) if was_active => {
+                let done = b.completed.unwrap_or_else(Instant::now);
+                b.lease = Lease::Idle;
+                b.releasing = true;
+                After::Release(done.saturating_duration_since(granted))
+            }
+            Lease::Asking if was_waiting => After::Withdraw,
+            _ => After::Nothing,
+        }
+    }
+
+    fn released(&self) {
+        self.lock().releasing = false;
+        self.changed.notify_waiters();
+    }
+
+    /// Waits until no release is on its way.
+    async fn no_release_pending(&self) {
+        loop {
+            let notified = self.changed.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if !self.lock().releasing {
+                return;
+            }
+            notified.await;
+        }
+    }
+
+    fn close(&self) {
+        let mut b = self.lock();
+        b.conns = b.conns.saturating_sub(1);
+    }
+}
+
+/// Binds the container's burst socket in its control directory.
+///
+/// # Errors
+/// The socket cannot be made.
+pub fn bind(dir: &Path) -> Result<std::os::unix::net::UnixListener> {
+    let path = dir.join(SOCKET);
+    let l = std::os::unix::net::UnixListener::bind(&path)
+        .map_err(|e| Error::io(format!("bind {}", path.display()), e))?;
+    l.set_nonblocking(true)
+        .map_err(|e| Error::io(format!("{}", path.display()), e))?;
+    Ok(l)
+}
+
+/// Reads one line of at most [`MAX_LINE`] bytes; `None` at end of stream, on an error or an
+/// overlong line.
+async fn read_line(rd: &mut BufReader<OwnedReadHalf>) -> Option<Vec<u8>> {
+    let mut line = Vec::new();
+    let n = (&mut *rd)
+        .take(MAX_LINE as u64 + 1)
+        .read_until(b'\n', &mut line)
+        .await
+        .ok()?;
+    if n == 0 || line.last() != Some(&b'\n') {
+        return None;
+    }
+    line.pop();
+    Some(line)
+}
+
+impl TaskService {
+    /// Serves a container's burst socket until the container is deleted (the task is aborted).
+    pub(super) fn serve_bursts(
+        &self,
+        id: &str,
+        listener: std::os::unix::net::UnixListener,
+        book: Arc<Book>,
+    ) -> Option<tokio::task::AbortHandle> {
+        let listener = match tokio::net::UnixListener::from_std(listener) {
+            Ok(l) => l,
+            Err(e) => {
+                tracing::warn!(container = %id, "burst socket: {e}; its GPU work runs without burst admission");
+                return None;
+            }
+        };
+        let svc = self.clone();
+        let id = id.to_owned();
+        let task = tokio::spawn(async move {
+            loop {
+                let Ok((stream, _)) = listener.accept().await else {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                };
+                let Some(conn) = book.open() else {
+                    tracing::warn!(container = %id, "burst socket: more than {MAX_CONNS} connections; refused");
+                    continue;
+                };
+                let (svc, id, book) = (svc.clone(), id.clone(), book.clone());
+                tokio::spawn(async move {
+                    svc.serve_process(&id, &book, conn, stream).await;
+                    book.close();
+                });
+            }
+        });
+        Some(task.abort_handle())
+    }
+
+    async fn serve_process(&self, id: &str, book: &Arc<Book>, conn: u64, stream: UnixStream) {
+        let (rd, mut wr) = stream.into_split();
+        let mut rd = BufReader::new(rd);
+        loop {
+            let Some(line) = read_line(&mut rd).await else {
+                break;
+            };
+            let reply = match parse(&line) {
+                Ok(Request::Begin) => match self.begin_burst(id, book, conn, &mut rd).await {
+                    Some(Ok(())) => "ok".to_owned(),
+                    Some(Err(why)) => format!("error {why}"),
+                    // The process went away while it waited.
+                    None => break,
+                },
+                Ok(Request::End(idle)) => {
+                    let at = Instant::now()
+                        .checked_sub(idle)
+                        .unwrap_or_else(Instant::now);
+                    self.end_part(id, book, conn, Some(at)).await;
+                    "ok".to_owned()
+                }
+                Err(why) => {
+                    tracing::debug!(container = %id, "burst socket: {why}");
+                    format!("error {why}")
+                }
+            };
+            if wr.write_all(format!("{reply}\n").as_bytes()).await.is_err() {
+                break;
+            }
+        }
+        // Gone (killed mid-burst, exited, or a broken request): its part ends now.
+        self.end_part(id, book, conn, None).await;
+    }
+
+    /// A process's `begin`: joins the held lease, or waits for the admission (starting it if
+    /// nobody has); `None` if the process went away meanwhile.
+    async fn begin_burst(
+        &self,
+        id: &str,
+        book: &Arc<Book>,
+        conn: u64,
+        rd: &mut BufReader<OwnedReadHalf>,
+    ) -> Option<std::result::Result<(), String>> {
+        let (joined, start, round) = book.begin(conn);
+        if joined {
+            return Some(Ok(()));
+        }
+        if start {
+            let (svc, id, book) = (self.clone(), id.to_owned(), book.clone());
+            tokio::spawn(async move { svc.admit_burst(&id, &book).await });
+        }
+        let mut watch_eof = true;
+        loop {
+            let notified = book.changed.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if let Some(a) = book.answer(conn, round) {
+                return Some(a);
+            }
+            tokio::select! {
+                () = &mut notified => {}
+                r = rd.fill_buf(), if watch_eof => match r {
+                    Ok([]) | Err(_) => return None,
+                    // More bytes before the answer: read after it (one request at a time).
+                    Ok(_) => watch_eof = false,
+                },
+            }
+        }
+    }
+
+    /// Asks `mqfqd` for the container's burst lease, restores evicted memory once granted,
+    /// and tells the waiting processes.
+    async fn admit_burst(&self, id: &str, book: &Arc<Book>) {
+        let found = {
+            let st = self.state.lock().await;
+            st.containers.get(id).and_then(|c| match &c.gpu {
+                Classification::Gpu(w) => Some((w.clone(), c.pool_lock.clone(), c.pool_failed)),
+                Classification::NotGpu => None,
+            })
+        };
+        let Some((work, lock, unpooled)) = found else {
+            book.admitted(Some("no such GPU container".into()));
+            return;
+        };
+        book.no_release_pending().await;
+        let result = loop {
+            match self
+                .gate
+                .admit(&self.namespace, id, &work, Kind::Burst, !unpooled)
+                .await
+            {
+                Ok(()) => break Ok(()),
+                // Fail-closed (the daemon is away, or no slot in time): the burst waits for
+                // as long as a process waits for it.
+                Err(e @ (Error::Unavailable(_) | Error::DeadlineExceeded(_))) => {
+                    if !book.lock().waiting.is_empty() {
+                        tracing::info!(container = %id, "burst admission: {e}; waiting");
+                        tokio::time::sleep(Duration::from_secs(1)).await;
+                        if !book.lock().waiting.is_empty() {
+                            continue;
+                        }
+                    }
+                    break Err(e.to_string());
+                }
+                Err(e) => break Err(e.to_string()),
+            }
+        };
+        if result.is_ok() {
+            // Memory the pool evicted comes back before the burst's first call runs; a move
+            // in progress finishes first.
+            let _moving = lock.lock().await;
+            self.restore_for_burst(id).await;
+        }
+        if book.admitted(result.err()) {
+            self.after_burst(id, After::Release(Duration::ZERO)).await;
+            book.released();
+        }
+    }
+
+    /// A process's part of the burst is over (`at`: when its work completed; `None`: it went
+    /// away now): the lease goes back if it was the last; the next admission of this
+    /// container waits until the daemon has the release (`releasing`).
+    async fn end_part(&self, id: &str, book: &Book, conn: u64, at: Option<Instant>) {
+        let after = book.end(conn, at);
+        let release = matches!(after, After::Release(_));
+        self.after_burst(id, after).await;
+        if release {
+            book.released();
+        }
+    }
+
+    async fn after_burst(&self, id: &str, after: After) {
+        match after {
+            After::Nothing => {}
+            After::Release(service) => {
+                // What its processes hold now, for the pool's memory budget (bounded wait).
+                let dir = {
+                    let st = self.state.lock().await;
+                    st.containers
+                        .get(id)
+                        .filter(|c| !c.pool_failed)
+                        .and_then(|c| c.ctl_dir.clone())
+                };
+                let bytes = match dir {
+                    Some(d) => {
+                        let a =
+                            super::pool::uvm(&d, id, Command::Status, self.pool_timeouts.status)
+                                .await;
+                        if let Some(c) = self.state.lock().await.containers.get_mut(id) {
+                            c.managed_bytes = a.bytes;
+                        }
+                        a.bytes
+                    }
+                    None => 0,
+                };
+                self.gate
+                    .end_burst(&self.namespace, id, service, bytes)
+                    .await;
+            }
+            After::Withdraw => self.gate.cancel(&self.namespace, id).await,
+        }
+    }
+
+    /// Brings an evicted burst container's memory back (its processes are running).
+    async fn restore_for_burst(&self, id: &str) {
+        let dir = {
+            let st = self.state.lock().await;
+            st.containers
+                .get(id)
+                .filter(|c| c.evicted)
+                .and_then(|c| c.ctl_dir.clone())
+        };
+        if let Some(dir) = dir {
+            self.restore(id, &dir, Instant::now()).await;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_parse_strictly() {
+        assert_eq!(parse(b"begin"), Ok(Request::Begin));
+        assert_eq!(
+            parse(b"end 1500"),
+            Ok(Request::End(Duration::from_nanos(1500)))
+        );
+        for bad in [
+            &b""[..],
+            b"begin ",
+            b"begin now",
+            b"end",
+            b"end ",
+            b"end -1",
+            b"end +5",
+            b"end 1 2",
+            b"end 99999999999999999999999",
+            b"hello c1",
+            b"\xff",
+        ] {
+            assert!(parse(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn one_lease_per_container_released_when_the_last_process_is_done() {
+        let b = Book::default();
+        let (p1, p2) = (b.open().unwrap(), b.open().unwrap());
+        // p1 asks; p2 begins while the admission is in flight and waits for it too.
+        assert_eq!(b.begin(p1), (false, true, 0));
+        assert_eq!(b.begin(p2), (false, false, 0));
+        assert!(b.answer(p1, 0).is_none());
+        assert!(!b.admitted(None));
+        assert_eq!(b.answer(p1, 0), Some(Ok(())));
+        assert_eq!(b.answer(p2, 0), Some(Ok(())));
+        assert!(b.busy());
+        let granted = match b.lock().lease {
+            Lease::Held(t) => t,
+            l => panic!("{l:?}"),
+        };
+        // p1 ends: p2 still runs, nothing released.
+        assert_eq!(
+            b.end(p1, Some(granted + Duration::from_millis(30))),
+            After::Nothing
+        );
+        // p2 ends, its work done earlier than p1's: charged to the latest completion.
+        assert_eq!(
+            b.end(p2, Some(granted + Duration::from_millis(10))),
+            After::Release(Duration::from_millis(30))
+        );
+        assert!(!b.busy());
+        // A later joiner of a held lease gets it at once.
+        assert_eq!(b.begin(p1), (false, true, 1));
+        b.admitted(None);
+        assert!(b.begin(p2).0);
+    }
+
+    #[test]
+    fn a_waiter_that_goes_away_withdraws_and_a_late_grant_goes_back() {
+        let b = Book::default();
+        let p = b.open().unwrap();
+        b.begin(p);
+        assert_eq!(b.end(p, None), After::Withdraw);
+        // The grant arrives after everyone left: it must be released at once.
+        assert!(b.admitted(None));
+        assert!(!b.busy());
+        // A refused admission answers every waiter with the reason.
+        b.begin(p);
+        b.admitted(Some("no".into()));
+        assert_eq!(b.answer(p, 1), Some(Err("no".into())));
+        assert!(!b.busy());
+        // A process killed mid-burst releases the lease (charged until now).
+        b.begin(p);
+        b.admitted(None);
+        b.answer(p, 2);
+        assert!(matches!(b.end(p, None), After::Release(_)));
+    }
+
+    #[test]
+    fn connections_are_capped() {
+        let b = Book::default();
+        for _ in 0..MAX_CONNS {
+            assert!(b.open().is_some());
+        }
+        assert!(b.open().is_none());
+        b.close();
+        assert!(b.open().is_some());
+    }
+}

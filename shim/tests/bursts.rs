@@ -1,0 +1,199 @@
+//! Burst leases end to end (issue 12): real containerd + runc + the shim + `mqfqd`, with
+//! long-running GPU servers (the CUDA client's `serve` mode over the CPU-only libcuda double,
+//! whose kernels take real time on a per-process timeline) under the injected interposer.
+//! Their containers start at once; their GPU work is what waits for the queue.
+#![expect(
+    clippy::tests_outside_test_module,
+    reason = "an integration-test crate is the test module"
+)]
+
+use std::path::{Path, PathBuf};
+use std::process::Output;
+
+use mqfq_testkit::{Containerd, MQFQ, Mqfqd};
+use serde_json::Value;
+
+fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// A containerd whose shims find the interposer (shim settings `env`), the doubles built,
+/// and an mqfqd with `extra` config.
+fn setup(name: &str, env: &[(&str, &str)], extra: &str) -> Option<(Containerd, Mqfqd, PathBuf)> {
+    let shim = Path::new(env!("CARGO_BIN_EXE_containerd-shim-mqfq-v2"));
+    let c = Containerd::start_with_env(
+        &format!("it-{}-{name}", std::process::id()),
+        shim.parent().unwrap(),
+        env,
+    )?;
+    let cuda = c.install_cuda(&mqfq_testkit::built_interposer()).unwrap();
+    let d = Mqfqd::start(
+        Path::new(env!("CARGO_BIN_EXE_mqfqd")),
+        Path::new(env!("CARGO_BIN_EXE_mqfqctl")),
+        c.dir(),
+        &c.daemon_socket(),
+        &format!("restart_grace_ms = 0\n{extra}"),
+    );
+    Some((c, d, cuda))
+}
+
+/// A GPU server: `kernels` kernels of `ms` each per request, `gap_ms` between requests.
+fn server(c: &Containerd, cuda: &Path, id: &str, ms: u32, kernels: u32, gap_ms: u32) {
+    let kernel = format!("FAKE_CUDA_KERNEL_MS={ms}");
+    let (k, g) = (kernels.to_string(), gap_ms.to_string());
+    let o = c.run_cuda(MQFQ, id, id, cuda, &[&kernel], &["serve", &k, &g]);
+    assert!(o.status.success(), "{id}: {}", text(&o));
+}
+
+/// Each container's kernels as `(begin_us, end_us)`, from the double's log.
+fn kernels(cuda: &Path, id: &str) -> Vec<(i64, i64)> {
+    std::fs::read_to_string(cuda.join(format!("{id}.log")))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| {
+            let mut w = l.strip_prefix("kernel ")?.split_whitespace();
+            Some((w.next()?.parse().ok()?, w.next()?.parse().ok()?))
+        })
+        .collect()
+}
+
+/// The most containers whose kernels ran at the same instant.
+fn most_at_once(cuda: &Path, ids: &[&str]) -> usize {
+    let mut edges: Vec<(i64, i32, usize)> = Vec::new();
+    for (n, id) in ids.iter().enumerate() {
+        for (b, e) in kernels(cuda, id) {
+            edges.push((b, 1, n));
+            edges.push((e, -1, n));
+        }
+    }
+    // Ends before begins at the same instant: touching intervals do not overlap.
+    edges.sort_by_key(|&(t, d, _)| (t, d));
+    let mut per = vec![0i32; ids.len()];
+    let (mut now, mut most) = (0usize, 0usize);
+    for (_, d, n) in edges {
+        let before = per[n] > 0;
+        per[n] += d;
+        match (before, per[n] > 0) {
+            (false, true) => now += 1,
+            (true, false) => now -= 1,
+            _ => {}
+        }
+        most = most.max(now);
+    }
+    most
+}
+
+fn leases(s: &Value) -> Vec<Value> {
+    s["leases"].as_array().cloned().unwrap_or_default()
+}
+
+fn stop(c: &Containerd, id: &str) {
+    let _ = c.ctr(&["task", "kill", "-s", "SIGKILL", id]);
+    assert!(c.wait_status(id, "STOPPED"), "{id} did not stop");
+    assert!(c.ctr(&["task", "delete", id]).status.success());
+    assert!(c.ctr(&["containers", "rm", id]).status.success());
+}
+
+/// Five long-running GPU servers on a GPU that runs two at a time: all five start (nothing
+/// gates a burst-mode container's start), every one serves, and their kernels never run more
+/// than two containers at once. The queue saw bursts, never starts.
+#[test]
+fn five_gpu_servers_start_at_once_and_their_kernels_respect_the_limit() {
+    let Some((c, d, cuda)) = setup(
+        "five",
+        &[],
+        "[concurrency]\nd_max = 2\nd_initial = 2\n[queue]\nshort_charge_s = 0\n",
+    ) else {
+        return;
+    };
+    let ids = ["s1", "s2", "s3", "s4", "s5"];
+    for id in ids {
+        server(&c, &cuda, id, 20, 2, 10);
+    }
+    for id in ids {
+        assert!(c.wait_status(id, "RUNNING"), "{id} is not running");
+    }
+    // Every server gets GPU time.
+    d.wait_for("every server's kernels ran", |_| {
+        ids.iter().all(|id| kernels(&cuda, id).len() >= 6)
+    });
+    let most = most_at_once(&cuda, &ids);
+    eprintln!(
+        "most at once: {most}; kernels {:?}",
+        ids.map(|i| kernels(&cuda, i).len())
+    );
+    assert!(
+        most <= 2,
+        "{most} containers' kernels ran at once on d_max = 2"
+    );
+    assert!(most >= 1);
+    let records = d.records();
+    let kinds: Vec<&str> = records
+        .iter()
+        .filter(|r| r["event"] == "enqueue")
+        .filter_map(|r| r["kind"].as_str())
+        .collect();
+    assert!(!kinds.is_empty());
+    assert!(kinds.iter().all(|k| *k == "burst"), "{kinds:?}");
+    assert!(
+        records
+            .iter()
+            .filter(|r| r["event"] == "dispatch")
+            .all(|r| r["limit"].as_u64().unwrap_or(0) <= 2)
+    );
+    for id in ids {
+        stop(&c, id);
+    }
+    d.wait_for("no lease left", |s| leases(s).is_empty());
+    assert!(c.leftovers().is_empty(), "{:?}", c.leftovers());
+}
+
+/// An idle server holds no lease: after a few requests it waits a long time, and mqfqctl shows
+/// its lease gone while the container runs on; its next request asks again. A process killed
+/// mid-burst leaves no lease behind.
+#[test]
+fn an_idle_server_holds_no_lease_and_a_killed_one_leaves_none() {
+    let Some((c, d, cuda)) = setup("idle", &[], "") else {
+        return;
+    };
+    // Requests of 3 × 30 ms every 2 s.
+    server(&c, &cuda, "idle", 30, 3, 2000);
+    d.wait_for("a burst admitted", |_| !kernels(&cuda, "idle").is_empty());
+    d.wait_for("the burst's lease released while the server runs", |s| {
+        leases(s).is_empty()
+            && d.records()
+                .iter()
+                .any(|r| r["event"] == "release" && r["reason"] == "idle")
+    });
+    assert!(c.wait_status("idle", "RUNNING"));
+    // The service charged is GPU-busy time (three 30 ms kernels), not the 2 s between requests.
+    let measured: Vec<f64> = d
+        .records()
+        .iter()
+        .filter(|r| r["event"] == "release" && r["reason"] == "idle")
+        .filter_map(|r| r["measured_s"].as_f64())
+        .collect();
+    assert!(
+        measured.iter().all(|m| *m < 1.0),
+        "charged more than the burst: {measured:?}"
+    );
+    // A server that is busy all the time, killed mid-burst.
+    server(&c, &cuda, "busy", 50, 4, 0);
+    let held = d.wait_for("the busy server holds a burst lease", |s| {
+        leases(s)
+            .iter()
+            .any(|l| l["container_id"] == "busy" && l["kind"] == "burst")
+    });
+    assert!(!held["leases"].as_array().unwrap().is_empty());
+    stop(&c, "busy");
+    d.wait_for("its lease released", |s| {
+        leases(s).iter().all(|l| l["container_id"] != "busy")
+    });
+    stop(&c, "idle");
+    d.wait_for("no lease left", |s| leases(s).is_empty());
+    assert!(c.leftovers().is_empty(), "{:?}", c.leftovers());
+}
