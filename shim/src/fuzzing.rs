@@ -96,7 +96,7 @@ pub fn classify(data: &[u8]) {
     }
     let mut s = spec.clone();
     if crate::uvm::wanted(&s).is_ok() {
-        let _ = crate::uvm::add_to_spec(&mut s, Path::new("/l.so"), Path::new("/ctl"), "cid");
+        let _ = crate::uvm::add_to_spec(&mut s, Path::new("/l.so"), Path::new("/ctl"), "cid", true);
     }
     let mut s = spec;
     let _ = crate::nvidia::edits::apply(&mut s, &crate::nvidia::edits::ContainerEdits::default());
@@ -150,8 +150,18 @@ pub fn daemon_config(data: &[u8]) {
     }
 }
 
-/// A container process's answers on its control socket, as the shim parses them.
+/// A container process's answers on its control socket, and its requests on the burst
+/// socket, as the shim parses them.
 pub fn interposer_reply(data: &[u8]) {
+    for line in data.split(|b| *b == b'\n').take(64) {
+        match crate::task::burst::parse(line) {
+            Ok(crate::task::burst::Request::Begin) => assert_eq!(line, b"begin"),
+            Ok(crate::task::burst::Request::End(d)) => {
+                assert_eq!(line, format!("end {}", d.as_nanos()).as_bytes());
+            }
+            Err(_) => {}
+        }
+    }
     let Ok(text) = std::str::from_utf8(data) else {
         return;
     };

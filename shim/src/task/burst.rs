@@ -52,14 +52,18 @@ pub enum Request {
 /// Parses one request line (without its newline).
 ///
 /// # Errors
-/// Anything but `begin` or `end <idle_ns>` (a decimal u64).
+/// Anything but `begin` or `end <idle_ns>` (a decimal u64, no leading zeros: one spelling
+/// per request).
 pub fn parse(line: &[u8]) -> std::result::Result<Request, String> {
     let text = std::str::from_utf8(line).map_err(|_| "not UTF-8".to_owned())?;
     let mut words = text.split(' ');
     match (words.next(), words.next(), words.next()) {
         (Some("begin"), None, None) => Ok(Request::Begin),
         (Some("end"), Some(ns), None)
-            if !ns.is_empty() && ns.len() <= 20 && ns.bytes().all(|b| b.is_ascii_digit()) =>
+            if !ns.is_empty()
+                && ns.len() <= 20
+                && ns.bytes().all(|b| b.is_ascii_digit())
+                && (ns == "0" || !ns.starts_with('0')) =>
         {
             ns.parse::<u64>()
                 .map(|n| Request::End(Duration::from_nanos(n)))
@@ -527,6 +531,7 @@ mod tests {
             b"end ",
             b"end -1",
             b"end +5",
+            b"end 007",
             b"end 1 2",
             b"end 99999999999999999999999",
             b"hello c1",

@@ -42,7 +42,8 @@ fn main() -> std::process::ExitCode {
         return std::process::ExitCode::from(2);
     };
     let n: usize = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(20);
-    let Some(c) = Containerd::start("benchpool", dir) else {
+    // Pause / Resume with Start and Resume gating (what the pool benchmark measures).
+    let Some(c) = Containerd::start_with_env("benchpool", dir, &[("MQFQ_BURST", "off")]) else {
         eprintln!("cannot run containerd here (needs root, containerd, runc, busybox-static)");
         return std::process::ExitCode::FAILURE;
     };

@@ -25,7 +25,8 @@ fn main() -> ExitCode {
         eprintln!("usage: mqfq-demo <dir with containerd-shim-mqfq-v2, mqfqd, mqfqctl>");
         return ExitCode::from(2);
     };
-    let Some(c) = Containerd::start_with_env("demo", &bin, &[]) else {
+    // Start / Resume gating, the OpenWhisk-with-pauses setup the pool part shows.
+    let Some(c) = Containerd::start_with_env("demo", &bin, &[("MQFQ_BURST", "off")]) else {
         eprintln!("cannot run containerd here (needs root, containerd, runc, busybox-static)");
         return ExitCode::FAILURE;
     };
