@@ -38,6 +38,9 @@ const GRANTED: u8 = 1;
 const TOUCHED: u8 = 2;
 
 static STATE: AtomicU8 = AtomicU8::new(IDLE);
+/// Gated calls in progress: a burst never ends under one (a launch that compiles or loads
+/// for longer than the idle time has not queued its work yet).
+static IN_CALL: AtomicU32 = AtomicU32::new(0);
 /// 0: not looked at yet (for this pid); 1: off; 2: on.
 static MODE: AtomicU8 = AtomicU8::new(0);
 /// The pid `MODE` was decided for (a forked child decides again).
@@ -101,9 +104,29 @@ fn enabled() -> bool {
     on
 }
 
+/// A gated call in progress (see [`enter`]); dropping it is the call's [`leave`], whatever
+/// way the call returns.
+#[derive(Debug)]
+pub struct InCall(());
+
+impl Drop for InCall {
+    fn drop(&mut self) {
+        leave();
+    }
+}
+
 /// Before a gated call: returns at once inside a burst; otherwise begins one (held until the
-/// shim admits it).
-pub fn enter(call: &str) {
+/// shim admits it). The call is in progress until the guard is dropped.
+#[must_use]
+pub fn enter(call: &str) -> InCall {
+    enter_inner(call);
+    InCall(())
+}
+
+fn enter_inner(call: &str) {
+    // Counted before the state is read: the monitor ends a burst only with no call in
+    // progress, and a call that finds the burst ended begins the next one.
+    IN_CALL.fetch_add(1, Ordering::AcqRel);
     let s = STATE.load(Ordering::Acquire);
     if s == TOUCHED {
         return;
@@ -121,12 +144,12 @@ pub fn enter(call: &str) {
     begin(call);
 }
 
-/// After a gated call: marks the burst busy again, so a call that ran longer than the idle
-/// time does not end it while it runs.
-pub fn leave() {
+/// After a gated call: no longer in progress, and the burst was busy until now.
+fn leave() {
     if STATE.load(Ordering::Relaxed) == GRANTED {
         let _ = STATE.compare_exchange(GRANTED, TOUCHED, Ordering::AcqRel, Ordering::Relaxed);
     }
+    IN_CALL.fetch_sub(1, Ordering::AcqRel);
 }
 
 type CtxGetCurrentFn = unsafe extern "C" fn(*mut *mut std::ffi::c_void) -> CuResult;
@@ -281,6 +304,7 @@ fn monitor() {
         if STATE
             .compare_exchange(TOUCHED, GRANTED, Ordering::AcqRel, Ordering::Acquire)
             .is_ok()
+            || IN_CALL.load(Ordering::Acquire) > 0
         {
             last_call = Instant::now();
             continue;
@@ -299,9 +323,10 @@ fn monitor() {
             last_call
         };
         let mut g = inner();
-        if STATE
-            .compare_exchange(GRANTED, IDLE, Ordering::AcqRel, Ordering::Acquire)
-            .is_err()
+        if IN_CALL.load(Ordering::Acquire) > 0
+            || STATE
+                .compare_exchange(GRANTED, IDLE, Ordering::AcqRel, Ordering::Acquire)
+                .is_err()
         {
             // A call came meanwhile: the burst goes on.
             continue;
@@ -334,6 +359,7 @@ pub(crate) fn reset_in_child(g: &mut Inner) {
     g.contexts.clear();
     g.monitor = false;
     STATE.store(IDLE, Ordering::Release);
+    IN_CALL.store(0, Ordering::Release);
     MODE_PID.store(0, Ordering::Release);
 }
 

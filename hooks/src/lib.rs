@@ -425,15 +425,13 @@ macro_rules! gated {
         #[cfg_attr(not(feature = "fuzzing"), unsafe(no_mangle))]
         pub unsafe extern "C" fn $name($($arg: $t),*) -> CuResult {
             guard(CUDA_ERROR_UNKNOWN, || {
-                burst::enter($label);
+                let _in_call = burst::enter($label);
                 state::wait_resident($label);
                 let Some(real) = real::get::<$ty>(Fn::$which) else {
                     return real::NOT_FOUND;
                 };
                 // SAFETY: forwarding the caller's arguments to the real function.
-                let r = unsafe { real($($arg),*) };
-                burst::leave();
-                r
+                unsafe { real($($arg),*) }
             })
         }
     };

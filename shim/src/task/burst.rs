@@ -134,8 +134,6 @@ enum After {
     Nothing,
     /// Release the lease with this GPU-busy service.
     Release(Duration),
-    /// Withdraw the waiting admission (nobody waits for it any more).
-    Withdraw,
 }
 
 impl Book {
@@ -233,13 +231,15 @@ impl Book {
             return After::Nothing;
         }
         match b.lease {
-            Lease::Held(granted) if was_active => {
+            // Also a waiter that went away between the grant and its answer.
+            Lease::Held(granted) if was_active || was_waiting => {
                 let done = b.completed.unwrap_or_else(Instant::now);
                 b.lease = Lease::Idle;
                 b.releasing = true;
                 After::Release(done.saturating_duration_since(granted))
             }
-            Lease::Asking if was_waiting => After::Withdraw,
+            // An admission nobody waits for any more is not withdrawn (a cancel could land on
+            // a later process's admission of this container): its grant goes straight back.
             _ => After::Nothing,
         }
     }
@@ -281,6 +281,12 @@ pub fn bind(dir: &Path) -> Result<std::os::unix::net::UnixListener> {
     Ok(l)
 }
 
+/// The longest idle tail a process's `end` may subtract from its burst: the idle time the
+/// shim gave it, plus room for the monitor's tick and its synchronize.
+fn max_tail() -> Duration {
+    Duration::from_millis(crate::uvm::burst_idle_ms().saturating_mul(2) + 50)
+}
+
 /// Reads one line of at most [`MAX_LINE`] bytes; `None` at end of stream, on an error or an
 /// overlong line.
 async fn read_line(rd: &mut BufReader<OwnedReadHalf>) -> Option<Vec<u8>> {
@@ -315,13 +321,16 @@ impl TaskService {
         let svc = self.clone();
         let id = id.to_owned();
         let task = tokio::spawn(async move {
+            let mut refused_before = false;
             loop {
                 let Ok((stream, _)) = listener.accept().await else {
                     tokio::time::sleep(Duration::from_millis(100)).await;
                     continue;
                 };
                 let Some(conn) = book.open() else {
-                    tracing::warn!(container = %id, "burst socket: more than {MAX_CONNS} connections; refused");
+                    if !std::mem::replace(&mut refused_before, true) {
+                        tracing::warn!(container = %id, "burst socket: more than {MAX_CONNS} connections; refused (logged once)");
+                    }
                     continue;
                 };
                 let (svc, id, book) = (svc.clone(), id.clone(), book.clone());
@@ -349,6 +358,9 @@ impl TaskService {
                     None => break,
                 },
                 Ok(Request::End(idle)) => {
+                    // The tail a process may leave out of its charge is what its idle time
+                    // explains, no more: a process cannot bill a long lease as a short burst.
+                    let idle = idle.min(max_tail());
                     let at = Instant::now()
                         .checked_sub(idle)
                         .unwrap_or_else(Instant::now);
@@ -385,7 +397,6 @@ impl TaskService {
             let (svc, id, book) = (self.clone(), id.to_owned(), book.clone());
             tokio::spawn(async move { svc.admit_burst(&id, &book).await });
         }
-        let mut watch_eof = true;
         loop {
             let notified = book.changed.notified();
             tokio::pin!(notified);
@@ -395,11 +406,10 @@ impl TaskService {
             }
             tokio::select! {
                 () = &mut notified => {}
-                r = rd.fill_buf(), if watch_eof => match r {
-                    Ok([]) | Err(_) => return None,
-                    // More bytes before the answer: read after it (one request at a time).
-                    Ok(_) => watch_eof = false,
-                },
+                // End of stream: the process went away. More bytes before the answer break
+                // the protocol (one request at a time): the connection is closed, which ends
+                // this process's part like a death would.
+                _ = rd.fill_buf() => return None,
             }
         }
     }
@@ -493,7 +503,6 @@ impl TaskService {
                     .end_burst(&self.namespace, id, service, bytes)
                     .await;
             }
-            After::Withdraw => self.gate.cancel(&self.namespace, id).await,
         }
     }
 
@@ -575,11 +584,11 @@ mod tests {
     }
 
     #[test]
-    fn a_waiter_that_goes_away_withdraws_and_a_late_grant_goes_back() {
+    fn a_waiter_that_goes_away_leaves_no_lease_behind() {
         let b = Book::default();
         let p = b.open().unwrap();
         b.begin(p);
-        assert_eq!(b.end(p, None), After::Withdraw);
+        assert_eq!(b.end(p, None), After::Nothing);
         // The grant arrives after everyone left: it must be released at once.
         assert!(b.admitted(None));
         assert!(!b.busy());
@@ -593,6 +602,12 @@ mod tests {
         b.admitted(None);
         b.answer(p, 2);
         assert!(matches!(b.end(p, None), After::Release(_)));
+        b.released();
+        // One that dies after the grant, before it was answered: released too, not leaked.
+        b.begin(p);
+        b.admitted(None);
+        assert!(matches!(b.end(p, None), After::Release(_)));
+        assert!(!b.busy());
     }
 
     #[test]
