@@ -726,3 +726,46 @@ fn without_its_shim_a_burst_runs_and_says_so() {
     let err = c.stderr();
     assert!(err.contains("burst admission"), "{err}");
 }
+
+/// A shim that dies mid-burst: the burst's end goes to a closed socket, which must not kill the
+/// application (std sends with MSG_NOSIGNAL: no SIGPIPE, which the client does not ignore),
+/// and later bursts run without admission.
+#[test]
+fn a_shim_that_goes_away_mid_burst_does_not_take_the_process_down() {
+    let dir = tempfile::tempdir().unwrap();
+    let ctl = dir.path().join("ctl");
+    std::fs::create_dir_all(&ctl).unwrap();
+    let shim = FakeShim::bind(&ctl);
+    let Some(mut c) = Client::start(
+        dir.path(),
+        &[
+            ("MQFQ_CTL_DIR", &ctl),
+            ("MQFQ_BURST", Path::new("1")),
+            // The burst outlives the shim: its kernel runs 300 ms after the launch returned.
+            ("FAKE_CUDA_KERNEL_MS", Path::new("300")),
+        ],
+    ) else {
+        return;
+    };
+    c.report();
+    c.send("launch");
+    let mut conn = shim.accept();
+    assert_eq!(request(&mut conn), "begin");
+    answer(&mut conn, "ok");
+    assert_eq!(c.line(), "launched rc=0");
+    // The shim goes away while the burst runs; the socket file goes with it.
+    drop(conn);
+    drop(shim);
+    std::fs::remove_file(ctl.join("shim.sock")).unwrap();
+    // Its end is sent into the closed connection; the next burst finds no shim.
+    std::thread::sleep(Duration::from_millis(600));
+    c.send("launch");
+    assert_eq!(
+        c.line_within(Duration::from_secs(10)).as_deref(),
+        Some("launched rc=0")
+    );
+    assert!(c.child.try_wait().unwrap().is_none(), "the process died");
+    c.send("quit");
+    let status = c.child.wait().unwrap();
+    assert!(status.success(), "{status:?}: {}", c.stderr());
+}

@@ -7,8 +7,11 @@
     reason = "an integration-test crate is the test module"
 )]
 
+mod common;
+
 use std::path::{Path, PathBuf};
-use std::process::Output;
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
 
 use mqfq_testkit::{Containerd, MQFQ, Mqfqd};
 use serde_json::Value;
@@ -195,5 +198,212 @@ fn an_idle_server_holds_no_lease_and_a_killed_one_leaves_none() {
     });
     stop(&c, "idle");
     d.wait_for("no lease left", |s| leases(s).is_empty());
+    assert!(c.leftovers().is_empty(), "{:?}", c.leftovers());
+}
+
+/// A flooding server (a burst, a 10 ms pause, the next) and a light one (a short burst every
+/// 300 ms) on one slot: a light burst never waits behind more than one flood burst, and the
+/// dispatch record replays through scheduler-core exactly.
+#[test]
+fn a_light_server_waits_at_most_one_flood_burst() {
+    let Some((c, d, cuda)) = setup(
+        "flood",
+        &[],
+        "[concurrency]\nd_max = 1\nd_initial = 1\n[queue]\nshort_charge_s = 0\n",
+    ) else {
+        return;
+    };
+    server(&c, &cuda, "flood", 20, 2, 10);
+    d.wait_for("the flood running", |_| kernels(&cuda, "flood").len() >= 10);
+    server(&c, &cuda, "light", 10, 1, 300);
+    d.wait_for("eight light bursts", |_| kernels(&cuda, "light").len() >= 8);
+    stop(&c, "light");
+    stop(&c, "flood");
+    d.wait_for("no lease left", |s| leases(s).is_empty());
+    let records = d.records();
+    let key = |r: &Value| r["key"].as_str().unwrap_or("").to_owned();
+    let mut light_waits = 0;
+    for (i, r) in records.iter().enumerate() {
+        if r["event"] != "enqueue" || !key(r).ends_with("/light") {
+            continue;
+        }
+        // Flood dispatches between this light enqueue and its dispatch.
+        let mut floods = 0;
+        for later in &records[i + 1..] {
+            if later["event"] == "dispatch" && key(later).ends_with("/light") {
+                break;
+            }
+            if later["event"] == "dispatch" && key(later).ends_with("/flood") {
+                floods += 1;
+            }
+        }
+        assert!(
+            floods <= 1,
+            "a light burst waited behind {floods} flood bursts"
+        );
+        light_waits += 1;
+    }
+    assert!(light_waits >= 8, "{light_waits}");
+    common::replay(&records, d.config());
+    assert!(c.leftovers().is_empty(), "{:?}", c.leftovers());
+}
+
+/// The pool follows bursts: an idle server (running, never paused) is evicted once its hot TTL
+/// passes, without a freeze, and its next burst runs only after its memory is back.
+#[test]
+fn an_idle_server_is_evicted_and_its_next_burst_waits_for_its_memory() {
+    let Some((c, d, cuda)) = setup(
+        "pool",
+        &[],
+        "[queue]\nttl_s = 0.3\n[pool]\nhot_ttl_s = 1.0\n",
+    ) else {
+        return;
+    };
+    // A request every 3 s: idle long enough to be evicted between requests.
+    server(&c, &cuda, "srv", 20, 2, 3000);
+    let log = || {
+        std::fs::read_to_string(cuda.join("srv.log"))
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_owned)
+            .collect::<Vec<_>>()
+    };
+    d.wait_for("evicted while idle, then a burst restored", |_| {
+        let l = log();
+        let evicted = l.iter().position(|x| x.starts_with("prefetch host"));
+        evicted.is_some_and(|e| l[e..].iter().any(|x| x.starts_with("prefetch device")))
+            && l.iter().filter(|x| x.starts_with("kernel ")).count() >= 4
+    });
+    assert!(c.wait_status("srv", "RUNNING"), "never paused");
+    // Once evicted, no launch until the memory is back.
+    let mut evicted = false;
+    for x in log() {
+        if x.starts_with("prefetch host") {
+            evicted = true;
+        } else if x.starts_with("prefetch device") {
+            evicted = false;
+        } else if x == "launch" {
+            assert!(!evicted, "a launch while evicted: {:?}", log());
+        }
+    }
+    assert!(c.log().contains("restored"), "{}", c.log());
+    stop(&c, "srv");
+    d.wait_for("no lease left", |s| leases(s).is_empty());
+    assert!(c.leftovers().is_empty(), "{:?}", c.leftovers());
+}
+
+/// Waits (at most 60 s) for `pred`, without asking mqfqd.
+fn until(what: &str, pred: impl Fn() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !pred() {
+        assert!(Instant::now() < deadline, "never {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn kill9(pid: u64) {
+    let ok = Command::new("kill")
+        .args(["-9", &pid.to_string()])
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "kill -9 {pid}");
+}
+
+/// Waits until the server's kernel count has not moved for 1 s; returns it.
+fn settled(cuda: &Path, id: &str) -> usize {
+    let mut last = kernels(cuda, id).len();
+    let mut since = Instant::now();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while since.elapsed() < Duration::from_secs(1) {
+        assert!(Instant::now() < deadline, "{id} never stopped");
+        std::thread::sleep(Duration::from_millis(50));
+        let n = kernels(cuda, id).len();
+        if n != last {
+            (last, since) = (n, Instant::now());
+        }
+    }
+    last
+}
+
+/// mqfqd killed while servers burst: fail-open, bursts go on (counted) and the restarted
+/// daemon learns the servers again; fail-closed, bursts wait until it is back. Nothing hangs,
+/// no lease is left.
+#[test]
+fn bursts_fail_open_or_closed_while_mqfqd_is_away() {
+    for fail in ["open", "closed"] {
+        let Some((c, mut d, cuda)) = setup(
+            &format!("away-{fail}"),
+            &[("MQFQ_FAIL", fail), ("MQFQ_RECONNECT_GRACE_MS", "300")],
+            "",
+        ) else {
+            return;
+        };
+        server(&c, &cuda, "srv", 10, 1, 50);
+        d.wait_for("bursts admitted", |_| kernels(&cuda, "srv").len() >= 5);
+        d.kill9();
+        if fail == "open" {
+            let n = kernels(&cuda, "srv").len();
+            until("bursts go on without mqfqd", || {
+                kernels(&cuda, "srv").len() >= n + 20
+            });
+            assert!(c.log().contains("fail-open"), "{}", c.log());
+        } else {
+            let n = settled(&cuda, "srv");
+            std::thread::sleep(Duration::from_secs(2));
+            assert_eq!(
+                kernels(&cuda, "srv").len(),
+                n,
+                "a burst ran with mqfqd away"
+            );
+        }
+        d.spawn();
+        let n = kernels(&cuda, "srv").len();
+        d.wait_for("bursts admitted again", |_| {
+            kernels(&cuda, "srv").len() >= n + 5
+        });
+        stop(&c, "srv");
+        d.wait_for("no lease left", |s| leases(s).is_empty());
+        assert!(c.leftovers().is_empty(), "{:?}", c.leftovers());
+    }
+}
+
+/// The shim killed while its server bursts: the daemon releases its lease (pidfd) and
+/// containerd cleans up after the dead shim; nothing hangs, nothing is left.
+#[test]
+fn a_killed_shim_leaves_no_burst_lease() {
+    let Some((c, d, cuda)) = setup("shimkill", &[], "") else {
+        return;
+    };
+    // As servers do, it ignores SIGPIPE: its stdout went to the shim.
+    let o = c.run_cuda(
+        MQFQ,
+        "srv",
+        "srv",
+        &cuda,
+        &["FAKE_CUDA_KERNEL_MS=30", "CLIENT_IGNORE_SIGPIPE=1"],
+        &["serve", "3", "0"],
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    let s = d.wait_for("a burst lease", |s| {
+        leases(s).iter().any(|l| l["kind"] == "burst")
+    });
+    let shim = leases(&s)[0]["shim_pid"].as_u64().unwrap();
+    kill9(shim);
+    d.wait_for("its lease released", |s| leases(s).is_empty());
+    assert!(
+        d.records()
+            .iter()
+            .any(|r| r["event"] == "release" && r["reason"] == "shim gone")
+    );
+    until("containerd cleaned up the task", || {
+        let o = c.ctr(&["task", "ls", "-q"]);
+        String::from_utf8_lossy(&o.stdout).trim().is_empty()
+    });
+    let _ = c.ctr(&["containers", "rm", "srv"]);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !c.leftovers().is_empty() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
     assert!(c.leftovers().is_empty(), "{:?}", c.leftovers());
 }

@@ -4,16 +4,15 @@
     reason = "an integration-test crate is the test module"
 )]
 
-use std::collections::HashMap;
+mod common;
+
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 use mqfq_shim::api;
-use mqfq_shim::daemon::config::DaemonConfig;
 use mqfq_testkit::{Containerd, MQFQ, Mqfqd};
-use scheduler_core::{MqfqQueue, Time};
 use serde_json::Value;
 
 fn containerd(name: &str, env: &[(&str, &str)]) -> Option<Containerd> {
@@ -198,37 +197,7 @@ fn starts_wait_for_mqfq_sticky_within_d_and_a_flood_cannot_starve_a_light_functi
 
     // (b) The order is MQFQ-Sticky's: replaying the record through scheduler-core gives the same
     // dispatch at every step.
-    let cfg =
-        DaemonConfig::parse(&std::fs::read_to_string(d.config()).unwrap(), d.config()).unwrap();
-    let mut q: MqfqQueue<String> = MqfqQueue::new(cfg.queue_config().unwrap()).unwrap();
-    let mut tickets = HashMap::new();
-    for r in &records {
-        let t = Time::from_nanos(r["t_ns"].as_u64().unwrap());
-        let key = r["key"].as_str().unwrap().to_owned();
-        let tenant = r["tenant"].as_str();
-        let f = q.flow_in(r["function"].as_str().unwrap(), tenant);
-        if let (Some(name), Some(w)) = (tenant, r["tenant_weight"].as_f64()) {
-            q.set_tenant_weight(name, w).unwrap();
-        }
-        q.tick(t);
-        match r["event"].as_str().unwrap() {
-            "enqueue" => {
-                q.set_weight(f, r["weight"].as_f64().unwrap()).unwrap();
-                q.enqueue(f, key, t).unwrap();
-            }
-            "dispatch" => {
-                let free = u32::try_from(r["free"].as_u64().unwrap()).unwrap();
-                let got = q.dispatch_slot(t, free).expect("replay dispatches too");
-                assert_eq!(got.item, key, "replay diverges at {r}");
-                tickets.insert(r["lease"].as_u64().unwrap(), got.ticket);
-            }
-            "release" => {
-                let ticket = tickets.remove(&r["lease"].as_u64().unwrap()).unwrap();
-                q.complete(&ticket, r["measured_s"].as_f64(), t).unwrap();
-            }
-            other => panic!("unexpected {other} in {r}"),
-        }
-    }
+    common::replay(&records, d.config());
 
     // (c) The light function is not starved: it is dispatched while most of the flood still
     // waits (FCFS would run every flood container first).

@@ -1,0 +1,47 @@
+//! Shared by the daemon and burst integration tests.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use mqfq_shim::daemon::config::DaemonConfig;
+use scheduler_core::{MqfqQueue, Time};
+use serde_json::Value;
+
+/// Replays a dispatch record through scheduler-core's queue with the daemon's config: every
+/// dispatch must pick the same container as the daemon did (the record is enough to replay
+/// the queue's decisions exactly).
+///
+/// # Panics
+/// The replay diverges, or the record is malformed.
+pub fn replay(records: &[Value], config: &Path) {
+    let cfg = DaemonConfig::parse(&std::fs::read_to_string(config).unwrap(), config).unwrap();
+    let mut q: MqfqQueue<String> = MqfqQueue::new(cfg.queue_config().unwrap()).unwrap();
+    let mut tickets = HashMap::new();
+    for r in records {
+        let t = Time::from_nanos(r["t_ns"].as_u64().unwrap());
+        let key = r["key"].as_str().unwrap().to_owned();
+        let tenant = r["tenant"].as_str();
+        let f = q.flow_in(r["function"].as_str().unwrap(), tenant);
+        if let (Some(name), Some(w)) = (tenant, r["tenant_weight"].as_f64()) {
+            q.set_tenant_weight(name, w).unwrap();
+        }
+        q.tick(t);
+        match r["event"].as_str().unwrap() {
+            "enqueue" => {
+                q.set_weight(f, r["weight"].as_f64().unwrap()).unwrap();
+                q.enqueue(f, key, t).unwrap();
+            }
+            "dispatch" => {
+                let free = u32::try_from(r["free"].as_u64().unwrap()).unwrap();
+                let got = q.dispatch_slot(t, free).expect("replay dispatches too");
+                assert_eq!(got.item, key, "replay diverges at {r}");
+                tickets.insert(r["lease"].as_u64().unwrap(), got.ticket);
+            }
+            "release" => {
+                let ticket = tickets.remove(&r["lease"].as_u64().unwrap()).unwrap();
+                q.complete(&ticket, r["measured_s"].as_f64(), t).unwrap();
+            }
+            other => panic!("unexpected {other} in {r}"),
+        }
+    }
+}
