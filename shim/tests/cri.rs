@@ -11,12 +11,12 @@ use std::time::{Duration, Instant};
 use k8s_cri::v1::runtime_service_client::RuntimeServiceClient;
 use k8s_cri::v1::{
     ContainerConfig, ContainerMetadata, ContainerState, ContainerStatusRequest,
-    CreateContainerRequest, ImageSpec, LinuxPodSandboxConfig, LinuxSandboxSecurityContext,
-    NamespaceMode, NamespaceOption, PodSandboxConfig, PodSandboxMetadata, RemoveContainerRequest,
-    RemovePodSandboxRequest, RunPodSandboxRequest, StartContainerRequest, StopPodSandboxRequest,
-    VersionRequest,
+    CreateContainerRequest, ImageSpec, KeyValue, LinuxPodSandboxConfig,
+    LinuxSandboxSecurityContext, Mount, NamespaceMode, NamespaceOption, PodSandboxConfig,
+    PodSandboxMetadata, RemoveContainerRequest, RemovePodSandboxRequest, RunPodSandboxRequest,
+    StartContainerRequest, StopPodSandboxRequest, VersionRequest,
 };
-use mqfq_testkit::{BUSYBOX, Containerd, shim_pids};
+use mqfq_testkit::{BUSYBOX, Containerd, GLIBC_IMAGE, Mqfqd, shim_pids};
 use tonic::transport::{Channel, Endpoint, Uri};
 
 async fn connect(sock: PathBuf) -> RuntimeServiceClient<Channel> {
@@ -36,15 +36,19 @@ async fn connect(sock: PathBuf) -> RuntimeServiceClient<Channel> {
 }
 
 fn pod_config(logs: &Path) -> PodSandboxConfig {
+    named_pod(logs, "gpu-fn", "cri-fn")
+}
+
+fn named_pod(logs: &Path, name: &str, function: &str) -> PodSandboxConfig {
     PodSandboxConfig {
         metadata: Some(PodSandboxMetadata {
-            name: "gpu-fn".into(),
-            uid: "uid-1".into(),
+            name: name.into(),
+            uid: format!("uid-{name}"),
             namespace: "default".into(),
             attempt: 0,
         }),
         log_directory: logs.display().to_string(),
-        annotations: [("io.mqfq.function".to_owned(), "cri-fn".to_owned())].into(),
+        annotations: [("io.mqfq.function".to_owned(), function.to_owned())].into(),
         linux: Some(LinuxPodSandboxConfig {
             security_context: Some(LinuxSandboxSecurityContext {
                 namespace_options: Some(NamespaceOption {
@@ -185,4 +189,177 @@ async fn pod_lifecycle_through_cri_one_shim_per_pod() {
     }
     let left = c.leftovers();
     assert!(left.is_empty(), "left behind: {left:#?}\n{}", c.log());
+}
+
+/// A GPU server container for CRI: the CUDA client in `serve` mode over the libcuda double
+/// (kernels of `ms` on its timeline, logged to `<cuda>/<name>.log`), with the host's glibc.
+fn gpu_server(cuda: &Path, name: &str, ms: u32) -> ContainerConfig {
+    let dir = cuda.display().to_string();
+    let env = |k: &str, v: String| KeyValue {
+        key: k.into(),
+        value: v,
+    };
+    let mount = |src: &str, dst: &str, readonly: bool| Mount {
+        container_path: dst.into(),
+        host_path: src.into(),
+        readonly,
+        ..Default::default()
+    };
+    ContainerConfig {
+        metadata: Some(ContainerMetadata {
+            name: name.into(),
+            attempt: 0,
+        }),
+        image: Some(ImageSpec {
+            image: GLIBC_IMAGE.into(),
+            ..Default::default()
+        }),
+        command: vec![format!("{dir}/cuda_client")],
+        args: vec!["serve".into(), "2".into(), "10".into()],
+        envs: vec![
+            env("NVIDIA_VISIBLE_DEVICES", "0".into()),
+            env("FAKE_CUDA_KERNEL_MS", ms.to_string()),
+            env("FAKE_CUDA_LOG", format!("{dir}/{name}.log")),
+            env("LD_LIBRARY_PATH", format!("/lib/x86_64-linux-gnu:{dir}")),
+        ],
+        mounts: vec![
+            mount(&dir, &dir, false),
+            mount("/usr/lib/x86_64-linux-gnu", "/lib/x86_64-linux-gnu", true),
+            mount(
+                "/usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2",
+                "/lib64/ld-linux-x86-64.so.2",
+                true,
+            ),
+        ],
+        log_path: format!("{name}.log"),
+        ..Default::default()
+    }
+}
+
+/// Kernel intervals per server, from the double's logs.
+fn kernel_intervals(cuda: &Path, name: &str) -> Vec<(i64, i64)> {
+    std::fs::read_to_string(cuda.join(format!("{name}.log")))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| {
+            let mut w = l.strip_prefix("kernel ")?.split_whitespace();
+            Some((w.next()?.parse().ok()?, w.next()?.parse().ok()?))
+        })
+        .collect()
+}
+
+/// Five long-running GPU server pods through CRI on a GPU that runs two at a time: every
+/// StartContainer returns (none waits for a slot), every server computes, and the kernels of
+/// more than two pods never run at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn five_gpu_server_pods_start_and_share_two_slots() {
+    let shim = Path::new(env!("CARGO_BIN_EXE_containerd-shim-mqfq-v2"));
+    let Some(c) = Containerd::start_cri(shim.parent().unwrap()) else {
+        return;
+    };
+    let cuda = c.install_cuda(&mqfq_testkit::built_interposer()).unwrap();
+    let d = Mqfqd::start(
+        Path::new(env!("CARGO_BIN_EXE_mqfqd")),
+        Path::new(env!("CARGO_BIN_EXE_mqfqctl")),
+        c.dir(),
+        &c.daemon_socket(),
+        "restart_grace_ms = 0\n[concurrency]\nd_max = 2\nd_initial = 2\n[queue]\nshort_charge_s = 0\n",
+    );
+    let mut cri = connect(c.socket()).await;
+    let logs = c.dir().join("pod-logs");
+    std::fs::create_dir_all(&logs).unwrap();
+    let names = ["p1", "p2", "p3", "p4", "p5"];
+    let mut pods = Vec::new();
+    for name in names {
+        let config = named_pod(&logs, name, name);
+        let pod = cri
+            .run_pod_sandbox(RunPodSandboxRequest {
+                config: Some(config.clone()),
+                runtime_handler: "mqfq".into(),
+            })
+            .await
+            .unwrap_or_else(|e| panic!("RunPodSandbox: {e}\n{}", c.log()))
+            .into_inner()
+            .pod_sandbox_id;
+        let id = cri
+            .create_container(CreateContainerRequest {
+                pod_sandbox_id: pod.clone(),
+                config: Some(gpu_server(&cuda, name, 20)),
+                sandbox_config: Some(config),
+            })
+            .await
+            .unwrap_or_else(|e| panic!("CreateContainer: {e}\n{}", c.log()))
+            .into_inner()
+            .container_id;
+        cri.start_container(StartContainerRequest {
+            container_id: id.clone(),
+        })
+        .await
+        .unwrap_or_else(|e| panic!("StartContainer {name}: {e}\n{}", c.log()));
+        pods.push((pod, id));
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !names.iter().all(|n| kernel_intervals(&cuda, n).len() >= 6) {
+        assert!(
+            Instant::now() < deadline,
+            "not every server computed\n{}",
+            c.log()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // The most pods whose kernels ran at one instant.
+    let mut edges: Vec<(i64, i32, usize)> = Vec::new();
+    for (n, name) in names.iter().enumerate() {
+        for (b, e) in kernel_intervals(&cuda, name) {
+            edges.push((b, 1, n));
+            edges.push((e, -1, n));
+        }
+    }
+    edges.sort_by_key(|&(t, dir, _)| (t, dir));
+    let mut per = [0i32; 5];
+    let (mut now, mut most) = (0usize, 0usize);
+    for (_, dir, n) in edges {
+        let before = per[n] > 0;
+        per[n] += dir;
+        match (before, per[n] > 0) {
+            (false, true) => now += 1,
+            (true, false) => now -= 1,
+            _ => {}
+        }
+        most = most.max(now);
+    }
+    assert!(most <= 2, "{most} pods' kernels at once on d_max = 2");
+    let records = d.records();
+    assert!(
+        records
+            .iter()
+            .filter(|r| r["event"] == "enqueue")
+            .all(|r| r["kind"] == "burst"),
+        "a start or resume was gated: {records:?}"
+    );
+    for (pod, _) in &pods {
+        cri.stop_pod_sandbox(StopPodSandboxRequest {
+            pod_sandbox_id: pod.clone(),
+        })
+        .await
+        .unwrap_or_else(|e| panic!("StopPodSandbox: {e}\n{}", c.log()));
+        cri.remove_pod_sandbox(RemovePodSandboxRequest {
+            pod_sandbox_id: pod.clone(),
+        })
+        .await
+        .unwrap();
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !c.leftovers().is_empty() && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        c.leftovers().is_empty(),
+        "left behind: {:#?}",
+        c.leftovers()
+    );
+    let s = d.wait_for("no lease left", |s| {
+        s["leases"].as_array().is_some_and(Vec::is_empty)
+    });
+    assert_eq!(s["waiting"], 0);
 }

@@ -42,7 +42,7 @@ static struct { CUdeviceptr ptr; size_t size; int kind; int location; } allocs[M
 
 static void note(const char *fmt, long a, long b) {
     const char *path = getenv("FAKE_CUDA_LOG");
-    if (!path) return;
+    if (!path || !*path) return;
     FILE *f = fopen(path, "a");
     if (!f) return;
     fprintf(f, fmt, a, b);

@@ -18,6 +18,9 @@
  * double's log shows each launch). With `serve <kernels> <gap_ms> [<requests>]` it is a
  * long-running GPU server: each request launches <kernels> kernels and waits for them
  * (cuCtxSynchronize), then it idles <gap_ms>; forever, or <requests> times then it exits.
+ * With `bench <bursts> <calls> <gap_ms>` it times launches: <bursts> times it idles <gap_ms>,
+ * times the first launch after the gap (a burst's first call) and then <calls> more (calls
+ * inside the burst), and prints "first p50_ns p99_ns" and "inburst mean_ns".
  */
 #include <dlfcn.h>
 #include <pthread.h>
@@ -26,6 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 typedef int CUresult;
@@ -48,6 +52,15 @@ CUresult cuArrayCreate_v2(void **, const ArrayDesc *);
 CUresult cuArrayDestroy(void *);
 CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr, const void *, size_t, void *);
 CUresult cuCtxSynchronize(void);
+static long long mono_ns(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (long long)t.tv_sec * 1000000000LL + t.tv_nsec;
+}
+static int cmp_ll(const void *a, const void *b) {
+    long long x = *(const long long *)a, y = *(const long long *)b;
+    return (x > y) - (x < y);
+}
 static void *launcher(void *rc) {
     *(int *)rc = cuLaunchKernel(NULL, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL);
     return NULL;
@@ -98,6 +111,26 @@ int main(int argc, char **argv) {
         }
     }
 
+    if (argc > 4 && strcmp(argv[1], "bench") == 0) {
+        int bursts = atoi(argv[2]), calls = atoi(argv[3]), gap_ms = atoi(argv[4]);
+        if (bursts < 1 || bursts > 100000 || calls < 1) return 2;
+        long long *first = calloc((size_t)bursts, sizeof *first);
+        long long inburst = 0;
+        for (int b = 0; b < bursts; b++) {
+            usleep((useconds_t)gap_ms * 1000);
+            long long t0 = mono_ns();
+            cuLaunchKernel(NULL, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL);
+            long long t1 = mono_ns();
+            for (int k = 0; k < calls; k++)
+                cuLaunchKernel(NULL, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL);
+            inburst += mono_ns() - t1;
+            first[b] = t1 - t0;
+        }
+        qsort(first, (size_t)bursts, sizeof *first, cmp_ll);
+        printf("first %lld %lld\n", first[bursts / 2], first[(bursts * 99) / 100]);
+        printf("inburst %lld\n", inburst / ((long long)bursts * calls));
+        return 0;
+    }
     if (argc > 3 && strcmp(argv[1], "serve") == 0) {
         int kernels = atoi(argv[2]), gap_ms = atoi(argv[3]);
         long requests = argc > 4 ? atol(argv[4]) : -1;

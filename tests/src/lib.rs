@@ -342,15 +342,31 @@ impl Containerd {
         env: &[&str],
         args: &[&str],
     ) -> Output {
+        let mut flags = vec!["-d"];
+        for e in env {
+            flags.extend(["--env", e]);
+        }
+        self.run_cuda_with(runtime, id, function, cuda, &flags, args)
+    }
+
+    /// The CUDA client in a GPU container, with raw `ctr run` flags (`-d`, `--rm`, `--env`,
+    /// `--annotation`, …) and the client's arguments.
+    #[must_use]
+    pub fn run_cuda_with(
+        &self,
+        runtime: &str,
+        id: &str,
+        function: &str,
+        cuda: &Path,
+        flags: &[&str],
+        args: &[&str],
+    ) -> Output {
         let dir = cuda.display().to_string();
         let log = format!("FAKE_CUDA_LOG={dir}/{id}.log");
-        let mut envs = vec!["--env", "NVIDIA_VISIBLE_DEVICES=0", "--env", &log];
-        for e in env {
-            envs.extend(["--env", e]);
-        }
         let client = format!("{dir}/cuda_client");
-        let mut cmd = vec!["run", "-d", "--snapshotter", "native", "--runtime", runtime];
-        cmd.extend(envs);
+        let mut cmd = vec!["run", "--snapshotter", "native", "--runtime", runtime];
+        cmd.extend(["--env", "NVIDIA_VISIBLE_DEVICES=0", "--env", &log]);
+        cmd.extend(flags);
         let lib_path = format!("LD_LIBRARY_PATH=/lib/x86_64-linux-gnu:{dir}");
         let function = format!("io.mqfq.function={function}");
         let own = format!("type=bind,src={dir},dst={dir},options=rbind:rw");
