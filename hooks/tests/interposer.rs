@@ -591,17 +591,6 @@ fn quiet_for(c: &Client, ms: i32) -> bool {
     poll(&mut fds, ms) == 0
 }
 
-/// CLOCK_MONOTONIC in microseconds: the driver double's clock for kernel intervals.
-fn monotonic_us() -> i64 {
-    let mut t = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: a valid out-pointer.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &raw mut t) };
-    t.tv_sec * 1_000_000 + t.tv_nsec / 1000
-}
-
 /// The end of the last kernel the double queued (its "kernel <begin> <end>" lines).
 fn last_kernel_end(log: &Path) -> i64 {
     std::fs::read_to_string(log)
@@ -650,7 +639,7 @@ fn a_burst_waits_for_its_shim_and_ends_only_after_its_work_completed() {
     assert_eq!(c.line(), "threads rc=0");
     // The end comes only once the queued kernels have finished on the double's timeline.
     let end = request(&mut conn);
-    let now = monotonic_us();
+    let now = mqfq_testkit::monotonic_us();
     let idle_ns: u64 = end
         .strip_prefix("end ")
         .and_then(|v| v.parse().ok())

@@ -824,3 +824,16 @@ pub fn mean(v: &[f64]) -> f64 {
     let n = v.len().max(1) as f64;
     v.iter().sum::<f64>() / n
 }
+
+/// CLOCK_MONOTONIC in microseconds: the clock of the libcuda double's kernel intervals (the
+/// same in every container).
+#[must_use]
+pub fn monotonic_us() -> i64 {
+    let mut t = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid out-pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &raw mut t) };
+    t.tv_sec * 1_000_000 + t.tv_nsec / 1000
+}

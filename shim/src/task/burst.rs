@@ -448,7 +448,10 @@ impl TaskService {
                     }
                     break Err(e.to_string());
                 }
-                Err(e) => break Err(e.to_string()),
+                Err(e) => {
+                    tracing::warn!(container = %id, "burst admission refused: {e}");
+                    break Err(e.to_string());
+                }
             }
         };
         if result.is_ok() {

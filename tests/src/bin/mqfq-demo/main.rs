@@ -3,7 +3,8 @@
 //! service) submitted through `ctr`. Prints per-function queue wait, latency and fairness, and
 //! the daemon's view. Then, when the CUDA interposer was built (`libmqfq_cuda.so` beside the
 //! binaries) and `cc` exists, the pool: two paused containers of a CUDA client (over the CPU-only
-//! libcuda double) evicted by mqfqd, one resumed and restored, the other prefetched.
+//! libcuda double) evicted by mqfqd, one resumed and restored, the other prefetched; and five
+//! long-running GPU servers that are never paused, sharing the GPU a burst of work at a time.
 //! Usage: `mqfq-demo <dir with containerd-shim-mqfq-v2, mqfqd, mqfqctl[, libmqfq_cuda.so]>`.
 
 use std::collections::HashMap;
@@ -12,6 +13,8 @@ use std::process::{Command, ExitCode};
 use std::time::{Duration, Instant};
 
 use mqfq_testkit::{BUSYBOX, Containerd, MQFQ};
+
+mod servers;
 
 /// (function, service seconds, invocations, seconds between arrivals)
 const MIX: [(&str, f64, usize, f64); 3] = [
@@ -25,8 +28,7 @@ fn main() -> ExitCode {
         eprintln!("usage: mqfq-demo <dir with containerd-shim-mqfq-v2, mqfqd, mqfqctl>");
         return ExitCode::from(2);
     };
-    // Start / Resume gating, the OpenWhisk-with-pauses setup the pool part shows.
-    let Some(c) = Containerd::start_with_env("demo", &bin, &[("MQFQ_BURST", "off")]) else {
+    let Some(c) = Containerd::start_with_env("demo", &bin, &[]) else {
         eprintln!("cannot run containerd here (needs root, containerd, runc, busybox-static)");
         return ExitCode::FAILURE;
     };
@@ -198,7 +200,10 @@ fn main() -> ExitCode {
         print!("{}", String::from_utf8_lossy(&o.stdout));
     }
     println!("\ndispatch record: {}", log.display());
-    let pool_ok = pool_demo(&c, &bin);
+    let pool_ok = match install_cuda(&c, &bin) {
+        Some(cuda) => pool_demo(&c, &bin, &cuda) && servers::servers_demo(&c, &cuda, &log, 8),
+        None => true,
+    };
     let _ = Command::new("kill").arg(daemon.id().to_string()).status();
     let _ = daemon.wait();
     if failed == 0 && pool_ok {
@@ -236,34 +241,34 @@ fn tiers(bin: &std::path::Path, sock: &std::path::Path) -> Vec<String> {
     mqfq_testkit::pool_tiers(&status).into_values().collect()
 }
 
-/// Two pooled containers: paused (Hot), evicted by mqfqd after the demo's 2 s hot TTL (Warm),
-/// one resumed (restored before Resume returns); returns whether every step worked.
-fn pool_demo(c: &Containerd, bin: &std::path::Path) -> bool {
+/// The interposer and the CUDA doubles in the demo's containerd, if they can be had.
+fn install_cuda(c: &Containerd, bin: &std::path::Path) -> Option<PathBuf> {
     let lib = bin.join("libmqfq_cuda.so");
     if !lib.exists() {
         println!(
-            "\n(pool demo skipped: no {} — scripts/demo.sh builds it)",
+            "\n(pool and server demos skipped: no {} — scripts/demo.sh builds it)",
             lib.display()
         );
-        return true;
+        return None;
     }
-    let cuda = match c.install_cuda(&lib) {
-        Ok(d) => d,
+    match c.install_cuda(&lib) {
+        Ok(d) => Some(d),
         Err(e) => {
-            println!("\n(pool demo skipped: {e})");
-            return true;
+            println!("\n(pool and server demos skipped: {e})");
+            None
         }
-    };
+    }
+}
+
+/// Two pooled containers: paused (Hot), evicted by mqfqd after the demo's 2 s hot TTL (Warm),
+/// one resumed (its next burst restored before it ran); returns whether every step worked.
+fn pool_demo(c: &Containerd, bin: &std::path::Path, cuda: &std::path::Path) -> bool {
     let sock = c.daemon_socket();
     println!(
         "\n== The pool: two containers of `resnet` running a CUDA client (CPU double) under the interposer"
     );
     for id in ["resnet-a", "resnet-b"] {
-        if !c
-            .run_cuda_client(MQFQ, id, "resnet", &cuda)
-            .status
-            .success()
-        {
+        if !c.run_cuda_client(MQFQ, id, "resnet", cuda).status.success() {
             println!("could not start {id}");
             return false;
         }
@@ -301,8 +306,9 @@ fn pool_demo(c: &Containerd, bin: &std::path::Path) -> bool {
     let t = Instant::now();
     let resumed = c.ctr(&["task", "resume", "resnet-a"]).status.success();
     println!(
-        "\nctr task resume resnet-a: {:.0} ms, memory restored before Resume returned; its flow turned\n\
-         active, so mqfqd had resnet-b's memory prefetched while it stays paused\n",
+        "\nctr task resume resnet-a: {:.0} ms; its next burst of GPU work was admitted and its memory\n\
+         restored before that work ran; its flow turned active, so mqfqd had resnet-b's memory\n\
+         prefetched while it stays paused\n",
         t.elapsed().as_secs_f64() * 1e3
     );
     let _ = wait("prefetched", &|t| t.iter().all(|x| x == "hot"));
