@@ -774,6 +774,41 @@ impl<T> MqfqQueue<T> {
         Ok(())
     }
 
+    /// Charges an invocation that is still running for the service it has had so far, when
+    /// that is more than it was charged: a burst that never ends (a server keeping the GPU
+    /// busy) moves its flow's virtual time while it runs, not only at its completion, which
+    /// then corrects from this charge (the total is the same as one correction at the end).
+    /// Whether anything changed.
+    ///
+    /// # Errors
+    /// `UnknownTicket` if it is not outstanding.
+    pub fn charge_running(&mut self, ticket: &Ticket, served: f64) -> Result<bool, QueueError> {
+        let &(id, charge, eff) = self
+            .outstanding
+            .get(&ticket.id)
+            .ok_or(QueueError::UnknownTicket(ticket.id))?;
+        if !self.cfg.charge_correction || !served.is_finite() || served <= charge {
+            return Ok(false);
+        }
+        let backlogged = self.flows[id.ix()].phase == Phase::Backlogged;
+        if backlogged {
+            self.index_remove(id);
+        }
+        let v = self.v;
+        let delta = (served - charge) / eff;
+        let f = &mut self.flows[id.ix()];
+        f.finish += delta;
+        if backlogged {
+            f.start = (f.start + delta).max(v);
+            self.index_insert(id);
+        }
+        if let Some(e) = self.outstanding.get_mut(&ticket.id) {
+            e.1 = served;
+        }
+        self.update_v();
+        Ok(true)
+    }
+
     /// Expires sticky TTLs up to `now` (Active → Inactive). Call it before dispatching and on a
     /// timer; cost is O(log n) per expiry.
     pub fn tick(&mut self, now: Time) {

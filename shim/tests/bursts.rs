@@ -448,3 +448,38 @@ fn mixed_servers_never_exceed_the_limit_in_force() {
         "{most} containers' kernels at once, limit {limit}\n{records:#?}"
     );
 }
+
+/// A server that never lets its GPU work finish (a launch every 20 ms of 30 ms kernels): its
+/// burst never ends, keeps its slot, and is charged while it runs, a step per second; the
+/// record, charges included, replays through scheduler-core.
+#[test]
+fn a_burst_that_never_ends_is_charged_as_it_runs() {
+    let Some((c, d, cuda)) = setup("endless", &[], "") else {
+        return;
+    };
+    let o = c.run_cuda(
+        MQFQ,
+        "hog",
+        "hog",
+        &cuda,
+        &["FAKE_CUDA_KERNEL_MS=30"],
+        &["loop"],
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    let charges = |d: &Mqfqd| {
+        d.records()
+            .iter()
+            .filter(|r| r["event"] == "charge")
+            .filter_map(|r| r["served_s"].as_f64())
+            .collect::<Vec<_>>()
+    };
+    d.wait_for("charged twice while it runs", |s| {
+        charges(&d).len() >= 2 && leases(s).iter().any(|l| l["kind"] == "burst")
+    });
+    let served = charges(&d);
+    assert!(served.windows(2).all(|w| w[1] >= w[0] + 1.0), "{served:?}");
+    stop(&c, "hog");
+    d.wait_for("no lease left", |s| leases(s).is_empty());
+    common::replay(&d.records(), d.config());
+    assert!(c.leftovers().is_empty(), "{:?}", c.leftovers());
+}

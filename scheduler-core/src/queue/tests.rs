@@ -286,3 +286,42 @@ fn adopted_invocations_are_charged_and_completed_like_dispatched_ones() {
         QueueError::UnknownFlow(FlowId(9))
     );
 }
+
+#[test]
+fn a_running_invocation_is_charged_as_it_runs_and_completes_to_the_same_tags() {
+    // Two queues, the same history: one charges the running invocation in steps, the other
+    // only at completion; the finish tags agree at the end, and the stepped one is ahead while
+    // it runs (its flow yields to others sooner).
+    let run = |steps: &[f64]| {
+        let mut q = MqfqQueue::new(fixed(100.0, 1.0, Selection::LowestStart)).unwrap();
+        let a = q.flow("a");
+        q.set_charge_hint(a, Some(1.0)).unwrap();
+        q.enqueue(a, 1, secs(0.0)).unwrap();
+        q.enqueue(a, 2, secs(0.0)).unwrap();
+        let d = q.dispatch(secs(0.0)).unwrap();
+        let mut during = Vec::new();
+        for &s in steps {
+            q.charge_running(&d.ticket, s).unwrap();
+            during.push(q.snapshot(a).unwrap().finish);
+        }
+        q.complete(&d.ticket, Some(7.5), secs(7.5)).unwrap();
+        (
+            during,
+            q.snapshot(a).unwrap().finish,
+            q.snapshot(a).unwrap().start,
+        )
+    };
+    let (during, finish, start) = run(&[2.0, 0.5, 5.0]);
+    let (_, finish0, start0) = run(&[]);
+    assert!((finish - finish0).abs() < 1e-9, "{finish} vs {finish0}");
+    assert!((start - start0).abs() < 1e-9, "{start} vs {start0}");
+    // Charged 2 s, then nothing (0.5 < 2), then 5 s: the finish tag follows the service.
+    assert_eq!(during, vec![2.0, 2.0, 5.0]);
+    // An unknown ticket is an error, not a silent change.
+    let mut q: MqfqQueue<u32> = MqfqQueue::new(fixed(100.0, 1.0, Selection::LowestStart)).unwrap();
+    let a = q.flow("a");
+    q.enqueue(a, 1, secs(0.0)).unwrap();
+    let d = q.dispatch(secs(0.0)).unwrap();
+    q.complete(&d.ticket, Some(1.0), secs(1.0)).unwrap();
+    q.charge_running(&d.ticket, 3.0).unwrap_err();
+}

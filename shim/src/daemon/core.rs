@@ -207,6 +207,9 @@ pub struct Lease {
     /// What it was asked for.
     pub kind: Kind,
     ticket: Ticket,
+    /// What it has been charged so far, seconds (the dispatch estimate, then each charge of a
+    /// burst that keeps running).
+    charged: f64,
     long: bool,
     /// The registration epoch it was granted in (see [`Core::register`]).
     epoch: u64,
@@ -656,6 +659,7 @@ impl Core {
                     shim_pid,
                     since: now,
                     kind,
+                    charged: d.ticket.charge,
                     ticket: d.ticket,
                     long,
                     epoch: self.epoch,
@@ -847,6 +851,7 @@ impl Core {
     }
 }
 
+mod charge;
 mod record;
 mod register;
 

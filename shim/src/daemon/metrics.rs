@@ -308,6 +308,7 @@ impl Metrics {
                         .get_or_create(&self::function(function))
                         .observe(*waited_ns as f64 / 1e9);
                 }
+                Record::Charge { .. } => {}
                 Record::Adopt { function, .. } => {
                     self.admitted.get_or_create(&self::function(function)).inc();
                 }

@@ -395,6 +395,7 @@ impl Daemon {
             let host = pool::host_memory();
             let now = self.now();
             let mut inner = self.lock();
+            inner.core.charge_running(now);
             let mut grants = inner.core.tick_all(now);
             for s in samples {
                 grants.extend(

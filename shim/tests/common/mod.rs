@@ -41,6 +41,13 @@ pub fn replay(records: &[Value], config: &Path) {
                 let ticket = tickets.remove(&r["lease"].as_u64().unwrap()).unwrap();
                 q.complete(&ticket, r["measured_s"].as_f64(), t).unwrap();
             }
+            "charge" => {
+                let ticket = &tickets[&r["lease"].as_u64().unwrap()];
+                assert!(
+                    q.charge_running(ticket, r["served_s"].as_f64().unwrap())
+                        .unwrap()
+                );
+            }
             other => panic!("unexpected {other} in {r}"),
         }
     }

@@ -75,6 +75,23 @@ pub enum Record {
         /// Why it ended.
         reason: String,
     },
+    /// A running burst was charged for the service it has had so far (it keeps its slot).
+    Charge {
+        /// Sequence number.
+        seq: u64,
+        /// Daemon time, ns.
+        t_ns: u64,
+        /// GPU.
+        gpu: u32,
+        /// Container key.
+        key: String,
+        /// Function.
+        function: String,
+        /// The lease.
+        lease: u64,
+        /// Service so far, seconds.
+        served_s: f64,
+    },
     /// A waiting admission left the queue.
     Withdraw {
         /// Sequence number.

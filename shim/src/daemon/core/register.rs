@@ -145,6 +145,7 @@ impl Core {
                 shim_pid,
                 since: now,
                 kind: r.info.kind,
+                charged: ticket.charge,
                 ticket,
                 long,
                 epoch: self.epoch,

@@ -495,3 +495,36 @@ fn a_flow_turning_active_is_reported_once_per_activation() {
     c.admit(&req("c", "f"), secs(5.0)).unwrap();
     assert_eq!(c.drain_activated(), [(0, "f".to_owned())]);
 }
+
+#[test]
+fn a_burst_that_keeps_its_slot_is_charged_while_it_runs() {
+    let mut c = core(1, 1);
+    let mut hog = req("hog", "hog");
+    hog.kind = Kind::Burst;
+    let g = c.admit(&hog, secs(0.0)).unwrap();
+    // A second container of the same flow and one of another flow wait.
+    let mut hog2 = req("hog2", "hog");
+    hog2.kind = Kind::Burst;
+    assert!(c.admit(&hog2, secs(0.1)).unwrap().is_empty());
+    let mut light = req("light", "light");
+    light.kind = Kind::Burst;
+    assert!(c.admit(&light, secs(0.1)).unwrap().is_empty());
+    // Start and resume leases are never charged early; bursts are, a step per second.
+    for t in [0.5, 1.9, 2.0, 2.2, 3.1, 4.5] {
+        c.charge_running(secs(t));
+    }
+    let charges: Vec<f64> = c
+        .drain_log()
+        .into_iter()
+        .filter_map(|r| match r {
+            Record::Charge {
+                served_s, lease, ..
+            } if lease == g[0].lease => Some(served_s),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(charges, vec![2.0, 3.1, 4.5]);
+    // Its release corrects to the measured service; the light flow goes first.
+    let next = c.release(g[0].lease, Some(4.0), "idle", secs(5.0)).unwrap();
+    assert_eq!(keys(&next), ["ns/light"]);
+}
