@@ -39,6 +39,8 @@ pub const MAX_CONNS: usize = 64;
 pub const MAX_LINE: usize = 64;
 /// The socket's name in the control directory.
 pub const SOCKET: &str = "shim.sock";
+/// How often a burst's end asks the container's processes what memory they hold.
+const STATUS_EVERY: Duration = Duration::from_secs(5);
 
 /// A request from a process.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -482,13 +484,16 @@ impl TaskService {
         match after {
             After::Nothing => {}
             After::Release(service) => {
-                // What its processes hold now, for the pool's memory budget (bounded wait).
-                let dir = {
+                // What its processes hold, for the pool's memory budget: asked (bounded wait)
+                // at most once per STATUS_EVERY, so a container that bursts hundreds of times a
+                // second does not make the shim ask each time.
+                let (dir, known) = {
                     let st = self.state.lock().await;
-                    st.containers
-                        .get(id)
-                        .filter(|c| !c.pool_failed)
-                        .and_then(|c| c.ctl_dir.clone())
+                    st.containers.get(id).map_or((None, 0), |c| {
+                        let fresh = c.managed_asked.is_some_and(|t| t.elapsed() < STATUS_EVERY);
+                        let dir = c.ctl_dir.clone().filter(|_| !c.pool_failed && !fresh);
+                        (dir, c.managed_bytes)
+                    })
                 };
                 let bytes = match dir {
                     Some(d) => {
@@ -497,10 +502,11 @@ impl TaskService {
                                 .await;
                         if let Some(c) = self.state.lock().await.containers.get_mut(id) {
                             c.managed_bytes = a.bytes;
+                            c.managed_asked = Some(Instant::now());
                         }
                         a.bytes
                     }
-                    None => 0,
+                    None => known,
                 };
                 self.gate
                     .end_burst(&self.namespace, id, service, bytes)

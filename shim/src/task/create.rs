@@ -206,6 +206,7 @@ impl TaskService {
                 pool_lock: std::sync::Arc::default(),
                 pool_failed: false,
                 managed_bytes: 0,
+                managed_asked: None,
                 burst,
                 burst_task,
             },

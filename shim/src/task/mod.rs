@@ -64,6 +64,8 @@ pub struct Container {
     pub pool_failed: bool,
     /// Managed bytes its CUDA processes held at the last Pause (sizes memory-move deadlines).
     pub managed_bytes: u64,
+    /// When a burst's end last asked its processes for `managed_bytes`.
+    pub managed_asked: Option<Instant>,
     /// Burst admission (its interposer asks for each burst of GPU work): its Start and Resume
     /// are then not gated.
     pub burst: Option<Arc<burst::Book>>,
