@@ -483,3 +483,42 @@ fn a_burst_that_never_ends_is_charged_as_it_runs() {
     common::replay(&d.records(), d.config());
     assert!(c.leftovers().is_empty(), "{:?}", c.leftovers());
 }
+
+/// A paused burst container thawed by the pool to move its memory takes no lease in that
+/// window (its processes' bursts wait for the Resume), and runs again after it.
+#[test]
+fn a_paused_server_thawed_for_the_pool_takes_no_lease() {
+    let Some((c, d, cuda)) = setup(
+        "pausedpool",
+        &[],
+        "[queue]\nttl_s = 0.3\n[pool]\nhot_ttl_s = 1.0\n",
+    ) else {
+        return;
+    };
+    // A launch every 20 ms: any thaw lets it try to begin a burst.
+    let o = c.run_cuda(MQFQ, "srv", "srv", &cuda, &[], &["loop"]);
+    assert!(o.status.success(), "{}", text(&o));
+    d.wait_for("bursts admitted", |s| {
+        mqfq_testkit::pool_tiers(s).contains_key("srv")
+    });
+    assert!(c.ctr(&["task", "pause", "srv"]).status.success());
+    d.wait_for("evicted while paused, no lease held", |s| {
+        mqfq_testkit::pool_tiers(s)
+            .get("srv")
+            .is_some_and(|t| t == "warm")
+            && leases(s).is_empty()
+    });
+    // Settled: nothing took a lease in the thaw window, and nothing does while it stays paused.
+    std::thread::sleep(Duration::from_millis(500));
+    let s = d.status();
+    assert!(leases(&s).is_empty(), "{s:#}");
+    let launches = |c: &str| c.lines().filter(|l| *l == "launch").count();
+    let before = launches(&std::fs::read_to_string(cuda.join("srv.log")).unwrap());
+    assert!(c.ctr(&["task", "resume", "srv"]).status.success());
+    until("launching again after the resume", || {
+        launches(&std::fs::read_to_string(cuda.join("srv.log")).unwrap()) > before + 5
+    });
+    stop(&c, "srv");
+    d.wait_for("no lease left", |s| leases(s).is_empty());
+    assert!(c.leftovers().is_empty(), "{:?}", c.leftovers());
+}

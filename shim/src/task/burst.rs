@@ -431,6 +431,16 @@ impl TaskService {
             return;
         };
         book.no_release_pending().await;
+        // A paused container's processes run only while the pool thaws it to move its memory:
+        // a burst begun then waits for the container's Resume (a lease taken in that window
+        // would be held, frozen, until then).
+        while self.is_paused(id).await {
+            if book.lock().waiting.is_empty() {
+                book.admitted(Some("the container is paused".into()));
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
         let result = loop {
             match self
                 .gate
@@ -513,6 +523,13 @@ impl TaskService {
                     .await;
             }
         }
+    }
+
+    async fn is_paused(&self, id: &str) -> bool {
+        let st = self.state.lock().await;
+        st.containers
+            .get(id)
+            .is_some_and(|c| c.init.status == crate::process::Status::Paused)
     }
 
     /// Brings an evicted burst container's memory back (its processes are running).
