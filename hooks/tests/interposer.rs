@@ -591,13 +591,12 @@ fn quiet_for(c: &Client, ms: i32) -> bool {
     poll(&mut fds, ms) == 0
 }
 
-/// The end of the last kernel the double queued (its "kernel <begin> <end>" lines).
+/// The end of the last kernel the double queued (its "kernel <begin> <end>" lines in `log`).
 fn last_kernel_end(log: &Path) -> i64 {
-    std::fs::read_to_string(log)
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| l.strip_prefix("kernel "))
-        .filter_map(|r| r.split_whitespace().nth(1)?.parse::<i64>().ok())
+    let name = log.file_stem().and_then(|n| n.to_str()).unwrap_or_default();
+    mqfq_testkit::kernel_intervals(log.parent().unwrap(), name)
+        .iter()
+        .map(|k| k.1)
         .max()
         .unwrap_or(0)
 }

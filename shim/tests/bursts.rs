@@ -52,44 +52,8 @@ fn server(c: &Containerd, cuda: &Path, id: &str, ms: u32, kernels: u32, gap_ms: 
     assert!(o.status.success(), "{id}: {}", text(&o));
 }
 
-/// Each container's kernels as `(begin_us, end_us)`, from the double's log.
 fn kernels(cuda: &Path, id: &str) -> Vec<(i64, i64)> {
-    std::fs::read_to_string(cuda.join(format!("{id}.log")))
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| {
-            let mut w = l.strip_prefix("kernel ")?.split_whitespace();
-            Some((w.next()?.parse().ok()?, w.next()?.parse().ok()?))
-        })
-        .collect()
-}
-
-/// The most containers whose kernels ran at the same instant, among the kernels that ended by
-/// `until_us` (the double logs a kernel's interval when it is queued; kernels queued by a
-/// process that is then killed never run, as on a GPU, where the context goes with it).
-fn most_at_once(cuda: &Path, ids: &[&str], until_us: i64) -> usize {
-    let mut edges: Vec<(i64, i32, usize)> = Vec::new();
-    for (n, id) in ids.iter().enumerate() {
-        for (b, e) in kernels(cuda, id).into_iter().filter(|k| k.1 <= until_us) {
-            edges.push((b, 1, n));
-            edges.push((e, -1, n));
-        }
-    }
-    // Ends before begins at the same instant: touching intervals do not overlap.
-    edges.sort_by_key(|&(t, d, _)| (t, d));
-    let mut per = vec![0i32; ids.len()];
-    let (mut now, mut most) = (0usize, 0usize);
-    for (_, d, n) in edges {
-        let before = per[n] > 0;
-        per[n] += d;
-        match (before, per[n] > 0) {
-            (false, true) => now += 1,
-            (true, false) => now -= 1,
-            _ => {}
-        }
-        most = most.max(now);
-    }
-    most
+    mqfq_testkit::kernel_intervals(cuda, id)
 }
 
 fn leases(s: &Value) -> Vec<Value> {
@@ -127,7 +91,7 @@ fn five_gpu_servers_start_at_once_and_their_kernels_respect_the_limit() {
         ids.iter().all(|id| kernels(&cuda, id).len() >= 6)
     });
     let until = mqfq_testkit::monotonic_us();
-    let most = most_at_once(&cuda, &ids, until);
+    let most = mqfq_testkit::most_at_once(&cuda, &ids, until);
     assert!(
         most <= 2,
         "{most} containers' kernels ran at once on d_max = 2"
@@ -442,7 +406,7 @@ fn mixed_servers_never_exceed_the_limit_in_force() {
         .filter_map(|r| r["limit"].as_u64())
         .max()
         .unwrap_or(0);
-    let most = most_at_once(&cuda, &ids, until);
+    let most = mqfq_testkit::most_at_once(&cuda, &ids, until);
     assert!(
         most as u64 <= limit,
         "{most} containers' kernels at once, limit {limit}\n{records:#?}"

@@ -236,18 +236,6 @@ fn gpu_server(cuda: &Path, name: &str, ms: u32) -> ContainerConfig {
     }
 }
 
-/// Kernel intervals per server, from the double's logs.
-fn kernel_intervals(cuda: &Path, name: &str) -> Vec<(i64, i64)> {
-    std::fs::read_to_string(cuda.join(format!("{name}.log")))
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| {
-            let mut w = l.strip_prefix("kernel ")?.split_whitespace();
-            Some((w.next()?.parse().ok()?, w.next()?.parse().ok()?))
-        })
-        .collect()
-}
-
 /// Five long-running GPU server pods through CRI on a GPU that runs two at a time: every
 /// StartContainer returns (none waits for a slot), every server computes, and the kernels of
 /// more than two pods never run at once.
@@ -299,7 +287,10 @@ async fn five_gpu_server_pods_start_and_share_two_slots() {
         pods.push((pod, id));
     }
     let deadline = Instant::now() + Duration::from_secs(60);
-    while !names.iter().all(|n| kernel_intervals(&cuda, n).len() >= 6) {
+    while !names
+        .iter()
+        .all(|n| mqfq_testkit::kernel_intervals(&cuda, n).len() >= 6)
+    {
         assert!(
             Instant::now() < deadline,
             "not every server computed\n{}",
@@ -309,30 +300,7 @@ async fn five_gpu_server_pods_start_and_share_two_slots() {
     }
     // The most pods whose kernels ran at one instant, among those that ended by now (the
     // double logs a kernel when it is queued).
-    let until = mqfq_testkit::monotonic_us();
-    let mut edges: Vec<(i64, i32, usize)> = Vec::new();
-    for (n, name) in names.iter().enumerate() {
-        for (b, e) in kernel_intervals(&cuda, name)
-            .into_iter()
-            .filter(|k| k.1 <= until)
-        {
-            edges.push((b, 1, n));
-            edges.push((e, -1, n));
-        }
-    }
-    edges.sort_by_key(|&(t, dir, _)| (t, dir));
-    let mut per = [0i32; 5];
-    let (mut now, mut most) = (0usize, 0usize);
-    for (_, dir, n) in edges {
-        let before = per[n] > 0;
-        per[n] += dir;
-        match (before, per[n] > 0) {
-            (false, true) => now += 1,
-            (true, false) => now -= 1,
-            _ => {}
-        }
-        most = most.max(now);
-    }
+    let most = mqfq_testkit::most_at_once(&cuda, &names, mqfq_testkit::monotonic_us());
     assert!(most <= 2, "{most} pods' kernels at once on d_max = 2");
     let records = d.records();
     assert!(

@@ -837,3 +837,49 @@ pub fn monotonic_us() -> i64 {
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &raw mut t) };
     t.tv_sec * 1_000_000 + t.tv_nsec / 1000
 }
+
+/// The kernels the libcuda double ran for container `id` (`FAKE_CUDA_KERNEL_MS`), as
+/// `(begin_us, end_us)` from its log `<cuda>/<id>.log`.
+#[must_use]
+pub fn kernel_intervals(cuda: &Path, id: &str) -> Vec<(i64, i64)> {
+    std::fs::read_to_string(cuda.join(format!("{id}.log")))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| {
+            let mut w = l.strip_prefix("kernel ")?.split_whitespace();
+            Some((w.next()?.parse().ok()?, w.next()?.parse().ok()?))
+        })
+        .collect()
+}
+
+/// The most containers among `ids` whose kernels ran at the same instant, counting the
+/// kernels that ended by `until_us` (the double logs a kernel when it is queued; kernels a
+/// killed process had queued never run, as on a GPU, where its context goes with it).
+#[must_use]
+pub fn most_at_once(cuda: &Path, ids: &[&str], until_us: i64) -> usize {
+    let mut edges: Vec<(i64, i32, usize)> = Vec::new();
+    for (n, id) in ids.iter().enumerate() {
+        for (b, e) in kernel_intervals(cuda, id)
+            .into_iter()
+            .filter(|k| k.1 <= until_us)
+        {
+            edges.push((b, 1, n));
+            edges.push((e, -1, n));
+        }
+    }
+    // Ends before begins at the same instant: touching intervals do not overlap.
+    edges.sort_by_key(|&(t, d, _)| (t, d));
+    let mut per = vec![0i32; ids.len()];
+    let (mut now, mut most) = (0usize, 0usize);
+    for (_, d, n) in edges {
+        let before = per[n] > 0;
+        per[n] += d;
+        match (before, per[n] > 0) {
+            (false, true) => now += 1,
+            (true, false) => now -= 1,
+            _ => {}
+        }
+        most = most.max(now);
+    }
+    most
+}

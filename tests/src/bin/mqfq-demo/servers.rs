@@ -19,40 +19,7 @@ const SERVERS: [(&str, &str, u32, u32, u32); 5] = [
 ];
 
 fn kernels(cuda: &Path, id: &str) -> Vec<(i64, i64)> {
-    std::fs::read_to_string(cuda.join(format!("{id}.log")))
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| {
-            let mut w = l.strip_prefix("kernel ")?.split_whitespace();
-            Some((w.next()?.parse().ok()?, w.next()?.parse().ok()?))
-        })
-        .collect()
-}
-
-/// The most servers whose kernels ran at one instant, among those that ended by `until_us`
-/// (the double logs a kernel when it is queued; a killed server's queued kernels never run).
-fn most_at_once(cuda: &Path, until_us: i64) -> usize {
-    let mut edges = Vec::new();
-    for (n, (id, ..)) in SERVERS.iter().enumerate() {
-        for (b, e) in kernels(cuda, id).into_iter().filter(|k| k.1 <= until_us) {
-            edges.push((b, 1, n));
-            edges.push((e, -1, n));
-        }
-    }
-    edges.sort_by_key(|&(t, d, _)| (t, d));
-    let mut per = [0i32; SERVERS.len()];
-    let (mut now, mut most) = (0usize, 0usize);
-    for (_, d, n) in edges {
-        let before = per[n] > 0;
-        per[n] += d;
-        match (before, per[n] > 0) {
-            (false, true) => now += 1,
-            (true, false) => now -= 1,
-            _ => {}
-        }
-        most = most.max(now);
-    }
-    most
+    mqfq_testkit::kernel_intervals(cuda, id)
 }
 
 /// Runs the servers for `secs`, prints what each function got; whether every step worked.
@@ -130,7 +97,8 @@ pub fn servers_demo(c: &Containerd, cuda: &Path, record: &Path, secs: u64) -> bo
             ids.len()
         );
     }
-    let most = most_at_once(cuda, until);
+    let ids: Vec<&str> = SERVERS.iter().map(|s| s.0).collect();
+    let most = mqfq_testkit::most_at_once(cuda, &ids, until);
     println!(
         "\nat most {most} servers' kernels ran at the same instant (D = 3); the light functions' \
          bursts wait about one batch burst, not behind the whole batch backlog"
