@@ -41,10 +41,9 @@ static STATE: AtomicU8 = AtomicU8::new(IDLE);
 /// Gated calls in progress: a burst never ends under one (a launch that compiles or loads
 /// for longer than the idle time has not queued its work yet).
 static IN_CALL: AtomicU32 = AtomicU32::new(0);
-/// 0: not looked at yet (for this pid); 1: off; 2: on.
+/// 0: not looked at yet; 1: off; 2: on. Decided from the environment, which a forked child
+/// shares, so it holds for the whole process image (an exec starts over).
 static MODE: AtomicU8 = AtomicU8::new(0);
-/// The pid `MODE` was decided for (a forked child decides again).
-static MODE_PID: AtomicU32 = AtomicU32::new(0);
 
 #[derive(Debug)]
 pub(crate) struct Inner {
@@ -91,17 +90,19 @@ fn env_ms(name: &str, default: u64) -> u64 {
         .unwrap_or(default)
 }
 
-/// Whether burst admission is on in this process (decided once per pid).
+/// Whether burst admission is on in this process (decided once: one atomic load after that,
+/// no `getpid` on every gated call).
 fn enabled() -> bool {
-    let pid = std::process::id();
-    if MODE_PID.load(Ordering::Acquire) == pid {
-        return MODE.load(Ordering::Acquire) == 2;
+    match MODE.load(Ordering::Acquire) {
+        1 => false,
+        2 => true,
+        _ => {
+            let on = std::env::var_os("MQFQ_BURST").is_some_and(|v| v == "1")
+                && std::env::var_os("MQFQ_CTL_DIR").is_some();
+            MODE.store(if on { 2 } else { 1 }, Ordering::Release);
+            on
+        }
     }
-    let on = std::env::var_os("MQFQ_BURST").is_some_and(|v| v == "1")
-        && std::env::var_os("MQFQ_CTL_DIR").is_some();
-    MODE.store(if on { 2 } else { 1 }, Ordering::Release);
-    MODE_PID.store(pid, Ordering::Release);
-    on
 }
 
 /// A gated call in progress (see [`enter`]); dropping it is the call's [`leave`], whatever
@@ -360,7 +361,6 @@ pub(crate) fn reset_in_child(g: &mut Inner) {
     g.monitor = false;
     STATE.store(IDLE, Ordering::Release);
     IN_CALL.store(0, Ordering::Release);
-    MODE_PID.store(0, Ordering::Release);
 }
 
 /// The burst lock, for the fork handlers (taken after the interposer's others).
