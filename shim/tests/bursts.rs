@@ -10,7 +10,7 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 use std::time::{Duration, Instant};
 
 use mqfq_testkit::{Containerd, MQFQ, Mqfqd};
@@ -264,15 +264,6 @@ fn until(what: &str, pred: impl Fn() -> bool) {
     }
 }
 
-fn kill9(pid: u64) {
-    let ok = Command::new("kill")
-        .args(["-9", &pid.to_string()])
-        .status()
-        .unwrap()
-        .success();
-    assert!(ok, "kill -9 {pid}");
-}
-
 /// Waits until the server's kernel count has not moved for 1 s; returns it.
 fn settled(cuda: &Path, id: &str) -> usize {
     let mut last = kernels(cuda, id).len();
@@ -352,7 +343,7 @@ fn a_killed_shim_leaves_no_burst_lease() {
         leases(s).iter().any(|l| l["kind"] == "burst")
     });
     let shim = leases(&s)[0]["shim_pid"].as_u64().unwrap();
-    kill9(shim);
+    common::kill9(shim);
     d.wait_for("its lease released", |s| leases(s).is_empty());
     assert!(
         d.records()

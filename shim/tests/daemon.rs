@@ -85,15 +85,6 @@ fn gpu_detached(c: &Containerd, id: &str) {
     assert!(o.status.success(), "{}", text(&o));
 }
 
-fn kill9(pid: u64) {
-    let ok = Command::new("kill")
-        .args(["-9", &pid.to_string()])
-        .status()
-        .unwrap()
-        .success();
-    assert!(ok, "kill -9 {pid}");
-}
-
 fn leases(s: &Value) -> usize {
     s["leases"].as_array().map_or(0, Vec::len)
 }
@@ -291,11 +282,11 @@ fn killed_shims_release_their_leases_and_waits() {
         .find(|p| u64::from(**p) != holder_shim)
         .copied()
         .expect("the waiter's shim");
-    kill9(u64::from(waiter_shim));
+    common::kill9(u64::from(waiter_shim));
     d.wait_for("the dead waiter withdrawn", |s| {
         waiting(s) == 0 && leases(s) == 1
     });
-    kill9(holder_shim);
+    common::kill9(holder_shim);
     d.wait_for("the dead holder's lease released", |s| {
         leases(s) == 0 && waiting(s) == 0
     });

@@ -2,6 +2,7 @@
 
 use std::collections::HashMap;
 use std::path::Path;
+use std::process::Command;
 
 use mqfq_shim::daemon::config::DaemonConfig;
 use scheduler_core::{MqfqQueue, Time};
@@ -51,4 +52,17 @@ pub fn replay(records: &[Value], config: &Path) {
             other => panic!("unexpected {other} in {r}"),
         }
     }
+}
+
+/// `kill -9 pid`.
+///
+/// # Panics
+/// kill fails.
+pub fn kill9(pid: u64) {
+    let ok = Command::new("kill")
+        .args(["-9", &pid.to_string()])
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "kill -9 {pid}");
 }
