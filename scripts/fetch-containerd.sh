@@ -20,20 +20,11 @@ if [ -x "$dir/usr/bin/containerd" ] && [ -f "$dir/.version" ] && [ "$(cat "$dir/
     echo "$dir/usr/bin"
     exit 0
 fi
-mirror=$(
-    { grep -hs '^URIs:' /etc/apt/sources.list.d/*.sources || true
-      grep -hs '^deb ' /etc/apt/sources.list /etc/apt/sources.list.d/*.list || true
-    } | awk '{for (i = 2; i <= NF; i++) if ($i ~ /^https?:\/\//) {print $i; break}}' |
-        grep -E '/debian/?$' | head -n1 || true
-)
-if [ -z "$mirror" ]; then
-    echo "fetch-containerd: no Debian mirror in the apt sources" >&2
-    exit 1
-fi
+mirror=$("$(dirname "$0")/debian-mirror.sh") || { echo "fetch-containerd: cannot fetch without it" >&2; exit 1; }
 dl=$(mktemp -d)
 trap 'rm -rf "$dl"' EXIT
 deb="containerd_${version}_amd64.deb"
-curl -fsSL --retry 2 -o "$dl/$deb" "${mirror%/}/pool/main/c/containerd/$deb"
+curl -fsSL --retry 2 -o "$dl/$deb" "$mirror/pool/main/c/containerd/$deb"
 echo "$sha256  $dl/$deb" | sha256sum -c --quiet -
 rm -rf "$dir.tmp" "$dir"
 mkdir -p "$dir.tmp"

@@ -15,18 +15,7 @@ if [ -e "$root/lib/x86_64-linux-gnu/ld-2.31.so" ] && [ -x "$root/usr/bin/iconv" 
     echo "$root"
     exit 0
 fi
-# The Debian mirror from the machine's apt sources (deb822 or one-line format).
-mirror=$(
-    { grep -hs '^URIs:' /etc/apt/sources.list.d/*.sources || true
-      grep -hs '^deb ' /etc/apt/sources.list /etc/apt/sources.list.d/*.list || true
-    } | awk '{for (i = 2; i <= NF; i++) if ($i ~ /^https?:\/\//) {print $i; break}}' |
-        grep -E '/debian/?$' | head -n1 || true
-)
-if [ -z "$mirror" ]; then
-    echo "fetch-old-glibc: no Debian mirror in the apt sources" >&2
-    exit 1
-fi
-mirror=${mirror%/}
+mirror=$("$(dirname "$0")/debian-mirror.sh") || { echo "fetch-old-glibc: cannot fetch without it" >&2; exit 1; }
 dl=$(mktemp -d)
 trap 'rm -rf "$dl"' EXIT
 rm -rf "$root.tmp"
