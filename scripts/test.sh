@@ -26,7 +26,8 @@ else
 fi
 echo "== cargo test"
 # The containerd integration tests skip themselves where they cannot run; here they must run.
-MQFQ_REQUIRE_CONTAINERD=1 cargo test --workspace --locked
+# Every wait in the tests is bounded; these limits only make a hang end the run with a message.
+MQFQ_REQUIRE_CONTAINERD=1 timeout -k 30 2400 cargo test --workspace --locked
 echo "== containerd integration tests on the other release lines (1.7, 2.1; the above ran on the system's)"
 for line in 1.7 2.1; do
     if ! dir=$(scripts/fetch-containerd.sh "$line"); then
@@ -34,7 +35,7 @@ for line in 1.7 2.1; do
         exit 1
     fi
     echo "-- containerd $line"
-    MQFQ_CONTAINERD_DIR="$dir" MQFQ_REQUIRE_CONTAINERD=1 cargo test --locked -p mqfq-shim \
+    MQFQ_CONTAINERD_DIR="$dir" MQFQ_REQUIRE_CONTAINERD=1 timeout -k 30 1200 cargo test --locked -p mqfq-shim \
         --test ctr --test cri --test daemon --test nvidia --test pool --test security --test bursts
 done
 echo "== fuzz: every target, 10 s each"

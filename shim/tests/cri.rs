@@ -20,8 +20,10 @@ use mqfq_testkit::{BUSYBOX, Containerd, GLIBC_IMAGE, Mqfqd, shim_pids};
 use tonic::transport::{Channel, Endpoint, Uri};
 
 async fn connect(sock: PathBuf) -> RuntimeServiceClient<Channel> {
+    // Every CRI call fails after 60 s rather than hanging the test run.
     let channel = Endpoint::try_from("http://[::]:50051")
         .unwrap()
+        .timeout(Duration::from_secs(60))
         .connect_with_connector(tower::service_fn(move |_: Uri| {
             let sock = sock.clone();
             async move {
@@ -89,6 +91,13 @@ async fn pod_lifecycle_through_cri_one_shim_per_pod() {
         .unwrap_or_else(|e| panic!("RunPodSandbox: {e}\n{}", c.log()))
         .into_inner()
         .pod_sandbox_id;
+    // The runtime handler's options (`ConfigPath`, a shim config with `root`) reached runc: the
+    // sandbox's state is under this containerd's own root, not the shared default.
+    assert!(
+        c.runc_dir().join(&pod).join("state.json").is_file(),
+        "no runc state for the sandbox in {}",
+        c.runc_dir().display()
+    );
 
     let mut ids = Vec::new();
     for (i, cmd) in ["echo hello-cri", "echo second-container"]

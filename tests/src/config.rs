@@ -7,6 +7,28 @@ use std::path::Path;
 
 use crate::{MQFQ, PAUSE};
 
+/// The shim configuration file (under the instance's directory) that CRI's runtime options name.
+pub const SHIM_CONFIG: &str = "mqfq-shim.toml";
+
+/// Where an instance under `dir` keeps runc's state. CRI always uses the namespace `k8s.io`, so
+/// two CRI instances at once would share `/run/containerd/runc/k8s.io` (and one test's cleanup
+/// would remove the other's containers); each CRI instance gets a root of its own through
+/// [`SHIM_CONFIG`] instead. Other instances use a namespace per test.
+#[must_use]
+pub fn runc_root(dir: &Path, cri: bool) -> std::path::PathBuf {
+    if cri {
+        dir.join("runc")
+    } else {
+        Path::new("/run/containerd/runc").to_owned()
+    }
+}
+
+/// The text of [`SHIM_CONFIG`] for an instance under `dir`.
+#[must_use]
+pub fn shim_config(dir: &Path) -> String {
+    format!("root = \"{}\"\n", runc_root(dir, true).display())
+}
+
 /// The config file's text for an instance under `dir`, with the CRI plugin on or off, for
 /// containerd major version `major`.
 #[must_use]
@@ -49,6 +71,8 @@ fn v2(common: &str, d: &str, cri: bool) -> String {
     [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.mqfq]
       runtime_type = "{MQFQ}"
       pod_annotations = ["io.mqfq.*"]
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.mqfq.options]
+        ConfigPath = "{d}/{SHIM_CONFIG}"
 "#
     )
 }
@@ -83,6 +107,8 @@ fn v3(common: &str, d: &str, cri: bool) -> String {
     [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.mqfq]
       runtime_type = "{MQFQ}"
       pod_annotations = ["io.mqfq.*"]
+      [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.mqfq.options]
+        ConfigPath = "{d}/{SHIM_CONFIG}"
 [plugins.'io.containerd.grpc.v1.cri']
   disable_tcp_service = true
   stream_server_address = "127.0.0.1"

@@ -40,6 +40,8 @@ pub struct Containerd {
     pub ns: String,
     /// containerd's (major, minor) version.
     pub version: (u32, u32),
+    /// runc's state root for this instance (the namespace is a directory in it).
+    runc_root: PathBuf,
 }
 
 /// `PATH` with the containerd under test first: `MQFQ_CONTAINERD_DIR` (a directory holding
@@ -172,6 +174,10 @@ impl Containerd {
         let version = containerd_version();
         let config = config::containerd_config(d, cri, version.0);
         std::fs::write(d.join("config.toml"), config).expect("write config");
+        if cri {
+            std::fs::write(d.join(config::SHIM_CONFIG), config::shim_config(d))
+                .expect("write shim config");
+        }
         let log = std::fs::File::create(d.join("containerd.log")).expect("log");
         let path = format!("{}:{}", shim_dir.display(), tool_path());
         let child = Command::new("containerd")
@@ -190,11 +196,13 @@ impl Containerd {
             .stderr(log)
             .spawn()
             .expect("spawn containerd");
+        let runc_root = config::runc_root(d, cri);
         let c = Containerd {
             dir,
             child: Some(child),
             ns: ns.to_owned(),
             version,
+            runc_root,
         };
         let deadline = Instant::now() + Duration::from_secs(30);
         while !c.ctr(&["version"]).status.success() {
@@ -437,6 +445,12 @@ impl Containerd {
         std::fs::read_to_string(self.dir.path().join("containerd.log")).unwrap_or_default()
     }
 
+    /// runc's state directory for this instance's namespace (one directory per container).
+    #[must_use]
+    pub fn runc_dir(&self) -> PathBuf {
+        self.runc_root.join(&self.ns)
+    }
+
     /// Everything a test could have left behind: shim processes serving this containerd, runc
     /// state in this namespace, mounts under the scratch directory, tasks and containers.
     #[must_use]
@@ -446,7 +460,7 @@ impl Containerd {
         for pid in shim_pids(&sock) {
             out.push(format!("shim process {pid}"));
         }
-        let runc = Path::new("/run/containerd/runc").join(&self.ns);
+        let runc = self.runc_dir();
         if let Ok(rd) = std::fs::read_dir(&runc) {
             for e in rd.flatten() {
                 out.push(format!("runc state {}", e.path().display()));
@@ -566,7 +580,7 @@ impl Drop for Containerd {
                 self.dir.path().display()
             ))
             .status();
-        let _ = std::fs::remove_dir_all(Path::new("/run/containerd/runc").join(&self.ns));
+        let _ = std::fs::remove_dir_all(self.runc_dir());
     }
 }
 
