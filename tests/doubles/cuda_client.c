@@ -131,6 +131,34 @@ int main(int argc, char **argv) {
         printf("inburst %lld\n", inburst / ((long long)bursts * calls));
         return 0;
     }
+    /* Inference-like requests: `kernels` kernels, each waited for, with a CPU pause after each
+     * but the last (exponential with mean `pause_us`, as 16 fixed quantiles picked by a seeded
+     * generator, so every run sees the same pauses); `gap_ms` idle before each request. Prints
+     * the mean request time from its first launch to its last synchronize. */
+    if (argc > 5 && strcmp(argv[1], "infer") == 0) {
+        static const double quantile[16] = {0.032, 0.098, 0.170, 0.247, 0.330, 0.421,
+                                            0.521, 0.633, 0.758, 0.901, 1.068, 1.269,
+                                            1.520, 1.856, 2.367, 3.466};
+        int requests = atoi(argv[2]), kernels = atoi(argv[3]);
+        int pause_us = atoi(argv[4]), gap_ms = atoi(argv[5]);
+        if (requests < 1 || kernels < 1 || pause_us < 0 || gap_ms < 0) return 2;
+        unsigned long long seed = 42;
+        long long total = 0;
+        for (int i = 0; i < requests; i++) {
+            usleep((useconds_t)gap_ms * 1000);
+            long long t0 = mono_ns();
+            for (int k = 0; k < kernels; k++) {
+                cuLaunchKernel(NULL, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL);
+                cuCtxSynchronize();
+                if (k + 1 == kernels) break;
+                seed = seed * 6364136223846793005ULL + 1442695040888963407ULL;
+                usleep((useconds_t)(quantile[(seed >> 33) % 16] * pause_us));
+            }
+            total += mono_ns() - t0;
+        }
+        printf("infer %lld\n", total / requests);
+        return 0;
+    }
     if (argc > 3 && strcmp(argv[1], "serve") == 0) {
         int kernels = atoi(argv[2]), gap_ms = atoi(argv[3]);
         long requests = argc > 4 ? atol(argv[4]) : -1;
