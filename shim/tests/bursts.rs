@@ -450,8 +450,17 @@ fn a_paused_server_thawed_for_the_pool_takes_no_lease() {
     ) else {
         return;
     };
-    // A launch every 20 ms: any thaw lets it try to begin a burst.
-    let o = c.run_cuda(MQFQ, "srv", "srv", &cuda, &[], &["loop"]);
+    // A launch every 20 ms, and each memory move 4 × 40 ms long (one per allocation): the thaw
+    // that moves its memory lasts long enough for several launches, each of which begins a
+    // burst (the burst check comes before the eviction hold).
+    let o = c.run_cuda(
+        MQFQ,
+        "srv",
+        "srv",
+        &cuda,
+        &["FAKE_CUDA_PREFETCH_MS=40"],
+        &["loop"],
+    );
     assert!(o.status.success(), "{}", text(&o));
     d.wait_for("bursts admitted", |s| {
         mqfq_testkit::pool_tiers(s).contains_key("srv")
