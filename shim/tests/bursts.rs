@@ -486,3 +486,37 @@ fn a_paused_server_thawed_for_the_pool_takes_no_lease() {
     d.wait_for("no lease left", |s| leases(s).is_empty());
     assert!(c.leftovers().is_empty(), "{:?}", c.leftovers());
 }
+
+/// A server paused in the middle of a burst gives its slot back while frozen, and takes a slot
+/// again (a burst lease) before it is thawed to go on with that burst.
+#[test]
+fn a_server_paused_mid_burst_takes_a_lease_again_at_resume() {
+    let Some((c, d, cuda)) = setup("midburst", &[], "") else {
+        return;
+    };
+    // 30 ms kernels queued every 20 ms: its work never completes, so its burst never ends.
+    let o = c.run_cuda(
+        MQFQ,
+        "busy",
+        "busy",
+        &cuda,
+        &["FAKE_CUDA_KERNEL_MS=30"],
+        &["loop"],
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    let holds = |s: &Value| {
+        leases(s)
+            .iter()
+            .any(|l| l["kind"] == "burst" && l["container_id"].as_str() == Some("busy"))
+    };
+    d.wait_for("a burst lease", holds);
+    assert!(c.ctr(&["task", "pause", "busy"]).status.success());
+    d.wait_for("no lease while frozen", |s| leases(s).is_empty());
+    assert!(c.ctr(&["task", "resume", "busy"]).status.success());
+    let s = d.status();
+    assert!(holds(&s), "resumed mid-burst without a lease: {s:#}");
+    stop(&c, "busy");
+    d.wait_for("no lease left", |s| leases(s).is_empty());
+    common::replay(&d.records(), d.config());
+    assert!(c.leftovers().is_empty(), "{:?}", c.leftovers());
+}

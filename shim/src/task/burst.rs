@@ -151,6 +151,24 @@ impl Book {
         self.lock().lease != Lease::Idle
     }
 
+    /// Whether a burst holds the lease (a process is mid-burst).
+    #[must_use]
+    pub fn held(&self) -> bool {
+        matches!(self.lock().lease, Lease::Held(_))
+    }
+
+    /// A burst that held the lease was granted a new one (at Resume): its service counts from
+    /// now. `false` if it is no longer held (its processes went away meanwhile).
+    pub(super) fn regranted(&self) -> bool {
+        let mut b = self.lock();
+        if matches!(b.lease, Lease::Held(_)) {
+            b.lease = Lease::Held(Instant::now());
+            true
+        } else {
+            false
+        }
+    }
+
     fn open(&self) -> Option<u64> {
         let mut b = self.lock();
         if b.conns >= MAX_CONNS {

@@ -84,7 +84,7 @@ impl TaskService {
     /// Pause (freeze; the lease goes back, with the bytes its CUDA processes hold) or Resume
     /// (wait for admission, thaw, restore evicted memory).
     pub(super) async fn pause_resume(&self, id: &str, pause: bool) -> Result<()> {
-        let (runtime, work, ctl, lock, unpooled, bursts) = {
+        let (runtime, work, ctl, lock, unpooled, book) = {
             let st = self.state.lock().await;
             let c = st.containers.get(id).ok_or_else(|| nf(id))?;
             c.init.status.apply(transition(pause))?;
@@ -98,7 +98,7 @@ impl TaskService {
                 c.ctl_dir.clone(),
                 c.pool_lock.clone(),
                 c.pool_failed,
-                c.burst.is_some(),
+                c.burst.clone(),
             )
         };
         let _moving = lock.lock().await;
@@ -136,22 +136,32 @@ impl TaskService {
                     self.gate.cancel(&self.namespace, id).await;
                 }
             }
-        } else if bursts {
-            // Its next burst is admitted (and its memory restored) when it comes.
-            runtime.resume(id).await?;
         } else {
-            if let Some(w) = &work {
+            // A burst-mode container resumes at once: its next burst is admitted (and its
+            // memory restored) when it comes. One paused mid-burst goes on with that burst once
+            // thawed, so like any other container it takes a lease (kind burst) first.
+            let (gated, kind) = match &book {
+                None => (true, Kind::Resume),
+                Some(b) => (b.held(), Kind::Burst),
+            };
+            let gated = gated && work.is_some();
+            if let (true, Some(w)) = (gated, &work) {
                 self.gate
-                    .admit(&self.namespace, id, w, Kind::Resume, pooled)
+                    .admit(&self.namespace, id, w, kind, pooled)
                     .await?;
+                if book.as_ref().is_some_and(|b| !b.regranted()) {
+                    // Its processes went away while it waited: nobody will end that burst.
+                    self.gate.release(&self.namespace, id, "idle", 0).await;
+                }
             }
             let thawed = Instant::now();
             if let Err(e) = runtime.resume(id).await {
-                self.release_lease(id, work.is_some(), "resume failed")
-                    .await;
+                if gated {
+                    self.release_lease(id, true, "resume failed").await;
+                }
                 return Err(e);
             }
-            if let Some(d) = &ctl {
+            if let (true, Some(d)) = (gated, &ctl) {
                 self.restore(id, d, thawed).await;
             }
         }
