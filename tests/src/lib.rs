@@ -314,6 +314,27 @@ impl Containerd {
             .expect("run ctr")
     }
 
+    /// A CUDA node for the benchmarks, from one directory `bin` of built binaries (the
+    /// interposer, `mqfqd`, `mqfqctl`): [`install_cuda`](Self::install_cuda), and an `mqfqd`
+    /// on `restart_grace_ms = 0` plus `extra`. Returns the doubles' directory and the daemon.
+    ///
+    /// # Panics
+    /// The interposer cannot be installed, a double does not build, or `mqfqd` does not come up.
+    #[must_use]
+    pub fn cuda_node(&self, bin: &Path, extra: &str) -> (PathBuf, Mqfqd) {
+        let cuda = self
+            .install_cuda(&bin.join("libmqfq_cuda.so"))
+            .expect("install the interposer and build the doubles");
+        let d = Mqfqd::start(
+            &bin.join("mqfqd"),
+            &bin.join("mqfqctl"),
+            self.dir(),
+            &self.daemon_socket(),
+            &format!("restart_grace_ms = 0\n{extra}"),
+        );
+        (cuda, d)
+    }
+
     /// Makes this containerd's nodes "CUDA nodes" on a CPU: installs `interposer` where its
     /// shims look for `libmqfq_cuda.so` and builds the libcuda double and the CUDA client into
     /// `<dir>/cuda`, which it returns.

@@ -9,7 +9,7 @@
 
 use std::path::Path;
 
-use mqfq_testkit::{Containerd, MQFQ, Mqfqd};
+use mqfq_testkit::{Containerd, MQFQ};
 
 /// `(first p50 ns, first p99 ns, in-burst mean ns)` from the client's bench output.
 fn parse(out: &str) -> Option<(f64, f64, f64)> {
@@ -43,16 +43,7 @@ fn main() -> std::process::ExitCode {
         eprintln!("cannot run containerd here (needs root, containerd, runc, busybox-static)");
         return std::process::ExitCode::FAILURE;
     };
-    let cuda = c
-        .install_cuda(&dir.join("libmqfq_cuda.so"))
-        .expect("install the interposer and build the doubles");
-    let d = Mqfqd::start(
-        &dir.join("mqfqd"),
-        &dir.join("mqfqctl"),
-        c.dir(),
-        &c.daemon_socket(),
-        "restart_grace_ms = 0\n",
-    );
+    let (cuda, d) = c.cuda_node(dir, "");
     // 20 ms between bursts: past the 5 ms idle time, so every first launch asks again.
     let bench = ["bench", bursts, calls, "20"];
     let run = |id: &str, extra: &[&str]| {

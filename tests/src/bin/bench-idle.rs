@@ -12,7 +12,7 @@
 use std::collections::HashMap;
 use std::path::Path;
 
-use mqfq_testkit::{Containerd, MQFQ, Mqfqd};
+use mqfq_testkit::{Containerd, MQFQ};
 
 /// Kernels per request, each 1 ms on the double's timeline.
 const KERNELS: u32 = 8;
@@ -32,16 +32,7 @@ fn measure(dir: &Path, idle_ms: u32, requests: &str, pause_us: &str) -> Row {
         &[("MQFQ_BURST_IDLE_MS", &idle)],
     )
     .expect("containerd (needs root, containerd, runc)");
-    let cuda = c
-        .install_cuda(&dir.join("libmqfq_cuda.so"))
-        .expect("install the interposer and build the doubles");
-    let d = Mqfqd::start(
-        &dir.join("mqfqd"),
-        &dir.join("mqfqctl"),
-        c.dir(),
-        &c.daemon_socket(),
-        "restart_grace_ms = 0\n",
-    );
+    let (cuda, d) = c.cuda_node(dir, "");
     let o = c.run_cuda_with(
         MQFQ,
         "server",

@@ -47,16 +47,7 @@ fn main() -> std::process::ExitCode {
         eprintln!("cannot run containerd here (needs root, containerd, runc, busybox-static)");
         return std::process::ExitCode::FAILURE;
     };
-    let cuda = c
-        .install_cuda(&dir.join("libmqfq_cuda.so"))
-        .expect("install the interposer and build the doubles");
-    let d = Mqfqd::start(
-        &dir.join("mqfqd"),
-        &dir.join("mqfqctl"),
-        c.dir(),
-        &c.daemon_socket(),
-        "restart_grace_ms = 0\n[queue]\nttl_s = 0.3\n[pool]\nhot_ttl_s = 0.5\n",
-    );
+    let (cuda, d) = c.cuda_node(dir, "[queue]\nttl_s = 0.3\n[pool]\nhot_ttl_s = 0.5\n");
     ok(
         &c.run_cuda_client(MQFQ, "g", "bench", &cuda),
         "run the GPU container",
