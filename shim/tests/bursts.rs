@@ -404,6 +404,13 @@ fn mixed_servers_never_exceed_the_limit_in_force() {
     );
 }
 
+/// Starts server `id` whose GPU work never finishes (a launch every 20 ms of 30 ms kernels), so
+/// its burst never ends.
+fn endless_server(c: &Containerd, cuda: &Path, id: &str) {
+    let o = c.run_cuda(MQFQ, id, id, cuda, &["FAKE_CUDA_KERNEL_MS=30"], &["loop"]);
+    assert!(o.status.success(), "{}", text(&o));
+}
+
 /// A server that never lets its GPU work finish (a launch every 20 ms of 30 ms kernels): its
 /// burst never ends, keeps its slot, and is charged while it runs, a step per second; the
 /// record, charges included, replays through scheduler-core.
@@ -412,15 +419,7 @@ fn a_burst_that_never_ends_is_charged_as_it_runs() {
     let Some((c, d, cuda)) = setup("endless", &[], "") else {
         return;
     };
-    let o = c.run_cuda(
-        MQFQ,
-        "hog",
-        "hog",
-        &cuda,
-        &["FAKE_CUDA_KERNEL_MS=30"],
-        &["loop"],
-    );
-    assert!(o.status.success(), "{}", text(&o));
+    endless_server(&c, &cuda, "hog");
     let charges = |d: &Mqfqd| {
         d.records()
             .iter()
@@ -494,16 +493,7 @@ fn a_server_paused_mid_burst_takes_a_lease_again_at_resume() {
     let Some((c, d, cuda)) = setup("midburst", &[], "") else {
         return;
     };
-    // 30 ms kernels queued every 20 ms: its work never completes, so its burst never ends.
-    let o = c.run_cuda(
-        MQFQ,
-        "busy",
-        "busy",
-        &cuda,
-        &["FAKE_CUDA_KERNEL_MS=30"],
-        &["loop"],
-    );
-    assert!(o.status.success(), "{}", text(&o));
+    endless_server(&c, &cuda, "busy");
     let holds = |s: &Value| {
         leases(s)
             .iter()

@@ -191,8 +191,9 @@ CUresult cuMemPrefetchAsync_v2(CUdeviceptr p, size_t n, CUmemLocation loc, unsig
     allocs[i].location = loc.type == 1 ? 1 : 2;
     note(loc.type == 1 ? "prefetch device %ld" : "prefetch host %ld", (long)n, 0);
     /* FAKE_CUDA_PREFETCH_MS: a slow move (a test's window to act in while memory moves). */
-    const char *ms = getenv("FAKE_CUDA_PREFETCH_MS");
-    if (ms && atoi(ms) > 0) usleep((useconds_t)atoi(ms) * 1000);
+    const char *v = getenv("FAKE_CUDA_PREFETCH_MS");
+    int ms = v ? atoi(v) : 0;
+    if (ms > 0) usleep((useconds_t)ms * 1000);
     return 0;
 }
 /* A module is any data; its only function is "inc". */

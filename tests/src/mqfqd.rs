@@ -189,16 +189,8 @@ pub fn pool_tiers(status: &Value) -> std::collections::BTreeMap<String, String> 
 
 impl Drop for Mqfqd {
     fn drop(&mut self) {
-        // SIGTERM, and SIGKILL if it has not exited within 20 s: a daemon that does not stop
-        // fails its test by what the test checks, never by hanging the run.
-        if let Some(mut c) = self.child.take() {
-            let _ = Command::new("kill").arg(c.id().to_string()).status();
-            let deadline = Instant::now() + Duration::from_secs(20);
-            while Instant::now() < deadline && matches!(c.try_wait(), Ok(None)) {
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            let _ = c.kill();
-            let _ = c.wait();
+        if let Some(c) = self.child.take() {
+            crate::terminate(c, Duration::from_secs(20));
         }
     }
 }

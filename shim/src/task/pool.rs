@@ -141,10 +141,9 @@ impl TaskService {
             // memory restored) when it comes. One paused mid-burst goes on with that burst once
             // thawed, so like any other container it takes a lease (kind burst) first.
             let (gated, kind) = match &book {
-                None => (true, Kind::Resume),
-                Some(b) => (b.held(), Kind::Burst),
+                None => (work.is_some(), Kind::Resume),
+                Some(b) => (work.is_some() && b.held(), Kind::Burst),
             };
-            let gated = gated && work.is_some();
             if let (true, Some(w)) = (gated, &work) {
                 self.gate
                     .admit(&self.namespace, id, w, kind, pooled)
