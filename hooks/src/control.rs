@@ -4,7 +4,8 @@
 //! → hello <container id>     (must match MQFQ_CONTAINER_ID when the shim set it)
 //! ← ok
 //! → status                   ← ok managed=<bytes> resident=<bytes> native=<bytes> evicted=<0|1>
-//!                                 vmm=<bytes> async=<bytes> array=<bytes>   (one line)
+//!                                 vmm=<bytes> async=<bytes> array=<bytes> setting=<bytes>
+//!                                 library=<bytes> export=<bytes> refused=<count>   (one line)
 //! → evict                    ← ok evicted=<bytes>
 //! → prefetch                 ← ok prefetched=<bytes>
 //! anything else              ← error <why>            (logged; the connection stays usable)
@@ -95,12 +96,20 @@ pub(crate) fn answer(line: &str, greeted: &mut bool, expected: Option<&str>) -> 
     }
     match cmd {
         "status" => {
-            let (managed, resident, native, evicted) = crate::state::status();
-            let (vmm, stream_ordered, array) = crate::state::apart_totals();
+            let (managed, resident, evicted) = crate::state::status();
+            let k = crate::state::kept();
             format!(
-                "ok managed={managed} resident={resident} native={native} evicted={} \
-                 vmm={vmm} async={stream_ordered} array={array}",
-                u8::from(evicted)
+                "ok managed={managed} resident={resident} native={} evicted={} vmm={} async={} \
+                 array={} setting={} library={} export={} refused={}",
+                k.alloc_native(),
+                u8::from(evicted),
+                k.vmm,
+                k.stream_ordered,
+                k.array,
+                k.setting,
+                k.library,
+                k.export,
+                k.refused
             )
         }
         "evict" => match crate::state::evict() {

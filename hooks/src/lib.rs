@@ -27,6 +27,7 @@ macro_rules! log {
 }
 
 mod burst;
+mod compat;
 mod control;
 mod native;
 mod real;
@@ -201,7 +202,7 @@ fn wrapper(base: &[u8]) -> Option<(Fn, *mut c_void)> {
             Fn::MemcpyDtoDAsync,
             cuMemcpyDtoDAsync_v2 as MemcpyAsyncFn as *mut c_void,
         ),
-        other => return native::wrapper(other),
+        other => return native::wrapper(other).or_else(|| compat::wrapper(other)),
     };
     Some(w)
 }
@@ -322,14 +323,24 @@ pub unsafe extern "C" fn cuGetProcAddress(
     })
 }
 
-/// `cuMemAlloc_v2` → managed memory, recorded.
+/// Whether this allocation is converted: `None` to convert, or why it stays native.
+fn native_reason() -> Option<state::Apart> {
+    if state::converting() {
+        compat::keep_native()
+    } else {
+        Some(state::Apart::Fallback)
+    }
+}
+
+/// `cuMemAlloc_v2` → managed memory, recorded (unless `compat` keeps it native).
 ///
 /// # Safety
 /// As the CUDA driver API.
 #[cfg_attr(not(feature = "fuzzing"), unsafe(no_mangle))]
 pub unsafe extern "C" fn cuMemAlloc_v2(dptr: *mut CuDevicePtr, size: usize) -> CuResult {
     guard(CUDA_ERROR_UNKNOWN, || {
-        if state::converting()
+        let why = native_reason();
+        if why.is_none()
             && let Some(managed) = real::driver::<AllocManagedFn>(c"cuMemAllocManaged")
         {
             // SAFETY: the caller's out-pointer and size, with the documented flag.
@@ -345,14 +356,16 @@ pub unsafe extern "C" fn cuMemAlloc_v2(dptr: *mut CuDevicePtr, size: usize) -> C
         };
         // SAFETY: forwarding to the real allocator.
         let r = unsafe { f(dptr, size) };
-        if r == CUDA_SUCCESS {
-            state::record_native(size);
+        if r == CUDA_SUCCESS && !dptr.is_null() {
+            let why = why.unwrap_or(state::Apart::Fallback);
+            // SAFETY: checked non-null; the driver just wrote it.
+            state::apart_add(why, unsafe { *dptr }, size as u64);
         }
         r
     })
 }
 
-/// `cuMemAllocPitch_v2` → managed memory of `pitch × height`, recorded.
+/// `cuMemAllocPitch_v2` → managed memory of `pitch × height`, recorded (unless kept native).
 ///
 /// # Safety
 /// As the CUDA driver API.
@@ -365,7 +378,8 @@ pub unsafe extern "C" fn cuMemAllocPitch_v2(
     element: c_uint,
 ) -> CuResult {
     guard(CUDA_ERROR_UNKNOWN, || {
-        if state::converting()
+        let why = native_reason();
+        if why.is_none()
             && !pitch.is_null()
             && let Some(managed) = real::driver::<AllocManagedFn>(c"cuMemAllocManaged")
         {
@@ -387,9 +401,11 @@ pub unsafe extern "C" fn cuMemAllocPitch_v2(
         };
         // SAFETY: forwarding to the real allocator.
         let r = unsafe { f(dptr, pitch, width, height, element) };
-        if r == CUDA_SUCCESS && !pitch.is_null() {
-            // SAFETY: checked non-null; the driver wrote it.
-            state::record_native(unsafe { *pitch }.saturating_mul(height));
+        if r == CUDA_SUCCESS && !pitch.is_null() && !dptr.is_null() {
+            let why = why.unwrap_or(state::Apart::Fallback);
+            // SAFETY: both checked non-null; the driver wrote them.
+            let (ptr, bytes) = unsafe { (*dptr, (*pitch).saturating_mul(height)) };
+            state::apart_add(why, ptr, bytes as u64);
         }
         r
     })
@@ -403,8 +419,8 @@ pub unsafe extern "C" fn cuMemAllocPitch_v2(
 pub unsafe extern "C" fn cuMemFree_v2(ptr: CuDevicePtr) -> CuResult {
     guard(CUDA_ERROR_UNKNOWN, || {
         state::forget(ptr);
-        // cuMemFree also frees stream-ordered allocations.
-        state::apart_remove(state::Apart::Async, ptr);
+        // cuMemFree also frees stream-ordered and native allocations.
+        state::apart_remove_pointer(ptr);
         let Some(f) = real::get::<FreeFn>(Fn::MemFree) else {
             return real::NOT_FOUND;
         };

@@ -166,7 +166,7 @@ pub unsafe extern "C" fn cuMemFreeAsync(dptr: CuDevicePtr, stream: *mut c_void) 
         // SAFETY: forwarding.
         let r = unsafe { f(dptr, stream) };
         if r == CUDA_SUCCESS {
-            state::apart_remove(Apart::Async, dptr);
+            state::apart_remove_pointer(dptr);
         }
         r
     })

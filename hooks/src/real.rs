@@ -36,9 +36,14 @@ pub enum Fn {
     ArrayCreate,
     Array3DCreate,
     ArrayDestroy,
+    IpcGetMemHandle,
+    MemGetHandleForAddressRange,
+    PointerGetAttribute,
+    PointerGetAttributes,
+    MemGetAddressRange,
 }
 
-const COUNT: usize = 25;
+const COUNT: usize = 30;
 
 impl Fn {
     fn index(self) -> usize {
@@ -73,6 +78,11 @@ impl Fn {
             Fn::ArrayCreate => c"cuArrayCreate_v2",
             Fn::Array3DCreate => c"cuArray3DCreate_v2",
             Fn::ArrayDestroy => c"cuArrayDestroy",
+            Fn::IpcGetMemHandle => c"cuIpcGetMemHandle",
+            Fn::MemGetHandleForAddressRange => c"cuMemGetHandleForAddressRange",
+            Fn::PointerGetAttribute => c"cuPointerGetAttribute",
+            Fn::PointerGetAttributes => c"cuPointerGetAttributes",
+            Fn::MemGetAddressRange => c"cuMemGetAddressRange_v2",
         }
     }
 }

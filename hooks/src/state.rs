@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::ffi::{c_int, c_uint, c_void};
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard};
 
 use crate::{CuDevicePtr, CuResult};
@@ -17,7 +17,8 @@ struct Alloc {
 
 #[derive(Debug, Default)]
 struct Memory {
-    allocs: Vec<Alloc>,
+    /// Converted allocations: base → size (ordered, so a pointer inside one is found).
+    allocs: BTreeMap<CuDevicePtr, usize>,
     context: usize,
     /// The device of that context (where prefetches go back to).
     device: c_int,
@@ -27,7 +28,7 @@ struct Memory {
 }
 
 static MEMORY: Mutex<Memory> = Mutex::new(Memory {
-    allocs: Vec::new(),
+    allocs: BTreeMap::new(),
     context: 0,
     device: 0,
     evicted: false,
@@ -37,7 +38,8 @@ static RESIDENT: Condvar = Condvar::new();
 /// Native allocations counted apart: (kind, pointer or handle) → bytes.
 static APART: Mutex<BTreeMap<(Apart, u64), u64>> = Mutex::new(BTreeMap::new());
 
-/// The kinds of allocations left native and counted apart.
+/// The kinds of allocations left native and counted apart: the allocators that cannot give
+/// managed memory, and `cuMemAlloc` allocations kept native on purpose (see `compat`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Apart {
     /// `cuMemCreate`.
@@ -46,6 +48,45 @@ pub enum Apart {
     Async,
     /// `cuArrayCreate` / `cuArray3DCreate`.
     Array,
+    /// `cuMemAlloc` kept native by the function's setting (`MQFQ_NATIVE=all`).
+    Setting,
+    /// `cuMemAlloc` called from a listed library (NCCL, UCX, MPI, …).
+    Library,
+    /// `cuMemAlloc` after this process asked to export converted memory.
+    Export,
+    /// `cuMemAlloc` left native because conversion failed (`cuMemAllocManaged` refused).
+    Fallback,
+}
+
+impl Apart {
+    /// The kinds a `cuMemAlloc` pointer (freed by `cuMemFree`) can be counted as.
+    pub const POINTER_KINDS: [Apart; 5] = [
+        Apart::Async,
+        Apart::Setting,
+        Apart::Library,
+        Apart::Export,
+        Apart::Fallback,
+    ];
+}
+
+/// Bytes held native, per kind, and the export requests refused on converted memory.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Kept {
+    pub vmm: u64,
+    pub stream_ordered: u64,
+    pub array: u64,
+    pub setting: u64,
+    pub library: u64,
+    pub export: u64,
+    pub fallback: u64,
+    pub refused: u64,
+}
+
+impl Kept {
+    /// `cuMemAlloc` bytes left native, whatever the reason.
+    pub fn alloc_native(&self) -> u64 {
+        self.setting + self.library + self.export + self.fallback
+    }
 }
 
 fn apart() -> MutexGuard<'static, BTreeMap<(Apart, u64), u64>> {
@@ -64,19 +105,58 @@ pub fn apart_remove(kind: Apart, id: u64) {
     apart().remove(&(kind, id));
 }
 
-/// Bytes held per kind: (vmm, async, array).
-pub fn apart_totals() -> (u64, u64, u64) {
-    let mut t = (0, 0, 0);
+/// Forgets a freed `cuMemAlloc` / stream-ordered pointer, whichever kind it was counted as.
+pub fn apart_remove_pointer(ptr: CuDevicePtr) {
+    let mut a = apart();
+    for k in Apart::POINTER_KINDS {
+        a.remove(&(k, ptr));
+    }
+}
+
+/// Bytes held per kind, and the refused exports.
+pub fn kept() -> Kept {
+    let mut t = Kept {
+        refused: REFUSED.load(Ordering::Acquire),
+        ..Kept::default()
+    };
     for (&(k, _), &b) in apart().iter() {
-        match k {
-            Apart::Vmm => t.0 += b,
-            Apart::Async => t.1 += b,
-            Apart::Array => t.2 += b,
-        }
+        let slot = match k {
+            Apart::Vmm => &mut t.vmm,
+            Apart::Async => &mut t.stream_ordered,
+            Apart::Array => &mut t.array,
+            Apart::Setting => &mut t.setting,
+            Apart::Library => &mut t.library,
+            Apart::Export => &mut t.export,
+            Apart::Fallback => &mut t.fallback,
+        };
+        *slot = slot.saturating_add(b);
     }
     t
 }
-static NATIVE: AtomicU64 = AtomicU64::new(0);
+
+/// Export requests (IPC, dma-buf, RDMA tokens) the driver refused on converted memory.
+static REFUSED: AtomicU64 = AtomicU64::new(0);
+/// Set by the first refused export: this process's later allocations stay native.
+static EXPORTING: AtomicBool = AtomicBool::new(false);
+
+/// Counts an export the driver refused on converted memory, and turns conversion off for the
+/// process's later allocations. `true` the first time.
+pub fn export_refused() -> bool {
+    REFUSED.fetch_add(1, Ordering::AcqRel);
+    !EXPORTING.swap(true, Ordering::AcqRel)
+}
+
+/// Whether this process asked to export converted memory (its later allocations stay native).
+pub fn exporting() -> bool {
+    EXPORTING.load(Ordering::Acquire)
+}
+
+/// The converted allocation `ptr` points into: `(base, size)`.
+pub fn converted(ptr: CuDevicePtr) -> Option<(CuDevicePtr, usize)> {
+    let m = memory();
+    let (&base, &size) = m.allocs.range(..=ptr).next_back()?;
+    (ptr - base < size as u64).then_some((base, size))
+}
 /// The pid this process's setup was done for (0: not yet; a forked child sees its parent's).
 static SETUP_PID: AtomicU32 = AtomicU32::new(0);
 static CONVERTING: AtomicU32 = AtomicU32::new(0);
@@ -123,7 +203,8 @@ extern "C" fn fork_child() {
             crate::burst::reset_in_child(&mut b);
         }
     });
-    NATIVE.store(0, Ordering::Release);
+    REFUSED.store(0, Ordering::Release);
+    EXPORTING.store(false, Ordering::Release);
     SETUP_PID.store(0, Ordering::Release);
     CONVERTING.store(0, Ordering::Release);
 }
@@ -158,7 +239,8 @@ pub fn converting() -> bool {
         let mut m = memory();
         *m = Memory::default();
     }
-    NATIVE.store(0, Ordering::Release);
+    REFUSED.store(0, Ordering::Release);
+    EXPORTING.store(false, Ordering::Release);
     apart().clear();
     let on = match std::env::var_os("MQFQ_CTL_DIR") {
         Some(dir) => match crate::control::start(std::path::Path::new(&dir)) {
@@ -220,17 +302,19 @@ pub fn record(ptr: CuDevicePtr, size: usize) {
         m.context = ctx as usize;
         m.device = device;
     }
-    m.allocs.push(Alloc { ptr, size });
-}
-
-/// Counts an allocation left native.
-pub fn record_native(size: usize) {
-    NATIVE.fetch_add(size as u64, Ordering::AcqRel);
+    m.allocs.insert(ptr, size);
 }
 
 /// Forgets a freed allocation.
 pub fn forget(ptr: CuDevicePtr) {
-    memory().allocs.retain(|a| a.ptr != ptr);
+    memory().allocs.remove(&ptr);
+}
+
+fn list(m: &Memory) -> Vec<Alloc> {
+    m.allocs
+        .iter()
+        .map(|(&ptr, &size)| Alloc { ptr, size })
+        .collect()
 }
 
 /// How long a launch or copy waits for the shim's prefetch before the process prefetches its
@@ -286,12 +370,12 @@ pub fn wait_resident(call: &str) {
     }
 }
 
-/// `(managed, resident, native, evicted)` bytes and state.
-pub fn status() -> (u64, u64, u64, bool) {
+/// `(managed, resident, evicted)` bytes and state.
+pub fn status() -> (u64, u64, bool) {
     let m = memory();
-    let managed: u64 = m.allocs.iter().map(|a| a.size as u64).sum();
+    let managed: u64 = m.allocs.values().map(|&s| s as u64).sum();
     let resident = if m.evicted { 0 } else { managed };
-    (managed, resident, NATIVE.load(Ordering::Acquire), m.evicted)
+    (managed, resident, m.evicted)
 }
 
 fn sync_in(context: usize) -> Result<(), String> {
@@ -396,7 +480,7 @@ pub fn evict() -> Result<u64, String> {
         let mut m = memory();
         m.evicted = true;
         m.moving = true;
-        (m.allocs.clone(), m.context, m.device)
+        (list(&m), m.context, m.device)
     };
     let done = sync_in(context)
         .and_then(|()| move_all(&allocs, LOCATION_HOST, SET_PREFERRED_LOCATION, device))
@@ -419,7 +503,7 @@ pub fn prefetch() -> Result<u64, String> {
     let (allocs, context, device) = {
         let mut m = memory();
         m.moving = true;
-        (m.allocs.clone(), m.context, m.device)
+        (list(&m), m.context, m.device)
     };
     let done = move_all(&allocs, LOCATION_DEVICE, UNSET_PREFERRED_LOCATION, device)
         .and_then(|bytes| sync_in(context).map(|()| bytes));

@@ -9,167 +9,12 @@
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// The interposer cargo built with this test: `target/<profile>/deps/libmqfq_cuda.so`, beside
-/// the test binary (the copy one level up is only refreshed by `cargo build`).
-fn interposer() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let so = exe.parent().unwrap().join("libmqfq_cuda.so");
-    assert!(so.exists(), "{} not built", so.display());
-    so
-}
+mod common;
 
-struct Client {
-    child: Child,
-    stdin: ChildStdin,
-    stdout: BufReader<ChildStdout>,
-    stderr: PathBuf,
-}
-
-impl Client {
-    fn start(dir: &Path, env: &[(&str, &Path)]) -> Option<Self> {
-        let built = mqfq_testkit::build_double("cuda", dir)
-            .and_then(|_| mqfq_testkit::build_double("cuda_client", dir));
-        let client = match built {
-            Ok(c) => c,
-            Err(e) if std::env::var_os("MQFQ_REQUIRE_CONTAINERD").is_some() => panic!("{e}"),
-            Err(e) => {
-                eprintln!("skipped: {e}");
-                return None;
-            }
-        };
-        let stderr = dir.join("client.err");
-        let mut child = Command::new(client)
-            .env("LD_PRELOAD", interposer())
-            .env("FAKE_CUDA_LOG", dir.join("cuda.log"))
-            .envs(env.iter().copied())
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(std::fs::File::create(&stderr).unwrap())
-            .spawn()
-            .unwrap();
-        let stdin = child.stdin.take().unwrap();
-        let stdout = BufReader::new(child.stdout.take().unwrap());
-        Some(Client {
-            child,
-            stdin,
-            stdout,
-            stderr,
-        })
-    }
-
-    /// The next line, or `None` if none comes within `limit` (the client is then killed, so a
-    /// test that would hang fails instead).
-    fn line_within(&mut self, limit: Duration) -> Option<String> {
-        use std::os::fd::AsRawFd;
-        if !self.stdout.buffer().contains(&b'\n') {
-            let mut fds = [libc_pollfd(self.stdout.get_ref().as_raw_fd())];
-            let ms = i32::try_from(limit.as_millis()).unwrap_or(i32::MAX);
-            if poll(&mut fds, ms) == 0 {
-                let _ = self.child.kill();
-                return None;
-            }
-        }
-        Some(self.line())
-    }
-
-    fn line(&mut self) -> String {
-        let mut l = String::new();
-        self.stdout.read_line(&mut l).unwrap();
-        l.trim_end().to_owned()
-    }
-
-    /// The allocation report, up to "ready".
-    fn report(&mut self) -> Vec<String> {
-        let mut out = Vec::new();
-        loop {
-            let l = self.line();
-            if l == "ready" || l.is_empty() {
-                return out;
-            }
-            out.push(l);
-        }
-    }
-
-    fn send(&mut self, cmd: &str) {
-        writeln!(self.stdin, "{cmd}").unwrap();
-        self.stdin.flush().unwrap();
-    }
-
-    fn stderr(&self) -> String {
-        std::fs::read_to_string(&self.stderr).unwrap_or_default()
-    }
-}
-
-impl Drop for Client {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-#[repr(C)]
-struct PollFd {
-    fd: i32,
-    events: i16,
-    revents: i16,
-}
-
-fn libc_pollfd(fd: i32) -> PollFd {
-    PollFd {
-        fd,
-        events: 1, // POLLIN
-        revents: 0,
-    }
-}
-
-unsafe extern "C" {
-    #[link_name = "poll"]
-    fn c_poll(fds: *mut PollFd, n: u64, timeout: i32) -> i32;
-}
-
-fn poll(fds: &mut [PollFd], ms: i32) -> i32 {
-    // SAFETY: a live array of pollfd structs of the length passed.
-    unsafe { c_poll(fds.as_mut_ptr(), fds.len() as u64, ms) }
-}
-
-/// No VMM, stream-ordered or array allocations.
-const NONE_APART: &str = "vmm=0 async=0 array=0";
-
-struct Ctl(BufReader<UnixStream>);
-
-impl Ctl {
-    fn connect(dir: &Path) -> Self {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            let sock = std::fs::read_dir(dir)
-                .unwrap()
-                .filter_map(Result::ok)
-                .map(|e| e.path())
-                .find(|p| p.extension().is_some_and(|e| e == "sock"));
-            if let Some(s) = sock
-                && let Ok(c) = UnixStream::connect(s)
-            {
-                return Ctl(BufReader::new(c));
-            }
-            assert!(
-                Instant::now() < deadline,
-                "no control socket in {}",
-                dir.display()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-
-    fn ask(&mut self, line: &str) -> String {
-        writeln!(self.0.get_mut(), "{line}").unwrap();
-        let mut l = String::new();
-        self.0.read_line(&mut l).unwrap();
-        l.trim_end().to_owned()
-    }
-}
+use common::{Client, Ctl, NONE_APART, interposer, libc_pollfd, poll};
 
 #[test]
 fn without_a_control_dir_nothing_is_converted() {
@@ -381,7 +226,8 @@ fn native_allocations_are_counted_apart_and_ex_launches_async_copies_and_threads
     assert_eq!(
         s.ask("status"),
         format!(
-            "ok managed={managed} resident={managed} native=0 evicted=0 vmm={} async={} array={array}",
+            "ok managed={managed} resident={managed} native=0 evicted=0 vmm={} async={} array={array} \
+             setting=0 library=0 export=0 refused=0",
             2 << 20,
             3 << 20
         )

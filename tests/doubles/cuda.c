@@ -14,9 +14,21 @@
  * It runs one kernel for real, on the host: `inc` from any module (p[i] += 1), so programs can
  * check their results. Copies are memcpy (device memory is host memory here).
  *
- * Side channel for tests: fake_cuda_kind(ptr) (0 unknown, 1 native, 2 managed) and
- * fake_cuda_location(ptr) (1 device, 2 host).
+ * Side channel for tests: fake_cuda_kind(ptr) (0 unknown, 1 native, 2 managed, 3 imported
+ * through IPC) and fake_cuda_location(ptr) (1 device, 2 host).
+ *
+ * What the driver documents for memory that cuMemAlloc did not make, modelled here: native
+ * allocations are shared memory (a memfd), so cuIpcGetMemHandle / cuIpcOpenMemHandle_v2 really
+ * share them between processes (the handle names the exporter's pid and descriptor); on managed
+ * memory cuIpcGetMemHandle and cuMemGetHandleForAddressRange answer CUDA_ERROR_INVALID_VALUE (1).
+ * Pointer attributes report memory type device (2) for both, IS_MANAGED 1 and
+ * IS_LEGACY_CUDA_IPC_CAPABLE 0 for managed memory. cuMemGetAddressRange_v2 on managed memory
+ * answers CUDA_ERROR_NOT_FOUND (500): the real driver's answer is not documented, so the double
+ * takes the unhelpful one (the GPU check, tests/gpu/run.sh, reports the real one).
  */
+#define _GNU_SOURCE
+#include <fcntl.h>
+#include <sys/mman.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,7 +50,7 @@ static int contexts[8];
 static CUcontext current = NULL;
 
 #define MAX_ALLOCS 256
-static struct { CUdeviceptr ptr; size_t size; int kind; int location; } allocs[MAX_ALLOCS];
+static struct { CUdeviceptr ptr; size_t size; int kind; int location; int fd; } allocs[MAX_ALLOCS];
 
 static void note(const char *fmt, long a, long b) {
     const char *path = getenv("FAKE_CUDA_LOG");
@@ -133,24 +145,56 @@ CUresult cuCtxSynchronize(void) {
 }
 CUresult cuStreamQuery(CUstream s) { (void)s; return pending_us() > 0 ? 600 : 0; }
 
-static CUresult record(CUdeviceptr *p, size_t size, int kind) {
-    if (!initialized) return 3;
-    if (!p || size == 0) return 1;
-    void *m = malloc(size);
-    if (!m) return 2;
+/* Native memory is a shared mapping of a memfd (exportable); managed memory is malloc'd. */
+static void *obtain(size_t size, int kind, int *fd) {
+    *fd = -1;
+    if (kind == 2) return malloc(size);
+    *fd = memfd_create("fake-cuda", MFD_CLOEXEC);
+    if (*fd < 0) return NULL;
+    void *m = MAP_FAILED;
+    if (ftruncate(*fd, (off_t)size) == 0)
+        m = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, *fd, 0);
+    if (m == MAP_FAILED) {
+        close(*fd);
+        *fd = -1;
+        return NULL;
+    }
+    return m;
+}
+static void release(int i) {
+    if (allocs[i].kind == 2) free((void *)allocs[i].ptr);
+    else munmap((void *)allocs[i].ptr, allocs[i].size);
+    if (allocs[i].fd >= 0) close(allocs[i].fd);
+    allocs[i].ptr = 0;
+}
+static CUresult insert(void *m, size_t size, int kind, int fd) {
     for (int i = 0; i < MAX_ALLOCS; i++) {
         if (allocs[i].ptr == 0) {
             allocs[i].ptr = (CUdeviceptr)m;
             allocs[i].size = size;
             allocs[i].kind = kind;
             allocs[i].location = 1;
-            *p = (CUdeviceptr)m;
-            note(kind == 2 ? "alloc managed %ld" : "alloc native %ld", (long)size, 0);
+            allocs[i].fd = fd;
             return 0;
         }
     }
-    free(m);
     return 2;
+}
+static CUresult record(CUdeviceptr *p, size_t size, int kind) {
+    if (!initialized) return 3;
+    if (!p || size == 0) return 1;
+    int fd;
+    void *m = obtain(size, kind, &fd);
+    if (!m) return 2;
+    if (insert(m, size, kind, fd) != 0) {
+        if (kind == 2) free(m);
+        else munmap(m, size);
+        if (fd >= 0) close(fd);
+        return 2;
+    }
+    *p = (CUdeviceptr)m;
+    note(kind == 2 ? "alloc managed %ld" : "alloc native %ld", (long)size, 0);
+    return 0;
 }
 
 static int find(CUdeviceptr p) {
@@ -171,9 +215,8 @@ CUresult cuMemAllocPitch_v2(CUdeviceptr *p, size_t *pitch, size_t w, size_t h, u
 }
 CUresult cuMemFree_v2(CUdeviceptr p) {
     int i = find(p);
-    if (i < 0) return 1;
-    free((void *)allocs[i].ptr);
-    allocs[i].ptr = 0;
+    if (i < 0 || allocs[i].kind == 3) return 1;
+    release(i);
     note("free %ld", (long)allocs[i].size, 0);
     return 0;
 }
@@ -292,6 +335,96 @@ CUresult cuArrayCreate_v2(void **array, const ArrayDesc *d) {
 }
 CUresult cuArrayDestroy(void *array) { free(array); note("array destroy", 0, 0); return 0; }
 
+/* The allocation `p` points into. */
+static int containing(CUdeviceptr p) {
+    for (int i = 0; i < MAX_ALLOCS; i++)
+        if (allocs[i].ptr != 0 && p >= allocs[i].ptr && p - allocs[i].ptr < allocs[i].size)
+            return i;
+    return -1;
+}
+
+/* Legacy IPC: the handle names the exporter's pid and the allocation's memfd. */
+typedef struct { char bytes[64]; } CUipcMemHandle;
+struct ipc_payload { char magic[8]; int pid; int fd; unsigned long long size; };
+CUresult cuIpcGetMemHandle(CUipcMemHandle *h, CUdeviceptr p) {
+    int i = find(p);
+    if (!h || i < 0 || allocs[i].kind != 1) return 1;
+    struct ipc_payload x = {"FAKEIPC", (int)getpid(), allocs[i].fd, allocs[i].size};
+    memset(h, 0, sizeof *h);
+    memcpy(h->bytes, &x, sizeof x);
+    note("ipc export %ld", (long)allocs[i].size, 0);
+    return 0;
+}
+CUresult cuIpcOpenMemHandle_v2(CUdeviceptr *p, CUipcMemHandle h, unsigned int flags) {
+    (void)flags;
+    struct ipc_payload x;
+    memcpy(&x, h.bytes, sizeof x);
+    if (!initialized) return 3;
+    if (!p || memcmp(x.magic, "FAKEIPC", 8) != 0 || x.size == 0) return 1;
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/fd/%d", x.pid, x.fd);
+    int fd = open(path, O_RDWR | O_CLOEXEC);
+    if (fd < 0) return 1;
+    void *m = mmap(NULL, x.size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (m == MAP_FAILED) return 2;
+    if (insert(m, x.size, 3, -1) != 0) {
+        munmap(m, x.size);
+        return 2;
+    }
+    *p = (CUdeviceptr)m;
+    note("ipc open %ld", (long)x.size, 0);
+    return 0;
+}
+CUresult cuIpcCloseMemHandle(CUdeviceptr p) {
+    int i = find(p);
+    if (i < 0 || allocs[i].kind != 3) return 1;
+    release(i);
+    return 0;
+}
+/* dma-buf export: a duplicate of the memfd for native memory, refused for managed. */
+CUresult cuMemGetHandleForAddressRange(void *handle, CUdeviceptr p, size_t size, int type,
+                                       unsigned long long flags) {
+    (void)type; (void)flags;
+    int i = containing(p);
+    if (!handle || i < 0 || allocs[i].kind != 1 || size > allocs[i].size) return 1;
+    *(int *)handle = dup(allocs[i].fd);
+    return 0;
+}
+
+/* Pointer attributes (CUpointer_attribute numbers) for the memory this double made. */
+CUresult cuPointerGetAttribute(void *data, int attribute, CUdeviceptr p) {
+    int i = containing(p);
+    if (!data || i < 0) return 1;
+    switch (attribute) {
+    case 2: *(unsigned *)data = 2; return 0;                        /* MEMORY_TYPE: device */
+    case 3: *(CUdeviceptr *)data = p; return 0;                     /* DEVICE_POINTER */
+    case 8: *(char *)data = allocs[i].kind == 2; return 0;          /* IS_MANAGED (a bool) */
+    case 9: *(int *)data = 0; return 0;                             /* DEVICE_ORDINAL */
+    case 10: *(char *)data = allocs[i].kind == 1; return 0;         /* IS_LEGACY_CUDA_IPC_CAPABLE */
+    case 11: *(CUdeviceptr *)data = allocs[i].ptr; return 0;        /* RANGE_START_ADDR */
+    case 12: *(size_t *)data = allocs[i].size; return 0;            /* RANGE_SIZE */
+    default: return 1;
+    }
+}
+/* As the driver: no error for a pointer it does not know, the values left zero. */
+CUresult cuPointerGetAttributes(unsigned n, int *attributes, void **data, CUdeviceptr p) {
+    if (!attributes || !data) return 1;
+    for (unsigned k = 0; k < n; k++) {
+        if (cuPointerGetAttribute(data[k], attributes[k], p) != 0 && data[k])
+            memset(data[k], 0, attributes[k] == 11 || attributes[k] == 12 || attributes[k] == 3 ? 8 : 4);
+    }
+    return 0;
+}
+CUresult cuMemGetAddressRange_v2(CUdeviceptr *base, size_t *size, CUdeviceptr p) {
+    int i = containing(p);
+    if (i < 0) return 1;
+    if (allocs[i].kind == 2) return 500;
+    if (base) *base = allocs[i].ptr;
+    if (size) *size = allocs[i].size;
+    return 0;
+}
+
 int fake_cuda_kind(CUdeviceptr p) { int i = find(p); return i < 0 ? 0 : allocs[i].kind; }
 int fake_cuda_location(CUdeviceptr p) { int i = find(p); return i < 0 ? 0 : allocs[i].location; }
 
@@ -327,6 +460,13 @@ static const struct { const char *name; void *fn; } table[] = {
     {"cuMemFreeAsync", (void *)cuMemFreeAsync},
     {"cuArrayCreate", (void *)cuArrayCreate_v2},
     {"cuArrayDestroy", (void *)cuArrayDestroy},
+    {"cuIpcGetMemHandle", (void *)cuIpcGetMemHandle},
+    {"cuIpcOpenMemHandle", (void *)cuIpcOpenMemHandle_v2},
+    {"cuIpcCloseMemHandle", (void *)cuIpcCloseMemHandle},
+    {"cuMemGetHandleForAddressRange", (void *)cuMemGetHandleForAddressRange},
+    {"cuPointerGetAttribute", (void *)cuPointerGetAttribute},
+    {"cuPointerGetAttributes", (void *)cuPointerGetAttributes},
+    {"cuMemGetAddressRange", (void *)cuMemGetAddressRange_v2},
 };
 
 /* Base names, as the CUDA runtime asks for them; versioned ABIs are this double's only ones. */

@@ -607,7 +607,9 @@ impl Drop for Containerd {
 }
 
 /// Compiles one of the CPU-only library doubles in `tests/doubles/` (`nvml` →
-/// `libnvidia-ml.so.1`, `cuda` → `libcuda.so.1`) into `out` with the system C compiler and returns its path.
+/// `libnvidia-ml.so.1`, `cuda` → `libcuda.so.1`, `commlib` → `libnccl.so.2`) or test programs
+/// (`cuda_client`, `ipc_client`, `hostile_ctl`) into `out` with the system C compiler and returns
+/// its path. Programs link to the libraries built before them in `out`.
 ///
 /// # Errors
 /// No C compiler, or it failed.
@@ -616,6 +618,8 @@ pub fn build_double(name: &str, out: &Path) -> std::io::Result<PathBuf> {
         "nvml" => ("nvml.c", "libnvidia-ml.so.1"),
         "cuda" => ("cuda.c", "libcuda.so.1"),
         "cuda_client" => ("cuda_client.c", "cuda_client"),
+        "commlib" => ("commlib.c", "libnccl.so.2"),
+        "ipc_client" => ("ipc_client.c", "ipc_client"),
         "hostile_ctl" => ("hostile_ctl.c", "hostile_ctl"),
         other => {
             return Err(std::io::Error::new(
@@ -634,15 +638,23 @@ pub fn build_double(name: &str, out: &Path) -> std::io::Result<PathBuf> {
         cc.args(["-static", "-O1", "-Wall", "-Werror", "-o"])
             .arg(&path)
             .arg(&src);
-    } else if name == "cuda_client" {
-        // A program linked straight to the libcuda double (built first, in the same folder).
+    } else if name == "cuda_client" || name == "ipc_client" {
+        // A program linked straight to the libcuda double (built first, in the same folder), and
+        // the IPC client to the communication library's double too (built before it).
         cc.args(["-O1", "-Wall", "-Werror", "-o"])
             .arg(&path)
             .arg(&src)
             .arg(format!("-L{}", out.display()))
             .arg("-l:libcuda.so.1")
+            .args((name == "ipc_client").then_some("-l:libnccl.so.2"))
             .arg(format!("-Wl,-rpath,{}", out.display()))
             .args(["-ldl", "-lpthread"]);
+    } else if name == "commlib" {
+        cc.args(["-shared", "-fPIC", "-O1", "-Wall", "-Werror", "-o"])
+            .arg(&path)
+            .arg(&src)
+            .arg(format!("-L{}", out.display()))
+            .arg("-l:libcuda.so.1");
     } else {
         cc.args(["-shared", "-fPIC", "-O1", "-Wall", "-Werror", "-o"])
             .arg(&path)

@@ -1,0 +1,405 @@
+//! What keeps converted memory compatible with the code it is handed to.
+//!
+//! Why: CUDA defines some operations only for memory `cuMemAlloc` made — a legacy IPC handle
+//! (`cuIpcGetMemHandle`), a dma-buf (`cuMemGetHandleForAddressRange`), GPUDirect RDMA tokens —
+//! and the driver refuses them on managed memory. A converted allocation cannot become exportable
+//! later (its address is the application's), so the choice is made when it is allocated. An
+//! allocation stays native (counted apart, never evicted) when:
+//! - the function asked for it: `MQFQ_NATIVE=all` (the shim sets it from the annotation
+//!   `io.mqfq.native-alloc=all`) — **setting**;
+//! - it is allocated from inside a communication library that exports or registers its own
+//!   buffers — NCCL, UCX, MPI, NVSHMEM, GDRCopy, plus the names `MQFQ_NATIVE` lists — found by
+//!   walking the caller's stack — **library**;
+//! - the process already asked to export converted memory: that request gets the driver's own
+//!   answer for managed memory (an error), is counted (`refused=`) and logged with the setting
+//!   that avoids it, and every later allocation of the process stays native — **export**.
+//!
+//! Pointer queries answer for converted memory as for the device memory the application asked
+//! for: `IS_MANAGED` is 0 and the memory type is device, except to the listed libraries, which
+//! get the truth (they move managed memory through host staging instead of IPC or RDMA, which
+//! would fail); `RANGE_START_ADDR`, `RANGE_SIZE` and `cuMemGetAddressRange` come from the
+//! interposer's own table (the allocation the application made). Every wrapper calls the driver
+//! first and only corrects a successful answer about a converted pointer.
+
+use std::ffi::{CStr, c_int, c_uint, c_ulonglong, c_void};
+use std::sync::OnceLock;
+
+use crate::real::{self, Fn};
+use crate::state::{self, Apart};
+use crate::{CUDA_SUCCESS, CuDevicePtr, CuResult, guard};
+
+/// Libraries whose allocations stay native and who get the truth about converted memory, by
+/// the start of a file name (`libnccl` matches `libnccl.so.2` and `libnccl-net.so`).
+pub const DEFAULT_LIBRARIES: &[&str] = &[
+    "libnccl",
+    "libucp",
+    "libuct",
+    "libucs",
+    "libmpi",
+    "libopen-pal",
+    "libnvshmem",
+    "libgdrapi",
+];
+/// The most names `MQFQ_NATIVE` adds, and the longest one.
+const MAX_NAMES: usize = 16;
+const MAX_NAME: usize = 64;
+/// How deep the caller's stack is searched for a listed library.
+const MAX_FRAMES: usize = 48;
+
+/// `CUpointer_attribute` values this module reads or answers.
+const ATTR_MEMORY_TYPE: c_int = 2;
+const ATTR_P2P_TOKENS: c_int = 5;
+const ATTR_IS_MANAGED: c_int = 8;
+const ATTR_RANGE_START_ADDR: c_int = 11;
+const ATTR_RANGE_SIZE: c_int = 12;
+/// `CU_MEMORYTYPE_DEVICE`.
+const MEMORYTYPE_DEVICE: c_uint = 2;
+
+/// The process's compatibility policy, from `MQFQ_NATIVE`.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Policy {
+    /// Every allocation stays native.
+    pub all: bool,
+    /// Listed libraries (the defaults and the valid names added).
+    pub libraries: Vec<String>,
+    /// Entries that were not valid names (logged, ignored).
+    pub rejected: Vec<String>,
+}
+
+/// Parses `MQFQ_NATIVE`: `all`, or a comma-separated list of library names (letters, digits,
+/// `.`, `_`, `+`, `-`; at most 16 of at most 64 bytes) added to [`DEFAULT_LIBRARIES`].
+pub fn parse(value: Option<&str>) -> Policy {
+    let mut p = Policy {
+        all: false,
+        libraries: DEFAULT_LIBRARIES.iter().map(|s| (*s).to_owned()).collect(),
+        rejected: Vec::new(),
+    };
+    let Some(v) = value else { return p };
+    let mut added = 0;
+    for name in v.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+        if name == "all" {
+            p.all = true;
+            continue;
+        }
+        let valid = name.len() <= MAX_NAME
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"._+-".contains(&b));
+        if valid && added < MAX_NAMES {
+            added += 1;
+            p.libraries.push(name.to_owned());
+        } else {
+            p.rejected.push(name.chars().take(MAX_NAME).collect());
+        }
+    }
+    p
+}
+
+fn policy() -> &'static Policy {
+    static POLICY: OnceLock<Policy> = OnceLock::new();
+    POLICY.get_or_init(|| {
+        let raw = std::env::var("MQFQ_NATIVE").ok();
+        let p = parse(raw.as_deref());
+        if !p.rejected.is_empty() {
+            log!("MQFQ_NATIVE: ignored {:?} (not library names)", p.rejected);
+        }
+        p
+    })
+}
+
+/// Whether a file name is one of the listed libraries.
+pub fn listed(file_name: &[u8], libraries: &[String]) -> bool {
+    libraries.iter().any(|l| {
+        file_name
+            .strip_prefix(l.as_bytes())
+            .is_some_and(|rest| rest.is_empty() || b"._-".contains(&rest[0]))
+    })
+}
+
+unsafe extern "C" {
+    /// glibc's `backtrace(3)`.
+    fn backtrace(buffer: *mut *mut c_void, size: c_int) -> c_int;
+}
+
+/// Whether a listed library is on the calling thread's stack.
+fn caller_listed() -> bool {
+    let mut frames = [std::ptr::null_mut::<c_void>(); MAX_FRAMES];
+    // SAFETY: a live array of MAX_FRAMES pointers, its length passed.
+    let n = unsafe { backtrace(frames.as_mut_ptr(), MAX_FRAMES as c_int) };
+    let n = usize::try_from(n).unwrap_or(0).min(MAX_FRAMES);
+    let libraries = &policy().libraries;
+    frames[..n].iter().any(|&pc| {
+        // SAFETY: Dl_info is plain data (pointers and integers), valid zeroed.
+        let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+        // SAFETY: dladdr only reads the address and fills `info`.
+        if unsafe { libc::dladdr(pc, &raw mut info) } == 0 || info.dli_fname.is_null() {
+            return false;
+        }
+        // SAFETY: dladdr's file name is a NUL-terminated string owned by the loader.
+        let path = unsafe { CStr::from_ptr(info.dli_fname) }.to_bytes();
+        let base = path.rsplit(|&b| b == b'/').next().unwrap_or(path);
+        listed(base, libraries)
+    })
+}
+
+/// Why the allocation being made stays native, or `None` to convert it.
+pub fn keep_native() -> Option<Apart> {
+    if policy().all {
+        Some(Apart::Setting)
+    } else if state::exporting() {
+        Some(Apart::Export)
+    } else if caller_listed() {
+        Some(Apart::Library)
+    } else {
+        None
+    }
+}
+
+/// The driver refused to export converted memory: counted, and said once per process.
+fn refused(call: &str, base: CuDevicePtr, size: usize, r: CuResult) {
+    if state::export_refused() {
+        log!(
+            "{call} on converted memory ({size} bytes at {base:#x}): CUDA error {r}, as the \
+             driver answers for managed memory; this process's later allocations stay native. \
+             Give the function the annotation io.mqfq.native-alloc=all to keep all its memory \
+             exportable"
+        );
+    }
+}
+
+type IpcGetMemHandleFn = unsafe extern "C" fn(*mut c_void, CuDevicePtr) -> CuResult;
+type GetHandleForAddressRangeFn =
+    unsafe extern "C" fn(*mut c_void, CuDevicePtr, usize, c_int, c_ulonglong) -> CuResult;
+type PointerGetAttributeFn = unsafe extern "C" fn(*mut c_void, c_int, CuDevicePtr) -> CuResult;
+type PointerGetAttributesFn =
+    unsafe extern "C" fn(c_uint, *mut c_int, *mut *mut c_void, CuDevicePtr) -> CuResult;
+type MemGetAddressRangeFn =
+    unsafe extern "C" fn(*mut CuDevicePtr, *mut usize, CuDevicePtr) -> CuResult;
+
+/// `cuIpcGetMemHandle`: the driver's answer; a refusal on converted memory is counted.
+///
+/// # Safety
+/// As the CUDA driver API.
+#[cfg_attr(not(feature = "fuzzing"), unsafe(no_mangle))]
+pub unsafe extern "C" fn cuIpcGetMemHandle(handle: *mut c_void, dptr: CuDevicePtr) -> CuResult {
+    guard(crate::CUDA_ERROR_UNKNOWN, || {
+        let Some(f) = real::get::<IpcGetMemHandleFn>(Fn::IpcGetMemHandle) else {
+            return real::NOT_FOUND;
+        };
+        // SAFETY: forwarding the caller's arguments.
+        let r = unsafe { f(handle, dptr) };
+        if r != CUDA_SUCCESS
+            && let Some((base, size)) = state::converted(dptr)
+        {
+            refused("cuIpcGetMemHandle", base, size, r);
+        }
+        r
+    })
+}
+
+/// `cuMemGetHandleForAddressRange` (dma-buf export): as `cuIpcGetMemHandle`.
+///
+/// # Safety
+/// As the CUDA driver API.
+#[cfg_attr(not(feature = "fuzzing"), unsafe(no_mangle))]
+pub unsafe extern "C" fn cuMemGetHandleForAddressRange(
+    handle: *mut c_void,
+    dptr: CuDevicePtr,
+    size: usize,
+    kind: c_int,
+    flags: c_ulonglong,
+) -> CuResult {
+    guard(crate::CUDA_ERROR_UNKNOWN, || {
+        let Some(f) = real::get::<GetHandleForAddressRangeFn>(Fn::MemGetHandleForAddressRange)
+        else {
+            return real::NOT_FOUND;
+        };
+        // SAFETY: forwarding the caller's arguments.
+        let r = unsafe { f(handle, dptr, size, kind, flags) };
+        if r != CUDA_SUCCESS
+            && let Some((base, bytes)) = state::converted(dptr)
+        {
+            refused("cuMemGetHandleForAddressRange", base, bytes, r);
+        }
+        r
+    })
+}
+
+/// Corrects one attribute the driver answered about converted memory `(base, size)`.
+///
+/// # Safety
+/// `data` is the caller's buffer for `attribute`, which the driver just filled.
+unsafe fn correct(attribute: c_int, data: *mut c_void, base: CuDevicePtr, size: usize) {
+    if data.is_null() {
+        return;
+    }
+    match attribute {
+        // SAFETY: a CUmemorytype (an unsigned int) is this attribute's buffer, just written.
+        ATTR_MEMORY_TYPE => unsafe { data.cast::<c_uint>().write_unaligned(MEMORYTYPE_DEVICE) },
+        // A boolean: its first byte, whether the caller's variable is a bool or an int.
+        // SAFETY: the buffer holds at least one byte, just written by the driver.
+        ATTR_IS_MANAGED if !caller_listed() => unsafe { data.cast::<u8>().write(0) },
+        // SAFETY: a CUdeviceptr is this attribute's buffer, just written.
+        ATTR_RANGE_START_ADDR => unsafe { data.cast::<CuDevicePtr>().write_unaligned(base) },
+        // SAFETY: a size_t is this attribute's buffer, just written.
+        ATTR_RANGE_SIZE => unsafe { data.cast::<usize>().write_unaligned(size) },
+        _ => {}
+    }
+}
+
+/// `cuPointerGetAttribute`: the driver's answer, corrected for converted memory.
+///
+/// # Safety
+/// As the CUDA driver API.
+#[cfg_attr(not(feature = "fuzzing"), unsafe(no_mangle))]
+pub unsafe extern "C" fn cuPointerGetAttribute(
+    data: *mut c_void,
+    attribute: c_int,
+    ptr: CuDevicePtr,
+) -> CuResult {
+    guard(crate::CUDA_ERROR_UNKNOWN, || {
+        let Some(f) = real::get::<PointerGetAttributeFn>(Fn::PointerGetAttribute) else {
+            return real::NOT_FOUND;
+        };
+        // SAFETY: forwarding the caller's arguments.
+        let r = unsafe { f(data, attribute, ptr) };
+        if let Some((base, size)) = state::converted(ptr) {
+            if r == CUDA_SUCCESS {
+                // SAFETY: the driver filled `data` for this attribute.
+                unsafe { correct(attribute, data, base, size) };
+            } else if attribute == ATTR_P2P_TOKENS {
+                refused("cuPointerGetAttribute(P2P_TOKENS)", base, size, r);
+            }
+        }
+        r
+    })
+}
+
+/// `cuPointerGetAttributes`: the driver's answers, corrected for converted memory.
+///
+/// # Safety
+/// As the CUDA driver API.
+#[cfg_attr(not(feature = "fuzzing"), unsafe(no_mangle))]
+pub unsafe extern "C" fn cuPointerGetAttributes(
+    count: c_uint,
+    attributes: *mut c_int,
+    data: *mut *mut c_void,
+    ptr: CuDevicePtr,
+) -> CuResult {
+    guard(crate::CUDA_ERROR_UNKNOWN, || {
+        let Some(f) = real::get::<PointerGetAttributesFn>(Fn::PointerGetAttributes) else {
+            return real::NOT_FOUND;
+        };
+        // SAFETY: forwarding the caller's arguments.
+        let r = unsafe { f(count, attributes, data, ptr) };
+        if r != CUDA_SUCCESS || attributes.is_null() || data.is_null() {
+            return r;
+        }
+        if let Some((base, size)) = state::converted(ptr) {
+            for i in 0..count as usize {
+                // SAFETY: the caller's arrays of `count` entries, which the driver just read
+                // and filled.
+                unsafe { correct(*attributes.add(i), *data.add(i), base, size) };
+            }
+        }
+        r
+    })
+}
+
+/// `cuMemGetAddressRange_v2`: for converted memory, the allocation the application made.
+///
+/// # Safety
+/// As the CUDA driver API.
+#[cfg_attr(not(feature = "fuzzing"), unsafe(no_mangle))]
+pub unsafe extern "C" fn cuMemGetAddressRange_v2(
+    pbase: *mut CuDevicePtr,
+    psize: *mut usize,
+    ptr: CuDevicePtr,
+) -> CuResult {
+    guard(crate::CUDA_ERROR_UNKNOWN, || {
+        if let Some((base, size)) = state::converted(ptr) {
+            // SAFETY: the caller's out-pointers, each optional (NULL: not wanted).
+            unsafe {
+                if !pbase.is_null() {
+                    *pbase = base;
+                }
+                if !psize.is_null() {
+                    *psize = size;
+                }
+            }
+            return CUDA_SUCCESS;
+        }
+        let Some(f) = real::get::<MemGetAddressRangeFn>(Fn::MemGetAddressRange) else {
+            return real::NOT_FOUND;
+        };
+        // SAFETY: forwarding the caller's arguments.
+        unsafe { f(pbase, psize, ptr) }
+    })
+}
+
+/// Our replacement for an export or query entry point, by base name.
+pub fn wrapper(base: &[u8]) -> Option<(Fn, *mut c_void)> {
+    let w: (Fn, *mut c_void) = match base {
+        b"cuIpcGetMemHandle" => (
+            Fn::IpcGetMemHandle,
+            cuIpcGetMemHandle as IpcGetMemHandleFn as *mut c_void,
+        ),
+        b"cuMemGetHandleForAddressRange" => (
+            Fn::MemGetHandleForAddressRange,
+            cuMemGetHandleForAddressRange as GetHandleForAddressRangeFn as *mut c_void,
+        ),
+        b"cuPointerGetAttribute" => (
+            Fn::PointerGetAttribute,
+            cuPointerGetAttribute as PointerGetAttributeFn as *mut c_void,
+        ),
+        b"cuPointerGetAttributes" => (
+            Fn::PointerGetAttributes,
+            cuPointerGetAttributes as PointerGetAttributesFn as *mut c_void,
+        ),
+        b"cuMemGetAddressRange" => (
+            Fn::MemGetAddressRange,
+            cuMemGetAddressRange_v2 as MemGetAddressRangeFn as *mut c_void,
+        ),
+        _ => return None,
+    };
+    Some(w)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_setting_and_added_names_parse_and_bad_names_are_refused() {
+        let p = parse(None);
+        assert!(!p.all);
+        assert_eq!(p.libraries.len(), DEFAULT_LIBRARIES.len());
+        let p = parse(Some(" all , libfoo ,, lib/../x, libbar.so.1"));
+        assert!(p.all);
+        assert!(p.libraries.iter().any(|l| l == "libfoo"));
+        assert!(p.libraries.iter().any(|l| l == "libbar.so.1"));
+        assert_eq!(p.rejected, vec!["lib/../x".to_owned()]);
+        let many: Vec<String> = (0..40).map(|i| format!("l{i}")).collect();
+        let p = parse(Some(&many.join(",")));
+        assert_eq!(p.libraries.len(), DEFAULT_LIBRARIES.len() + MAX_NAMES);
+        assert_eq!(p.rejected.len(), 40 - MAX_NAMES);
+        let long = "x".repeat(MAX_NAME + 1);
+        assert_eq!(parse(Some(&long)).rejected.len(), 1);
+    }
+
+    #[test]
+    fn library_names_match_at_a_name_boundary() {
+        let l = parse(None).libraries;
+        for yes in [
+            "libnccl.so.2",
+            "libnccl-net.so",
+            "libuct_cuda.so.0",
+            "libmpi.so.40",
+        ] {
+            assert!(listed(yes.as_bytes(), &l), "{yes}");
+        }
+        for no in ["libncclx.so", "libc.so.6", "libmpiwrap.so", "nccl.so", ""] {
+            assert!(!listed(no.as_bytes(), &l), "{no}");
+        }
+    }
+}

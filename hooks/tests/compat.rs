@@ -1,0 +1,206 @@
+//! Converted memory handed to code that needs `cuMemAlloc` memory (issue 13): a two-process IPC
+//! exchange, pointer queries, and a communication library's registered buffer, each run without
+//! and with the interposer over the libcuda double (which refuses IPC and dma-buf exports of
+//! managed memory and reports it managed, as the driver documents).
+#![expect(
+    clippy::tests_outside_test_module,
+    reason = "an integration-test crate is the test module"
+)]
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use common::{Client, Ctl, built};
+
+const MIB: u64 = 1 << 20;
+
+/// The doubles and the IPC client, built in `dir`.
+fn ipc_client(dir: &Path) -> Option<PathBuf> {
+    built(dir, &["cuda", "commlib", "ipc_client"])
+}
+
+/// Runs `ipc_client <args>` up to its "ready" (with the interposer in container `c1` when `ctl`
+/// is given) and returns its lines and the process (kept alive for the control socket).
+fn run(
+    bin: &Path,
+    dir: &Path,
+    args: &[&str],
+    ctl: Option<&Path>,
+    env: &[(&str, &Path)],
+) -> (Vec<String>, Client) {
+    let mut all: Vec<(&str, &Path)> = env.to_vec();
+    if let Some(ctl) = ctl {
+        std::fs::create_dir_all(ctl).unwrap();
+        all.push(("MQFQ_CTL_DIR", ctl));
+        all.push(("MQFQ_CONTAINER_ID", Path::new("c1")));
+    }
+    let err = format!("{}.err", args[0]);
+    let mut c = Client::spawn(bin, args, dir, &err, &all, ctl.is_some());
+    let mut lines = Vec::new();
+    loop {
+        let l = c
+            .line_within(std::time::Duration::from_secs(30))
+            .unwrap_or_else(|| panic!("{args:?}: no answer; so far {lines:?}; {}", c.stderr()));
+        if l == "ready" || l.is_empty() {
+            return (lines, c);
+        }
+        lines.push(l);
+    }
+}
+
+/// The `status` figures of the process in `ctl`, by name.
+fn status(ctl: &Path) -> std::collections::BTreeMap<String, u64> {
+    let mut s = Ctl::connect(ctl);
+    assert_eq!(s.ask("hello c1"), "ok");
+    let reply = s.ask("status");
+    let body = reply
+        .strip_prefix("ok ")
+        .unwrap_or_else(|| panic!("{reply}"));
+    body.split(' ')
+        .map(|kv| {
+            let (k, v) = kv.split_once('=').unwrap();
+            (k.to_owned(), v.parse().unwrap())
+        })
+        .collect()
+}
+
+/// Exporter and importer in two processes; the exporter's lines, the importer's, and the
+/// exporter's status when `ctl` (the interposer's) is given.
+fn exchange(
+    bin: &Path,
+    dir: &Path,
+    ctl: Option<&Path>,
+    env: &[(&str, &Path)],
+) -> (
+    Vec<String>,
+    Vec<String>,
+    Option<std::collections::BTreeMap<String, u64>>,
+) {
+    let meet = dir.join(if ctl.is_some() { "meet-on" } else { "meet-off" });
+    std::fs::create_dir_all(&meet).unwrap();
+    let m = meet.to_str().unwrap();
+    let exporter = std::thread::scope(|s| {
+        let e = s.spawn(|| run(bin, dir, &["export", m], ctl, env));
+        let ictl = ctl.map(|c| c.with_file_name("ctl-importer"));
+        let (import, _i) = run(bin, dir, &["import", m], ictl.as_deref(), &[]);
+        (e.join().unwrap(), import)
+    });
+    let ((export, _e), import) = exporter;
+    let st = ctl.map(status);
+    (export, import, st)
+}
+
+#[test]
+fn an_ipc_exchange_with_the_native_setting_works_as_without_the_interposer() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(bin) = ipc_client(dir.path()) else {
+        return;
+    };
+    let (export, import, _) = exchange(&bin, dir.path(), None, &[]);
+    assert_eq!(export, ["export rc=0 kind=1", "sees 777"], "without");
+    assert_eq!(
+        import,
+        [
+            "import rc=0 words=0 1 2",
+            "range rc=0 offset=0 size=1048576",
+            "closed rc=0"
+        ]
+    );
+    // The function's setting (io.mqfq.native-alloc=all → MQFQ_NATIVE=all): the same exchange.
+    let ctl = dir.path().join("ctl");
+    let (export2, import2, st) = exchange(
+        &bin,
+        dir.path(),
+        Some(&ctl),
+        &[("MQFQ_NATIVE", Path::new("all"))],
+    );
+    assert_eq!((export2, import2), (export, import), "with the interposer");
+    let st = st.unwrap();
+    assert_eq!(
+        (st["managed"], st["setting"], st["native"], st["refused"]),
+        (0, MIB, MIB, 0),
+        "{st:?}"
+    );
+}
+
+#[test]
+fn exporting_converted_memory_gets_the_drivers_refusal_once_then_memory_stays_native() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(bin) = ipc_client(dir.path()) else {
+        return;
+    };
+    let ctl = dir.path().join("ctl");
+    let meet = dir.path().join("meet");
+    std::fs::create_dir_all(&meet).unwrap();
+    let (lines, c) = run(
+        &bin,
+        dir.path(),
+        &["export", meet.to_str().unwrap()],
+        Some(&ctl),
+        &[],
+    );
+    // The first buffer was converted before anyone knew it would be exported: the driver's answer
+    // for managed memory (CUDA_ERROR_INVALID_VALUE). Every later allocation stays native.
+    assert_eq!(lines, ["export rc=1 kind=2", "export2 rc=0 kind=1"]);
+    let st = status(&ctl);
+    assert_eq!(
+        (st["managed"], st["export"], st["refused"]),
+        (MIB, MIB, 1),
+        "{st:?}"
+    );
+    let err = c.stderr();
+    assert_eq!(
+        err.matches("cuIpcGetMemHandle on converted memory").count(),
+        1,
+        "{err}"
+    );
+    assert!(err.contains("io.mqfq.native-alloc=all"), "{err}");
+}
+
+#[test]
+fn pointer_queries_on_converted_memory_answer_as_for_device_memory() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(bin) = ipc_client(dir.path()) else {
+        return;
+    };
+    let (without, _a) = run(&bin, dir.path(), &["attrs"], None, &[]);
+    let ctl = dir.path().join("ctl");
+    let (with, _b) = run(&bin, dir.path(), &["attrs"], Some(&ctl), &[]);
+    let st = status(&ctl);
+    assert_eq!(st["managed"], MIB, "the buffer was converted: {st:?}");
+    let pick = |v: &[String], p: &str| v.iter().find(|l| l.starts_with(p)).cloned().unwrap();
+    // Type, IS_MANAGED, range (single and batch) and cuMemGetAddressRange: as without it.
+    for p in ["single", "batch", "range"] {
+        assert_eq!(pick(&with, p), pick(&without, p), "{p}");
+    }
+    assert_eq!(
+        pick(&with, "single"),
+        "single rc=0 type=2 managed=0 start=4096 size=1048576"
+    );
+    // Two answers are the truth on purpose: it cannot be exported through legacy IPC, and a
+    // communication library stages managed memory instead of trying IPC or RDMA on it.
+    assert_eq!(pick(&without, "ipc-capable"), "ipc-capable 1");
+    assert_eq!(pick(&with, "ipc-capable"), "ipc-capable 0");
+    assert_eq!(pick(&without, "library-sees"), "library-sees managed=0");
+    assert_eq!(pick(&with, "library-sees"), "library-sees managed=1");
+}
+
+#[test]
+fn a_communication_librarys_registered_buffer_stays_native_and_exportable() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(bin) = ipc_client(dir.path()) else {
+        return;
+    };
+    let (without, _a) = run(&bin, dir.path(), &["lib"], None, &[]);
+    assert_eq!(without, ["lib alloc rc=0 export rc=0 ipc=1 kind=1"]);
+    let ctl = dir.path().join("ctl");
+    let (with, _b) = run(&bin, dir.path(), &["lib"], Some(&ctl), &[]);
+    assert_eq!(with, without);
+    let st = status(&ctl);
+    assert_eq!(
+        (st["managed"], st["library"], st["native"], st["refused"]),
+        (0, MIB, MIB, 0),
+        "{st:?}"
+    );
+}

@@ -1,0 +1,176 @@
+/*
+ * The compatibility client for the interposer tests: what applications and libraries do with
+ * cuMemAlloc memory beyond launching on it. Modes (argv[1]):
+ *   export <dir>  allocates 1 MiB (cuMemAlloc_v2), fills it (word i = i), exports it
+ *                 (cuIpcGetMemHandle) and prints "export rc=<r> kind=<k>"; on success writes the
+ *                 handle to <dir>/handle, waits (at most 20 s) for <dir>/imported and prints
+ *                 "sees <word 0>" (what the importer wrote); on failure allocates and exports a
+ *                 second buffer, "export2 rc=<r> kind=<k>"
+ *   import <dir>  waits for <dir>/handle, opens it (cuIpcOpenMemHandle_v2), prints
+ *                 "import rc=<r> words=<w0> <w1> <w2>", the address range of an inner pointer as
+ *                 "range rc=<r> offset=<base - p> size=<s>", writes 777 to word 0, creates
+ *                 <dir>/imported, closes the handle: "closed rc=<r>"
+ *   attrs         allocates 1 MiB and prints what pointer queries say of p + 4096, one line
+ *                 each: single attributes, the batch form, cuMemGetAddressRange_v2, and what the
+ *                 communication library (libnccl.so.2 double) sees
+ *   lib           the communication library allocates and registers its buffer:
+ *                 "lib alloc rc=<r> export rc=<r> ipc=<c> kind=<k>"
+ * Then it prints "ready" and waits for stdin to close (the test reads the control socket).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+typedef int CUresult;
+typedef unsigned long long CUdeviceptr;
+typedef void *CUcontext;
+typedef struct { char bytes[64]; } CUipcMemHandle;
+
+CUresult cuInit(unsigned int);
+CUresult cuDeviceGet(int *, int);
+CUresult cuDevicePrimaryCtxRetain(CUcontext *, int);
+CUresult cuCtxSetCurrent(CUcontext);
+CUresult cuMemAlloc_v2(CUdeviceptr *, size_t);
+CUresult cuMemcpyHtoD_v2(CUdeviceptr, const void *, size_t);
+CUresult cuMemcpyDtoH_v2(void *, CUdeviceptr, size_t);
+CUresult cuIpcGetMemHandle(CUipcMemHandle *, CUdeviceptr);
+CUresult cuIpcOpenMemHandle_v2(CUdeviceptr *, CUipcMemHandle, unsigned int);
+CUresult cuIpcCloseMemHandle(CUdeviceptr);
+CUresult cuPointerGetAttribute(void *, int, CUdeviceptr);
+CUresult cuPointerGetAttributes(unsigned, int *, void **, CUdeviceptr);
+CUresult cuMemGetAddressRange_v2(CUdeviceptr *, size_t *, CUdeviceptr);
+int fake_cuda_kind(CUdeviceptr);
+void commlib_register(size_t, CUdeviceptr *, int[3]);
+int commlib_is_managed(CUdeviceptr);
+
+#define SIZE (1u << 20)
+
+static int wait_for(const char *path) {
+    for (int i = 0; i < 200; i++) {
+        if (access(path, F_OK) == 0) return 1;
+        usleep(100000);
+    }
+    return 0;
+}
+
+static int export_mode(const char *dir) {
+    CUdeviceptr p = 0;
+    int r = cuMemAlloc_v2(&p, SIZE);
+    unsigned *words = malloc(SIZE);
+    for (unsigned i = 0; i < SIZE / 4; i++) words[i] = i;
+    if (r == 0) r = cuMemcpyHtoD_v2(p, words, SIZE);
+    CUipcMemHandle h;
+    r = r ? r : cuIpcGetMemHandle(&h, p);
+    printf("export rc=%d kind=%d\n", r, fake_cuda_kind(p));
+    char path[4096], tmp[4096];
+    if (r != 0) {
+        CUdeviceptr q = 0;
+        r = cuMemAlloc_v2(&q, SIZE);
+        r = r ? r : cuIpcGetMemHandle(&h, q);
+        printf("export2 rc=%d kind=%d\n", r, fake_cuda_kind(q));
+        return 0;
+    }
+    snprintf(tmp, sizeof tmp, "%s/handle.tmp", dir);
+    snprintf(path, sizeof path, "%s/handle", dir);
+    FILE *f = fopen(tmp, "wb");
+    if (!f || fwrite(&h, sizeof h, 1, f) != 1 || fclose(f) != 0 || rename(tmp, path) != 0) {
+        printf("handle write failed\n");
+        return 1;
+    }
+    snprintf(path, sizeof path, "%s/imported", dir);
+    if (!wait_for(path)) {
+        printf("no importer\n");
+        return 1;
+    }
+    unsigned first = 0;
+    cuMemcpyDtoH_v2(&first, p, sizeof first);
+    printf("sees %u\n", first);
+    return 0;
+}
+
+static int import_mode(const char *dir) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/handle", dir);
+    CUipcMemHandle h;
+    FILE *f = wait_for(path) ? fopen(path, "rb") : NULL;
+    if (!f || fread(&h, sizeof h, 1, f) != 1) {
+        printf("no handle\n");
+        return 1;
+    }
+    fclose(f);
+    CUdeviceptr p = 0;
+    int r = cuIpcOpenMemHandle_v2(&p, h, 1);
+    unsigned w[3] = {0};
+    if (r == 0) cuMemcpyDtoH_v2(w, p, sizeof w);
+    printf("import rc=%d words=%u %u %u\n", r, w[0], w[1], w[2]);
+    CUdeviceptr base = 0;
+    size_t size = 0;
+    int rr = r ? r : cuMemGetAddressRange_v2(&base, &size, p + 100);
+    printf("range rc=%d offset=%lld size=%zu\n", rr, (long long)(p - base), size);
+    unsigned v = 777;
+    if (r == 0) cuMemcpyHtoD_v2(p, &v, sizeof v);
+    snprintf(path, sizeof path, "%s/imported", dir);
+    fclose(fopen(path, "w"));
+    printf("closed rc=%d\n", r ? r : cuIpcCloseMemHandle(p));
+    return 0;
+}
+
+static int attrs_mode(void) {
+    CUdeviceptr p = 0;
+    if (cuMemAlloc_v2(&p, SIZE) != 0) return 1;
+    CUdeviceptr q = p + 4096;
+    unsigned type = 0, managed = 0;
+    unsigned char ipc = 9;
+    CUdeviceptr start = 0;
+    size_t size = 0;
+    int r = cuPointerGetAttribute(&type, 2, q) | cuPointerGetAttribute(&managed, 8, q) |
+            cuPointerGetAttribute(&ipc, 10, q) | cuPointerGetAttribute(&start, 11, q) |
+            cuPointerGetAttribute(&size, 12, q);
+    printf("single rc=%d type=%u managed=%u start=%lld size=%zu\n", r, type, managed,
+           (long long)(q - start), size);
+    printf("ipc-capable %u\n", ipc);
+    int which[4] = {2, 8, 11, 12};
+    unsigned btype = 0;
+    unsigned char bmanaged = 7;
+    CUdeviceptr bstart = 0;
+    size_t bsize = 0;
+    void *data[4] = {&btype, &bmanaged, &bstart, &bsize};
+    r = cuPointerGetAttributes(4, which, data, q);
+    printf("batch rc=%d type=%u managed=%u start=%lld size=%zu\n", r, btype, bmanaged,
+           (long long)(q - bstart), bsize);
+    CUdeviceptr base = 0;
+    size_t len = 0;
+    r = cuMemGetAddressRange_v2(&base, &len, q);
+    printf("range rc=%d offset=%lld size=%zu\n", r, (long long)(q - base), len);
+    printf("library-sees managed=%d\n", commlib_is_managed(q));
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    int dev;
+    CUcontext ctx;
+    if (argc < 2 || cuInit(0) || cuDeviceGet(&dev, 0) || cuDevicePrimaryCtxRetain(&ctx, dev) ||
+        cuCtxSetCurrent(ctx)) {
+        printf("init failed\n");
+        return 1;
+    }
+    int rc = 2;
+    if (strcmp(argv[1], "export") == 0 && argc > 2) rc = export_mode(argv[2]);
+    else if (strcmp(argv[1], "import") == 0 && argc > 2) rc = import_mode(argv[2]);
+    else if (strcmp(argv[1], "attrs") == 0) rc = attrs_mode();
+    else if (strcmp(argv[1], "lib") == 0) {
+        CUdeviceptr p = 0;
+        int out[3];
+        commlib_register(SIZE, &p, out);
+        printf("lib alloc rc=%d export rc=%d ipc=%d kind=%d\n", out[0], out[1], out[2],
+               fake_cuda_kind(p));
+        rc = 0;
+    }
+    if (rc != 0) return rc;
+    printf("ready\n");
+    char buf[64];
+    while (fgets(buf, sizeof buf, stdin)) {}
+    return 0;
+}
