@@ -7,6 +7,7 @@ use std::path::Path;
 use serde_json::json;
 
 use crate::api;
+use crate::memory::Native;
 
 /// Connects to the daemon.
 ///
@@ -151,15 +152,38 @@ fn render_pool(o: &mut String, pool: &[api::PoolEntry]) {
     }
     let _ = writeln!(
         o,
-        "\n{:<36} {:<24} {:>3} {:<5} {:>9} {:<5} {:>8} {:>5} {:<8}",
-        "CONTAINER", "FUNCTION", "GPU", "TIER", "MiB", "BUSY", "IDLE s", "USES", "PENDING"
+        "\n{:<36} {:<24} {:>3} {:<5} {:>9} {:<5} {:>8} {:>5} {:<8} {:>10}  NATIVE WHY",
+        "CONTAINER",
+        "FUNCTION",
+        "GPU",
+        "TIER",
+        "MiB",
+        "BUSY",
+        "IDLE s",
+        "USES",
+        "PENDING",
+        "NATIVE MiB"
     );
     for e in pool {
+        let native = e
+            .native
+            .as_ref()
+            .map(Native::from_proto)
+            .unwrap_or_default();
         #[allow(clippy::cast_precision_loss)]
-        let (mib, idle) = (e.bytes as f64 / 1048576.0, e.idle_ns as f64 / 1e9);
+        let (mib, idle, native_mib) = (
+            e.bytes as f64 / 1048576.0,
+            e.idle_ns as f64 / 1e9,
+            native.total() as f64 / 1048576.0,
+        );
+        let refused = if native.refused > 0 {
+            format!(" ({} exports refused)", native.refused)
+        } else {
+            String::new()
+        };
         let _ = writeln!(
             o,
-            "{:<36} {:<24} {:>3} {:<5} {:>9.1} {:<5} {:>8.1} {:>5} {:<8}",
+            "{:<36} {:<24} {:>3} {:<5} {:>9.1} {:<5} {:>8.1} {:>5} {:<8} {:>10.1}  {}{refused}",
             format!("{}/{}", e.namespace, e.container_id),
             e.function,
             e.gpu,
@@ -168,9 +192,19 @@ fn render_pool(o: &mut String, pool: &[api::PoolEntry]) {
             if e.busy { "yes" } else { "no" },
             idle,
             e.uses,
-            e.pending
+            e.pending,
+            native_mib,
+            native.why()
         );
     }
+}
+
+/// A container's native memory as JSON: bytes by reason, their total, refused exports.
+fn native_json(n: Option<&api::NativeMemory>) -> serde_json::Value {
+    let n = n.map(Native::from_proto).unwrap_or_default();
+    let mut v = serde_json::to_value(n).unwrap_or_default();
+    v["total"] = json!(n.total());
+    v
 }
 
 /// The status as JSON (for scripts and tests).
@@ -202,6 +236,7 @@ pub fn to_json(s: &api::StatusResponse) -> serde_json::Value {
             "namespace": e.namespace, "container_id": e.container_id, "function": e.function,
             "gpu": e.gpu, "tier": e.tier, "bytes": e.bytes, "busy": e.busy,
             "idle_ns": e.idle_ns, "pending": e.pending, "uses": e.uses,
+            "native": native_json(e.native.as_ref()),
         })).collect::<Vec<_>>(),
     })
 }

@@ -33,6 +33,7 @@ use crate::api;
 use crate::daemon::config::DEFAULT_SOCKET;
 use crate::error::{Error, Result};
 use crate::gpu::{GpuSelection, GpuWork};
+use crate::memory::Usage;
 
 /// What an admission is for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -64,14 +65,14 @@ pub trait Gate: Send + Sync + std::fmt::Debug {
     /// Withdraws a waiting admission of this container, if any, and ends a lease the daemon holds
     /// for it (also tells the pool a killed or deleted container is gone).
     async fn cancel(&self, ns: &str, id: &str);
-    /// Ends the container's lease, if it holds one; `managed_bytes` is what its CUDA processes
-    /// hold (pooled containers, read before a pause; 0 = unknown).
-    async fn release(&self, ns: &str, id: &str, reason: &str, managed_bytes: u64);
+    /// Ends the container's lease, if it holds one; `held` is what its CUDA processes hold
+    /// (pooled containers, read before a pause; managed 0 = unknown).
+    async fn release(&self, ns: &str, id: &str, reason: &str, held: Usage);
     /// Ends a burst's lease (reason `idle`: the container lives on) with the GPU-busy time
     /// the burst measured, rather than the time the lease was held.
-    async fn end_burst(&self, ns: &str, id: &str, service: Duration, managed_bytes: u64) {
+    async fn end_burst(&self, ns: &str, id: &str, service: Duration, held: Usage) {
         let _ = service;
-        self.release(ns, id, "idle", managed_bytes).await;
+        self.release(ns, id, "idle", held).await;
     }
     /// Waits up to `wait` for the daemon's pool orders for this shim; empty on timeout or when
     /// the daemon is unreachable (after a short pause, so a caller's loop does not spin).
@@ -151,7 +152,7 @@ struct Idle {
     ns: String,
     id: String,
     work: GpuWork,
-    bytes: u64,
+    held: Usage,
     evicted: bool,
 }
 
@@ -346,7 +347,8 @@ impl DaemonGate {
             .map(|i| api::Running {
                 pooled: true,
                 evicted: i.evicted,
-                managed_bytes: i.bytes,
+                managed_bytes: i.held.managed,
+                native: Some(i.held.native.to_proto()).into(),
                 ..entry(&i.ns, &i.id, &i.work)
             })
             .collect();
@@ -618,14 +620,14 @@ impl Gate for Arc<DaemonGate> {
         }
     }
 
-    async fn end_burst(&self, ns: &str, id: &str, service: Duration, managed_bytes: u64) {
+    async fn end_burst(&self, ns: &str, id: &str, service: Duration, held: Usage) {
         if let Some(h) = self.held().get_mut(&key(ns, id)) {
             h.service = Some(service);
         }
-        self.release(ns, id, "idle", managed_bytes).await;
+        self.release(ns, id, "idle", held).await;
     }
 
-    async fn release(&self, ns: &str, id: &str, reason: &str, managed_bytes: u64) {
+    async fn release(&self, ns: &str, id: &str, reason: &str, held: Usage) {
         let _sync = self.sync.lock().await;
         let removed = self.held().remove(&key(ns, id));
         let Some(h) = removed else {
@@ -638,7 +640,7 @@ impl Gate for Arc<DaemonGate> {
                     ns: ns.to_owned(),
                     id: id.to_owned(),
                     work: h.work.clone(),
-                    bytes: managed_bytes,
+                    held,
                     evicted: false,
                 },
             );
@@ -651,7 +653,8 @@ impl Gate for Arc<DaemonGate> {
             lease_id: h.lease,
             service_ns: u64::try_from(service.as_nanos()).unwrap_or(u64::MAX).max(1),
             reason: reason.to_owned(),
-            managed_bytes,
+            managed_bytes: held.managed,
+            native: Some(held.native.to_proto()).into(),
             ..Default::default()
         };
         let Some(c) = self.conn.lock().await.client.clone() else {
@@ -714,7 +717,7 @@ impl Gate for Arc<DaemonGate> {
                     Ok(api::PoolAction::EVICT) => {
                         if let Some(i) = idle.get_mut(&k) {
                             i.evicted = true;
-                            i.bytes = i.bytes.max(r.bytes);
+                            i.held.managed = i.held.managed.max(r.bytes);
                         }
                     }
                     Ok(api::PoolAction::PREFETCH) => {

@@ -21,6 +21,7 @@ pub mod gate;
 pub mod gpu;
 pub mod io;
 pub mod logging;
+pub mod memory;
 pub mod nvidia;
 pub mod oom;
 pub mod options;

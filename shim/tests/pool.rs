@@ -271,3 +271,120 @@ fn a_restarted_daemon_relearns_paused_containers_from_their_shims() {
     });
     assert!(c.leftovers().is_empty(), "{:?}", c.leftovers());
 }
+
+/// Issue 13 end to end: what each container keeps native, and why, reaches `mqfqctl status` and
+/// the metrics — a communication library's buffer, the function's setting (the annotation), and
+/// a refused export — read by the shim at Pause.
+#[test]
+fn native_memory_and_its_reasons_reach_mqfqctl_and_the_metrics() {
+    const MIB: u64 = 1 << 20;
+    let Some((c, d, cuda, port)) = setup("native") else {
+        return;
+    };
+    for double in ["commlib", "ipc_client"] {
+        mqfq_testkit::build_double(double, &cuda).unwrap();
+    }
+    let meet = cuda.join("meet");
+    std::fs::create_dir_all(&meet).unwrap();
+    let meet = meet.display().to_string();
+    let runs: [(&str, &str, &[&str], &[&str]); 3] = [
+        ("lib", "fn-lib", &[], &["lib"]),
+        (
+            "set",
+            "fn-set",
+            &["--annotation", "io.mqfq.native-alloc=all"],
+            &["attrs"],
+        ),
+        ("exp", "fn-exp", &[], &["export", &meet]),
+    ];
+    for (id, function, flags, args) in runs {
+        let mut all = vec!["-d", "--env", "CLIENT_HOLD=1"];
+        all.extend(flags);
+        let o = c.run_cuda_program(MQFQ, id, function, &cuda, "ipc_client", &all, args);
+        assert!(o.status.success(), "{}", text(&o));
+    }
+    d.wait_for("all three pooled", |s| {
+        ["lib", "set", "exp"]
+            .iter()
+            .all(|id| entry(s, id).is_some())
+    });
+    for id in ["lib", "set", "exp"] {
+        assert!(c.ctr(&["task", "pause", id]).status.success());
+    }
+    let reported = |s: &Value, id: &str| entry(s, id).is_some_and(|e| e["busy"] == false);
+    let s = d.wait_for("all three paused and reported", |s| {
+        ["lib", "set", "exp"].iter().all(|id| reported(s, id))
+    });
+    let native = |id: &str| entry(&s, id).unwrap()["native"].clone();
+    let bytes = |id: &str| entry(&s, id).unwrap()["bytes"].as_u64().unwrap();
+    assert_eq!(
+        (
+            native("lib")["library"].as_u64(),
+            native("lib")["total"].as_u64(),
+            bytes("lib")
+        ),
+        (Some(MIB), Some(MIB), 0),
+        "{s:#}"
+    );
+    assert_eq!(
+        (native("set")["setting"].as_u64(), bytes("set")),
+        (Some(MIB), 0),
+        "{s:#}"
+    );
+    assert_eq!(
+        (
+            native("exp")["export"].as_u64(),
+            native("exp")["refused"].as_u64(),
+            bytes("exp")
+        ),
+        (Some(MIB), Some(1), MIB),
+        "the refused buffer stays managed, the next one native: {s:#}"
+    );
+    let table = d.ctl(&["status"]);
+    let line = table
+        .lines()
+        .find(|l| l.contains("/exp "))
+        .unwrap_or_default();
+    assert!(line.contains("export (1 exports refused)"), "{table}");
+    // The gauges follow within the sampler's period.
+    #[allow(clippy::cast_precision_loss)]
+    let mib = MIB as f64;
+    let function = |id: &str| {
+        entry(&s, id).unwrap()["function"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    let want = [
+        ("lib", "library", mib),
+        ("lib", "managed", 0.0),
+        ("set", "setting", mib),
+        ("exp", "export", mib),
+        ("exp", "managed", mib),
+    ]
+    .map(|(id, kind, v)| {
+        let f = function(id);
+        (
+            format!("mqfq_pool_function_memory_bytes{{function=\"{f}\",kind=\"{kind}\"}}"),
+            v,
+        )
+    });
+    let refused = format!(
+        "mqfq_pool_function_exports_refused{{function=\"{}\"}}",
+        function("exp")
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let m = metrics(port);
+        let ok = want.iter().all(|(n, v)| metric(&m, n) == *v) && metric(&m, &refused) == 1.0;
+        if ok {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{want:?} {refused}: {m}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    for id in ["lib", "set", "exp"] {
+        c.remove(id);
+    }
+    assert!(c.leftovers().is_empty(), "{:?}", c.leftovers());
+}

@@ -15,7 +15,8 @@
  *                 communication library (libnccl.so.2 double) sees
  *   lib           the communication library allocates and registers its buffer:
  *                 "lib alloc rc=<r> export rc=<r> ipc=<c> kind=<k>"
- * Then it prints "ready" and waits for stdin to close (the test reads the control socket).
+ * Then it prints "ready" and waits for stdin to close (the test reads the control socket), or
+ * with CLIENT_HOLD set (a container without stdin) forever.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -170,6 +171,8 @@ int main(int argc, char **argv) {
     }
     if (rc != 0) return rc;
     printf("ready\n");
+    if (getenv("CLIENT_HOLD"))
+        for (;;) pause();
     char buf[64];
     while (fgets(buf, sizeof buf, stdin)) {}
     return 0;

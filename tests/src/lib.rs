@@ -388,9 +388,26 @@ impl Containerd {
         flags: &[&str],
         args: &[&str],
     ) -> Output {
+        self.run_cuda_program(runtime, id, function, cuda, "cuda_client", flags, args)
+    }
+
+    /// As [`run_cuda_with`](Self::run_cuda_with), running `program` of the doubles' folder (built
+    /// there with [`build_double`]).
+    #[must_use]
+    #[allow(clippy::too_many_arguments)]
+    pub fn run_cuda_program(
+        &self,
+        runtime: &str,
+        id: &str,
+        function: &str,
+        cuda: &Path,
+        program: &str,
+        flags: &[&str],
+        args: &[&str],
+    ) -> Output {
         let dir = cuda.display().to_string();
         let log = format!("FAKE_CUDA_LOG={dir}/{id}.log");
-        let client = format!("{dir}/cuda_client");
+        let client = format!("{dir}/{program}");
         let mut cmd = vec!["run", "--snapshotter", "native", "--runtime", runtime];
         cmd.extend(["--env", "NVIDIA_VISIBLE_DEVICES=0", "--env", &log]);
         cmd.extend(flags);

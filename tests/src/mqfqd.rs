@@ -117,10 +117,19 @@ impl Mqfqd {
     /// mqfqctl fails or prints something that is not JSON.
     #[must_use]
     pub fn status(&self) -> Value {
+        serde_json::from_str(&self.ctl(&["status", "--json"])).expect("mqfqctl --json")
+    }
+
+    /// What `mqfqctl <args>` prints for this daemon.
+    ///
+    /// # Panics
+    /// mqfqctl fails.
+    #[must_use]
+    pub fn ctl(&self, args: &[&str]) -> String {
         let o = Command::new(&self.ctl)
             .arg("--socket")
             .arg(&self.socket)
-            .args(["status", "--json"])
+            .args(args)
             .output()
             .expect("run mqfqctl");
         assert!(
@@ -129,7 +138,7 @@ impl Mqfqd {
             String::from_utf8_lossy(&o.stdout),
             String::from_utf8_lossy(&o.stderr)
         );
-        serde_json::from_slice(&o.stdout).expect("mqfqctl --json")
+        String::from_utf8_lossy(&o.stdout).into_owned()
     }
 
     /// Polls the status until `pred` holds; returns that status.

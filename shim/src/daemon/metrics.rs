@@ -17,6 +17,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::core::{GpuView, Record};
 use super::pool::{PoolEvent, TierCounts};
+use crate::memory::Native;
 
 type Labels = Vec<(String, String)>;
 
@@ -52,6 +53,8 @@ pub struct Metrics {
     pool_restore: Histogram,
     pool_containers: Family<Labels, Gauge>,
     pool_function_containers: Family<Labels, Gauge>,
+    pool_function_memory: Family<Labels, Gauge>,
+    pool_function_refused: Family<Labels, Gauge>,
 }
 
 fn labels(pairs: &[(&str, &str)]) -> Labels {
@@ -105,6 +108,8 @@ impl Metrics {
             pool_restore: Histogram::new([0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0]),
             pool_containers: Family::default(),
             pool_function_containers: Family::default(),
+            pool_function_memory: Family::default(),
+            pool_function_refused: Family::default(),
             registry: Registry::default(),
         };
         registry.register(
@@ -203,6 +208,18 @@ impl Metrics {
             "Pooled containers per function and tier",
             m.pool_function_containers.clone(),
         );
+        registry.register(
+            "pool_function_memory_bytes",
+            "GPU memory of pooled containers per function, by kind: managed (the pool moves it) \
+             or why it stays native (vmm, stream-ordered, array, setting, library, export, other)",
+            m.pool_function_memory.clone(),
+        );
+        registry.register(
+            "pool_function_exports_refused",
+            "Export requests (IPC, dma-buf, RDMA tokens) the driver refused on converted memory, \
+             per function, summed over its pooled containers",
+            m.pool_function_refused.clone(),
+        );
         Metrics { registry, ..m }
     }
 
@@ -261,6 +278,28 @@ impl Metrics {
             self.pool_containers
                 .get_or_create(&labels(&[("tier", t)]))
                 .set(n);
+        }
+    }
+
+    /// Sets the per-function memory gauges: managed bytes, native bytes by reason (only the
+    /// reasons that hold bytes), refused exports.
+    pub fn pool_memory(&self, memory: &std::collections::BTreeMap<String, (u64, Native)>) {
+        let g = |b: u64| i64::try_from(b).unwrap_or(i64::MAX);
+        // Functions come and go: the families are rebuilt.
+        self.pool_function_memory.clear();
+        self.pool_function_refused.clear();
+        for (f, (managed, native)) in memory {
+            self.pool_function_memory
+                .get_or_create(&labels(&[("function", f), ("kind", "managed")]))
+                .set(g(*managed));
+            for (why, bytes) in native.reasons().into_iter().filter(|(_, b)| *b > 0) {
+                self.pool_function_memory
+                    .get_or_create(&labels(&[("function", f), ("kind", why)]))
+                    .set(g(bytes));
+            }
+            self.pool_function_refused
+                .get_or_create(&function(f))
+                .set(g(native.refused));
         }
     }
 

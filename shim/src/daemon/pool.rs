@@ -28,6 +28,8 @@ use scheduler_core::config::TierConfig;
 use scheduler_core::tiers::{ContainerView, Tier, TierPolicy};
 use serde::Serialize;
 
+use crate::memory::Native;
+
 /// What the pool asks a shim to do with a container (and, for `Restore`, what a shim reports
 /// doing on its own at Resume).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -140,6 +142,8 @@ struct Entry {
     evicted_for: Why,
     /// No new order before this (after a failed one).
     backoff_until: Time,
+    /// What it keeps native, as its shim last reported (shown, not decided on).
+    native: Native,
 }
 
 /// One pooled container, for status.
@@ -163,6 +167,8 @@ pub struct EntryView {
     pub pending: Option<Action>,
     /// Invocations.
     pub uses: u64,
+    /// What it keeps native, and why (last report).
+    pub native: Native,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -299,6 +305,7 @@ impl Pool {
             pending: None,
             evicted_for: Why::Ttl,
             backoff_until: Time::ZERO,
+            native: Native::default(),
         });
         let was = e.tier;
         self.changed = true;
@@ -358,6 +365,7 @@ impl Pool {
                 pending: None,
                 evicted_for: Why::Ttl,
                 backoff_until: Time::ZERO,
+                native: Native::default(),
             },
         );
     }
@@ -378,6 +386,29 @@ impl Pool {
                 e.bytes = bytes;
             }
         }
+    }
+
+    /// What a pooled container keeps native, as its shim read it with its managed bytes.
+    pub fn report_native(&mut self, key: &str, native: Native) {
+        if let Some(e) = self.entries.get_mut(key)
+            && e.native != native
+        {
+            e.native = native;
+            self.changed = true;
+        }
+    }
+
+    /// Managed bytes and native bytes per function (summed over its pooled containers), for the
+    /// gauges; recounted with [`Pool::tier_counts`].
+    #[must_use]
+    pub fn memory_by_function(&self) -> BTreeMap<String, (u64, Native)> {
+        let mut m: BTreeMap<String, (u64, Native)> = BTreeMap::new();
+        for e in self.entries.values() {
+            let slot = m.entry(e.function.clone()).or_default();
+            slot.0 = slot.0.saturating_add(e.bytes);
+            slot.1.add(&e.native);
+        }
+        m
     }
 
     /// A container that holds no lease was killed or deleted: it leaves the pool.
@@ -726,6 +757,7 @@ impl Pool {
                 },
                 pending: e.pending.map(|(a, _)| a),
                 uses: e.uses,
+                native: e.native,
             })
             .collect()
     }

@@ -21,6 +21,7 @@ use super::monitor::GpuMonitor;
 use super::policy::{Asked, FairnessSection};
 use super::pool::{Action, Order, Pool};
 use crate::api;
+use crate::memory::Native;
 
 mod pool;
 
@@ -414,11 +415,15 @@ impl Daemon {
             inner.pool.tick(now, host);
             self.pool_settle(&mut inner);
             let fail_open = inner.core.fail_open_starts();
-            let counts = inner.pool.tier_counts();
+            let counts = inner
+                .pool
+                .tier_counts()
+                .map(|c| (c, inner.pool.memory_by_function()));
             drop(inner);
             self.metrics.gauges(&gpus, fail_open);
-            if let Some(c) = counts {
+            if let Some((c, memory)) = counts {
                 self.metrics.pool_gauges(&c);
+                self.metrics.pool_memory(&memory);
             }
         }
     }
@@ -502,6 +507,7 @@ impl Daemon {
                     idle_ns: e.idle_ns,
                     pending: e.pending.map_or("", Action::name).into(),
                     uses: e.uses,
+                    native: Some(e.native.to_proto()).into(),
                     ..Default::default()
                 }
             })
@@ -614,6 +620,9 @@ impl api::Admission for Service {
             // gone.
             let paused = super::core::stays_idle(reason);
             inner.pool.released(&key, paused, req.managed_bytes, now);
+            if let Some(n) = req.native.as_ref() {
+                inner.pool.report_native(&key, Native::from_proto(n));
+            }
             if !paused {
                 inner.pooled.remove(&key);
             }

@@ -31,6 +31,7 @@ use super::TaskService;
 use crate::error::{Error, Result};
 use crate::gate::Kind;
 use crate::gpu::Classification;
+use crate::memory::Usage;
 use crate::uvm::client::Command;
 
 /// Connections one container may hold open (the control tmpfs has 64 inodes anyway).
@@ -82,7 +83,7 @@ enum Lease {
     /// The admission is in flight.
     Asking,
     /// Admitted at this instant.
-    Held(Instant),
+    Usage(Instant),
 }
 
 #[derive(Debug)]
@@ -154,15 +155,15 @@ impl Book {
     /// Whether a burst holds the lease (a process is mid-burst).
     #[must_use]
     pub fn held(&self) -> bool {
-        matches!(self.lock().lease, Lease::Held(_))
+        matches!(self.lock().lease, Lease::Usage(_))
     }
 
     /// A burst that held the lease was granted a new one (at Resume): its service counts from
     /// now. `false` if it is no longer held (its processes went away meanwhile).
     pub(super) fn regranted(&self) -> bool {
         let mut b = self.lock();
-        if matches!(b.lease, Lease::Held(_)) {
-            b.lease = Lease::Held(Instant::now());
+        if matches!(b.lease, Lease::Usage(_)) {
+            b.lease = Lease::Usage(Instant::now());
             true
         } else {
             false
@@ -184,7 +185,7 @@ impl Book {
     fn begin(&self, conn: u64) -> (bool, bool, u64) {
         let mut b = self.lock();
         match b.lease {
-            Lease::Held(_) => {
+            Lease::Usage(_) => {
                 b.active.insert(conn);
                 (true, false, b.round)
             }
@@ -226,7 +227,7 @@ impl Book {
         b.refused = refused;
         let nobody = b.waiting.is_empty() && b.active.is_empty();
         b.lease = if granted && !nobody {
-            Lease::Held(Instant::now())
+            Lease::Usage(Instant::now())
         } else {
             Lease::Idle
         };
@@ -252,7 +253,7 @@ impl Book {
         }
         match b.lease {
             // Also a waiter that went away between the grant and its answer.
-            Lease::Held(granted) if was_active || was_waiting => {
+            Lease::Usage(granted) if was_active || was_waiting => {
                 let done = b.completed.unwrap_or_else(Instant::now);
                 b.lease = Lease::Idle;
                 b.releasing = true;
@@ -517,27 +518,28 @@ impl TaskService {
                 // second does not make the shim ask each time.
                 let (dir, known) = {
                     let st = self.state.lock().await;
-                    st.containers.get(id).map_or((None, 0), |c| {
+                    st.containers.get(id).map_or((None, Usage::default()), |c| {
                         let fresh = c.managed_asked.is_some_and(|t| t.elapsed() < STATUS_EVERY);
                         let dir = c.ctl_dir.clone().filter(|_| !c.pool_failed && !fresh);
-                        (dir, c.managed_bytes)
+                        (dir, c.held)
                     })
                 };
-                let bytes = match dir {
+                let held = match dir {
                     Some(d) => {
                         let a =
                             super::pool::uvm(&d, id, Command::Status, self.pool_timeouts.status)
                                 .await;
+                        let held = super::pool::held_from(&a);
                         if let Some(c) = self.state.lock().await.containers.get_mut(id) {
-                            c.managed_bytes = a.bytes;
+                            c.held = held;
                             c.managed_asked = Some(Instant::now());
                         }
-                        a.bytes
+                        held
                     }
                     None => known,
                 };
                 self.gate
-                    .end_burst(&self.namespace, id, service, bytes)
+                    .end_burst(&self.namespace, id, service, held)
                     .await;
             }
         }
@@ -607,7 +609,7 @@ mod tests {
         assert_eq!(b.answer(p2, 0), Some(Ok(())));
         assert!(b.busy());
         let granted = match b.lock().lease {
-            Lease::Held(t) => t,
+            Lease::Usage(t) => t,
             l => panic!("{l:?}"),
         };
         // p1 ends: p2 still runs, nothing released.

@@ -205,7 +205,7 @@ impl TaskService {
                 evicted: false,
                 pool_lock: std::sync::Arc::default(),
                 pool_failed: false,
-                managed_bytes: 0,
+                held: Default::default(),
                 managed_asked: None,
                 burst,
                 burst_task,

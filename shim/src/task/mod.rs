@@ -62,9 +62,10 @@ pub struct Container {
     pub pool_lock: Arc<Mutex<()>>,
     /// Its processes failed to answer a memory move in time: it runs unpooled from then on.
     pub pool_failed: bool,
-    /// Managed bytes its CUDA processes held at the last Pause (sizes memory-move deadlines).
-    pub managed_bytes: u64,
-    /// When a burst's end last asked its processes for `managed_bytes`.
+    /// What its CUDA processes held at the last Pause or burst end (managed bytes size
+    /// memory-move deadlines).
+    pub held: crate::memory::Usage,
+    /// When a burst's end last asked its processes for `held`.
     pub managed_asked: Option<Instant>,
     /// Burst admission (its interposer asks for each burst of GPU work): its Start and Resume
     /// are then not gated.
@@ -161,7 +162,9 @@ impl TaskService {
     /// Ends the container's GPU lease, if it is GPU work and holds one.
     async fn release_lease(&self, id: &str, gpu: bool, reason: &str) {
         if gpu {
-            self.gate.release(&self.namespace, id, reason, 0).await;
+            self.gate
+                .release(&self.namespace, id, reason, Default::default())
+                .await;
         }
     }
 

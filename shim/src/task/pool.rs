@@ -23,6 +23,7 @@ use crate::api as mqfqd;
 use crate::error::Result;
 use crate::gate::Kind;
 use crate::gpu::Classification;
+use crate::memory::Usage;
 use crate::process::{Status, Transition};
 use crate::uvm::client::{self, Answer, Command};
 
@@ -66,6 +67,14 @@ pub(super) async fn uvm(dir: &Path, id: &str, cmd: Command, timeout: Duration) -
             errors: vec![format!("control client: {e}")],
             ..Answer::default()
         })
+}
+
+/// What a `status` answer says the container's processes hold.
+pub(super) fn held_from(a: &Answer) -> Usage {
+    Usage {
+        managed: a.bytes,
+        native: a.native,
+    }
 }
 
 fn transition(pause: bool) -> Transition {
@@ -113,24 +122,25 @@ impl TaskService {
         let pooled = ctl.is_some() && !unpooled;
         if pause {
             // Read while the processes can still answer, within a deadline.
-            let bytes = match &ctl {
+            let held = match &ctl {
                 Some(d) if pooled => {
                     let a = uvm(d, id, Command::Status, self.pool_timeouts.status).await;
                     if !a.ok() {
                         let why = format!("its status failed: {}", a.errors.join("; "));
                         self.drop_from_pool(id, &why).await;
                     }
+                    let held = held_from(&a);
                     if let Some(c) = self.state.lock().await.containers.get_mut(id) {
-                        c.managed_bytes = a.bytes;
+                        c.held = held;
                     }
-                    a.bytes
+                    held
                 }
-                _ => 0,
+                _ => Usage::default(),
             };
             runtime.pause(id).await?;
             // A frozen container uses no GPU time: its slot goes to the queue.
             if work.is_some() {
-                self.gate.release(&self.namespace, id, "pause", bytes).await;
+                self.gate.release(&self.namespace, id, "pause", held).await;
                 if self.pool_failed(id).await {
                     // Not idle in the pool: its memory is never moved again.
                     self.gate.cancel(&self.namespace, id).await;
@@ -150,7 +160,9 @@ impl TaskService {
                     .await?;
                 if book.as_ref().is_some_and(|b| !b.regranted()) {
                     // Its processes went away while it waited: nobody will end that burst.
-                    self.gate.release(&self.namespace, id, "idle", 0).await;
+                    self.gate
+                        .release(&self.namespace, id, "idle", Usage::default())
+                        .await;
                 }
             }
             let thawed = Instant::now();
@@ -394,7 +406,7 @@ impl TaskService {
         // should take (2 s plus 1 GiB/s), never the whole move timeout for a few bytes.
         let bytes = {
             let st = self.state.lock().await;
-            st.containers.get(id).map_or(0, |c| c.managed_bytes)
+            st.containers.get(id).map_or(0, |c| c.held.managed)
         };
         let a = uvm(dir, id, cmd, self.move_deadline(bytes)).await;
         if let Some(runtime) = runtime {

@@ -601,7 +601,7 @@ impl crate::gate::Gate for RecordingGate {
         Ok(())
     }
     async fn cancel(&self, _: &str, _: &str) {}
-    async fn release(&self, _: &str, _: &str, _: &str, _: u64) {}
+    async fn release(&self, _: &str, _: &str, _: &str, _: crate::memory::Usage) {}
     async fn pool_orders(&self, _: Duration) -> Vec<crate::api::PoolOrder> {
         std::future::pending().await
     }
@@ -779,7 +779,7 @@ impl crate::gate::Gate for HeldGate {
         Ok(())
     }
     async fn cancel(&self, _: &str, _: &str) {}
-    async fn release(&self, _: &str, id: &str, reason: &str, _: u64) {
+    async fn release(&self, _: &str, id: &str, reason: &str, _: crate::memory::Usage) {
         self.releases
             .lock()
             .unwrap()
@@ -840,7 +840,7 @@ impl crate::gate::Gate for ResumeGate {
         Ok(())
     }
     async fn cancel(&self, _: &str, _: &str) {}
-    async fn release(&self, _: &str, _: &str, reason: &str, _: u64) {
+    async fn release(&self, _: &str, _: &str, reason: &str, _: crate::memory::Usage) {
         self.releases.lock().unwrap().push(reason.to_owned());
     }
     async fn pool_orders(&self, _: Duration) -> Vec<crate::api::PoolOrder> {

@@ -22,7 +22,8 @@ use nix::errno::Errno;
 use nix::fcntl::OFlag;
 use nix::sys::stat::{Mode, SFlag};
 
-/// The longest reply line read from a process (the interposer's longest is under 200 bytes).
+/// The longest reply line read from a process (the interposer's longest, `status` with every
+/// figure at 20 digits, is under 400 bytes).
 pub const MAX_REPLY: usize = 512;
 /// The most sockets asked per command (the control directory holds 64 inodes).
 pub const MAX_SOCKETS: usize = 64;
@@ -36,6 +37,8 @@ pub struct Answer {
     pub bytes: u64,
     /// For `status`: bytes resident on the device.
     pub resident: u64,
+    /// For `status`: what they keep native, and why.
+    pub native: crate::memory::Native,
     /// Errors, one per process that failed: `socket: message`.
     pub errors: Vec<String>,
     /// Whether a process did not answer within the deadline.
@@ -97,23 +100,58 @@ fn field(reply: &str, name: &str) -> Result<u64, Failure> {
         .map_err(|_| Failure::Other(format!("bad {name}={v:.24}")))
 }
 
-/// Parses one reply to `cmd`: `(bytes, resident)`.
-fn parse_reply(cmd: Command, reply: &str) -> Result<(u64, u64), Failure> {
+/// `name=<digits>` if the reply has it (an older interposer's `status` lacks the native
+/// reasons: 0); present but malformed is an error.
+fn optional(reply: &str, name: &str) -> Result<u64, Failure> {
+    match field(reply, name) {
+        Err(Failure::Other(e)) if e.starts_with("reply without") => Ok(0),
+        r => r,
+    }
+}
+
+/// One process's figures: bytes (evicted, prefetched, or managed), resident, native.
+type Figures = (u64, u64, crate::memory::Native);
+
+/// The native figures of a `status` reply. `native=` counts every `cuMemAlloc` kept native;
+/// what the named reasons do not cover is `other`.
+fn native(reply: &str) -> Result<crate::memory::Native, Failure> {
+    let mut n = crate::memory::Native {
+        vmm: optional(reply, "vmm")?,
+        stream_ordered: optional(reply, "async")?,
+        array: optional(reply, "array")?,
+        setting: optional(reply, "setting")?,
+        library: optional(reply, "library")?,
+        export: optional(reply, "export")?,
+        other: 0,
+        refused: optional(reply, "refused")?,
+    };
+    let named = n.setting.saturating_add(n.library).saturating_add(n.export);
+    n.other = optional(reply, "native")?.saturating_sub(named);
+    Ok(n)
+}
+
+/// Parses one reply to `cmd`.
+fn parse_reply(cmd: Command, reply: &str) -> Result<Figures, Failure> {
     if reply != "ok" && !reply.starts_with("ok ") {
         return Err(Failure::Other(reply.chars().take(200).collect()));
     }
     Ok(match cmd {
-        Command::Status => (field(reply, "managed")?, field(reply, "resident")?),
-        Command::Evict => (field(reply, "evicted")?, 0),
-        Command::Prefetch => (field(reply, "prefetched")?, 0),
+        Command::Status => (
+            field(reply, "managed")?,
+            field(reply, "resident")?,
+            native(reply)?,
+        ),
+        Command::Evict => (field(reply, "evicted")?, 0, Default::default()),
+        Command::Prefetch => (field(reply, "prefetched")?, 0, Default::default()),
     })
 }
 
-/// Parses one reply line to `cmd` as [`send`] does: `(bytes, resident)`, or why it is refused.
+/// Parses one reply line to `cmd` as [`send`] does: `(bytes, resident, native)`, or why it is
+/// refused.
 ///
 /// # Errors
 /// Not an `ok` reply, or a figure missing or not a plain decimal `u64`.
-pub fn parse_reply_text(cmd: Command, reply: &str) -> Result<(u64, u64), String> {
+pub fn parse_reply_text(cmd: Command, reply: &str) -> Result<Figures, String> {
     parse_reply(cmd, reply).map_err(|f| match f {
         Failure::Other(s) => s,
         other => format!("{other:?}"),
@@ -224,7 +262,7 @@ fn one(
     container_id: &str,
     cmd: Command,
     deadline: Instant,
-) -> Result<(u64, u64), Failure> {
+) -> Result<Figures, Failure> {
     let sock = connect(dir, name)?;
     let hello = ask(&sock, &format!("hello {container_id}"), deadline)?;
     parse_hello(&hello)?;
@@ -284,7 +322,7 @@ pub fn send(dir: &Path, container_id: &str, cmd: Command, timeout: Duration) -> 
         return a;
     };
     let names = socket_names(&dirfd);
-    type Outcome = (String, Result<(u64, u64), Failure>);
+    type Outcome = (String, Result<Figures, Failure>);
     let results: Vec<Outcome> = std::thread::scope(|s| {
         let handles: Vec<_> = names
             .iter()
@@ -308,10 +346,11 @@ pub fn send(dir: &Path, container_id: &str, cmd: Command, timeout: Duration) -> 
     });
     for (name, r) in results {
         match r {
-            Ok((bytes, resident)) => {
+            Ok((bytes, resident, native)) => {
                 a.processes += 1;
                 a.bytes = a.bytes.saturating_add(bytes);
                 a.resident = a.resident.saturating_add(resident);
+                a.native.add(&native);
             }
             Err(Failure::Gone) => {
                 // Its process is gone: the name is removed (from our descriptor, no link followed).

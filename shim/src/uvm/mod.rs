@@ -29,6 +29,13 @@ use crate::rootfs::Root;
 
 /// Annotation: `on` (default) or `off`.
 pub const ANN_UVM: &str = "io.mqfq.uvm";
+/// Annotation: which GPU allocations of the container stay native (never converted to managed
+/// memory, so never evicted): `all`, or library file-name prefixes (`libfoo,libbar`) added to the
+/// interposer's list of communication libraries. Passed to the interposer as `MQFQ_NATIVE`.
+pub const ANN_NATIVE: &str = "io.mqfq.native-alloc";
+/// The most library names the annotation may list, and the longest.
+const NATIVE_NAMES: usize = 16;
+const NATIVE_NAME_LEN: usize = 64;
 /// Where the library and the control directory appear in the container.
 pub const CONTAINER_LIB: &str = "/usr/lib/mqfq/libmqfq_cuda.so";
 /// The control directory in the container.
@@ -76,11 +83,48 @@ fn env_set(env: &mut Vec<Value>, key: &str, value: &str) {
     env.push(json!(format!("{key}={value}")));
 }
 
-/// Whether the container wants the interposer (`io.mqfq.uvm`, default on).
+/// `io.mqfq.native-alloc`, checked: `all`, or up to 16 comma-separated library names of
+/// letters, digits, `.`, `_`, `+` and `-` (at most 64 bytes each). `None` when absent.
 ///
 /// # Errors
-/// A value other than `on` or `off`.
+/// Any other value (the message names the annotation).
+pub fn native_alloc(spec: &Value) -> Result<Option<String>> {
+    let Some(v) = spec.get("annotations").and_then(|a| a.get(ANN_NATIVE)) else {
+        return Ok(None);
+    };
+    let bad = |why: &str| {
+        Error::InvalidArgument(format!(
+            "annotation {ANN_NATIVE}: {why}; it must be `all` or up to {NATIVE_NAMES} \
+             comma-separated library names"
+        ))
+    };
+    let v = v.as_str().ok_or_else(|| bad("not a string"))?;
+    let names: Vec<&str> = v.split(',').map(str::trim).collect();
+    if names.len() > NATIVE_NAMES {
+        return Err(bad("too many names"));
+    }
+    for n in &names {
+        let ok = !n.is_empty()
+            && n.len() <= NATIVE_NAME_LEN
+            && n.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"._+-".contains(&b));
+        if !ok {
+            return Err(bad(&format!(
+                "{:?} is not a library name",
+                n.chars().take(NATIVE_NAME_LEN).collect::<String>()
+            )));
+        }
+    }
+    Ok(Some(names.join(",")))
+}
+
+/// Whether the container wants the interposer (`io.mqfq.uvm`, default on); also checks
+/// `io.mqfq.native-alloc`, so a bad value fails Create before any work.
+///
+/// # Errors
+/// A value other than `on` or `off`, or a bad `io.mqfq.native-alloc`.
 pub fn wanted(spec: &Value) -> Result<bool> {
+    native_alloc(spec)?;
     match spec
         .get("annotations")
         .and_then(|a| a.get(ANN_UVM))
@@ -216,13 +260,16 @@ pub fn burst_idle_ms() -> u64 {
 }
 
 /// Adds the interposer to a GPU container's spec: library mount, control directory mount,
-/// `LD_PRELOAD`, `MQFQ_CTL_DIR`, `MQFQ_CONTAINER_ID`, and `MQFQ_BURST=1` for burst admission.
+/// `LD_PRELOAD`, `MQFQ_CTL_DIR`, `MQFQ_CONTAINER_ID`, `MQFQ_BURST=1` for burst admission, and
+/// `MQFQ_NATIVE` from `io.mqfq.native-alloc` (when absent, the image's own `MQFQ_NATIVE`, if any,
+/// stays: keeping memory native costs only the container's own evictability).
 ///
 /// # Errors
 /// A spec of the wrong shape.
 pub fn add_to_spec(spec: &mut Value, lib: &Path, dir: &Path, id: &str, burst: bool) -> Result<()> {
     let shape =
         |what: &str| Error::InvalidArgument(format!("OCI spec: `{what}` has the wrong shape"));
+    let native = native_alloc(spec)?;
     {
         let env = spec
             .get_mut("process")
@@ -244,6 +291,9 @@ pub fn add_to_spec(spec: &mut Value, lib: &Path, dir: &Path, id: &str, burst: bo
         env_set(env, "LD_PRELOAD", &preload);
         env_set(env, "MQFQ_CTL_DIR", CONTAINER_CTL);
         env_set(env, "MQFQ_CONTAINER_ID", id);
+        if let Some(n) = &native {
+            env_set(env, "MQFQ_NATIVE", n);
+        }
         // Set by the shim whatever the image said: the image does not choose its admission.
         if burst {
             env_set(env, "MQFQ_BURST", "1");
@@ -317,6 +367,40 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains(ANN_UVM), "{e}");
+    }
+
+    #[test]
+    fn the_native_setting_reaches_the_interposer_and_bad_values_are_refused() {
+        let mut spec = json!({"process": {"env": ["MQFQ_NATIVE=libimage"]},
+            "annotations": {ANN_NATIVE: "all, libfoo.so"}});
+        assert!(wanted(&spec).unwrap());
+        add_to_spec(&mut spec, Path::new("/l.so"), Path::new("/c"), "c1", true).unwrap();
+        let env: Vec<&str> = spec["process"]["env"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(Value::as_str)
+            .filter(|e| e.starts_with("MQFQ_NATIVE="))
+            .collect();
+        assert_eq!(env, ["MQFQ_NATIVE=all,libfoo.so"], "the annotation wins");
+        // Without the annotation the image's own value stays.
+        let mut spec = json!({"process": {"env": ["MQFQ_NATIVE=libimage"]}});
+        add_to_spec(&mut spec, Path::new("/l.so"), Path::new("/c"), "c1", true).unwrap();
+        assert_eq!(spec["process"]["env"][0], "MQFQ_NATIVE=libimage");
+        let many = vec!["l"; NATIVE_NAMES + 1].join(",");
+        for bad in [
+            json!("lib/../../x"),
+            json!(""),
+            json!("a,,b"),
+            json!("x y"),
+            json!(7),
+            json!(many),
+            json!("l".repeat(NATIVE_NAME_LEN + 1)),
+        ] {
+            let spec = json!({"annotations": {ANN_NATIVE: bad}});
+            let e = wanted(&spec).unwrap_err().to_string();
+            assert!(e.contains(ANN_NATIVE), "{bad}: {e}");
+        }
     }
 
     #[test]

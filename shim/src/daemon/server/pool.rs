@@ -10,6 +10,7 @@ use scheduler_core::Time;
 use super::{Daemon, Inner, MAX_ORDERS_WAIT_MS, status};
 use crate::api;
 use crate::daemon::pool::{Action, Outcome};
+use crate::memory::Native;
 
 impl Daemon {
     /// A pooled container got a lease: the pool counts the hit (and makes room for it).
@@ -53,6 +54,9 @@ impl Daemon {
         inner
             .pool
             .adopt_idle(&key, flow, gpu, shim_pid, r.managed_bytes, r.evicted, now);
+        if let Some(n) = r.native.as_ref() {
+            inner.pool.report_native(&key, Native::from_proto(n));
+        }
     }
 
     /// Hands the pool's new orders to their shims and its events to the metrics.
