@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Builds what tests/gpu/run.sh needs into gpu-bin/ (release binaries and ctxbench), small enough
-# to carry to a GPU machine that has no Rust toolchain.
+# Builds what tests/gpu/run.sh needs into gpu-bin/ (release binaries, ctxbench, uvmbench and
+# compatcheck), small enough to carry to a GPU machine that has no Rust toolchain.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$HOME/.cargo/bin:$PATH"
@@ -10,4 +10,5 @@ cp target/release/{mqfqd,mqfqctl,containerd-shim-mqfq-v2,mqfq-demo,libmqfq_cuda.
 strip gpu-bin/* 2>/dev/null || true
 cc -O2 -o gpu-bin/ctxbench tests/gpu/ctxbench.c -ldl
 cc -O2 -o gpu-bin/uvmbench tests/gpu/uvmbench.c -ldl
+cc -O2 -o gpu-bin/compatcheck tests/gpu/compatcheck.c -ldl
 du -sh gpu-bin

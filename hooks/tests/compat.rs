@@ -204,3 +204,54 @@ fn a_communication_librarys_registered_buffer_stays_native_and_exportable() {
         "{st:?}"
     );
 }
+
+/// The GPU check's compatibility step (`tests/gpu/compatcheck.c`, run by `tests/gpu/run.sh`)
+/// over the double: its probe tells cuMemAlloc memory from managed memory, and its two-process
+/// exchange works under the interposer with the native setting.
+#[test]
+fn the_gpu_checks_compatibility_program_runs_over_the_double() {
+    let dir = tempfile::tempdir().unwrap();
+    if built(dir.path(), &["cuda"]).is_none() {
+        return;
+    }
+    let bin = common::gpu_program(dir.path(), "compatcheck");
+    let run = |args: &[&str], interposed: bool| {
+        let mut c = std::process::Command::new(&bin);
+        c.args(args).env("LD_LIBRARY_PATH", dir.path());
+        if interposed {
+            let ctl = dir.path().join(format!("ctl-{}", args[0]));
+            std::fs::create_dir_all(&ctl).unwrap();
+            c.env("LD_PRELOAD", common::interposer())
+                .env("MQFQ_CTL_DIR", ctl)
+                .env("MQFQ_CONTAINER_ID", "c")
+                .env("MQFQ_NATIVE", "all");
+        }
+        let o = c.output().unwrap();
+        let out = String::from_utf8_lossy(&o.stdout).into_owned();
+        assert!(
+            o.status.success(),
+            "{args:?}: {out}{}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        out
+    };
+    let probe = run(&["probe"], false);
+    for line in [
+        "device ipc_export rc=0",
+        "managed ipc_export rc=1",
+        "managed attr8 rc=0 value=1",
+        "device attr8 rc=0 value=0",
+    ] {
+        assert!(probe.lines().any(|l| l == line), "{line}: {probe}");
+    }
+    let meet = dir.path().join("meet");
+    std::fs::create_dir_all(&meet).unwrap();
+    let m = meet.to_str().unwrap();
+    let (export, import) = std::thread::scope(|s| {
+        let e = s.spawn(|| run(&["export", m], true));
+        let i = run(&["import", m], true);
+        (e.join().unwrap(), i)
+    });
+    assert_eq!(export, "export rc=0\nsees 777\n");
+    assert!(import.starts_with("import rc=0 words=0 1 2\n"), "{import}");
+}

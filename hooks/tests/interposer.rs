@@ -294,20 +294,7 @@ fn the_gpu_check_program_keeps_its_results_across_evict_and_prefetch() {
         assert!(std::env::var_os("MQFQ_REQUIRE_CONTAINERD").is_none(), "{e}");
         return;
     }
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/gpu/uvmbench.c");
-    let bench = dir.path().join("uvmbench");
-    let cc = Command::new("cc")
-        .args(["-O1", "-Wall", "-Werror", "-o"])
-        .arg(&bench)
-        .arg(&src)
-        .arg("-ldl")
-        .output()
-        .unwrap();
-    assert!(
-        cc.status.success(),
-        "{}",
-        String::from_utf8_lossy(&cc.stderr)
-    );
+    let bench = common::gpu_program(dir.path(), "uvmbench");
     let ctl = dir.path().join("ctl");
     std::fs::create_dir_all(&ctl).unwrap();
     let o = Command::new(&bench)

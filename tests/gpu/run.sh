@@ -9,7 +9,11 @@
 # driver (CDI spec or driver root) and its NVML view; (3) where containerd and runc exist, a GPU
 # container created with the cached edits; (4) the CUDA interposer: a real kernel's results kept
 # across evict/prefetch, evict/prefetch bandwidth against pinned cuMemcpy, hot and warm restore,
-# NVML's per-process memory after an eviction.
+# NVML's per-process memory after an eviction; (5) managed-memory compatibility: what the driver
+# answers for managed memory (IPC and dma-buf export, pointer attributes, address range), a
+# two-process IPC exchange without the interposer, with it and the native setting, and with it
+# by default (the export of converted memory refused, later allocations native), and pointer
+# queries on converted memory.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-$PWD/gpu-out}
@@ -132,5 +136,37 @@ if hot:
 PY
 else
     say "## interposer: uvmbench or $LIB missing (run scripts/gpu-prepare.sh first)"
+fi
+# (5) Managed-memory compatibility (issue 13).
+CC=$BIN/compatcheck
+if [ ! -x "$CC" ] && command -v cc >/dev/null; then
+    cc -O2 -o "$OUT/compatcheck" tests/gpu/compatcheck.c -ldl && CC=$OUT/compatcheck
+fi
+if [ -x "$CC" ] && [ -f "$LIB" ]; then
+    say "## compat: the driver on cuMemAlloc vs cuMemAllocManaged memory (no interposer)"
+    timeout 60 "$CC" probe 2>&1 | tee -a "$R"
+    for mode in plain setting default; do
+        d="$OUT/ipc-$mode"
+        rm -rf "$d" && mkdir -p "$d/ctl"
+        pre=()
+        case $mode in
+            setting) pre=(env LD_PRELOAD="$PWD/$LIB" MQFQ_CTL_DIR="$d/ctl" MQFQ_CONTAINER_ID=c MQFQ_NATIVE=all) ;;
+            default) pre=(env LD_PRELOAD="$PWD/$LIB" MQFQ_CTL_DIR="$d/ctl" MQFQ_CONTAINER_ID=c) ;;
+        esac
+        say "## compat: two-process IPC exchange, $mode"
+        ( timeout 60 "${pre[@]}" "$CC" export "$d" > "$d/export.txt" 2>&1; echo "exporter exit $?" >> "$d/export.txt" ) &
+        E=$!
+        if [ "$mode" != default ]; then
+            timeout 60 "${pre[@]}" "$CC" import "$d" 2>&1 | sed 's/^/importer: /' | tee -a "$R"
+        fi
+        wait "$E"
+        sed 's/^/exporter: /' "$d/export.txt" | tee -a "$R"
+    done
+    say "## compat: pointer queries on converted memory (under the interposer)"
+    mkdir -p "$OUT/ctl-attrs"
+    LD_PRELOAD="$PWD/$LIB" MQFQ_CTL_DIR="$OUT/ctl-attrs" MQFQ_CONTAINER_ID=c \
+        timeout 60 "$CC" attrs 2>&1 | tee -a "$R"
+else
+    say "## compat: compatcheck or $LIB missing (run scripts/gpu-prepare.sh first)"
 fi
 say "# done $(date -u +%FT%TZ)"

@@ -191,3 +191,25 @@ pub fn built(dir: &Path, names: &[&str]) -> Option<PathBuf> {
     }
     last
 }
+
+/// Compiles the GPU check's program `tests/gpu/<name>.c` into `dir` (it loads `libcuda.so.1` at
+/// run time: over the double when `LD_LIBRARY_PATH` finds it).
+pub fn gpu_program(dir: &Path, name: &str) -> PathBuf {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/gpu")
+        .join(format!("{name}.c"));
+    let bin = dir.join(name);
+    let cc = Command::new("cc")
+        .args(["-O1", "-Wall", "-Werror", "-o"])
+        .arg(&bin)
+        .arg(&src)
+        .arg("-ldl")
+        .output()
+        .unwrap();
+    assert!(
+        cc.status.success(),
+        "{}",
+        String::from_utf8_lossy(&cc.stderr)
+    );
+    bin
+}
