@@ -11,8 +11,10 @@
 //!   buffers — NCCL, UCX, MPI, NVSHMEM, GDRCopy, plus the names `MQFQ_NATIVE` lists — found by
 //!   walking the caller's stack — **library**;
 //! - the process already asked to export converted memory: that request gets the driver's own
-//!   answer for managed memory (an error), is counted (`refused=`) and logged with the setting
-//!   that avoids it, and every later allocation of the process stays native — **export**.
+//!   answer for managed memory (an error), is counted (`refused=`), marked in the control
+//!   directory (`exported`: the node then keeps the function's next containers native) and
+//!   logged with the setting that avoids it, and every later allocation of the process stays
+//!   native — **export**.
 //!
 //! Pointer queries answer for converted memory as for the device memory the application asked
 //! for: `IS_MANAGED` is 0 and the memory type is device, except to the listed libraries, which
@@ -155,9 +157,26 @@ pub fn keep_native() -> Option<Apart> {
     }
 }
 
-/// The driver refused to export converted memory: counted, and said once per process.
+/// The file the first refused export leaves in the control directory, so the shim learns of it
+/// even when the process exits right after (as an application whose export failed often does).
+pub const MARKER: &str = "exported";
+
+/// The driver refused to export converted memory: counted, marked, and said once per process.
 fn refused(call: &str, base: CuDevicePtr, size: usize, r: CuResult) {
     if state::export_refused() {
+        if let Some(dir) = std::env::var_os("MQFQ_CTL_DIR") {
+            use std::os::unix::fs::OpenOptionsExt;
+            let marked = std::fs::OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .mode(0o644)
+                .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+                .open(std::path::Path::new(&dir).join(MARKER));
+            if let Err(e) = marked {
+                log!("control directory: {MARKER}: {e}");
+            }
+        }
         log!(
             "{call} on converted memory ({size} bytes at {base:#x}): CUDA error {r}, as the \
              driver answers for managed memory; this process's later allocations stay native. \

@@ -8,6 +8,7 @@
 //! - [`queue`]: the MQFQ-Sticky queue (flows, virtual time, T, sticky TTL, charge correction).
 //! - [`concurrency`]: the dynamic concurrency limit D per GPU.
 //! - [`tiers`]: Hot / Warm / Cold container tiers and the eviction and prefetch decisions.
+//! - [`native`]: which functions keep their GPU allocations native (learned from refused exports).
 //! - [`config`]: knobs, the design's profiles, validation.
 //! - [`sim`]: the trace-driven simulator and the baseline policies it compares against.
 #![deny(missing_docs)]
@@ -15,6 +16,7 @@
 pub mod concurrency;
 pub mod config;
 pub mod ewma;
+pub mod native;
 pub mod queue;
 pub mod rng;
 pub mod sim;

@@ -74,6 +74,18 @@ pub trait Gate: Send + Sync + std::fmt::Debug {
         let _ = service;
         self.release(ns, id, "idle", held).await;
     }
+    /// mqfqd's advice for a GPU container being created: `Some("all")` when its function's
+    /// containers exported GPU memory (its allocations should then stay native). `None` when
+    /// there is none, or no answer within a short deadline (Create never waits on the daemon).
+    async fn advise(&self, ns: &str, id: &str, work: &GpuWork) -> Option<String> {
+        let _ = (ns, id, work);
+        None
+    }
+    /// Tells mqfqd a CUDA process of the container had an export of converted memory refused
+    /// (bounded by the same short deadline as [`Gate::advise`]; lost if the daemon is away).
+    async fn exported(&self, ns: &str, id: &str, work: &GpuWork) {
+        let _ = (ns, id, work);
+    }
     /// Waits up to `wait` for the daemon's pool orders for this shim; empty on timeout or when
     /// the daemon is unreachable (after a short pause, so a caller's loop does not spin).
     async fn pool_orders(&self, wait: Duration) -> Vec<api::PoolOrder>;
@@ -202,6 +214,36 @@ fn gpus(w: &GpuWork) -> Vec<String> {
 }
 
 /// A registration entry's identity: container, function, weight, GPUs.
+fn admit_request(
+    ns: &str,
+    id: &str,
+    work: &GpuWork,
+    kind: Kind,
+    pooled: bool,
+) -> api::AdmitRequest {
+    api::AdmitRequest {
+        namespace: ns.to_owned(),
+        container_id: id.to_owned(),
+        function: work.function.clone(),
+        tenant: work.tenant.clone().unwrap_or_default(),
+        weight: work.weight,
+        gpus: gpus(work),
+        kind: match kind {
+            Kind::Start => api::Kind::START,
+            Kind::Resume => api::Kind::RESUME,
+            Kind::Burst => api::Kind::BURST,
+        }
+        .into(),
+        shim_pid: std::process::id(),
+        pooled,
+        pod_namespace: work.pod_namespace.clone(),
+        ..Default::default()
+    }
+}
+
+/// How long Create waits for mqfqd's advice (it never waits longer: no advice then).
+const ADVISE_DEADLINE: Duration = Duration::from_millis(500);
+
 fn entry(ns: &str, id: &str, work: &GpuWork) -> api::Running {
     api::Running {
         namespace: ns.to_owned(),
@@ -485,24 +527,7 @@ impl DaemonGate {
                 return Attempt::Lost(e);
             }
         };
-        let req = api::AdmitRequest {
-            namespace: ns.to_owned(),
-            container_id: id.to_owned(),
-            function: work.function.clone(),
-            tenant: work.tenant.clone().unwrap_or_default(),
-            weight: work.weight,
-            gpus: gpus(work),
-            kind: match kind {
-                Kind::Start => api::Kind::START,
-                Kind::Resume => api::Kind::RESUME,
-                Kind::Burst => api::Kind::BURST,
-            }
-            .into(),
-            shim_pid: std::process::id(),
-            pooled,
-            pod_namespace: work.pod_namespace.clone(),
-            ..Default::default()
-        };
+        let req = admit_request(ns, id, work, kind, pooled);
         // The call returns when the queue dispatches it; the caller bounds the wait.
         match c.admit(ttrpc::context::with_timeout(0), &req).await {
             Ok(r) => Attempt::Admitted(r.lease_id),
@@ -526,6 +551,33 @@ impl DaemonGate {
 
 #[async_trait]
 impl Gate for Arc<DaemonGate> {
+    async fn advise(&self, ns: &str, id: &str, work: &GpuWork) -> Option<String> {
+        let ask = async {
+            let c = self.client().await.ok()?;
+            let req = admit_request(ns, id, work, Kind::Start, true);
+            let ms = i64::try_from(ADVISE_DEADLINE.as_nanos()).unwrap_or(i64::MAX);
+            c.advise(ttrpc::context::with_timeout(ms), &req).await.ok()
+        };
+        let r = tokio::time::timeout(ADVISE_DEADLINE, ask).await.ok()??;
+        (!r.native_alloc.is_empty()).then_some(r.native_alloc)
+    }
+
+    async fn exported(&self, ns: &str, id: &str, work: &GpuWork) {
+        let tell = async {
+            let c = self.client().await?;
+            let req = admit_request(ns, id, work, Kind::Start, true);
+            let ms = i64::try_from(ADVISE_DEADLINE.as_nanos()).unwrap_or(i64::MAX);
+            c.exported(ttrpc::context::with_timeout(ms), &req)
+                .await
+                .map_err(|e| e.to_string())
+        };
+        match tokio::time::timeout(ADVISE_DEADLINE, tell).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => tracing::warn!(container = %id, "report a refused export: {e}"),
+            Err(_) => tracing::warn!(container = %id, "report a refused export: no answer"),
+        }
+    }
+
     async fn admit(
         &self,
         ns: &str,

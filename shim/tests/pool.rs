@@ -388,3 +388,45 @@ fn native_memory_and_its_reasons_reach_mqfqctl_and_the_metrics() {
     }
     assert!(c.leftovers().is_empty(), "{:?}", c.leftovers());
 }
+
+/// A function whose container had an export of converted memory refused (its process then
+/// exited) gets its next containers created with native allocations — the node learned it
+/// (the advice shows as the annotation in the bundle) — while another function's stay managed.
+#[test]
+fn a_function_that_exported_gets_native_allocations_in_its_next_containers() {
+    let Some((c, d, cuda, _port)) = setup("learn") else {
+        return;
+    };
+    for double in ["commlib", "ipc_client"] {
+        mqfq_testkit::build_double(double, &cuda).unwrap();
+    }
+    let meet = cuda.join("meet-learn");
+    std::fs::create_dir_all(&meet).unwrap();
+    let meet = meet.display().to_string();
+    let run = |id: &str, function: &str, args: &[&str]| {
+        let flags = ["--rm", "--env", "CLIENT_EXIT=1"];
+        let o = c.run_cuda_program(MQFQ, id, function, &cuda, "ipc_client", &flags, args);
+        let out = text(&o);
+        assert!(o.status.success(), "{id}: {out}");
+        out
+    };
+    let first = run("x1", "fn-x", &["export", &meet]);
+    assert!(first.contains("export rc=1 kind=2"), "{first}");
+    let again = run("x2", "fn-x", &["alloc"]);
+    assert!(
+        again.contains("alloc rc=0 kind=1"),
+        "advised native: {again}"
+    );
+    let other = run("y1", "fn-y", &["alloc"]);
+    assert!(
+        other.contains("alloc rc=0 kind=2"),
+        "another function converts: {other}"
+    );
+    assert!(
+        d.stderr()
+            .contains("new containers of this function keep their allocations native"),
+        "{}",
+        d.stderr()
+    );
+    assert!(c.leftovers().is_empty(), "{:?}", c.leftovers());
+}

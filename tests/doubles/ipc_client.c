@@ -15,8 +15,9 @@
  *                 communication library (libnccl.so.2 double) sees
  *   lib           the communication library allocates and registers its buffer:
  *                 "lib alloc rc=<r> export rc=<r> ipc=<c> kind=<k>"
+ *   alloc         allocates 1 MiB: "alloc rc=<r> kind=<k>"
  * Then it prints "ready" and waits for stdin to close (the test reads the control socket), or
- * with CLIENT_HOLD set (a container without stdin) forever.
+ * with CLIENT_HOLD set (a container without stdin) forever, or with CLIENT_EXIT set not at all.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -161,6 +162,12 @@ int main(int argc, char **argv) {
     if (strcmp(argv[1], "export") == 0 && argc > 2) rc = export_mode(argv[2]);
     else if (strcmp(argv[1], "import") == 0 && argc > 2) rc = import_mode(argv[2]);
     else if (strcmp(argv[1], "attrs") == 0) rc = attrs_mode();
+    else if (strcmp(argv[1], "alloc") == 0) {
+        CUdeviceptr p = 0;
+        int r = cuMemAlloc_v2(&p, SIZE);
+        printf("alloc rc=%d kind=%d\n", r, fake_cuda_kind(p));
+        rc = 0;
+    }
     else if (strcmp(argv[1], "lib") == 0) {
         CUdeviceptr p = 0;
         int out[3];
@@ -171,6 +178,7 @@ int main(int argc, char **argv) {
     }
     if (rc != 0) return rc;
     printf("ready\n");
+    if (getenv("CLIENT_EXIT")) return 0;
     if (getenv("CLIENT_HOLD"))
         for (;;) pause();
     char buf[64];

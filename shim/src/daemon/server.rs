@@ -30,6 +30,8 @@ type Waiter = oneshot::Sender<Result<Grant, String>>;
 struct Inner {
     core: Core,
     pool: Pool,
+    /// Functions whose containers exported converted memory (their next ones stay native).
+    advice: scheduler_core::native::NativeAdvice,
     /// Containers with the CUDA interposer (their memory is pooled): key → shim pid.
     pooled: HashMap<String, u32>,
     /// Pool orders not yet fetched, per shim pid.
@@ -220,6 +222,7 @@ impl Daemon {
             inner: Mutex::new(Inner {
                 core,
                 pool,
+                advice: Default::default(),
                 pooled: HashMap::new(),
                 orders: HashMap::new(),
                 waiters: HashMap::new(),
@@ -777,6 +780,26 @@ impl api::Admission for Service {
         req: api::PoolReportRequest,
     ) -> ttrpc::Result<api::PoolReportResponse> {
         pool::report(&self.0, &req)
+    }
+
+    async fn advise(
+        &self,
+        _ctx: &TtrpcContext,
+        req: api::AdmitRequest,
+    ) -> ttrpc::Result<api::AdviseResponse> {
+        check_asked(req.weight, &req.tenant, &req.pod_namespace).map_err(|e| to_ttrpc(&e))?;
+        let flow = admit_info(&self.0.policy, &req, Kind::Start).flow_key();
+        Ok(pool::advise(&self.0, &flow, false))
+    }
+
+    async fn exported(
+        &self,
+        _ctx: &TtrpcContext,
+        req: api::AdmitRequest,
+    ) -> ttrpc::Result<api::AdviseResponse> {
+        check_asked(req.weight, &req.tenant, &req.pod_namespace).map_err(|e| to_ttrpc(&e))?;
+        let flow = admit_info(&self.0.policy, &req, Kind::Start).flow_key();
+        Ok(pool::advise(&self.0, &flow, true))
     }
 }
 

@@ -538,6 +538,7 @@ impl TaskService {
                     }
                     None => known,
                 };
+                self.report_exports(id).await;
                 self.gate
                     .end_burst(&self.namespace, id, service, held)
                     .await;

@@ -18,6 +18,42 @@ use crate::process::Proc;
 use crate::runtime::CreateArgs;
 
 impl TaskService {
+    /// Asks mqfqd whether the container's function keeps its allocations native (its earlier
+    /// containers exported GPU memory) when the interposer will be injected and the pod did not
+    /// say; the answer becomes the annotation `io.mqfq.native-alloc`, visible in the bundle.
+    async fn native_advice(
+        &self,
+        spec: &mut serde_json::Value,
+        id: &str,
+        work: &gpu::GpuWork,
+    ) -> Result<()> {
+        if !crate::uvm::wanted(spec)?
+            || crate::uvm::native_alloc(spec)?.is_some()
+            || crate::uvm::interposer_needs(&crate::uvm::interposer()).is_none()
+        {
+            return Ok(());
+        }
+        let Some(advice) = self.gate.advise(&self.namespace, id, work).await else {
+            return Ok(());
+        };
+        if advice != "all" {
+            tracing::warn!(container = %id, %advice, "mqfqd's native advice not understood: ignored");
+            return Ok(());
+        }
+        let Some(obj) = spec.as_object_mut() else {
+            return Ok(());
+        };
+        let annotations = obj
+            .entry("annotations")
+            .or_insert_with(|| serde_json::json!({}));
+        if let Some(a) = annotations.as_object_mut() {
+            tracing::info!(container = %id, function = %work.function, %advice,
+                "mqfqd advises native allocations (this function's containers exported GPU memory)");
+            a.insert(crate::uvm::ANN_NATIVE.into(), advice.into());
+        }
+        Ok(())
+    }
+
     /// Create: classify, decode options, mount the rootfs, `runc create`.
     ///
     /// # Errors
@@ -92,6 +128,9 @@ impl TaskService {
             .and_then(serde_json::Value::as_str)
             .filter(|p| !p.is_empty())
             .map_or_else(|| rootfs.clone(), |p| bundle.join(p));
+        if let Classification::Gpu(w) = &gpu {
+            self.native_advice(&mut spec, &id, w).await?;
+        }
         let ctl_dir = match finish_gpu(
             &gpu,
             &mut spec,

@@ -159,12 +159,34 @@ impl TaskService {
         }
     }
 
-    /// Ends the container's GPU lease, if it is GPU work and holds one.
+    /// Ends the container's GPU lease, if it is GPU work and holds one (first reporting a
+    /// refused export its processes marked: they may be gone, as an application whose export
+    /// failed often exits).
     async fn release_lease(&self, id: &str, gpu: bool, reason: &str) {
         if gpu {
+            self.report_exports(id).await;
             self.gate
                 .release(&self.namespace, id, reason, Default::default())
                 .await;
+        }
+    }
+
+    /// Tells mqfqd, once per mark, that a CUDA process of the container had an export of
+    /// converted memory refused (its function's next containers then keep allocations native).
+    pub(super) async fn report_exports(&self, id: &str) {
+        let found = {
+            let st = self.state.lock().await;
+            st.containers
+                .get(id)
+                .and_then(|c| match (&c.ctl_dir, &c.gpu) {
+                    (Some(d), Classification::Gpu(w)) => Some((d.clone(), w.clone())),
+                    _ => None,
+                })
+        };
+        if let Some((dir, work)) = found
+            && crate::uvm::take_exported(&dir)
+        {
+            self.gate.exported(&self.namespace, id, &work).await;
         }
     }
 

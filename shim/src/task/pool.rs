@@ -137,6 +137,7 @@ impl TaskService {
                 }
                 _ => Usage::default(),
             };
+            self.report_exports(id).await;
             runtime.pause(id).await?;
             // A frozen container uses no GPU time: its slot goes to the queue.
             if work.is_some() {

@@ -320,6 +320,18 @@ pub fn add_to_spec(spec: &mut Value, lib: &Path, dir: &Path, id: &str, burst: bo
     Ok(())
 }
 
+/// Whether a CUDA process of the container had an export of converted memory refused since the
+/// last call: the interposer leaves `exported` in the control directory, which this removes.
+/// Read without following a link; the container could plant it, which only makes its own
+/// function's memory native.
+#[must_use]
+pub fn take_exported(dir: &Path) -> bool {
+    let path = dir.join("exported");
+    let is_file = std::fs::symlink_metadata(&path).is_ok_and(|m| m.file_type().is_file());
+    // Removing a name never follows it: a link swapped in meanwhile is itself removed.
+    is_file && std::fs::remove_file(&path).is_ok()
+}
+
 /// Removes a container's control directory (at Delete, when Create fails, and in `shim delete`
 /// after a crash): its tmpfs unmounted (lazily: a process may still hold a socket), then the
 /// directory.

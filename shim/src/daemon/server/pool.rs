@@ -77,6 +77,28 @@ impl Daemon {
 }
 
 /// `PoolOrders`: waits (long poll) for the orders of the calling shim.
+/// Advice for a container of `flow` being created; with `exported`, first learns that a
+/// container of `flow` had an export of converted memory refused.
+pub(super) fn advise(d: &Daemon, flow: &str, exported: bool) -> api::AdviseResponse {
+    let now = d.now();
+    let native = {
+        let mut inner = d.lock();
+        if exported && !flow.is_empty() {
+            if !inner.advice.advises(flow, now) {
+                tracing::info!(function = %flow,
+                    "an export of converted GPU memory was refused: new containers of this \
+                     function keep their allocations native");
+            }
+            inner.advice.learn(flow, now);
+        }
+        inner.advice.advises(flow, now)
+    };
+    api::AdviseResponse {
+        native_alloc: if native { "all" } else { "" }.into(),
+        ..Default::default()
+    }
+}
+
 pub(super) async fn orders(
     d: &Arc<Daemon>,
     req: api::PoolOrdersRequest,
