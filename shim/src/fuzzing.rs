@@ -254,6 +254,17 @@ pub enum Request {
         pause: bool,
         /// Managed bytes.
         bytes: u64,
+        /// Native bytes (library) and refused exports (its low bits).
+        native: u64,
+    },
+    /// Advise at Create, or report a refused export.
+    Advise {
+        /// Function index.
+        function: u8,
+        /// Asked tenant.
+        tenant: String,
+        /// Report an export first.
+        exported: bool,
     },
     /// Cancel.
     Cancel(Key),
@@ -397,15 +408,45 @@ async fn apply(
             service_ns,
             pause,
             bytes,
+            native,
         } => {
+            let n = crate::memory::Native {
+                library: *native,
+                refused: native & 3,
+                ..Default::default()
+            };
             let req = api::ReleaseRequest {
                 lease_id: u64::from(*lease),
                 service_ns: *service_ns,
                 reason: if *pause { "pause" } else { "exit" }.into(),
                 managed_bytes: *bytes,
+                native: Some(n.to_proto()).into(),
                 ..Default::default()
             };
             let _ = svc.release(&ctx(), req).await;
+        }
+        Request::Advise {
+            function,
+            tenant,
+            exported,
+        } => {
+            let req = api::AdmitRequest {
+                function: format!("f{}", function % 4),
+                tenant: tenant.clone(),
+                shim_pid: me,
+                ..Default::default()
+            };
+            let r = if *exported {
+                svc.exported(&ctx(), req).await
+            } else {
+                svc.advise(&ctx(), req).await
+            };
+            if let Ok(r) = r {
+                assert!(
+                    r.native_alloc.is_empty() || r.native_alloc == "all",
+                    "{r:?}"
+                );
+            }
         }
         Request::Cancel(key) => {
             let req = api::CancelRequest {
