@@ -156,6 +156,14 @@ fn exporting_converted_memory_gets_the_drivers_refusal_once_then_memory_stays_na
         "{err}"
     );
     assert!(err.contains("io.mqfq.native-alloc=all"), "{err}");
+    assert!(ctl.join("exported").is_file(), "marked for the shim");
+    drop(c);
+    // A dma-buf export is an export too.
+    let ctl = dir.path().join("ctl-dmabuf");
+    let (lines, _c) = run(&bin, dir.path(), &["dmabuf"], Some(&ctl), &[]);
+    assert_eq!(lines, ["dmabuf rc=1 kind=2", "dmabuf2 rc=0 kind=1"]);
+    let st = status(&ctl);
+    assert_eq!((st["export"], st["refused"]), (MIB, 1), "{st:?}");
 }
 
 #[test]

@@ -16,6 +16,8 @@
  *   lib           the communication library allocates and registers its buffer:
  *                 "lib alloc rc=<r> export rc=<r> ipc=<c> kind=<k>"
  *   alloc         allocates 1 MiB: "alloc rc=<r> kind=<k>"
+ *   dmabuf        allocates 1 MiB and exports it as a dma-buf (cuMemGetHandleForAddressRange), then
+ *                 a second buffer: "dmabuf rc=<r> kind=<k>", "dmabuf2 rc=<r> kind=<k>"
  * Then it prints "ready" and waits for stdin to close (the test reads the control socket), or
  * with CLIENT_HOLD set (a container without stdin) forever, or with CLIENT_EXIT set not at all.
  */
@@ -42,6 +44,7 @@ CUresult cuIpcCloseMemHandle(CUdeviceptr);
 CUresult cuPointerGetAttribute(void *, int, CUdeviceptr);
 CUresult cuPointerGetAttributes(unsigned, int *, void **, CUdeviceptr);
 CUresult cuMemGetAddressRange_v2(CUdeviceptr *, size_t *, CUdeviceptr);
+CUresult cuMemGetHandleForAddressRange(void *, CUdeviceptr, size_t, int, unsigned long long);
 int fake_cuda_kind(CUdeviceptr);
 void commlib_register(size_t, CUdeviceptr *, int[3]);
 int commlib_is_managed(CUdeviceptr);
@@ -162,7 +165,17 @@ int main(int argc, char **argv) {
     if (strcmp(argv[1], "export") == 0 && argc > 2) rc = export_mode(argv[2]);
     else if (strcmp(argv[1], "import") == 0 && argc > 2) rc = import_mode(argv[2]);
     else if (strcmp(argv[1], "attrs") == 0) rc = attrs_mode();
-    else if (strcmp(argv[1], "alloc") == 0) {
+    else if (strcmp(argv[1], "dmabuf") == 0) {
+        for (int i = 0; i < 2; i++) {
+            CUdeviceptr p = 0;
+            int fd = -1;
+            int r = cuMemAlloc_v2(&p, SIZE);
+            r = r ? r : cuMemGetHandleForAddressRange(&fd, p, SIZE, 1, 0);
+            printf("dmabuf%s rc=%d kind=%d\n", i ? "2" : "", r, fake_cuda_kind(p));
+            if (fd >= 0) close(fd);
+        }
+        rc = 0;
+    } else if (strcmp(argv[1], "alloc") == 0) {
         CUdeviceptr p = 0;
         int r = cuMemAlloc_v2(&p, SIZE);
         printf("alloc rc=%d kind=%d\n", r, fake_cuda_kind(p));
