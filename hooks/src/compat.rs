@@ -19,12 +19,15 @@
 //! Pointer queries answer for converted memory as for the device memory the application asked
 //! for: `IS_MANAGED` is 0 and the memory type is device, except to the listed libraries, which
 //! get the truth (they move managed memory through host staging instead of IPC or RDMA, which
-//! would fail); `RANGE_START_ADDR`, `RANGE_SIZE` and `cuMemGetAddressRange` come from the
-//! interposer's own table (the allocation the application made). Every wrapper calls the driver
-//! first and only corrects a successful answer about a converted pointer.
+//! would fail); `HOST_POINTER` has none, as device memory; `RANGE_START_ADDR`, `RANGE_SIZE` and
+//! `cuMemGetAddressRange` come from the interposer's own table (the allocation the application
+//! made). Every wrapper asks the driver first, and corrects only a successful answer about a
+//! pointer the driver still reports managed (an entry freed behind the interposer's back, by a
+//! context reset, is dropped).
 
+use std::collections::HashMap;
 use std::ffi::{CStr, c_int, c_uint, c_ulonglong, c_void};
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock};
 
 use crate::real::{self, Fn};
 use crate::state::{self, Apart};
@@ -41,6 +44,10 @@ pub const DEFAULT_LIBRARIES: &[&str] = &[
     "libopen-pal",
     "libnvshmem",
     "libgdrapi",
+    "libucc",
+    "libfabric",
+    "libhcoll",
+    "libmca_common_cuda",
 ];
 /// The most names `MQFQ_NATIVE` adds, and the longest one.
 const MAX_NAMES: usize = 16;
@@ -50,10 +57,13 @@ const MAX_FRAMES: usize = 48;
 
 /// `CUpointer_attribute` values this module reads or answers.
 const ATTR_MEMORY_TYPE: c_int = 2;
+const ATTR_HOST_POINTER: c_int = 4;
 const ATTR_P2P_TOKENS: c_int = 5;
 const ATTR_IS_MANAGED: c_int = 8;
 const ATTR_RANGE_START_ADDR: c_int = 11;
 const ATTR_RANGE_SIZE: c_int = 12;
+/// `CUDA_ERROR_INVALID_VALUE`.
+const CUDA_ERROR_INVALID_VALUE: CuResult = 1;
 /// `CU_MEMORYTYPE_DEVICE`.
 const MEMORYTYPE_DEVICE: c_uint = 2;
 
@@ -97,7 +107,8 @@ pub fn parse(value: Option<&str>) -> Policy {
     p
 }
 
-fn policy() -> &'static Policy {
+/// The policy, read once (also before a `fork`, so a child never inherits a half-done read).
+pub fn policy() -> &'static Policy {
     static POLICY: OnceLock<Policy> = OnceLock::new();
     POLICY.get_or_init(|| {
         let raw = std::env::var("MQFQ_NATIVE").ok();
@@ -123,6 +134,43 @@ unsafe extern "C" {
     fn backtrace(buffer: *mut *mut c_void, size: c_int) -> c_int;
 }
 
+/// Return addresses already looked up: address → in a listed library. Bounded (emptied when
+/// full); a library unloaded and another loaded at its addresses could be answered from an
+/// old entry until then, which costs at most a native or a converted allocation.
+static PCS: Mutex<Option<HashMap<usize, bool>>> = Mutex::new(None);
+const MAX_PCS: usize = 4096;
+
+fn pc_listed(pc: *mut c_void, libraries: &[String]) -> bool {
+    let key = pc as usize;
+    if let Some(&hit) = PCS
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .as_ref()
+        .and_then(|m| m.get(&key))
+    {
+        return hit;
+    }
+    // SAFETY: Dl_info is plain data (pointers and integers), valid zeroed.
+    let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+    // SAFETY: dladdr only reads the address and fills `info`.
+    let found = unsafe { libc::dladdr(pc, &raw mut info) } != 0 && !info.dli_fname.is_null();
+    let hit = found && {
+        // SAFETY: dladdr's file name is a NUL-terminated string owned by the loader.
+        let path = unsafe { CStr::from_ptr(info.dli_fname) }.to_bytes();
+        let base = path.rsplit(|&b| b == b'/').next().unwrap_or(path);
+        listed(base, libraries)
+    };
+    let mut pcs = PCS
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let m = pcs.get_or_insert_with(HashMap::new);
+    if m.len() >= MAX_PCS {
+        m.clear();
+    }
+    m.insert(key, hit);
+    hit
+}
+
 /// Whether a listed library is on the calling thread's stack.
 fn caller_listed() -> bool {
     let mut frames = [std::ptr::null_mut::<c_void>(); MAX_FRAMES];
@@ -130,18 +178,24 @@ fn caller_listed() -> bool {
     let n = unsafe { backtrace(frames.as_mut_ptr(), MAX_FRAMES as c_int) };
     let n = usize::try_from(n).unwrap_or(0).min(MAX_FRAMES);
     let libraries = &policy().libraries;
-    frames[..n].iter().any(|&pc| {
-        // SAFETY: Dl_info is plain data (pointers and integers), valid zeroed.
-        let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
-        // SAFETY: dladdr only reads the address and fills `info`.
-        if unsafe { libc::dladdr(pc, &raw mut info) } == 0 || info.dli_fname.is_null() {
-            return false;
-        }
-        // SAFETY: dladdr's file name is a NUL-terminated string owned by the loader.
-        let path = unsafe { CStr::from_ptr(info.dli_fname) }.to_bytes();
-        let base = path.rsplit(|&b| b == b'/').next().unwrap_or(path);
-        listed(base, libraries)
-    })
+    frames[..n].iter().any(|&pc| pc_listed(pc, libraries))
+}
+
+/// The converted allocation `ptr` points into, if the driver still has managed memory there:
+/// an entry whose memory was freed behind the interposer's back (a context destroyed or reset)
+/// is forgotten, and the address, perhaps reused by a native allocation, is left alone.
+fn live_converted(ptr: CuDevicePtr) -> Option<(CuDevicePtr, usize)> {
+    let (base, size) = state::converted(ptr)?;
+    let f = real::get::<PointerGetAttributeFn>(Fn::PointerGetAttribute)?;
+    let mut managed: u64 = 0;
+    // SAFETY: an 8-byte zeroed buffer for a boolean attribute; the real driver function.
+    let r = unsafe { f((&raw mut managed).cast(), ATTR_IS_MANAGED, ptr) };
+    if r == CUDA_SUCCESS && managed & 0xff != 0 {
+        Some((base, size))
+    } else {
+        state::forget(base);
+        None
+    }
 }
 
 /// Why the allocation being made stays native, or `None` to convert it.
@@ -171,7 +225,8 @@ fn refused(call: &str, base: CuDevicePtr, size: usize, r: CuResult) {
                 .create(true)
                 .truncate(false)
                 .mode(0o644)
-                .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+                // Non-blocking: a FIFO planted under that name fails instead of hanging.
+                .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
                 .open(std::path::Path::new(&dir).join(MARKER));
             if let Err(e) = marked {
                 log!("control directory: {MARKER}: {e}");
@@ -208,7 +263,7 @@ pub unsafe extern "C" fn cuIpcGetMemHandle(handle: *mut c_void, dptr: CuDevicePt
         // SAFETY: forwarding the caller's arguments.
         let r = unsafe { f(handle, dptr) };
         if r != CUDA_SUCCESS
-            && let Some((base, size)) = state::converted(dptr)
+            && let Some((base, size)) = live_converted(dptr)
         {
             refused("cuIpcGetMemHandle", base, size, r);
         }
@@ -236,7 +291,7 @@ pub unsafe extern "C" fn cuMemGetHandleForAddressRange(
         // SAFETY: forwarding the caller's arguments.
         let r = unsafe { f(handle, dptr, size, kind, flags) };
         if r != CUDA_SUCCESS
-            && let Some((base, bytes)) = state::converted(dptr)
+            && let Some((base, bytes)) = live_converted(dptr)
         {
             refused("cuMemGetHandleForAddressRange", base, bytes, r);
         }
@@ -262,6 +317,12 @@ unsafe fn correct(attribute: c_int, data: *mut c_void, base: CuDevicePtr, size: 
         ATTR_RANGE_START_ADDR => unsafe { data.cast::<CuDevicePtr>().write_unaligned(base) },
         // SAFETY: a size_t is this attribute's buffer, just written.
         ATTR_RANGE_SIZE => unsafe { data.cast::<usize>().write_unaligned(size) },
+        // In a batch there is no error per attribute: device memory's host pointer is null.
+        // SAFETY: a pointer-sized buffer, just written.
+        ATTR_HOST_POINTER if !caller_listed() => unsafe {
+            data.cast::<*mut c_void>()
+                .write_unaligned(std::ptr::null_mut());
+        },
         _ => {}
     }
 }
@@ -282,8 +343,17 @@ pub unsafe extern "C" fn cuPointerGetAttribute(
         };
         // SAFETY: forwarding the caller's arguments.
         let r = unsafe { f(data, attribute, ptr) };
-        if let Some((base, size)) = state::converted(ptr) {
+        if let Some((base, size)) = live_converted(ptr) {
             if r == CUDA_SUCCESS {
+                if attribute == ATTR_HOST_POINTER && !data.is_null() && !caller_listed() {
+                    // Device memory has no host pointer: the driver's answer for it.
+                    // SAFETY: a pointer-sized buffer, just written by the driver.
+                    unsafe {
+                        data.cast::<*mut c_void>()
+                            .write_unaligned(std::ptr::null_mut())
+                    };
+                    return CUDA_ERROR_INVALID_VALUE;
+                }
                 // SAFETY: the driver filled `data` for this attribute.
                 unsafe { correct(attribute, data, base, size) };
             } else if attribute == ATTR_P2P_TOKENS {
@@ -314,7 +384,7 @@ pub unsafe extern "C" fn cuPointerGetAttributes(
         if r != CUDA_SUCCESS || attributes.is_null() || data.is_null() {
             return r;
         }
-        if let Some((base, size)) = state::converted(ptr) {
+        if let Some((base, size)) = live_converted(ptr) {
             for i in 0..count as usize {
                 // SAFETY: the caller's arrays of `count` entries, which the driver just read
                 // and filled.
@@ -336,7 +406,7 @@ pub unsafe extern "C" fn cuMemGetAddressRange_v2(
     ptr: CuDevicePtr,
 ) -> CuResult {
     guard(crate::CUDA_ERROR_UNKNOWN, || {
-        if let Some((base, size)) = state::converted(ptr) {
+        if let Some((base, size)) = live_converted(ptr) {
             // SAFETY: the caller's out-pointers, each optional (NULL: not wanted).
             unsafe {
                 if !pbase.is_null() {

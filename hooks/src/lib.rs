@@ -242,7 +242,9 @@ pub unsafe extern "C" fn dlsym(handle: *mut c_void, symbol: *const c_char) -> *m
             return found;
         }
         match wrapper(base_name(name)) {
-            Some((which, ours)) => {
+            // Only the exact symbol a wrapper forwards to: the unversioned names of `_v2`
+            // functions (`cuMemAlloc`) are the CUDA 3.1 ABI (32-bit sizes), never substituted.
+            Some((which, ours)) if real::symbol_of(which).to_bytes() == name => {
                 // A driver whose own table points at the exported name hands back this library's
                 // function: never take that for the real one (it would call itself).
                 if found != ours {
@@ -250,13 +252,17 @@ pub unsafe extern "C" fn dlsym(handle: *mut c_void, symbol: *const c_char) -> *m
                 }
                 ours
             }
-            None => found,
+            Some(_) | None => found,
         }
     })
 }
 
+/// The first CUDA version whose entry points are the `_v2` ABI: `cuGetProcAddress` asked for
+/// an older one hands out the 32-bit-size functions, which are never substituted.
+const V2_ABI: c_int = 3020;
+
 /// Substitutes a successful entry-point lookup of a function we wrap.
-fn substitute(symbol: *const c_char, pfn: *mut *mut c_void) {
+fn substitute(symbol: *const c_char, pfn: *mut *mut c_void, version: c_int) {
     if symbol.is_null() || pfn.is_null() {
         return;
     }
@@ -266,6 +272,11 @@ fn substitute(symbol: *const c_char, pfn: *mut *mut c_void) {
         return;
     }
     if let Some((which, ours)) = wrapper(base_name(name)) {
+        let versioned = real::symbol_of(which).to_bytes().ends_with(b"_v2")
+            || real::symbol_of(which).to_bytes().ends_with(b"_v3");
+        if versioned && version < V2_ABI {
+            return;
+        }
         if found != ours {
             real::remember(which, found);
         }
@@ -293,7 +304,7 @@ pub unsafe extern "C" fn cuGetProcAddress_v2(
         // SAFETY: forwarding the caller's arguments to the real function.
         let r = unsafe { f(symbol, pfn, version, flags, status) };
         if r == CUDA_SUCCESS {
-            substitute(symbol, pfn);
+            substitute(symbol, pfn, version);
         }
         r
     })
@@ -317,7 +328,7 @@ pub unsafe extern "C" fn cuGetProcAddress(
         // SAFETY: forwarding the caller's arguments to the real function.
         let r = unsafe { f(symbol, pfn, version, flags) };
         if r == CUDA_SUCCESS {
-            substitute(symbol, pfn);
+            substitute(symbol, pfn, version);
         }
         r
     })

@@ -166,6 +166,8 @@ pub unsafe extern "C" fn cuMemFreeAsync(dptr: CuDevicePtr, stream: *mut c_void) 
         // SAFETY: forwarding.
         let r = unsafe { f(dptr, stream) };
         if r == CUDA_SUCCESS {
+            // It frees cuMemAlloc memory too (converted or not).
+            state::forget(dptr);
             state::apart_remove_pointer(dptr);
         }
         r

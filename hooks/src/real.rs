@@ -87,6 +87,11 @@ impl Fn {
     }
 }
 
+/// The versioned name libcuda exports a wrapped function under.
+pub fn symbol_of(which: Fn) -> &'static CStr {
+    which.symbol()
+}
+
 static REAL: [AtomicUsize; COUNT] = [const { AtomicUsize::new(0) }; COUNT];
 static DLSYM: AtomicUsize = AtomicUsize::new(0);
 static DRIVER: AtomicUsize = AtomicUsize::new(0);

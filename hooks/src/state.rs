@@ -181,6 +181,8 @@ thread_local! {
 }
 
 extern "C" fn fork_prepare() {
+    // Read before the fork, so a child never inherits the policy half read by another thread.
+    let _ = crate::compat::policy();
     // Taken in the same order as everywhere else (memory, then apart; the burst lock is never
     // held with either), so a fork never copies a lock another thread held mid-update into
     // the child.

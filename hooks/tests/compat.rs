@@ -195,6 +195,30 @@ fn pointer_queries_on_converted_memory_answer_as_for_device_memory() {
 }
 
 #[test]
+fn the_old_32_bit_entry_points_are_never_substituted() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(bin) = ipc_client(dir.path()) else {
+        return;
+    };
+    let ctl = dir.path().join("ctl");
+    let (lines, _c) = run(&bin, dir.path(), &["legacy"], Some(&ctl), &[]);
+    assert_eq!(lines, ["legacy kind=1 current kind=2"]);
+}
+
+#[test]
+fn memory_freed_behind_the_interposers_back_is_not_answered_for() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(bin) = ipc_client(dir.path()) else {
+        return;
+    };
+    let ctl = dir.path().join("ctl");
+    let (lines, _c) = run(&bin, dir.path(), &["stale"], Some(&ctl), &[]);
+    // The driver's answers for memory it no longer has, and the entry forgotten.
+    assert_eq!(lines, ["stale range rc=1 managed rc=1"]);
+    assert_eq!(status(&ctl)["managed"], 0);
+}
+
+#[test]
 fn a_communication_librarys_registered_buffer_stays_native_and_exportable() {
     let dir = tempfile::tempdir().unwrap();
     let Some(bin) = ipc_client(dir.path()) else {

@@ -82,9 +82,10 @@ pub trait Gate: Send + Sync + std::fmt::Debug {
         None
     }
     /// Tells mqfqd a CUDA process of the container had an export of converted memory refused
-    /// (bounded by the same short deadline as [`Gate::advise`]; lost if the daemon is away).
-    async fn exported(&self, ns: &str, id: &str, work: &GpuWork) {
+    /// (bounded by the same short deadline as [`Gate::advise`]); whether the daemon took it.
+    async fn exported(&self, ns: &str, id: &str, work: &GpuWork) -> bool {
         let _ = (ns, id, work);
+        false
     }
     /// Waits up to `wait` for the daemon's pool orders for this shim; empty on timeout or when
     /// the daemon is unreachable (after a short pause, so a caller's loop does not spin).
@@ -213,7 +214,7 @@ fn gpus(w: &GpuWork) -> Vec<String> {
     }
 }
 
-/// A registration entry's identity: container, function, weight, GPUs.
+/// An admission request for the container (also the form of Advise and Exported).
 fn admit_request(
     ns: &str,
     id: &str,
@@ -244,6 +245,7 @@ fn admit_request(
 /// How long Create waits for mqfqd's advice (it never waits longer: no advice then).
 const ADVISE_DEADLINE: Duration = Duration::from_millis(500);
 
+/// A registration entry's identity: container, function, weight, GPUs.
 fn entry(ns: &str, id: &str, work: &GpuWork) -> api::Running {
     api::Running {
         namespace: ns.to_owned(),
@@ -562,7 +564,7 @@ impl Gate for Arc<DaemonGate> {
         (!r.native_alloc.is_empty()).then_some(r.native_alloc)
     }
 
-    async fn exported(&self, ns: &str, id: &str, work: &GpuWork) {
+    async fn exported(&self, ns: &str, id: &str, work: &GpuWork) -> bool {
         let tell = async {
             let c = self.client().await?;
             let req = admit_request(ns, id, work, Kind::Start, true);
@@ -572,9 +574,15 @@ impl Gate for Arc<DaemonGate> {
                 .map_err(|e| e.to_string())
         };
         match tokio::time::timeout(ADVISE_DEADLINE, tell).await {
-            Ok(Ok(_)) => {}
-            Ok(Err(e)) => tracing::warn!(container = %id, "report a refused export: {e}"),
-            Err(_) => tracing::warn!(container = %id, "report a refused export: no answer"),
+            Ok(Ok(_)) => true,
+            Ok(Err(e)) => {
+                tracing::warn!(container = %id, "report a refused export: {e}");
+                false
+            }
+            Err(_) => {
+                tracing::warn!(container = %id, "report a refused export: no answer");
+                false
+            }
         }
     }
 

@@ -170,6 +170,23 @@ fn bad_annotations_are_invalid_argument_and_leave_nothing() {
     // A failed `ctr run` leaves ctr's own container record; remove it, then nothing may remain.
     let _ = c.ctr(&["containers", "rm", "b1"]);
     assert_clean(&c);
+    // A GPU container's interposer annotation is checked before its rootfs is mounted.
+    let o = c.run(
+        MQFQ,
+        "b2",
+        &[
+            "--env",
+            "NVIDIA_VISIBLE_DEVICES=0",
+            "--annotation",
+            "io.mqfq.native-alloc=../../lib",
+        ],
+        &["true"],
+    );
+    assert!(!o.status.success());
+    assert!(err(&o).contains("io.mqfq.native-alloc"), "{}", err(&o));
+    assert!(err(&o).contains("invalid argument"), "{}", err(&o));
+    let _ = c.ctr(&["containers", "rm", "b2"]);
+    assert_clean(&c);
 }
 
 #[test]

@@ -412,6 +412,13 @@ fn a_function_that_exported_gets_native_allocations_in_its_next_containers() {
     };
     let first = run("x1", "fn-x", &["export", &meet]);
     assert!(first.contains("export rc=1 kind=2"), "{first}");
+    // The shim reports it off its exit path: wait until the daemon has it.
+    let learned = "an export of converted GPU memory was refused";
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !d.stderr().contains(learned) {
+        assert!(Instant::now() < deadline, "never learned: {}", d.stderr());
+        std::thread::sleep(Duration::from_millis(50));
+    }
     let again = run("x2", "fn-x", &["alloc"]);
     assert!(
         again.contains("alloc rc=0 kind=1"),

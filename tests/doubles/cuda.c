@@ -425,6 +425,15 @@ CUresult cuMemGetAddressRange_v2(CUdeviceptr *base, size_t *size, CUdeviceptr p)
     return 0;
 }
 
+/* Resetting the primary context frees every allocation (behind an interposer's back). */
+CUresult cuDevicePrimaryCtxReset_v2(CUdevice d) {
+    (void)d;
+    for (int i = 0; i < MAX_ALLOCS; i++)
+        if (allocs[i].ptr) release(i);
+    note("reset", 0, 0);
+    return 0;
+}
+
 int fake_cuda_kind(CUdeviceptr p) { int i = find(p); return i < 0 ? 0 : allocs[i].kind; }
 int fake_cuda_location(CUdeviceptr p) { int i = find(p); return i < 0 ? 0 : allocs[i].location; }
 
@@ -467,6 +476,7 @@ static const struct { const char *name; void *fn; } table[] = {
     {"cuPointerGetAttribute", (void *)cuPointerGetAttribute},
     {"cuPointerGetAttributes", (void *)cuPointerGetAttributes},
     {"cuMemGetAddressRange", (void *)cuMemGetAddressRange_v2},
+    {"cuDevicePrimaryCtxReset", (void *)cuDevicePrimaryCtxReset_v2},
 };
 
 /* Base names, as the CUDA runtime asks for them; versioned ABIs are this double's only ones. */

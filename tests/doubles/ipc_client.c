@@ -16,6 +16,13 @@
  *   lib           the communication library allocates and registers its buffer:
  *                 "lib alloc rc=<r> export rc=<r> ipc=<c> kind=<k>"
  *   alloc         allocates 1 MiB: "alloc rc=<r> kind=<k>"
+ *   allocbench N managed|alloc  times N allocate + free pairs of 4 KiB, through cuMemAllocManaged
+ *                 directly or cuMemAlloc_v2: "allocbench <ns per pair>" (the interposer's cost per
+ *                 allocation is the difference between the two under it)
+ *   legacy        cuMemAlloc through cuGetProcAddress_v2 asked for CUDA 3.1 (the 32-bit-size ABI,
+ *                 which is not substituted) and for 12.0: "legacy kind=<k> current kind=<k>"
+ *   stale         allocates 1 MiB, resets the primary context (freeing it without cuMemFree),
+ *                 then asks its address range and IS_MANAGED: "stale range rc=<r> managed rc=<r>"
  *   dmabuf        allocates 1 MiB and exports it as a dma-buf (cuMemGetHandleForAddressRange), then
  *                 a second buffer: "dmabuf rc=<r> kind=<k>", "dmabuf2 rc=<r> kind=<k>"
  * Then it prints "ready" and waits for stdin to close (the test reads the control socket), or
@@ -24,6 +31,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 typedef int CUresult;
@@ -45,6 +53,10 @@ CUresult cuPointerGetAttribute(void *, int, CUdeviceptr);
 CUresult cuPointerGetAttributes(unsigned, int *, void **, CUdeviceptr);
 CUresult cuMemGetAddressRange_v2(CUdeviceptr *, size_t *, CUdeviceptr);
 CUresult cuMemGetHandleForAddressRange(void *, CUdeviceptr, size_t, int, unsigned long long);
+CUresult cuMemAllocManaged(CUdeviceptr *, size_t, unsigned);
+CUresult cuDevicePrimaryCtxReset_v2(int);
+CUresult cuGetProcAddress_v2(const char *, void **, int, unsigned long long, int *);
+CUresult cuMemFree_v2(CUdeviceptr);
 int fake_cuda_kind(CUdeviceptr);
 void commlib_register(size_t, CUdeviceptr *, int[3]);
 int commlib_is_managed(CUdeviceptr);
@@ -165,7 +177,42 @@ int main(int argc, char **argv) {
     if (strcmp(argv[1], "export") == 0 && argc > 2) rc = export_mode(argv[2]);
     else if (strcmp(argv[1], "import") == 0 && argc > 2) rc = import_mode(argv[2]);
     else if (strcmp(argv[1], "attrs") == 0) rc = attrs_mode();
-    else if (strcmp(argv[1], "dmabuf") == 0) {
+    else if (strcmp(argv[1], "legacy") == 0) {
+        CUdeviceptr a = 0, b = 0;
+        void *old = NULL, *cur = NULL;
+        int st;
+        if (cuGetProcAddress_v2("cuMemAlloc", &old, 3010, 0, &st) ||
+            cuGetProcAddress_v2("cuMemAlloc", &cur, 12000, 0, &st))
+            return 1;
+        /* The double's only cuMemAlloc is the 64-bit one: called the same way either way. */
+        ((CUresult(*)(CUdeviceptr *, size_t))old)(&a, SIZE);
+        ((CUresult(*)(CUdeviceptr *, size_t))cur)(&b, SIZE);
+        printf("legacy kind=%d current kind=%d\n", fake_cuda_kind(a), fake_cuda_kind(b));
+        rc = 0;
+    } else if (strcmp(argv[1], "stale") == 0) {
+        CUdeviceptr p = 0, base = 0;
+        size_t size = 0;
+        unsigned managed = 0;
+        if (cuMemAlloc_v2(&p, SIZE) || cuDevicePrimaryCtxReset_v2(0)) return 1;
+        int r1 = cuMemGetAddressRange_v2(&base, &size, p);
+        int r2 = cuPointerGetAttribute(&managed, 8, p);
+        printf("stale range rc=%d managed rc=%d\n", r1, r2);
+        rc = 0;
+    } else if (strcmp(argv[1], "allocbench") == 0 && argc > 3) {
+        int n = atoi(argv[2]), managed = strcmp(argv[3], "managed") == 0;
+        struct timespec a, b;
+        clock_gettime(CLOCK_MONOTONIC, &a);
+        for (int i = 0; i < n; i++) {
+            CUdeviceptr p = 0;
+            if ((managed ? cuMemAllocManaged(&p, 4096, 1) : cuMemAlloc_v2(&p, 4096)) ||
+                cuMemFree_v2(p))
+                return 1;
+        }
+        clock_gettime(CLOCK_MONOTONIC, &b);
+        double ns = (b.tv_sec - a.tv_sec) * 1e9 + (b.tv_nsec - a.tv_nsec);
+        printf("allocbench %.0f\n", n > 0 ? ns / n : 0);
+        return 0;
+    } else if (strcmp(argv[1], "dmabuf") == 0) {
         for (int i = 0; i < 2; i++) {
             CUdeviceptr p = 0;
             int fd = -1;

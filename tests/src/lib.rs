@@ -673,7 +673,12 @@ pub fn build_double(name: &str, out: &Path) -> std::io::Result<PathBuf> {
             .arg(format!("-L{}", out.display()))
             .arg("-l:libcuda.so.1");
     } else {
-        cc.args(["-shared", "-fPIC", "-O1", "-Wall", "-Werror", "-o"])
+        // Functions bound inside the library, as a real driver's entry-point table is: the
+        // `cuda` double's `cuGetProcAddress` hands out its own functions, not an interposer's
+        // exports of the same names.
+        cc.args(["-shared", "-fPIC", "-O1", "-Wall", "-Werror"])
+            .arg("-Wl,-Bsymbolic-functions")
+            .arg("-o")
             .arg(&path)
             .arg(&src);
     }

@@ -83,7 +83,7 @@ enum Lease {
     /// The admission is in flight.
     Asking,
     /// Admitted at this instant.
-    Usage(Instant),
+    Held(Instant),
 }
 
 #[derive(Debug)]
@@ -155,15 +155,15 @@ impl Book {
     /// Whether a burst holds the lease (a process is mid-burst).
     #[must_use]
     pub fn held(&self) -> bool {
-        matches!(self.lock().lease, Lease::Usage(_))
+        matches!(self.lock().lease, Lease::Held(_))
     }
 
     /// A burst that held the lease was granted a new one (at Resume): its service counts from
     /// now. `false` if it is no longer held (its processes went away meanwhile).
     pub(super) fn regranted(&self) -> bool {
         let mut b = self.lock();
-        if matches!(b.lease, Lease::Usage(_)) {
-            b.lease = Lease::Usage(Instant::now());
+        if matches!(b.lease, Lease::Held(_)) {
+            b.lease = Lease::Held(Instant::now());
             true
         } else {
             false
@@ -185,7 +185,7 @@ impl Book {
     fn begin(&self, conn: u64) -> (bool, bool, u64) {
         let mut b = self.lock();
         match b.lease {
-            Lease::Usage(_) => {
+            Lease::Held(_) => {
                 b.active.insert(conn);
                 (true, false, b.round)
             }
@@ -227,7 +227,7 @@ impl Book {
         b.refused = refused;
         let nobody = b.waiting.is_empty() && b.active.is_empty();
         b.lease = if granted && !nobody {
-            Lease::Usage(Instant::now())
+            Lease::Held(Instant::now())
         } else {
             Lease::Idle
         };
@@ -253,7 +253,7 @@ impl Book {
         }
         match b.lease {
             // Also a waiter that went away between the grant and its answer.
-            Lease::Usage(granted) if was_active || was_waiting => {
+            Lease::Held(granted) if was_active || was_waiting => {
                 let done = b.completed.unwrap_or_else(Instant::now);
                 b.lease = Lease::Idle;
                 b.releasing = true;
@@ -610,7 +610,7 @@ mod tests {
         assert_eq!(b.answer(p2, 0), Some(Ok(())));
         assert!(b.busy());
         let granted = match b.lock().lease {
-            Lease::Usage(t) => t,
+            Lease::Held(t) => t,
             l => panic!("{l:?}"),
         };
         // p1 ends: p2 still runs, nothing released.

@@ -27,8 +27,11 @@ impl TaskService {
         id: &str,
         work: &gpu::GpuWork,
     ) -> Result<()> {
+        let asked = crate::uvm::native_alloc(spec)?;
         if !crate::uvm::wanted(spec)?
-            || crate::uvm::native_alloc(spec)?.is_some()
+            || asked
+                .as_deref()
+                .is_some_and(|a| a.split(',').any(|n| n == "all"))
             || crate::uvm::interposer_needs(&crate::uvm::interposer()).is_none()
         {
             return Ok(());
@@ -49,7 +52,9 @@ impl TaskService {
         if let Some(a) = annotations.as_object_mut() {
             tracing::info!(container = %id, function = %work.function, %advice,
                 "mqfqd advises native allocations (this function's containers exported GPU memory)");
-            a.insert(crate::uvm::ANN_NATIVE.into(), advice.into());
+            // Names the pod listed stay listed (they are moot with `all`, but say what it asked).
+            let value = asked.map_or_else(|| advice.clone(), |names| format!("{advice},{names}"));
+            a.insert(crate::uvm::ANN_NATIVE.into(), value.into());
         }
         Ok(())
     }
@@ -95,6 +100,10 @@ impl TaskService {
             }
             Classification::NotGpu => None,
         };
+        // Before anything is mounted: a bad interposer annotation fails here with nothing to undo.
+        if let Classification::Gpu(w) = &gpu {
+            self.native_advice(&mut spec, &id, w).await?;
+        }
         let opts = options::decode(req.options.as_ref())?;
         let stdio = StdioPaths {
             stdin: req.stdin.clone(),
@@ -128,9 +137,6 @@ impl TaskService {
             .and_then(serde_json::Value::as_str)
             .filter(|p| !p.is_empty())
             .map_or_else(|| rootfs.clone(), |p| bundle.join(p));
-        if let Classification::Gpu(w) = &gpu {
-            self.native_advice(&mut spec, &id, w).await?;
-        }
         let ctl_dir = match finish_gpu(
             &gpu,
             &mut spec,

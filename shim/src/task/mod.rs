@@ -171,8 +171,9 @@ impl TaskService {
         }
     }
 
-    /// Tells mqfqd, once per mark, that a CUDA process of the container had an export of
-    /// converted memory refused (its function's next containers then keep allocations native).
+    /// Tells mqfqd that a CUDA process of the container had an export of converted memory
+    /// refused (its function's next containers then keep allocations native), off the caller's
+    /// path: the mark is removed once the daemon took it, so an absent daemon hears of it later.
     pub(super) async fn report_exports(&self, id: &str) {
         let found = {
             let st = self.state.lock().await;
@@ -183,11 +184,15 @@ impl TaskService {
                     _ => None,
                 })
         };
-        if let Some((dir, work)) = found
-            && crate::uvm::take_exported(&dir)
-        {
-            self.gate.exported(&self.namespace, id, &work).await;
-        }
+        let Some((dir, work)) = found.filter(|(d, _)| crate::uvm::exported(d)) else {
+            return;
+        };
+        let (gate, ns, id) = (self.gate.clone(), self.namespace.clone(), id.to_owned());
+        tokio::spawn(async move {
+            if gate.exported(&ns, &id, &work).await {
+                crate::uvm::clear_exported(&dir);
+            }
+        });
     }
 
     /// Starts the loop that turns reaped pids into process exits. Call once.

@@ -83,6 +83,8 @@ enum Failure {
     NotSocket,
     /// No answer within the deadline.
     Timeout,
+    /// The reply lacks a figure (`name=`).
+    Missing(String),
     /// Anything else, said as text.
     Other(String),
 }
@@ -92,7 +94,7 @@ fn field(reply: &str, name: &str) -> Result<u64, Failure> {
     let v = reply
         .split_ascii_whitespace()
         .find_map(|w| w.strip_prefix(name)?.strip_prefix('='))
-        .ok_or_else(|| Failure::Other(format!("reply without {name}=")))?;
+        .ok_or_else(|| Failure::Missing(name.to_owned()))?;
     if v.is_empty() || v.len() > 20 || !v.bytes().all(|b| b.is_ascii_digit()) {
         return Err(Failure::Other(format!("bad {name}={v:.24}")));
     }
@@ -104,7 +106,7 @@ fn field(reply: &str, name: &str) -> Result<u64, Failure> {
 /// reasons: 0); present but malformed is an error.
 fn optional(reply: &str, name: &str) -> Result<u64, Failure> {
     match field(reply, name) {
-        Err(Failure::Other(e)) if e.starts_with("reply without") => Ok(0),
+        Err(Failure::Missing(_)) => Ok(0),
         r => r,
     }
 }
@@ -154,6 +156,7 @@ fn parse_reply(cmd: Command, reply: &str) -> Result<Figures, Failure> {
 pub fn parse_reply_text(cmd: Command, reply: &str) -> Result<Figures, String> {
     parse_reply(cmd, reply).map_err(|f| match f {
         Failure::Other(s) => s,
+        Failure::Missing(name) => format!("reply without {name}="),
         other => format!("{other:?}"),
     })
 }
@@ -371,6 +374,7 @@ pub fn send(dir: &Path, container_id: &str, cmd: Command, timeout: Duration) -> 
                 ));
             }
             Err(Failure::Other(e)) => a.errors.push(format!("{name}: {e}")),
+            Err(Failure::Missing(f)) => a.errors.push(format!("{name}: reply without {f}=")),
         }
     }
     a

@@ -100,7 +100,7 @@ pub fn native_alloc(spec: &Value) -> Result<Option<String>> {
     };
     let v = v.as_str().ok_or_else(|| bad("not a string"))?;
     let names: Vec<&str> = v.split(',').map(str::trim).collect();
-    if names.len() > NATIVE_NAMES {
+    if names.iter().filter(|n| **n != "all").count() > NATIVE_NAMES {
         return Err(bad("too many names"));
     }
     for n in &names {
@@ -320,16 +320,19 @@ pub fn add_to_spec(spec: &mut Value, lib: &Path, dir: &Path, id: &str, burst: bo
     Ok(())
 }
 
-/// Whether a CUDA process of the container had an export of converted memory refused since the
-/// last call: the interposer leaves `exported` in the control directory, which this removes.
-/// Read without following a link; the container could plant it, which only makes its own
-/// function's memory native.
+/// Whether a CUDA process of the container had an export of converted memory refused: the
+/// interposer leaves a file `exported` in the control directory. Looked at without opening or
+/// following it; the container could plant it, which only makes its own function's memory
+/// native.
 #[must_use]
-pub fn take_exported(dir: &Path) -> bool {
-    let path = dir.join("exported");
-    let is_file = std::fs::symlink_metadata(&path).is_ok_and(|m| m.file_type().is_file());
-    // Removing a name never follows it: a link swapped in meanwhile is itself removed.
-    is_file && std::fs::remove_file(&path).is_ok()
+pub fn exported(dir: &Path) -> bool {
+    std::fs::symlink_metadata(dir.join("exported")).is_ok_and(|m| m.file_type().is_file())
+}
+
+/// Removes the mark once reported (removing a name never follows it: a link swapped in
+/// meanwhile is itself removed).
+pub fn clear_exported(dir: &Path) {
+    let _ = std::fs::remove_file(dir.join("exported"));
 }
 
 /// Removes a container's control directory (at Delete, when Create fails, and in `shim delete`

@@ -76,7 +76,6 @@ impl Daemon {
     }
 }
 
-/// `PoolOrders`: waits (long poll) for the orders of the calling shim.
 /// Advice for a container of `flow` being created; with `exported`, first learns that a
 /// container of `flow` had an export of converted memory refused.
 pub(super) fn advise(d: &Daemon, flow: &str, exported: bool) -> api::AdviseResponse {
@@ -99,6 +98,7 @@ pub(super) fn advise(d: &Daemon, flow: &str, exported: bool) -> api::AdviseRespo
     }
 }
 
+/// `PoolOrders`: waits (long poll) for the orders of the calling shim.
 pub(super) async fn orders(
     d: &Arc<Daemon>,
     req: api::PoolOrdersRequest,
