@@ -787,9 +787,7 @@ impl api::Admission for Service {
         _ctx: &TtrpcContext,
         req: api::AdmitRequest,
     ) -> ttrpc::Result<api::AdviseResponse> {
-        check_asked(req.weight, &req.tenant, &req.pod_namespace).map_err(|e| to_ttrpc(&e))?;
-        let flow = admit_info(&self.0.policy, &req, Kind::Start).flow_key();
-        Ok(pool::advise(&self.0, &flow, false))
+        pool::advise(&self.0, &req, false)
     }
 
     async fn exported(
@@ -797,9 +795,7 @@ impl api::Admission for Service {
         _ctx: &TtrpcContext,
         req: api::AdmitRequest,
     ) -> ttrpc::Result<api::AdviseResponse> {
-        check_asked(req.weight, &req.tenant, &req.pod_namespace).map_err(|e| to_ttrpc(&e))?;
-        let flow = admit_info(&self.0.policy, &req, Kind::Start).flow_key();
-        Ok(pool::advise(&self.0, &flow, true))
+        pool::advise(&self.0, &req, true)
     }
 }
 

@@ -7,8 +7,9 @@ use std::time::Duration;
 
 use scheduler_core::Time;
 
-use super::{Daemon, Inner, MAX_ORDERS_WAIT_MS, status};
+use super::{Daemon, Inner, MAX_ORDERS_WAIT_MS, admit_info, check_asked, status, to_ttrpc};
 use crate::api;
+use crate::daemon::core::Kind;
 use crate::daemon::pool::{Action, Outcome};
 use crate::memory::Native;
 
@@ -78,7 +79,14 @@ impl Daemon {
 
 /// Advice for a container of `flow` being created; with `exported`, first learns that a
 /// container of `flow` had an export of converted memory refused.
-pub(super) fn advise(d: &Daemon, flow: &str, exported: bool) -> api::AdviseResponse {
+pub(super) fn advise(
+    d: &Daemon,
+    req: &api::AdmitRequest,
+    exported: bool,
+) -> ttrpc::Result<api::AdviseResponse> {
+    check_asked(req.weight, &req.tenant, &req.pod_namespace).map_err(|e| to_ttrpc(&e))?;
+    let flow = admit_info(&d.policy, req, Kind::Start).flow_key();
+    let flow = flow.as_str();
     let now = d.now();
     let native = {
         let mut inner = d.lock();
@@ -92,10 +100,10 @@ pub(super) fn advise(d: &Daemon, flow: &str, exported: bool) -> api::AdviseRespo
         }
         inner.advice.advises(flow, now)
     };
-    api::AdviseResponse {
+    Ok(api::AdviseResponse {
         native_alloc: if native { "all" } else { "" }.into(),
         ..Default::default()
-    }
+    })
 }
 
 /// `PoolOrders`: waits (long poll) for the orders of the calling shim.
