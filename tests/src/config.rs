@@ -78,10 +78,16 @@ fn v2(common: &str, d: &str, cri: bool) -> String {
 }
 
 fn v3(common: &str, d: &str, cri: bool) -> String {
-    let transfer = "[plugins.'io.containerd.transfer.v1.local']\n\
-                    \x20 [[plugins.'io.containerd.transfer.v1.local'.unpack_config]]\n\
-                    \x20   platform = \"linux/amd64\"\n\
-                    \x20   snapshotter = \"native\"\n";
+    // NRI (on by default in 2.x) binds /var/run/nri/nri.sock: two test containerds at once
+    // would fight over it ("address already in use" kills the second's CRI), so each has its own.
+    let transfer = format!(
+        "[plugins.'io.containerd.transfer.v1.local']\n\
+         \x20 [[plugins.'io.containerd.transfer.v1.local'.unpack_config]]\n\
+         \x20   platform = \"linux/amd64\"\n\
+         \x20   snapshotter = \"native\"\n\
+         [plugins.'io.containerd.nri.v1.nri']\n\
+         \x20 socket_path = \"{d}/nri.sock\"\n"
+    );
     if !cri {
         return format!(
             "version = 3\ndisabled_plugins = [\"io.containerd.grpc.v1.cri\", \
