@@ -53,7 +53,7 @@ impl ConcurrencyController {
 
     /// How many invocations may run now: `⌊D⌋`, at least 1.
     #[must_use]
-    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+    #[expect(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
     pub fn limit(&self) -> u32 {
         // d is clamped to [1, d_max] with d_max a u32, so the cast is exact after floor.
         (self.d.floor() as u32).max(1)

@@ -25,4 +25,4 @@ pub mod time;
 
 pub use config::{ConfigError, GpuMode, Profile, QueueConfig};
 pub use queue::{Dispatched, FlowEvent, FlowId, FlowState, MqfqQueue, QueueError, Ticket};
-pub use time::{Clock, ManualClock, Time};
+pub use time::Time;

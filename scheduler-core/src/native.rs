@@ -99,11 +99,11 @@ mod tests {
         fn bounded_and_keeps_the_newest(n in 1usize..(CAPACITY + 300)) {
             let mut a = NativeAdvice::default();
             for i in 0..n {
-                #[allow(clippy::cast_precision_loss)]
+                #[expect(clippy::cast_precision_loss)]
                 a.learn(&format!("f{i}"), t(i as f64));
             }
             prop_assert!(a.len() <= CAPACITY);
-            #[allow(clippy::cast_precision_loss)]
+            #[expect(clippy::cast_precision_loss)]
             let now = t(n as f64);
             let newest = format!("f{}", n - 1);
             prop_assert!(a.advises(&newest, now));

@@ -126,7 +126,7 @@ impl TierPolicy {
 
     /// Bytes of a GPU's memory that Hot containers may use: capacity minus headroom.
     #[must_use]
-    #[allow(
+    #[expect(
         clippy::cast_possible_truncation,
         clippy::cast_sign_loss,
         clippy::cast_precision_loss
@@ -138,7 +138,7 @@ impl TierPolicy {
     /// The GDSF priority a container earns when it is used (higher = keep): the current
     /// inflation plus `uses × reload_cost / size`. Store it with the container.
     #[must_use]
-    #[allow(clippy::cast_precision_loss)]
+    #[expect(clippy::cast_precision_loss)]
     pub fn credit(&self, uses: u64, reload_cost_s: f64, bytes: u64) -> f64 {
         let size_mb = (bytes as f64 / (1024.0 * 1024.0)).max(1.0);
         self.inflation + (uses.max(1) as f64) * reload_cost_s.max(0.0) / size_mb

@@ -1,11 +1,11 @@
 //! Time as data. The scheduler never reads a clock itself: every call that needs "now" takes a
-//! [`Time`], and the daemon gets it from a [`Clock`]. That keeps the queue deterministic, lets the
-//! simulator run a day of trace in a second, and lets tests step time by hand.
+//! [`Time`] (the daemon passes the time since it started, the simulator its trace's time). That
+//! keeps the queue deterministic, lets the simulator run a day of trace in a second, and lets tests
+//! step time by hand.
 
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
 
-/// A point in time, in nanoseconds since an arbitrary epoch chosen by the [`Clock`].
+/// A point in time, in nanoseconds since an epoch the caller chooses.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
 pub struct Time(u64);
 
@@ -27,7 +27,7 @@ impl Time {
 
     /// From (non-negative, finite) seconds; negative or NaN input saturates to zero.
     #[must_use]
-    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+    #[expect(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
     pub fn from_secs_f64(s: f64) -> Self {
         if s.is_nan() || s <= 0.0 {
             return Time(0);
@@ -44,7 +44,7 @@ impl Time {
 
     /// Seconds since the epoch.
     #[must_use]
-    #[allow(clippy::cast_precision_loss)]
+    #[expect(clippy::cast_precision_loss)]
     pub fn as_secs_f64(self) -> f64 {
         self.0 as f64 / 1e9
     }
@@ -68,42 +68,6 @@ impl fmt::Display for Time {
     }
 }
 
-/// Where the daemon gets "now" from. Implemented over `Instant` in the daemon; [`ManualClock`] in
-/// tests and the simulator.
-pub trait Clock: Send + Sync {
-    /// The current time. Must never go backwards.
-    fn now(&self) -> Time;
-}
-
-/// A clock that moves only when told to.
-#[derive(Debug, Default)]
-pub struct ManualClock(AtomicU64);
-
-impl ManualClock {
-    /// A clock standing at `t`.
-    #[must_use]
-    pub fn new(t: Time) -> Self {
-        ManualClock(AtomicU64::new(t.as_nanos()))
-    }
-
-    /// Moves the clock to `t`; a `t` earlier than now is ignored, so time never goes backwards.
-    pub fn set(&self, t: Time) {
-        self.0.fetch_max(t.as_nanos(), Ordering::SeqCst);
-    }
-
-    /// Moves the clock forward by `secs`.
-    pub fn advance_secs(&self, secs: f64) {
-        self.0
-            .fetch_add(Time::from_secs_f64(secs).as_nanos(), Ordering::SeqCst);
-    }
-}
-
-impl Clock for ManualClock {
-    fn now(&self) -> Time {
-        Time(self.0.load(Ordering::SeqCst))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -116,14 +80,5 @@ mod tests {
         let t = Time::from_secs_f64(2.0);
         assert!((t.plus_secs(0.25).secs_since(t) - 0.25).abs() < 1e-9);
         assert_eq!(t.secs_since(t.plus_secs(1.0)), 0.0);
-    }
-
-    #[test]
-    fn manual_clock_never_goes_back() {
-        let c = ManualClock::new(Time::from_secs_f64(5.0));
-        c.set(Time::from_secs_f64(1.0));
-        assert_eq!(c.now(), Time::from_secs_f64(5.0));
-        c.advance_secs(1.0);
-        assert_eq!(c.now(), Time::from_secs_f64(6.0));
     }
 }

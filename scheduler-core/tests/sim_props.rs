@@ -83,7 +83,7 @@ proptest! {
                     "{}: ran in {} < solo {}", p, r.end_ms - r.start_ms, inv.exec_ms);
                 work += inv.exec_ms * t.functions[inv.func].util;
             }
-            #[allow(clippy::cast_precision_loss)]
+            #[expect(clippy::cast_precision_loss)]
             let capacity = out.makespan_ms * cfg.gpus as f64 * (1.0 + cfg.corun_gain_max);
             prop_assert!(work <= capacity + 1e-6, "{}: work {} > capacity {}", p, work, capacity);
             prop_assert!(out.busy_ms <= out.makespan_ms * cfg.gpus as f64 + 1e-6);

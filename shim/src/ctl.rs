@@ -32,7 +32,7 @@ pub async fn status(socket: &Path) -> Result<api::StatusResponse, ttrpc::Error> 
 }
 
 fn gib(b: u64) -> f64 {
-    #[allow(clippy::cast_precision_loss)]
+    #[expect(clippy::cast_precision_loss)]
     let g = b as f64 / f64::from(1u32 << 30);
     g
 }
@@ -109,7 +109,7 @@ pub fn render(s: &api::StatusResponse) -> String {
             "LEASE", "CONTAINER", "FUNCTION", "KIND", "GPU", "SHIM", "HELD s"
         );
         for l in &s.leases {
-            #[allow(clippy::cast_precision_loss)]
+            #[expect(clippy::cast_precision_loss)]
             let held = l.held_ns as f64 / 1e9;
             let _ = writeln!(
                 o,
@@ -170,7 +170,7 @@ fn render_pool(o: &mut String, pool: &[api::PoolEntry]) {
             .as_ref()
             .map(Native::from_proto)
             .unwrap_or_default();
-        #[allow(clippy::cast_precision_loss)]
+        #[expect(clippy::cast_precision_loss)]
         let (mib, idle, native_mib) = (
             e.bytes as f64 / 1048576.0,
             e.idle_ns as f64 / 1e9,

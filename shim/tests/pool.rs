@@ -220,7 +220,7 @@ fn idle_containers_are_evicted_restored_at_resume_and_prefetched_on_activation()
         ) >= 1.0,
         "{m}"
     );
-    #[allow(clippy::cast_precision_loss)]
+    #[expect(clippy::cast_precision_loss)]
     let both = 2.0 * MANAGED as f64;
     assert!(
         metric(&m, "mqfq_pool_moved_bytes_total{direction=\"to_host\"}") >= both,
@@ -347,7 +347,7 @@ fn native_memory_and_its_reasons_reach_mqfqctl_and_the_metrics() {
         .unwrap_or_default();
     assert!(line.contains("export (1 exports refused)"), "{table}");
     // The gauges follow within the sampler's period.
-    #[allow(clippy::cast_precision_loss)]
+    #[expect(clippy::cast_precision_loss)]
     let mib = MIB as f64;
     let function = |id: &str| {
         entry(&s, id).unwrap()["function"]

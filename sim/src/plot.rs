@@ -18,7 +18,7 @@ const COLOURS: [RGBColor; 6] = [
 ///
 /// # Errors
 /// Empty input or a drawing failure.
-#[allow(clippy::cast_precision_loss)]
+#[expect(clippy::cast_precision_loss)]
 pub fn cdf(path: &Path, series: &[(&str, Vec<f64>)]) -> Result<()> {
     let lo = series
         .iter()

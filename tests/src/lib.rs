@@ -394,7 +394,7 @@ impl Containerd {
     /// As [`run_cuda_with`](Self::run_cuda_with), running `program` of the doubles' folder (built
     /// there with [`build_double`]).
     #[must_use]
-    #[allow(clippy::too_many_arguments)]
+    #[expect(clippy::too_many_arguments)]
     pub fn run_cuda_program(
         &self,
         runtime: &str,
@@ -701,7 +701,7 @@ pub fn percentile(v: &mut [f64], q: f64) -> f64 {
         return 0.0;
     }
     v.sort_by(f64::total_cmp);
-    #[allow(
+    #[expect(
         clippy::cast_possible_truncation,
         clippy::cast_sign_loss,
         clippy::cast_precision_loss
@@ -713,7 +713,7 @@ pub fn percentile(v: &mut [f64], q: f64) -> f64 {
 /// The mean of `v`; 0 for an empty slice.
 #[must_use]
 pub fn mean(v: &[f64]) -> f64 {
-    #[allow(clippy::cast_precision_loss)]
+    #[expect(clippy::cast_precision_loss)]
     let n = v.len().max(1) as f64;
     v.iter().sum::<f64>() / n
 }

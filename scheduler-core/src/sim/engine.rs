@@ -173,7 +173,7 @@ impl<'t> Engine<'t> {
 
     /// Frees memory on GPU `g` so `need` MB fit; `active_ok` allows evicting active flows'
     /// containers. Returns false (and evicts nothing) if it cannot.
-    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+    #[expect(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
     fn make_room(&mut self, g: usize, need: f64, active_ok: bool, policy: &mut dyn Policy) -> bool {
         let free = self.gpus[g].budget_mb - self.gpus[g].used_mb;
         if need <= free + EPS {
@@ -563,7 +563,7 @@ impl<'t> Engine<'t> {
 ///
 /// # Errors
 /// A bad knob, or [`SimError::Stuck`] if the event loop stops progressing.
-#[allow(clippy::too_many_lines)]
+#[expect(clippy::too_many_lines)]
 pub fn simulate(
     trace: &Trace,
     policy: &mut dyn Policy,

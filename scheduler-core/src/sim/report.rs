@@ -83,7 +83,7 @@ pub struct Summary {
 
 /// Nearest-rank percentile of sorted data (`p` in 0..=100); NaN for empty input.
 #[must_use]
-#[allow(
+#[expect(
     clippy::cast_possible_truncation,
     clippy::cast_sign_loss,
     clippy::cast_precision_loss
@@ -98,7 +98,7 @@ pub fn percentile(sorted: &[f64], p: f64) -> f64 {
 
 /// Jain's fairness index of `xs`: (Σx)² / (n Σx²); 1 when all are equal.
 #[must_use]
-#[allow(clippy::cast_precision_loss)]
+#[expect(clippy::cast_precision_loss)]
 pub fn jain(xs: &[f64]) -> f64 {
     let s: f64 = xs.iter().sum();
     let s2: f64 = xs.iter().map(|x| x * x).sum();
@@ -108,14 +108,14 @@ pub fn jain(xs: &[f64]) -> f64 {
     s * s / (xs.len() as f64 * s2)
 }
 
-#[allow(clippy::cast_precision_loss)]
+#[expect(clippy::cast_precision_loss)]
 fn mean(xs: &[f64]) -> Option<f64> {
     (!xs.is_empty()).then(|| xs.iter().sum::<f64>() / xs.len() as f64)
 }
 
 /// Summarizes a run; `short_threshold_ms` splits short from long functions by mean exec time.
 #[must_use]
-#[allow(clippy::cast_precision_loss)]
+#[expect(clippy::cast_precision_loss)]
 pub fn summarize(trace: &Trace, out: &SimOutput, short_threshold_ms: f64) -> Summary {
     let n = trace.functions.len();
     let mut lat_by_f: Vec<Vec<f64>> = vec![Vec::new(); n];

@@ -98,7 +98,7 @@ fn spec_err(field: &str, msg: &str) -> TraceError {
 ///
 /// # Errors
 /// A parameter out of range, named.
-#[allow(
+#[expect(
     clippy::cast_precision_loss,
     clippy::cast_possible_truncation,
     clippy::cast_sign_loss
@@ -256,7 +256,7 @@ fn header_index<'a>(
 ///
 /// # Errors
 /// A missing column or malformed number, with file and line.
-#[allow(clippy::cast_precision_loss, clippy::too_many_lines)]
+#[expect(clippy::cast_precision_loss, clippy::too_many_lines)]
 pub fn azure(
     invocations_csv: &str,
     durations_csv: &str,

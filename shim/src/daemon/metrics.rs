@@ -342,7 +342,7 @@ impl Metrics {
                         .get_or_create(&self::function(function))
                         .dec();
                     self.admitted.get_or_create(&self::function(function)).inc();
-                    #[allow(clippy::cast_precision_loss)]
+                    #[expect(clippy::cast_precision_loss)]
                     self.queue_wait
                         .get_or_create(&self::function(function))
                         .observe(*waited_ns as f64 / 1e9);

@@ -255,7 +255,7 @@ impl Pool {
         bytes.min(cap.saturating_sub(others))
     }
 
-    #[allow(clippy::cast_precision_loss)]
+    #[expect(clippy::cast_precision_loss)]
     fn reload_cost(e: &Entry) -> f64 {
         e.reload_s
             .unwrap_or(e.bytes as f64 / ASSUMED_BYTES_PER_S + 0.01)
@@ -331,7 +331,7 @@ impl Pool {
     /// A shim re-registers a paused container (this daemon restarted, or lost it): known ones
     /// keep what the pool knows; unknown ones join idle, Warm if the shim evicted them, with the
     /// hot TTL counted from now.
-    #[allow(clippy::too_many_arguments)]
+    #[expect(clippy::too_many_arguments)]
     pub fn adopt_idle(
         &mut self,
         key: &str,
@@ -620,7 +620,7 @@ impl Pool {
         }
         // Host-memory pressure: Warm containers, least recently used first, go Cold.
         if let Some((avail, total)) = host {
-            #[allow(
+            #[expect(
                 clippy::cast_possible_truncation,
                 clippy::cast_sign_loss,
                 clippy::cast_precision_loss

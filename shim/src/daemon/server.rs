@@ -602,7 +602,7 @@ impl api::Admission for Service {
         req: api::ReleaseRequest,
     ) -> ttrpc::Result<api::ReleaseResponse> {
         let d = &self.0;
-        #[allow(clippy::cast_precision_loss)]
+        #[expect(clippy::cast_precision_loss)]
         let measured = (req.service_ns > 0).then(|| req.service_ns as f64 / 1e9);
         let reason = if req.reason.is_empty() {
             "release"

@@ -61,6 +61,17 @@ pub enum EditError {
 }
 
 impl EditError {
+    /// Whether the container's request is at fault (a GPU the node does not have, a spec of the
+    /// wrong shape) rather than the node (a broken or unreadable edits file, a driver problem):
+    /// the first is the caller's invalid argument, the second a node not ready for GPU work.
+    #[must_use]
+    pub fn is_callers(&self) -> bool {
+        matches!(
+            self,
+            EditError::UnknownDevice { .. } | EditError::OciSpec(_) | EditError::Rootfs(_)
+        )
+    }
+
     /// Maps an I/O error to [`EditError::Io`] saying what was being done.
     pub fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> EditError {
         let what = what.into();

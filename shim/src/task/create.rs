@@ -84,26 +84,7 @@ impl TaskService {
         let id = id.to_owned();
         let bundle = PathBuf::from(&req.bundle);
         let spec_path = bundle.join("config.json");
-        let text = tokio::fs::read_to_string(&spec_path)
-            .await
-            .map_err(|e| Error::io(format!("read {}", spec_path.display()), e))?;
-        let mut spec: serde_json::Value = serde_json::from_str(&text)
-            .map_err(|e| Error::InvalidArgument(format!("{}: {e}", spec_path.display())))?;
-        let gpu = gpu::classify(&spec, &id, gpu::GpuAccess::from_env()?)?;
-        // The node's pre-computed NVIDIA edits go straight into the spec: no hook process.
-        // Selected and applied in memory here (an unknown GPU fails before anything is mounted);
-        // written once the rootfs is there for the symlinks and the ld.so.cache.
-        let nvidia = match &gpu {
-            Classification::Gpu(w) => {
-                crate::nvidia::prepare(&mut spec, w, &crate::nvidia::edits_file())
-                    .map_err(|e| Error::InvalidArgument(format!("GPU container {id}: {e}")))?
-            }
-            Classification::NotGpu => None,
-        };
-        // Before anything is mounted: a bad interposer annotation fails here with nothing to undo.
-        if let Classification::Gpu(w) = &gpu {
-            self.native_advice(&mut spec, &id, w).await?;
-        }
+        let (mut spec, gpu, nvidia) = self.read_spec(&spec_path, &id).await?;
         let opts = options::decode(req.options.as_ref())?;
         let stdio = StdioPaths {
             stdin: req.stdin.clone(),
@@ -117,17 +98,12 @@ impl TaskService {
         }
         let runtime = self.factory.runtime(&bundle, &opts)?;
 
-        // From here on, undo everything on failure.
+        // From here on, everything done is undone on failure (the guard, when dropped).
         let rootfs = bundle.join("rootfs");
-        let mut mounted = false;
+        let mut undo = Undo::default();
         for m in &req.rootfs {
-            if let Err(e) = containerd_shim::util::mount_rootfs(m, &rootfs).await {
-                if mounted {
-                    unmount(&rootfs);
-                }
-                return Err(e.into());
-            }
-            mounted = true;
+            containerd_shim::util::mount_rootfs(m, &rootfs).await?;
+            undo.rootfs = Some(rootfs.clone());
         }
         // The rootfs runc will use: the spec's `root.path` (relative to the bundle), which is
         // `rootfs` for containerd's own mounts but may name a directory (`ctr run --rootfs`).
@@ -137,7 +113,7 @@ impl TaskService {
             .and_then(serde_json::Value::as_str)
             .filter(|p| !p.is_empty())
             .map_or_else(|| rootfs.clone(), |p| bundle.join(p));
-        let ctl_dir = match finish_gpu(
+        let ctl_dir = finish_gpu(
             &gpu,
             &mut spec,
             &spec_path,
@@ -146,46 +122,14 @@ impl TaskService {
             &self.namespace,
             &id,
         )
-        .await
-        {
-            Ok(dir) => dir,
-            Err(e) => {
-                if mounted {
-                    unmount(&rootfs);
-                }
-                return Err(e);
-            }
-        };
-        let undo_ctl = || {
-            if let Some(d) = &ctl_dir {
-                crate::uvm::cleanup(d);
-            }
-        };
+        .await?;
+        undo.ctl.clone_from(&ctl_dir);
         // Burst admission: the socket exists before any of the container's processes do.
         let burst_listener = match &ctl_dir {
-            Some(d) if crate::uvm::burst_mode() => match super::burst::bind(d) {
-                Ok(l) => Some(l),
-                Err(e) => {
-                    if mounted {
-                        unmount(&rootfs);
-                    }
-                    undo_ctl();
-                    return Err(e);
-                }
-            },
+            Some(d) if crate::uvm::burst_mode() => Some(super::burst::bind(d)?),
             _ => None,
         };
-        let io = match ProcessIo::new(&stdio, &id, &self.namespace).await {
-            Ok(io) => io,
-            Err(e) => {
-                if mounted {
-                    unmount(&rootfs);
-                }
-                undo_ctl();
-                return Err(e);
-            }
-        };
-        let mut io = io;
+        let mut io = ProcessIo::new(&stdio, &id, &self.namespace).await?;
         let since = Instant::now();
         let args = CreateArgs {
             pid_file: bundle.join("init.pid"),
@@ -207,16 +151,13 @@ impl TaskService {
         let pid = match created {
             Ok(pid) => pid,
             Err(e) => {
-                // runc may have left state behind; remove it, then the mounts.
+                // runc may have left state behind; remove it, then (the guard) the mounts.
                 let _ = runtime.delete(&id, true).await;
                 drop(io);
-                if mounted {
-                    unmount(&rootfs);
-                }
-                undo_ctl();
                 return Err(e);
             }
         };
+        let mounted = undo.disarm();
         if let Classification::Gpu(w) = &gpu {
             tracing::info!(
                 container = %id, function = %w.function, weight = w.weight,
@@ -235,31 +176,76 @@ impl TaskService {
             }
             None => (None, None),
         };
+        let container = Container {
+            id: id.clone(),
+            bundle,
+            mounted_rootfs: mounted,
+            runtime,
+            init,
+            execs: HashMap::new(),
+            gpu,
+            ctl_dir,
+            evicted: false,
+            pool_lock: std::sync::Arc::default(),
+            pool_failed: false,
+            held: Default::default(),
+            managed_asked: None,
+            burst,
+            burst_task,
+        };
+        self.created(container, &req, stdio, pid).await;
+        self.claim_early_exit(&id, "", pid, since).await;
+        Ok(pid)
+    }
+
+    /// The bundle's spec, read and classified; for a GPU container, the node's NVIDIA edits
+    /// selected and applied in memory (an unknown GPU fails before anything is mounted; they are
+    /// written once the rootfs is there for the symlinks and the `ld.so.cache`), and mqfqd's
+    /// advice on its allocations taken.
+    async fn read_spec(
+        &self,
+        spec_path: &Path,
+        id: &str,
+    ) -> Result<(serde_json::Value, Classification, Option<Prepared>)> {
+        let text = tokio::fs::read_to_string(spec_path)
+            .await
+            .map_err(|e| Error::io(format!("read {}", spec_path.display()), e))?;
+        let mut spec: serde_json::Value = serde_json::from_str(&text)
+            .map_err(|e| Error::InvalidArgument(format!("{}: {e}", spec_path.display())))?;
+        let gpu = gpu::classify(&spec, id, gpu::GpuAccess::from_env()?)?;
+        let Classification::Gpu(w) = &gpu else {
+            return Ok((spec, gpu, None));
+        };
+        let nvidia =
+            crate::nvidia::prepare(&mut spec, w, &crate::nvidia::edits_file()).map_err(|e| {
+                let msg = format!("GPU container {id}: {e}");
+                if e.is_callers() {
+                    Error::InvalidArgument(msg)
+                } else {
+                    Error::FailedPrecondition(format!("{msg} (the node's NVIDIA setup)"))
+                }
+            })?;
+        // Still before anything is mounted: a bad interposer annotation fails with nothing to
+        // undo.
+        self.native_advice(&mut spec, id, w).await?;
+        Ok((spec, gpu, nvidia))
+    }
+
+    /// Records a created container and announces it (`TaskCreate`).
+    async fn created(
+        &self,
+        container: Container,
+        req: &api::CreateTaskRequest,
+        stdio: StdioPaths,
+        pid: u32,
+    ) {
+        let id = container.id.clone();
         let mut st = self.state.lock().await;
-        st.containers.insert(
-            id.clone(),
-            Container {
-                id: id.clone(),
-                bundle,
-                mounted_rootfs: mounted,
-                runtime,
-                init,
-                execs: HashMap::new(),
-                gpu,
-                ctl_dir,
-                evicted: false,
-                pool_lock: std::sync::Arc::default(),
-                pool_failed: false,
-                held: Default::default(),
-                managed_asked: None,
-                burst,
-                burst_task,
-            },
-        );
+        st.containers.insert(id.clone(), container);
         self.emit(
             containerd_shim_protos::topics::TASK_CREATE_EVENT_TOPIC,
             Box::new(TaskCreate {
-                container_id: id.clone(),
+                container_id: id,
                 bundle: req.bundle.clone(),
                 rootfs: req.rootfs.clone(),
                 io: MessageField::some(TaskIO {
@@ -274,9 +260,39 @@ impl TaskService {
                 ..Default::default()
             }),
         );
-        drop(st);
-        self.claim_early_exit(&id, "", pid, since).await;
-        Ok(pid)
+    }
+}
+
+/// The NVIDIA edits selected for a GPU container and what applying them in memory did.
+type Prepared = (
+    crate::nvidia::edits::ContainerEdits,
+    crate::nvidia::edits::Applied,
+);
+
+/// What a failed Create undoes when this is dropped: the rootfs it mounted and the interposer's
+/// control directory it made. [`Undo::disarm`] once the container exists.
+#[derive(Debug, Default)]
+struct Undo {
+    rootfs: Option<PathBuf>,
+    ctl: Option<PathBuf>,
+}
+
+impl Undo {
+    /// The container was created: nothing to undo. Whether a rootfs was mounted.
+    fn disarm(mut self) -> bool {
+        self.ctl = None;
+        self.rootfs.take().is_some()
+    }
+}
+
+impl Drop for Undo {
+    fn drop(&mut self) {
+        if let Some(d) = self.ctl.take() {
+            crate::uvm::cleanup(&d);
+        }
+        if let Some(r) = self.rootfs.take() {
+            unmount(&r);
+        }
     }
 }
 
@@ -331,10 +347,7 @@ async fn finish_gpu(
     spec: &mut serde_json::Value,
     spec_path: &Path,
     rootfs: &Path,
-    nvidia: Option<&(
-        crate::nvidia::edits::ContainerEdits,
-        crate::nvidia::edits::Applied,
-    )>,
+    nvidia: Option<&Prepared>,
     ns: &str,
     id: &str,
 ) -> Result<Option<PathBuf>> {

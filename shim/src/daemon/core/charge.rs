@@ -51,7 +51,7 @@ impl Core {
     }
 }
 
-#[allow(clippy::cast_precision_loss)]
+#[expect(clippy::cast_precision_loss)]
 fn held_s(since: Time, now: Time) -> f64 {
     now.as_nanos().saturating_sub(since.as_nanos()) as f64 / 1e9
 }

@@ -174,7 +174,7 @@ pub(super) fn report(
                 format!("invalid `results[{i}]`: namespace and container_id are required"),
             ));
         }
-        #[allow(clippy::cast_precision_loss)]
+        #[expect(clippy::cast_precision_loss)]
         outcomes.push(Outcome {
             key: format!("{}/{}", r.namespace, r.container_id),
             action,

@@ -92,6 +92,10 @@ fn selection_gives_exactly_the_requested_devices() {
         .unwrap_err();
     let msg = e.to_string();
     assert!(msg.contains("\"7\"") && msg.contains("GPU-aaa"), "{msg}");
+    assert!(
+        e.is_callers(),
+        "a GPU the node lacks is the request's fault"
+    );
 }
 
 #[test]
@@ -223,7 +227,12 @@ fn symlinks_stay_inside_the_rootfs() {
 fn a_broken_node_fails_every_gpu_selection_with_its_cause() {
     let mut n = edits();
     n.error = Some("stale spec: /dev/nvidia0 missing".into());
-    let e = n.select(&GpuSelection::All).unwrap_err().to_string();
+    let err = n.select(&GpuSelection::All).unwrap_err();
+    assert!(
+        !err.is_callers(),
+        "a broken node is not the container's fault"
+    );
+    let e = err.to_string();
     assert!(
         e.contains("stale spec") && e.contains("/dev/nvidia0"),
         "{e}"

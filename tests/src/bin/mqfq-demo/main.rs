@@ -138,7 +138,7 @@ fn main() -> ExitCode {
             continue;
         };
         if r["event"] == "dispatch" {
-            #[allow(clippy::cast_precision_loss)]
+            #[expect(clippy::cast_precision_loss)]
             let w = r["waited_ns"].as_u64().unwrap_or(0) as f64 / 1e9;
             wait.entry(r["function"].as_str().unwrap_or("").to_owned())
                 .or_default()
@@ -182,7 +182,7 @@ fn main() -> ExitCode {
             mqfq_testkit::percentile(&mut l, 0.95),
         );
     }
-    #[allow(clippy::cast_precision_loss)]
+    #[expect(clippy::cast_precision_loss)]
     let jain = slowdowns.iter().sum::<f64>().powi(2)
         / (slowdowns.len() as f64 * slowdowns.iter().map(|x| x * x).sum::<f64>());
     println!(
