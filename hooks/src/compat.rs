@@ -299,32 +299,52 @@ pub unsafe extern "C" fn cuMemGetHandleForAddressRange(
     })
 }
 
-/// Corrects one attribute the driver answered about converted memory `(base, size)`.
+/// Whether the caller is in a listed library: one stack walk, and only when an answer depends
+/// on it (a batch of attributes asks at most once).
+#[derive(Default)]
+struct Caller(Option<bool>);
+
+impl Caller {
+    fn listed(&mut self) -> bool {
+        *self.0.get_or_insert_with(caller_listed)
+    }
+}
+
+/// Corrects one attribute the driver answered about converted memory `(base, size)`; `true` when
+/// it erased a host pointer (device memory has none: a single query then fails, as for it).
 ///
 /// # Safety
 /// `data` is the caller's buffer for `attribute`, which the driver just filled.
-unsafe fn correct(attribute: c_int, data: *mut c_void, base: CuDevicePtr, size: usize) {
+unsafe fn correct(
+    attribute: c_int,
+    data: *mut c_void,
+    (base, size): (CuDevicePtr, usize),
+    caller: &mut Caller,
+) -> bool {
     if data.is_null() {
-        return;
+        return false;
     }
     match attribute {
         // SAFETY: a CUmemorytype (an unsigned int) is this attribute's buffer, just written.
         ATTR_MEMORY_TYPE => unsafe { data.cast::<c_uint>().write_unaligned(MEMORYTYPE_DEVICE) },
         // A boolean: its first byte, whether the caller's variable is a bool or an int.
         // SAFETY: the buffer holds at least one byte, just written by the driver.
-        ATTR_IS_MANAGED if !caller_listed() => unsafe { data.cast::<u8>().write(0) },
+        ATTR_IS_MANAGED if !caller.listed() => unsafe { data.cast::<u8>().write(0) },
         // SAFETY: a CUdeviceptr is this attribute's buffer, just written.
         ATTR_RANGE_START_ADDR => unsafe { data.cast::<CuDevicePtr>().write_unaligned(base) },
         // SAFETY: a size_t is this attribute's buffer, just written.
         ATTR_RANGE_SIZE => unsafe { data.cast::<usize>().write_unaligned(size) },
-        // In a batch there is no error per attribute: device memory's host pointer is null.
-        // SAFETY: a pointer-sized buffer, just written.
-        ATTR_HOST_POINTER if !caller_listed() => unsafe {
-            data.cast::<*mut c_void>()
-                .write_unaligned(std::ptr::null_mut());
-        },
+        ATTR_HOST_POINTER if !caller.listed() => {
+            // SAFETY: a pointer-sized buffer, just written.
+            unsafe {
+                data.cast::<*mut c_void>()
+                    .write_unaligned(std::ptr::null_mut())
+            };
+            return true;
+        }
         _ => {}
     }
+    false
 }
 
 /// `cuPointerGetAttribute`: the driver's answer, corrected for converted memory.
@@ -345,17 +365,12 @@ pub unsafe extern "C" fn cuPointerGetAttribute(
         let r = unsafe { f(data, attribute, ptr) };
         if let Some((base, size)) = live_converted(ptr) {
             if r == CUDA_SUCCESS {
-                if attribute == ATTR_HOST_POINTER && !data.is_null() && !caller_listed() {
-                    // Device memory has no host pointer: the driver's answer for it.
-                    // SAFETY: a pointer-sized buffer, just written by the driver.
-                    unsafe {
-                        data.cast::<*mut c_void>()
-                            .write_unaligned(std::ptr::null_mut())
-                    };
+                // SAFETY: the driver filled `data` for this attribute.
+                let erased =
+                    unsafe { correct(attribute, data, (base, size), &mut Caller::default()) };
+                if erased {
                     return CUDA_ERROR_INVALID_VALUE;
                 }
-                // SAFETY: the driver filled `data` for this attribute.
-                unsafe { correct(attribute, data, base, size) };
             } else if attribute == ATTR_P2P_TOKENS {
                 refused("cuPointerGetAttribute(P2P_TOKENS)", base, size, r);
             }
@@ -384,11 +399,13 @@ pub unsafe extern "C" fn cuPointerGetAttributes(
         if r != CUDA_SUCCESS || attributes.is_null() || data.is_null() {
             return r;
         }
-        if let Some((base, size)) = live_converted(ptr) {
+        if let Some(range) = live_converted(ptr) {
+            let mut caller = Caller::default();
             for i in 0..count as usize {
                 // SAFETY: the caller's arrays of `count` entries, which the driver just read
-                // and filled.
-                unsafe { correct(*attributes.add(i), *data.add(i), base, size) };
+                // and filled. In a batch there is no error per attribute: an erased host
+                // pointer is null, as for device memory.
+                unsafe { correct(*attributes.add(i), *data.add(i), range, &mut caller) };
             }
         }
         r

@@ -244,7 +244,7 @@ pub unsafe extern "C" fn dlsym(handle: *mut c_void, symbol: *const c_char) -> *m
         match wrapper(base_name(name)) {
             // Only the exact symbol a wrapper forwards to: the unversioned names of `_v2`
             // functions (`cuMemAlloc`) are the CUDA 3.1 ABI (32-bit sizes), never substituted.
-            Some((which, ours)) if real::symbol_of(which).to_bytes() == name => {
+            Some((which, ours)) if which.symbol().to_bytes() == name => {
                 // A driver whose own table points at the exported name hands back this library's
                 // function: never take that for the real one (it would call itself).
                 if found != ours {
@@ -272,9 +272,9 @@ fn substitute(symbol: *const c_char, pfn: *mut *mut c_void, version: c_int) {
         return;
     }
     if let Some((which, ours)) = wrapper(base_name(name)) {
-        let versioned = real::symbol_of(which).to_bytes().ends_with(b"_v2")
-            || real::symbol_of(which).to_bytes().ends_with(b"_v3");
-        if versioned && version < V2_ABI {
+        // A `_v2` / `_v3` function's lookup for an older CUDA is its 32-bit-size ABI.
+        let sym = which.symbol().to_bytes();
+        if base_name(sym) != sym && version < V2_ABI {
             return;
         }
         if found != ours {

@@ -51,7 +51,7 @@ impl Fn {
     }
 
     /// The versioned name libcuda exports it under.
-    fn symbol(self) -> &'static CStr {
+    pub fn symbol(self) -> &'static CStr {
         match self {
             Fn::MemAlloc => c"cuMemAlloc_v2",
             Fn::MemAllocPitch => c"cuMemAllocPitch_v2",
@@ -85,11 +85,6 @@ impl Fn {
             Fn::MemGetAddressRange => c"cuMemGetAddressRange_v2",
         }
     }
-}
-
-/// The versioned name libcuda exports a wrapped function under.
-pub fn symbol_of(which: Fn) -> &'static CStr {
-    which.symbol()
 }
 
 static REAL: [AtomicUsize; COUNT] = [const { AtomicUsize::new(0) }; COUNT];

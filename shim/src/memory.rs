@@ -79,35 +79,25 @@ impl Native {
 
     /// Adds another process's figures (saturating).
     pub fn add(&mut self, o: &Native) {
-        for (mine, theirs) in self.fields_mut().into_iter().zip(o.fields()) {
-            *mine = mine.saturating_add(theirs);
-        }
-    }
-
-    fn fields(&self) -> [u64; 8] {
-        [
-            self.vmm,
-            self.stream_ordered,
-            self.array,
-            self.setting,
-            self.library,
-            self.export,
-            self.other,
-            self.refused,
-        ]
-    }
-
-    fn fields_mut(&mut self) -> [&mut u64; 8] {
-        [
-            &mut self.vmm,
-            &mut self.stream_ordered,
-            &mut self.array,
-            &mut self.setting,
-            &mut self.library,
-            &mut self.export,
-            &mut self.other,
-            &mut self.refused,
-        ]
+        // Destructured: a new field cannot be forgotten here.
+        let Native {
+            vmm,
+            stream_ordered,
+            array,
+            setting,
+            library,
+            export,
+            other,
+            refused,
+        } = *o;
+        self.vmm = self.vmm.saturating_add(vmm);
+        self.stream_ordered = self.stream_ordered.saturating_add(stream_ordered);
+        self.array = self.array.saturating_add(array);
+        self.setting = self.setting.saturating_add(setting);
+        self.library = self.library.saturating_add(library);
+        self.export = self.export.saturating_add(export);
+        self.other = self.other.saturating_add(other);
+        self.refused = self.refused.saturating_add(refused);
     }
 
     /// On the wire.

@@ -534,11 +534,15 @@ impl TaskService {
                             c.held = held;
                             c.managed_asked = Some(Instant::now());
                         }
+                        // Its status says whether a process had an export refused: only then
+                        // is the mark looked for (not at every burst's end).
+                        if held.native.refused > 0 {
+                            self.report_exports(id).await;
+                        }
                         held
                     }
                     None => known,
                 };
-                self.report_exports(id).await;
                 self.gate
                     .end_burst(&self.namespace, id, service, held)
                     .await;
