@@ -4,4 +4,4 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$HOME/.cargo/bin:$PATH"
-N=${1:-5000} cargo bench --locked -q -p mqfq-shim --bench admission
+N=${1:-5000} cargo bench --locked -q -p mqfq-daemon --bench admission

@@ -6,5 +6,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$HOME/.cargo/bin:$PATH"
-cargo build --release --locked -q -p mqfq-shim -p mqfq-testkit -p mqfq-cuda-hook
+cargo build --release --locked -q -p mqfq-shim -p mqfq-daemon -p mqfq-testkit -p mqfq-cuda-hook
 target/release/bench-burst "$PWD/target/release" "${1:-300}" "${2:-2000}"

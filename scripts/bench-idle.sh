@@ -6,5 +6,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$HOME/.cargo/bin:$PATH"
-cargo build --release --locked -q -p mqfq-shim -p mqfq-testkit -p mqfq-cuda-hook
+cargo build --release --locked -q -p mqfq-shim -p mqfq-daemon -p mqfq-testkit -p mqfq-cuda-hook
 target/release/bench-idle "$PWD/target/release" "${1:-40}" "${2:-1000}" "${3:-1,2,5,10,20}"

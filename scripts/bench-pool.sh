@@ -6,5 +6,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$HOME/.cargo/bin:$PATH"
 n=${1:-20}
-cargo build --release --locked -q -p mqfq-shim -p mqfq-testkit -p mqfq-cuda-hook
+cargo build --release --locked -q -p mqfq-shim -p mqfq-daemon -p mqfq-testkit -p mqfq-cuda-hook
 target/release/bench-pool "$PWD/target/release" "$n"

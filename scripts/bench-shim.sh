@@ -5,5 +5,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$HOME/.cargo/bin:$PATH"
 n=${1:-30}
-cargo build --release --locked -q -p mqfq-shim -p mqfq-testkit
+cargo build --release --locked -q -p mqfq-shim -p mqfq-daemon -p mqfq-testkit
 target/release/bench-ctr-run "$PWD/target/release" "$n"

@@ -14,5 +14,5 @@ if [ -n "${MQFQ_CONTAINERD:-}" ]; then
     MQFQ_CONTAINERD_DIR=$(scripts/fetch-containerd.sh "$MQFQ_CONTAINERD")
     export MQFQ_CONTAINERD_DIR
 fi
-cargo build --release --locked -q -p mqfq-shim -p mqfq-testkit -p mqfq-cuda-hook
+cargo build --release --locked -q -p mqfq-shim -p mqfq-daemon -p mqfq-testkit -p mqfq-cuda-hook
 exec target/release/mqfq-demo "$PWD/target/release"

@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$HOME/.cargo/bin:$PATH"
-cargo build --release --locked -q -p mqfq-shim -p mqfq-testkit -p mqfq-cuda-hook
+cargo build --release --locked -q -p mqfq-shim -p mqfq-daemon -p mqfq-testkit -p mqfq-cuda-hook
 mkdir -p gpu-bin
 cp target/release/{mqfqd,mqfqctl,containerd-shim-mqfq-v2,mqfq-demo,libmqfq_cuda.so} gpu-bin/
 strip gpu-bin/* 2>/dev/null || true

@@ -10,7 +10,7 @@ cargo fmt --all --check
 echo "== cargo clippy -D warnings"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 # The fuzzing entry points too (off in the product build).
-cargo clippy -p mqfq-shim -p mqfq-cuda-hook --features fuzzing --locked -- -D warnings
+cargo clippy -p mqfq-shim -p mqfq-daemon -p mqfq-cuda-hook --features fuzzing --locked -- -D warnings
 echo "== cargo deny (licences, bans, duplicate versions, sources)"
 scripts/deny.sh
 echo "== portable interposer (glibc >= 2.17) and an old glibc to test it on"
@@ -29,6 +29,8 @@ echo "== cargo test"
 # Every wait in the tests is bounded; these limits only make a hang end the run with a message.
 MQFQ_REQUIRE_CONTAINERD=1 timeout -k 30 2400 cargo test --workspace --locked
 echo "== containerd integration tests on the other release lines (1.7, 2.1; the above ran on the system's)"
+# The shim's tests run mqfqd and mqfqctl from the daemon's crate (built above; kept fresh here).
+cargo build --locked -p mqfq-daemon --bins
 for line in 1.7 2.1; do
     if ! dir=$(scripts/fetch-containerd.sh "$line"); then
         echo "ERROR: containerd $line could not be fetched from Debian's archive" >&2
@@ -40,5 +42,5 @@ for line in 1.7 2.1; do
 done
 echo "== fuzz: every target, 10 s each"
 scripts/fuzz.sh 10
-echo "== benchmarks compile (scheduler-core holds the criterion benches)"
-cargo bench -p scheduler-core --locked --no-run
+echo "== every benchmark compiles (criterion and the end-to-end ones; scripts/bench-*.sh run them)"
+cargo build --workspace --benches --bins --locked

@@ -1,2 +1,2 @@
 #![no_main]
-libfuzzer_sys::fuzz_target!(|data: &[u8]| mqfq_shim::fuzzing::cdi(data));
+libfuzzer_sys::fuzz_target!(|data: &[u8]| mqfq_daemon::fuzzing::cdi(data));

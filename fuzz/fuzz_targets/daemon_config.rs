@@ -1,2 +1,2 @@
 #![no_main]
-libfuzzer_sys::fuzz_target!(|data: &[u8]| mqfq_shim::fuzzing::daemon_config(data));
+libfuzzer_sys::fuzz_target!(|data: &[u8]| mqfq_daemon::fuzzing::daemon_config(data));

@@ -1,4 +1,4 @@
 #![no_main]
-libfuzzer_sys::fuzz_target!(|reqs: Vec<mqfq_shim::fuzzing::Request>| {
-    mqfq_shim::fuzzing::mqfqd_requests(&reqs);
+libfuzzer_sys::fuzz_target!(|reqs: Vec<mqfq_daemon::fuzzing::Request>| {
+    mqfq_daemon::fuzzing::mqfqd_requests(&reqs);
 });

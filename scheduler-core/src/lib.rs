@@ -8,18 +8,21 @@
 //! - [`queue`]: the MQFQ-Sticky queue (flows, virtual time, T, sticky TTL, charge correction).
 //! - [`concurrency`]: the dynamic concurrency limit D per GPU.
 //! - [`tiers`]: Hot / Warm / Cold container tiers and the eviction and prefetch decisions.
+//! - [`node`]: the node's policy built from them — per-GPU admission (limit in force, short-slot
+//!   reserve, leases, adoption) and the pool's decisions (make room, victims, prefetch, tick).
 //! - [`native`]: which functions keep their GPU allocations native (learned from refused exports).
 //! - [`config`]: knobs, the design's profiles, validation.
-//! - [`sim`]: the trace-driven simulator and the baseline policies it compares against.
+//!
+//! Trace formats, workload generators, the simulated executor, the baselines and reports are the
+//! simulator's (`sim/`), not decisions the node makes.
 #![deny(missing_docs)]
 
 pub mod concurrency;
 pub mod config;
 pub mod ewma;
 pub mod native;
+pub mod node;
 pub mod queue;
-pub mod rng;
-pub mod sim;
 pub mod tiers;
 pub mod time;
 

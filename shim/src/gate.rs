@@ -30,10 +30,10 @@ use async_trait::async_trait;
 use tokio::sync::Mutex;
 
 use crate::api;
-use crate::daemon::config::DEFAULT_SOCKET;
 use crate::error::{Error, Result};
 use crate::gpu::{GpuSelection, GpuWork};
 use crate::memory::Usage;
+use mqfq_proto::DEFAULT_SOCKET;
 
 /// What an admission is for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -352,7 +352,7 @@ impl DaemonGate {
         if let Some(c) = &conn.client {
             return Ok(c.clone());
         }
-        let c = crate::ctl::connect(&self.cfg.socket)
+        let c = mqfq_proto::connect(&self.cfg.socket)
             .await
             .map_err(|e| e.to_string())?;
         conn.client = Some(c.clone());
@@ -392,7 +392,7 @@ impl DaemonGate {
                 pooled: true,
                 evicted: i.evicted,
                 managed_bytes: i.held.managed,
-                native: Some(i.held.native.to_proto()).into(),
+                native: Some(crate::memory::to_proto(&i.held.native)).into(),
                 ..entry(&i.ns, &i.id, &i.work)
             })
             .collect();
@@ -693,7 +693,7 @@ impl Gate for Arc<DaemonGate> {
         let Some(h) = removed else {
             return;
         };
-        if h.pooled && crate::daemon::core::stays_idle(reason) {
+        if h.pooled && mqfq_proto::stays_idle(reason) {
             self.idle().insert(
                 key(ns, id),
                 Idle {
@@ -714,7 +714,7 @@ impl Gate for Arc<DaemonGate> {
             service_ns: u64::try_from(service.as_nanos()).unwrap_or(u64::MAX).max(1),
             reason: reason.to_owned(),
             managed_bytes: held.managed,
-            native: Some(held.native.to_proto()).into(),
+            native: Some(crate::memory::to_proto(&held.native)).into(),
             ..Default::default()
         };
         let Some(c) = self.conn.lock().await.client.clone() else {

@@ -179,7 +179,7 @@ fn invalid(key: &str, value: &str, why: &str) -> Error {
 /// A key or tenant: 1–253 characters from `A–Z a–z 0–9 . _ - : / @ +` (they become metric labels
 /// and log fields).
 fn check_name(key: &str, value: &str) -> Result<String> {
-    if crate::daemon::core::is_key(value) {
+    if mqfq_proto::is_key(value) {
         Ok(value.to_owned())
     } else {
         Err(invalid(

@@ -1,6 +1,8 @@
 //! `containerd-shim-mqfq-v2`: a containerd shim v2 (task API v2) that runs containers through
-//! runc and records, at Create, which are GPU work and whose. GPU task starts will be gated on
-//! the node's MQFQ-Sticky queue (`mqfqd`, issue 4); non-GPU containers behave as with runc.
+//! runc and records, at Create, which are GPU work and whose. GPU work (task starts without the
+//! CUDA interposer, bursts with it) is admitted by the node's MQFQ-Sticky queue in `mqfqd`;
+//! non-GPU containers behave as with runc. This crate is what containerd starts for every pod:
+//! it links the protocol (`mqfq-proto`) and not the daemon (`mqfq-daemon`).
 //!
 //! - [`service`]: the shim process (`start`, `delete`, the server).
 //! - [`task`]: the Task service (create, start, exec, kill, delete, pause, resume, state, wait,
@@ -9,10 +11,7 @@
 //! - [`gpu`], [`options`], [`io`], [`console`], [`process`], [`error`]: classification, runtime
 //!   options, stdio, terminals, the process state machine, errors and their ttrpc codes.
 
-pub mod api;
 pub mod console;
-pub mod ctl;
-pub mod daemon;
 pub mod elf;
 pub mod error;
 #[cfg(feature = "fuzzing")]
@@ -20,8 +19,6 @@ pub mod fuzzing;
 pub mod gate;
 pub mod gpu;
 pub mod io;
-pub mod logging;
-pub mod memory;
 pub mod nvidia;
 pub mod oom;
 pub mod options;
@@ -32,6 +29,8 @@ pub mod service;
 pub mod stats;
 pub mod task;
 pub mod uvm;
+
+pub use mqfq_proto::{api, memory};
 
 /// Version and git revision, as `-v` prints them.
 #[must_use]

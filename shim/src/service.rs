@@ -198,7 +198,7 @@ fn gate() -> Arc<dyn crate::gate::Gate> {
     let cfg = crate::gate::GateConfig::from_env().unwrap_or_else(|e| {
         tracing::error!("{}; GPU admission fails closed", e.full_message());
         crate::gate::GateConfig {
-            socket: crate::daemon::config::DEFAULT_SOCKET.into(),
+            socket: mqfq_proto::DEFAULT_SOCKET.into(),
             fail_open: false,
             reconnect_grace: std::time::Duration::from_secs(5),
             admit_timeout: Some(std::time::Duration::from_secs(100)),

@@ -35,8 +35,8 @@ fn setup(name: &str, env: &[(&str, &str)], extra: &str) -> Option<(Containerd, M
     )?;
     let cuda = c.install_cuda(&mqfq_testkit::built_interposer()).unwrap();
     let d = Mqfqd::start(
-        Path::new(env!("CARGO_BIN_EXE_mqfqd")),
-        Path::new(env!("CARGO_BIN_EXE_mqfqctl")),
+        &mqfq_testkit::daemon_program("mqfqd"),
+        &mqfq_testkit::daemon_program("mqfqctl"),
         c.dir(),
         &c.daemon_socket(),
         &format!("restart_grace_ms = 0\n{extra}"),

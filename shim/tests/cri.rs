@@ -256,8 +256,8 @@ async fn five_gpu_server_pods_start_and_share_two_slots() {
     };
     let cuda = c.install_cuda(&mqfq_testkit::built_interposer()).unwrap();
     let d = Mqfqd::start(
-        Path::new(env!("CARGO_BIN_EXE_mqfqd")),
-        Path::new(env!("CARGO_BIN_EXE_mqfqctl")),
+        &mqfq_testkit::daemon_program("mqfqd"),
+        &mqfq_testkit::daemon_program("mqfqctl"),
         c.dir(),
         &c.daemon_socket(),
         "restart_grace_ms = 0\n[concurrency]\nd_max = 2\nd_initial = 2\n[queue]\nshort_charge_s = 0\n",

@@ -35,8 +35,8 @@ fn text(o: &Output) -> String {
 /// A private mqfqd (simulated GPUs, dispatch log) from the binaries built for this test.
 fn mqfqd(dir: &Path, socket: &Path, extra: &str) -> Mqfqd {
     Mqfqd::start(
-        Path::new(env!("CARGO_BIN_EXE_mqfqd")),
-        Path::new(env!("CARGO_BIN_EXE_mqfqctl")),
+        &mqfq_testkit::daemon_program("mqfqd"),
+        &mqfq_testkit::daemon_program("mqfqctl"),
         dir,
         socket,
         extra,
@@ -381,7 +381,7 @@ fn malformed_frames_and_requests_get_clear_errors_and_change_nothing() {
         .build()
         .unwrap();
     rt.block_on(async {
-        let c = mqfq_shim::ctl::connect(&sock).await.unwrap();
+        let c = mqfq_daemon::ctl::connect(&sock).await.unwrap();
         let ctx = || ttrpc::context::with_timeout(5_000_000_000);
         let good = api::AdmitRequest {
             namespace: "ns".into(),

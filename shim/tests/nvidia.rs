@@ -10,8 +10,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use mqfq_daemon::nvidia::{cdi, discover, edits};
 use mqfq_shim::gpu::GpuSelection;
-use mqfq_shim::nvidia::{cdi, discover, edits};
 use mqfq_testkit::{Containerd, MQFQ};
 
 const VERSION: &str = "550.54.15";
@@ -405,7 +405,7 @@ fn a_gpu_container_gets_the_cached_edits_without_a_hook() {
     )
     .unwrap();
     let daemon = Reaped(
-        Command::new(env!("CARGO_BIN_EXE_mqfqd"))
+        Command::new(mqfq_testkit::daemon_program("mqfqd"))
             .arg("--config")
             .arg(&cfg)
             .spawn()

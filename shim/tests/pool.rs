@@ -124,8 +124,8 @@ fn setup(name: &str) -> Option<(Containerd, Mqfqd, PathBuf, u16)> {
     let cuda = c.install_cuda(&interposer()).unwrap();
     let port = free_port();
     let d = Mqfqd::start(
-        Path::new(env!("CARGO_BIN_EXE_mqfqd")),
-        Path::new(env!("CARGO_BIN_EXE_mqfqctl")),
+        &mqfq_testkit::daemon_program("mqfqd"),
+        &mqfq_testkit::daemon_program("mqfqctl"),
         c.dir(),
         &c.daemon_socket(),
         &format!(

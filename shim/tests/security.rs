@@ -393,8 +393,8 @@ fn hostile_control_sockets_cannot_hold_or_steer_the_runtime() {
     let cuda = c.install_cuda(&mqfq_testkit::built_interposer()).unwrap();
     let bin = mqfq_testkit::build_double("hostile_ctl", &cuda).unwrap();
     let d = Mqfqd::start(
-        Path::new(env!("CARGO_BIN_EXE_mqfqd")),
-        Path::new(env!("CARGO_BIN_EXE_mqfqctl")),
+        &mqfq_testkit::daemon_program("mqfqd"),
+        &mqfq_testkit::daemon_program("mqfqctl"),
         c.dir(),
         &c.daemon_socket(),
         "restart_grace_ms = 0\n[queue]\nttl_s = 0.3\n[pool]\nhot_ttl_s = 1.0\n",

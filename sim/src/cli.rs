@@ -4,12 +4,12 @@ use std::fmt::Write as _;
 use std::fs;
 use std::path::{Path, PathBuf};
 
+use crate::report::per_invocation_csv;
+use crate::workload::{AzureSpec, MixSpec, azure, design_mix};
+use crate::{POLICIES, SimConfig, Summary, Trace, run_policy, summarize};
 use anyhow::{Context, Result, bail};
 use clap::{Args, Parser, Subcommand};
 use scheduler_core::config::{Overrides, TierConfig};
-use scheduler_core::sim::report::per_invocation_csv;
-use scheduler_core::sim::workload::{AzureSpec, MixSpec, azure, design_mix};
-use scheduler_core::sim::{POLICIES, SimConfig, Summary, Trace, run_policy, summarize};
 use scheduler_core::{GpuMode, Profile};
 
 /// Trace-driven simulator of GPU function queueing policies.

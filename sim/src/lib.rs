@@ -1,6 +1,33 @@
-//! The `mqfq-sim` command line: file I/O, flags, tables and plots around
-//! `scheduler_core::sim`. Kept out of `scheduler-core` so the pure crate has no CLI or plotting
-//! dependencies.
+//! `mqfq-sim`, the trace-driven simulator: how we show, without a GPU, that MQFQ-Sticky beats
+//! the alternatives — and where it does not.
+//!
+//! [`trace`] parses the CSV format, [`workload`] makes synthetic and Azure-derived traces, [`policy`]
+//! holds the policies, [`engine`] the simulated node they all run on, and [`report`] the numbers.
+//! The model is documented in `docs/SIMULATOR.md` and in [`engine`]; [`cli`] and [`plot`] are the
+//! command line around it. The decisions themselves are `scheduler_core`'s: this crate adds the
+//! workloads, the simulated node and the baselines to compare against.
 
 pub mod cli;
+pub mod engine;
 pub mod plot;
+pub mod policy;
+pub mod report;
+pub mod rng;
+pub mod trace;
+pub mod types;
+pub mod workload;
+
+pub use engine::simulate;
+pub use policy::{POLICIES, Policy, build};
+pub use report::{Summary, summarize};
+pub use trace::{Trace, TraceError};
+pub use types::{Audit, Record, SimConfig, SimError, SimOutput};
+
+/// Runs the named policy over a trace with the given knobs.
+///
+/// # Errors
+/// An unknown policy or bad knob ([`SimError::Config`]).
+pub fn run_policy(name: &str, trace: &Trace, cfg: &SimConfig) -> Result<SimOutput, SimError> {
+    let mut p = build(name, trace, cfg.profile, &cfg.overrides, cfg.mode)?;
+    simulate(trace, p.as_mut(), cfg)
+}

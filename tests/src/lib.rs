@@ -561,6 +561,32 @@ pub fn built_interposer() -> PathBuf {
     so
 }
 
+/// A program of the daemon's crate (`mqfqd`, `mqfqctl`) as cargo built it for this workspace
+/// (`target/<profile>/`, above the calling test binary), built first if missing. The shim's tests
+/// cannot name another package's binaries through `CARGO_BIN_EXE_*`; `cargo test --workspace`
+/// builds them fresh, a lone `cargo test -p mqfq-shim` uses what the last build left.
+///
+/// # Panics
+/// cargo cannot build it.
+#[must_use]
+pub fn daemon_program(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("test binary");
+    let profile = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("target/<profile>/deps");
+    let bin = profile.join(name);
+    if !bin.exists() {
+        let mut cargo = Command::new(env!("CARGO"));
+        cargo.args(["build", "-p", "mqfq-daemon", "--bins"]);
+        if profile.ends_with("release") {
+            cargo.arg("--release");
+        }
+        assert!(cargo.status().expect("cargo").success(), "build {name}");
+    }
+    bin
+}
+
 /// Pids of shim processes whose command line names this containerd's socket.
 #[must_use]
 pub fn shim_pids(sock: &str) -> Vec<u32> {

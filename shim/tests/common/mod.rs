@@ -4,7 +4,7 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::process::Command;
 
-use mqfq_shim::daemon::config::DaemonConfig;
+use mqfq_daemon::config::DaemonConfig;
 use scheduler_core::{MqfqQueue, Time};
 use serde_json::Value;
 

@@ -1,0 +1,847 @@
+//! The daemon's decisions, without I/O: per-GPU MQFQ-Sticky queues and concurrency limits,
+//! leases, waiting admissions, re-registration, and the dispatch record.
+//!
+//! Every operation takes `now` and first expires sticky TTLs up to it, so the dispatch record
+//! (enqueue, dispatch, release, withdraw, adopt — with times and the free slots each dispatch was
+//! given) is enough to replay the queue's decisions exactly; the integration tests do that.
+//!
+//! Each GPU has its own queue and limit; an admission is routed at arrival to the least loaded
+//! GPU among those the container was given. A container given several GPUs is gated on one of
+//! them (gang admission across GPUs is not implemented; see docs/ARCHITECTURE.md).
+
+use std::collections::{BTreeMap, HashMap};
+
+use crate::concurrency::ConcurrencyController;
+use crate::config::{ConcurrencyConfig, GpuMode, QueueConfig};
+use crate::queue::FlowEvent;
+use crate::{FlowId, FlowState, MqfqQueue, Ticket, Time};
+use serde::{Deserialize, Serialize};
+
+use super::is_key;
+
+/// Errors of the admission core; each names the field at fault.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum CoreError {
+    /// A request field is missing or out of range.
+    #[error("invalid `{field}`: {reason}")]
+    Invalid {
+        /// The protocol field.
+        field: &'static str,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The container named a GPU this node does not have.
+    #[error("unknown GPU {0:?} (not an index, UUID or MIG device of this node)")]
+    UnknownGpu(String),
+    /// The container already waits for admission.
+    #[error("container {0} is already waiting for admission")]
+    AlreadyWaiting(String),
+    /// Release of a lease that is not held.
+    #[error("lease {0} is not held")]
+    UnknownLease(u64),
+    /// A shim asked for more than its share of the daemon.
+    #[error("{what}: at most {limit} per shim ([limits] in mqfqd.toml)")]
+    Limit {
+        /// What is capped.
+        what: &'static str,
+        /// The cap.
+        limit: usize,
+    },
+    /// Bad scheduler knobs.
+    #[error(transparent)]
+    Config(#[from] crate::ConfigError),
+}
+
+/// One GPU as the monitor described it.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct GpuInfo {
+    /// NVML index.
+    pub index: u32,
+    /// `GPU-…` UUID.
+    pub uuid: String,
+    /// Product name.
+    pub name: String,
+    /// Plain, MPS or MIG (sets D_max).
+    pub mode: GpuMode,
+    /// Framebuffer size in bytes.
+    pub memory_total: u64,
+    /// MIG device UUIDs (`MIG-…`) on this GPU.
+    pub mig: Vec<String>,
+}
+
+/// What an admission is for: a task's start, its resume after a pause, or a burst of GPU work
+/// in a running container (seen by its CUDA interposer).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Kind {
+    /// Task Start.
+    Start,
+    /// Task Resume.
+    Resume,
+    /// A burst of GPU work.
+    Burst,
+}
+
+impl Kind {
+    /// The name in metrics and the dispatch record.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Start => "start",
+            Kind::Resume => "resume",
+            Kind::Burst => "burst",
+        }
+    }
+}
+
+/// An admission request, validated by [`Core::admit`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct AdmitInfo {
+    /// containerd namespace.
+    pub namespace: String,
+    /// Container id.
+    pub container_id: String,
+    /// Function key.
+    pub function: String,
+    /// The tenant in force (the operator's policy decided it); `None`: none.
+    pub tenant: Option<String>,
+    /// That tenant's weight; 0 means 1.
+    pub tenant_weight: f64,
+    /// Flow weight in force; 0 means 1.
+    pub weight: f64,
+    /// Requested GPUs as named by the container; empty means all.
+    pub gpus: Vec<String>,
+    /// Start or Resume.
+    pub kind: Kind,
+    /// The shim's pid.
+    pub shim_pid: u32,
+}
+
+impl AdmitInfo {
+    /// `namespace/container_id`.
+    #[must_use]
+    pub fn key(&self) -> String {
+        format!("{}/{}", self.namespace, self.container_id)
+    }
+
+    /// The queue's flow for it: the function, scoped by the tenant (`tenant/function`), so a
+    /// function key named in one tenant never joins another tenant's flow.
+    #[must_use]
+    pub fn flow_key(&self) -> String {
+        match &self.tenant {
+            Some(t) => format!("{t}/{}", self.function),
+            None => self.function.clone(),
+        }
+    }
+}
+
+/// What a registration did.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Registration {
+    /// `(key, lease)` for every running container the shim listed.
+    pub leases: Vec<(String, u64)>,
+    /// `(key, lease)` of leases the shim held but no longer lists: released.
+    pub released: Vec<(String, u64)>,
+    /// What the freed slots dispatched.
+    pub grants: Vec<Grant>,
+}
+
+/// A dispatched admission.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Grant {
+    /// `namespace/container_id`.
+    pub key: String,
+    /// The lease.
+    pub lease: u64,
+    /// The GPU it counts against.
+    pub gpu: u32,
+    /// Time queued.
+    pub waited_ns: u64,
+}
+
+/// A running container a shim re-registers.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RunningInfo {
+    /// Its identity, as at admission.
+    pub info: AdmitInfo,
+    /// The lease it holds from this daemon, if any (0 = none).
+    pub lease: u64,
+}
+
+#[derive(Debug)]
+struct Gpu {
+    info: GpuInfo,
+    queue: MqfqQueue<String>,
+    conc: ConcurrencyController,
+    running: u32,
+    long_running: u32,
+    memory_used: u64,
+}
+
+#[derive(Clone, Debug)]
+struct Waiting {
+    gpu: u32,
+    flow: FlowId,
+    function: String,
+    shim_pid: u32,
+    kind: Kind,
+}
+
+/// A held lease.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Lease {
+    /// Container key.
+    pub key: String,
+    /// Function.
+    pub function: String,
+    /// GPU.
+    pub gpu: u32,
+    /// Holder shim's pid.
+    pub shim_pid: u32,
+    /// When it was granted.
+    pub since: Time,
+    /// What it was asked for.
+    pub kind: Kind,
+    ticket: Ticket,
+    /// What it has been charged so far, seconds (the dispatch estimate, then each charge of a
+    /// burst that keeps running).
+    charged: f64,
+    long: bool,
+    /// The registration epoch it was granted in (see [`Core::register`]).
+    epoch: u64,
+}
+
+/// A read-only view of one GPU.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct GpuView {
+    /// What the monitor said.
+    pub info: GpuInfo,
+    /// D.
+    pub d: f64,
+    /// Limit in force.
+    pub limit: u32,
+    /// Leases held.
+    pub running: u32,
+    /// Last utilization sample.
+    pub utilization: Option<f64>,
+    /// Last memory sample.
+    pub memory_used: u64,
+    /// Its queue's V.
+    pub virtual_time: f64,
+    /// Admissions waiting.
+    pub queued: usize,
+}
+
+/// The daemon's admission state.
+#[derive(Debug)]
+pub struct Core {
+    queue_cfg: QueueConfig,
+    gpus: Vec<Gpu>,
+    waiting: HashMap<String, Waiting>,
+    leases: BTreeMap<u64, Lease>,
+    lease_of: HashMap<String, u64>,
+    next_lease: u64,
+    seq: u64,
+    log: Vec<Record>,
+    fail_open_starts: u64,
+    hold: Time,
+    /// Flows that turned Active since the last [`Core::drain_activated`]: (GPU, function).
+    activated: Vec<(u32, String)>,
+    /// Per-shim caps: waiting admissions, registered containers.
+    limits: (usize, usize),
+    /// Waiting admissions per shim.
+    waiting_of: HashMap<u32, usize>,
+    /// Counts registrations; a lease remembers the count it was granted at.
+    epoch: u64,
+    /// The epoch of each shim's last registration.
+    registered_at: HashMap<u32, u64>,
+}
+
+fn invalid(field: &'static str, reason: impl Into<String>) -> CoreError {
+    CoreError::Invalid {
+        field,
+        reason: reason.into(),
+    }
+}
+
+impl Core {
+    /// A core for `gpus`, with the queue knobs and, per GPU mode, the concurrency knobs.
+    ///
+    /// # Errors
+    /// Invalid knobs; no GPU.
+    pub fn new(
+        gpus: Vec<GpuInfo>,
+        queue_cfg: &QueueConfig,
+        conc: impl Fn(GpuMode) -> ConcurrencyConfig,
+    ) -> Result<Self, CoreError> {
+        if gpus.is_empty() {
+            return Err(invalid("gpus", "the node has no GPU to gate"));
+        }
+        let gpus = gpus
+            .into_iter()
+            .map(|info| {
+                Ok(Gpu {
+                    queue: MqfqQueue::new(queue_cfg.clone())?,
+                    conc: ConcurrencyController::new(conc(info.mode))?,
+                    info,
+                    running: 0,
+                    long_running: 0,
+                    memory_used: 0,
+                })
+            })
+            .collect::<Result<Vec<_>, CoreError>>()?;
+        Ok(Core {
+            queue_cfg: queue_cfg.clone(),
+            gpus,
+            waiting: HashMap::new(),
+            leases: BTreeMap::new(),
+            lease_of: HashMap::new(),
+            next_lease: 1,
+            seq: 0,
+            log: Vec::new(),
+            fail_open_starts: 0,
+            hold: Time::ZERO,
+            activated: Vec::new(),
+            limits: (usize::MAX, usize::MAX),
+            waiting_of: HashMap::new(),
+            epoch: 0,
+            registered_at: HashMap::new(),
+        })
+    }
+
+    /// Caps what one shim may have: waiting admissions and registered containers.
+    pub fn set_limits(&mut self, waiters_per_shim: usize, containers_per_shim: usize) {
+        self.limits = (waiters_per_shim, containers_per_shim);
+    }
+
+    /// The registered-containers cap per shim.
+    #[must_use]
+    pub fn containers_per_shim(&self) -> usize {
+        self.limits.1
+    }
+
+    fn waiting_insert(&mut self, key: String, w: Waiting) {
+        *self.waiting_of.entry(w.shim_pid).or_default() += 1;
+        self.waiting.insert(key, w);
+    }
+
+    fn waiting_remove(&mut self, key: &str) -> Option<Waiting> {
+        let w = self.waiting.remove(key)?;
+        if let Some(n) = self.waiting_of.get_mut(&w.shim_pid) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                self.waiting_of.remove(&w.shim_pid);
+            }
+        }
+        Some(w)
+    }
+
+    fn next_seq(&mut self) -> u64 {
+        self.seq += 1;
+        self.seq
+    }
+
+    /// Which of this node's GPUs a container's device names cover.
+    ///
+    /// # Errors
+    /// [`CoreError::UnknownGpu`] for a name that matches nothing.
+    pub fn resolve(&self, names: &[String]) -> Result<Vec<u32>, CoreError> {
+        let all = || self.gpus.iter().map(|g| g.info.index).collect::<Vec<_>>();
+        if names.is_empty() {
+            return Ok(all());
+        }
+        let mut out = Vec::new();
+        for raw in names {
+            let n = raw.trim();
+            if n.is_empty() || n == "all" {
+                return Ok(all());
+            }
+            // `2` or MIG `2:1` by index.
+            let idx_part = n.split(':').next().unwrap_or(n);
+            let found = if let Ok(i) = idx_part.parse::<u32>() {
+                self.gpus.iter().find(|g| g.info.index == i)
+            } else {
+                self.gpus
+                    .iter()
+                    .find(|g| g.info.uuid == n || g.info.mig.iter().any(|m| m == n))
+            };
+            if let Some(g) = found {
+                if !out.contains(&g.info.index) {
+                    out.push(g.info.index);
+                }
+                continue;
+            }
+            // NVML (through nvml-wrapper) does not list MIG instances here: a MIG UUID we do not
+            // know is on one of the GPUs in MIG mode.
+            let mig: Vec<u32> = self
+                .gpus
+                .iter()
+                .filter(|g| n.starts_with("MIG-") && g.info.mode == GpuMode::Mig)
+                .map(|g| g.info.index)
+                .collect();
+            if mig.is_empty() {
+                return Err(CoreError::UnknownGpu(n.to_owned()));
+            }
+            for i in mig {
+                if !out.contains(&i) {
+                    out.push(i);
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    fn slot(&self, index: u32) -> usize {
+        self.gpus
+            .iter()
+            .position(|g| g.info.index == index)
+            .unwrap_or(0)
+    }
+
+    /// Least loaded GPU (leases + waiting, relative to its limit) among `candidates`.
+    fn route(&self, candidates: &[u32]) -> usize {
+        let load = |i: usize| {
+            let g = &self.gpus[i];
+            let busy = f64::from(g.running) + g.queue.queued() as f64;
+            busy / f64::from(g.conc.limit())
+        };
+        candidates
+            .iter()
+            .map(|&c| self.slot(c))
+            .min_by(|&a, &b| load(a).total_cmp(&load(b)).then(a.cmp(&b)))
+            .unwrap_or(0)
+    }
+
+    fn validate(info: &AdmitInfo) -> Result<f64, CoreError> {
+        if info.namespace.is_empty() {
+            return Err(invalid("namespace", "must not be empty"));
+        }
+        if info.container_id.is_empty() || info.container_id.contains('/') {
+            return Err(invalid(
+                "container_id",
+                format!("{:?} must be non-empty without '/'", info.container_id),
+            ));
+        }
+        if !is_key(&info.function) {
+            return Err(invalid(
+                "function",
+                format!(
+                    "{:.64?} must be 1 to 253 characters of A-Z a-z 0-9 . _ - : / @ +",
+                    info.function
+                ),
+            ));
+        }
+        let w = if info.weight == 0.0 { 1.0 } else { info.weight };
+        if !(w.is_finite() && w > 0.0) {
+            return Err(invalid(
+                "weight",
+                format!("{} must be a finite number > 0", info.weight),
+            ));
+        }
+        let tw = info.tenant_weight;
+        if !(tw == 0.0 || (tw.is_finite() && tw > 0.0)) {
+            return Err(invalid(
+                "tenant_weight",
+                format!("{tw} must be a finite number > 0"),
+            ));
+        }
+        if info.tenant.as_deref().is_some_and(|t| !is_key(t)) {
+            return Err(invalid(
+                "tenant",
+                "must be 1 to 253 characters of A-Z a-z 0-9 . _ - : / @ +",
+            ));
+        }
+        Ok(w)
+    }
+
+    fn tick(&mut self, now: Time) {
+        for slot in 0..self.gpus.len() {
+            self.gpus[slot].queue.tick(now);
+            self.collect_events(slot);
+        }
+    }
+
+    /// Keeps the flows that turned Active (the pool prefetches their memory).
+    fn collect_events(&mut self, slot: usize) {
+        let g = &mut self.gpus[slot];
+        for e in g.queue.drain_events() {
+            if let FlowEvent::Activated(f) = e
+                && let Some(k) = g.queue.key(f)
+            {
+                self.activated.push((g.info.index, k.to_owned()));
+            }
+        }
+    }
+
+    /// The flows that turned Active since the last call, as (GPU, function).
+    pub fn drain_activated(&mut self) -> Vec<(u32, String)> {
+        std::mem::take(&mut self.activated)
+    }
+
+    /// Queues an admission; returns every grant this made (possibly the request's own).
+    ///
+    /// # Errors
+    /// Invalid fields, unknown GPU, or the container already waiting; nothing changes then.
+    pub fn admit(&mut self, info: &AdmitInfo, now: Time) -> Result<Vec<Grant>, CoreError> {
+        let weight = Self::validate(info)?;
+        let candidates = self.resolve(&info.gpus)?;
+        let key = info.key();
+        if self.waiting.contains_key(&key) {
+            return Err(CoreError::AlreadyWaiting(key));
+        }
+        if self.waiting_of.get(&info.shim_pid).copied().unwrap_or(0) >= self.limits.0 {
+            return Err(CoreError::Limit {
+                what: "waiting admissions",
+                limit: self.limits.0,
+            });
+        }
+        self.tick(now);
+        if let Some(&lease) = self.lease_of.get(&key) {
+            // Already admitted (a retried call after a lost reply): the same lease again.
+            let l = &self.leases[&lease];
+            return Ok(vec![Grant {
+                key,
+                lease,
+                gpu: l.gpu,
+                waited_ns: 0,
+            }]);
+        }
+        let slot = self.route(&candidates);
+        let seq = self.next_seq();
+        let flow_key = info.flow_key();
+        let g = &mut self.gpus[slot];
+        let flow = Self::flow_of(&mut g.queue, info, &flow_key, weight)?;
+        g.queue
+            .enqueue(flow, key.clone(), now)
+            .map_err(|e| invalid("function", e.to_string()))?;
+        let gpu = g.info.index;
+        self.collect_events(slot);
+        self.log.push(Record::Enqueue {
+            seq,
+            t_ns: now.as_nanos(),
+            gpu,
+            key: key.clone(),
+            function: flow_key.clone(),
+            tenant: info.tenant.clone(),
+            tenant_weight: if info.tenant_weight == 0.0 {
+                1.0
+            } else {
+                info.tenant_weight
+            },
+            weight,
+            kind: info.kind,
+        });
+        self.waiting_insert(
+            key,
+            Waiting {
+                gpu,
+                flow,
+                function: flow_key,
+                shim_pid: info.shim_pid,
+                kind: info.kind,
+            },
+        );
+        Ok(self.pump(slot, now))
+    }
+
+    /// The flow of an admission, with its weight and its tenant's weight in force.
+    fn flow_of(
+        q: &mut MqfqQueue<String>,
+        info: &AdmitInfo,
+        flow_key: &str,
+        weight: f64,
+    ) -> Result<FlowId, CoreError> {
+        let flow = q.flow_in(flow_key, info.tenant.as_deref());
+        q.set_weight(flow, weight)
+            .map_err(|_| invalid("weight", format!("{weight} must be a finite number > 0")))?;
+        if let Some(t) = &info.tenant {
+            let tw = if info.tenant_weight == 0.0 {
+                1.0
+            } else {
+                info.tenant_weight
+            };
+            q.set_tenant_weight(t, tw)
+                .map_err(|_| invalid("tenant_weight", format!("{tw} must be > 0")))?;
+        }
+        Ok(flow)
+    }
+
+    /// The limit in force on a GPU: ⌊D⌋, but while short flows are active never below the long
+    /// invocations running plus the reserved short slot (as in the simulator).
+    fn limit_of(&self, slot: usize) -> u32 {
+        let g = &self.gpus[slot];
+        let reserve = self.queue_cfg.short_charge_s > 0.0 && g.queue.active_short_flows() > 0;
+        if reserve {
+            g.conc.limit_at_least((g.long_running + 1).max(2))
+        } else {
+            g.conc.limit()
+        }
+    }
+
+    /// Dispatches nothing before `until`: a restarted daemon first lets the shims re-register
+    /// the containers that are running, so that it does not hand their slots out again.
+    pub fn hold_until(&mut self, until: Time) {
+        self.hold = until;
+    }
+
+    /// Dispatches on one GPU while slots are free.
+    fn pump(&mut self, slot: usize, now: Time) -> Vec<Grant> {
+        let mut grants = Vec::new();
+        if now < self.hold {
+            return grants;
+        }
+        loop {
+            let limit = self.limit_of(slot);
+            let g = &mut self.gpus[slot];
+            if g.running >= limit {
+                break;
+            }
+            let free = if limit < 2 {
+                u32::MAX
+            } else {
+                limit - g.running
+            };
+            let Some(d) = g.queue.dispatch_slot(now, free) else {
+                break;
+            };
+            let long = !g.queue.is_short_flow(d.ticket.flow);
+            g.running += 1;
+            if long {
+                g.long_running += 1;
+            }
+            let gpu = g.info.index;
+            let running = g.running;
+            let dval = g.conc.d();
+            let key = d.item;
+            let (function, shim_pid, kind) = self
+                .waiting_remove(&key)
+                .map_or((String::new(), 0, Kind::Start), |w| {
+                    (w.function, w.shim_pid, w.kind)
+                });
+            let lease = self.next_lease;
+            self.next_lease += 1;
+            let waited_ns = now.as_nanos().saturating_sub(d.enqueued_at.as_nanos());
+            let seq = self.next_seq();
+            self.log.push(Record::Dispatch {
+                seq,
+                t_ns: now.as_nanos(),
+                gpu,
+                key: key.clone(),
+                function: function.clone(),
+                lease,
+                free,
+                running,
+                limit,
+                d: dval,
+                waited_ns,
+            });
+            self.lease_of.insert(key.clone(), lease);
+            self.leases.insert(
+                lease,
+                Lease {
+                    key: key.clone(),
+                    function,
+                    gpu,
+                    shim_pid,
+                    since: now,
+                    kind,
+                    charged: d.ticket.charge,
+                    ticket: d.ticket,
+                    long,
+                    epoch: self.epoch,
+                },
+            );
+            grants.push(Grant {
+                key,
+                lease,
+                gpu,
+                waited_ns,
+            });
+        }
+        grants
+    }
+
+    fn pump_all(&mut self, now: Time) -> Vec<Grant> {
+        (0..self.gpus.len())
+            .flat_map(|s| self.pump(s, now))
+            .collect()
+    }
+
+    /// Records which shim holds a freshly granted lease (the server knows the caller).
+    pub fn set_holder(&mut self, lease: u64, shim_pid: u32) {
+        if let Some(l) = self.leases.get_mut(&lease) {
+            l.shim_pid = shim_pid;
+        }
+    }
+
+    /// The shim pid that asked for a waiting admission.
+    #[must_use]
+    pub fn waiter_pid(&self, key: &str) -> Option<u32> {
+        self.waiting.get(key).map(|w| w.shim_pid)
+    }
+
+    /// Withdraws a waiting admission. Returns whether one was waiting.
+    pub fn cancel(&mut self, key: &str, reason: &str, now: Time) -> bool {
+        self.tick(now);
+        let Some(w) = self.waiting_remove(key) else {
+            return false;
+        };
+        let slot = self.slot(w.gpu);
+        self.gpus[slot].queue.withdraw(w.flow, |k| k == key);
+        let seq = self.next_seq();
+        self.log.push(Record::Withdraw {
+            seq,
+            t_ns: now.as_nanos(),
+            gpu: w.gpu,
+            key: key.to_owned(),
+            function: w.function,
+            reason: reason.to_owned(),
+        });
+        true
+    }
+
+    /// Ends a lease; `measured` is the service it received (seconds) when known. Returns the
+    /// grants the freed slot made.
+    ///
+    /// # Errors
+    /// [`CoreError::UnknownLease`]; nothing changes then.
+    pub fn release(
+        &mut self,
+        lease: u64,
+        measured: Option<f64>,
+        reason: &str,
+        now: Time,
+    ) -> Result<Vec<Grant>, CoreError> {
+        self.tick(now);
+        let l = self
+            .leases
+            .remove(&lease)
+            .ok_or(CoreError::UnknownLease(lease))?;
+        self.lease_of.remove(&l.key);
+        let slot = self.slot(l.gpu);
+        let g = &mut self.gpus[slot];
+        // The ticket is outstanding by construction; a failure here would be a bug in this file.
+        let _ = g.queue.complete(&l.ticket, measured, now);
+        g.running = g.running.saturating_sub(1);
+        if l.long {
+            g.long_running = g.long_running.saturating_sub(1);
+        }
+        let seq = self.next_seq();
+        self.log.push(Record::Release {
+            seq,
+            t_ns: now.as_nanos(),
+            gpu: l.gpu,
+            key: l.key,
+            function: l.function,
+            lease,
+            measured_s: measured,
+            reason: reason.to_owned(),
+        });
+        Ok(self.pump(slot, now))
+    }
+
+    /// A utilization sample (0–1) and memory reading for a GPU; D moves, and a higher limit may
+    /// dispatch.
+    pub fn observe(
+        &mut self,
+        index: u32,
+        utilization: f64,
+        memory_used: u64,
+        now: Time,
+    ) -> Vec<Grant> {
+        self.tick(now);
+        let slot = self.slot(index);
+        let g = &mut self.gpus[slot];
+        g.conc.observe(utilization);
+        g.memory_used = memory_used;
+        self.pump(slot, now)
+    }
+
+    /// Expires sticky TTLs and dispatches what is due (a timer calls this).
+    pub fn tick_all(&mut self, now: Time) -> Vec<Grant> {
+        self.tick(now);
+        self.pump_all(now)
+    }
+
+    /// Takes the dispatch record since the last call.
+    pub fn drain_log(&mut self) -> Vec<Record> {
+        std::mem::take(&mut self.log)
+    }
+
+    /// The leases held.
+    pub fn leases(&self) -> impl Iterator<Item = (u64, &Lease)> {
+        self.leases.iter().map(|(&id, l)| (id, l))
+    }
+
+    /// One lease.
+    #[must_use]
+    pub fn lease(&self, id: u64) -> Option<&Lease> {
+        self.leases.get(&id)
+    }
+
+    /// The lease a container holds.
+    #[must_use]
+    pub fn lease_of(&self, key: &str) -> Option<u64> {
+        self.lease_of.get(key).copied()
+    }
+
+    /// Admissions waiting.
+    #[must_use]
+    pub fn waiting(&self) -> usize {
+        self.waiting.len()
+    }
+
+    /// Starts let through without a lease, as shims reported them.
+    #[must_use]
+    pub fn fail_open_starts(&self) -> u64 {
+        self.fail_open_starts
+    }
+
+    /// The GPUs.
+    #[must_use]
+    pub fn gpus(&self) -> Vec<GpuView> {
+        (0..self.gpus.len())
+            .map(|s| {
+                let g = &self.gpus[s];
+                GpuView {
+                    info: g.info.clone(),
+                    d: g.conc.d(),
+                    limit: self.limit_of(s),
+                    running: g.running,
+                    utilization: g.conc.last_utilization(),
+                    memory_used: g.memory_used,
+                    virtual_time: g.queue.virtual_time(),
+                    queued: g.queue.queued(),
+                }
+            })
+            .collect()
+    }
+
+    /// Every flow on every GPU, with its GPU index.
+    #[must_use]
+    pub fn flows(&self) -> Vec<(u32, crate::queue::FlowSnapshot)> {
+        self.gpus
+            .iter()
+            .flat_map(|g| g.queue.snapshots().into_iter().map(|f| (g.info.index, f)))
+            .collect()
+    }
+
+    /// Text for a flow state.
+    #[must_use]
+    pub fn state_name(s: FlowState) -> &'static str {
+        match s {
+            FlowState::Active => "active",
+            FlowState::Throttled => "throttled",
+            FlowState::Inactive => "inactive",
+        }
+    }
+}
+
+mod charge;
+mod record;
+mod register;
+
+pub use record::Record;
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,563 @@
+//! `mqfqd.toml`: every key optional, with the defaults below; unknown keys and bad values stop
+//! startup with a message naming the key.
+//!
+//! ```toml
+//! socket = "/run/mqfq/mqfqd.sock"   # root-only ttrpc socket the shims call
+//! metrics_addr = "127.0.0.1:9464"   # Prometheus /metrics; "" turns it off
+//! profile = "balanced"              # light | balanced | throughput (the design's profiles)
+//! backend = "auto"                  # auto (NVML, else simulated) | nvml | simulated
+//! nvml_library = "libnvidia-ml.so.1"
+//! mps_pipe_dir = "/tmp/nvidia-mps"  # an MPS control daemon here puts GPUs in MPS mode
+//! sample_interval_ms = 100          # utilization sampling (at most 100)
+//! dispatch_log = ""                 # JSON-lines record of every queue decision; "" = off
+//! restart_grace_ms = 2000           # after start, dispatch nothing while shims re-register
+//!
+//! [queue]          # overrides of the profile: overrun_s | overrun_tau, ttl_s | ttl_iat,
+//!                  # fallback_charge_s, short_charge_s
+//! [concurrency]    # alpha, u_target, d_max, d_initial
+//! [simulated]      # gpus = 1, memory_gib = 80, utilization_per_lease = 0.3, mode = "plain"
+//! [nvidia]         # pre-created GPU state: edits = true, driver_root = "/",
+//!                  # cdi_dirs = ["/etc/cdi", "/var/run/cdi"],
+//!                  # edits_file = "/run/mqfq/nvidia-edits.json", refresh_interval_ms = 5000,
+//!                  # persistence_mode = true, cuda_library = "libcuda.so.1",
+//!                  # warm_budget_mib = 1024, warm_paths = []
+//! [pool]           # idle GPU containers: hot_ttl_s = 1800, warm_ttl_s = 7200, headroom = 0.15,
+//!                  # prefetch_iat = 5, reclaim = false, host_headroom = 0.1
+//! [fairness]       # weights and tenants (see `policy`): trust_annotations = false,
+//!                  # tenant_from = "namespace", tenants = {}, [[fairness.rule]] …
+//! [limits]         # waiters_per_shim = 256, containers_per_shim = 256, flow_idle_s = 600
+//! ```
+
+use std::path::{Path, PathBuf};
+
+use scheduler_core::config::{ConcurrencyConfig, GpuMode, Overrides, Profile, QueueConfig};
+use serde::Deserialize;
+
+/// Where `mqfqd` listens by default (also the shim's default).
+pub use mqfq_proto::DEFAULT_SOCKET;
+
+/// A config that cannot be used; the message names the key.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigFileError {
+    /// The file could not be read.
+    #[error("reading {path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// TOML syntax, an unknown key or a wrong type (toml's message names the key).
+    #[error("{path}: {message}")]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// toml's message.
+        message: String,
+    },
+    /// A value out of range.
+    #[error("{path}: {source}")]
+    Value {
+        /// The file.
+        path: PathBuf,
+        /// Which knob and why.
+        source: scheduler_core::ConfigError,
+    },
+}
+
+/// Which GPU monitor to use.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Backend {
+    /// NVML when it loads, else simulated.
+    #[default]
+    Auto,
+    /// NVML or fail.
+    Nvml,
+    /// The simulated GPUs.
+    Simulated,
+}
+
+/// Profile overrides for the queue.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct QueueSection {
+    /// Fixed T, virtual seconds.
+    pub overrun_s: Option<f64>,
+    /// T as a multiple of τ_avg.
+    pub overrun_tau: Option<f64>,
+    /// Fixed sticky TTL.
+    pub ttl_s: Option<f64>,
+    /// TTL as a multiple of the flow's inter-arrival time.
+    pub ttl_iat: Option<f64>,
+    /// Charge of a function before its service time is known.
+    pub fallback_charge_s: Option<f64>,
+    /// Short-flow threshold of the reserved slot (0 = off).
+    pub short_charge_s: Option<f64>,
+}
+
+/// Profile overrides for dynamic D.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConcurrencySection {
+    /// Gain α.
+    pub alpha: Option<f64>,
+    /// Target utilization.
+    pub u_target: Option<f64>,
+    /// Ceiling of D (default from the GPU mode: 8 plain, 16 MPS, 1 MIG).
+    pub d_max: Option<u32>,
+    /// D at start.
+    pub d_initial: Option<f64>,
+}
+
+/// The simulated GPUs (no NVIDIA GPU needed).
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SimulatedSection {
+    /// How many.
+    pub gpus: u32,
+    /// Memory of each, GiB.
+    pub memory_gib: u64,
+    /// Utilization each lease adds (the simulated GPU saturates at 1).
+    pub utilization_per_lease: f64,
+    /// plain, mps or mig.
+    pub mode: String,
+}
+
+impl Default for SimulatedSection {
+    fn default() -> Self {
+        SimulatedSection {
+            gpus: 1,
+            memory_gib: 80,
+            utilization_per_lease: 0.3,
+            mode: "plain".into(),
+        }
+    }
+}
+
+/// Pre-created GPU state: the NVIDIA edits, a warm driver and warm libraries.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct NvidiaSection {
+    /// Build and publish the edits.
+    pub edits: bool,
+    /// Where the driver lives (discovery when no CDI spec exists).
+    pub driver_root: PathBuf,
+    /// CDI spec directories, later ones winning.
+    pub cdi_dirs: Vec<PathBuf>,
+    /// Where the edits are written for the shims.
+    pub edits_file: PathBuf,
+    /// How often the sources are checked for changes.
+    pub refresh_interval_ms: u64,
+    /// Keep the driver initialized: persistence mode on every GPU, else held primary contexts.
+    pub persistence_mode: bool,
+    /// The CUDA driver library for held contexts.
+    pub cuda_library: String,
+    /// Page-cache warming budget.
+    pub warm_budget_mib: u64,
+    /// Extra files or directories to warm (large CUDA libraries of frequent images).
+    pub warm_paths: Vec<PathBuf>,
+}
+
+impl Default for NvidiaSection {
+    fn default() -> Self {
+        NvidiaSection {
+            edits: true,
+            driver_root: PathBuf::from("/"),
+            cdi_dirs: vec![PathBuf::from("/etc/cdi"), PathBuf::from("/var/run/cdi")],
+            edits_file: PathBuf::from(crate::nvidia::DEFAULT_EDITS_FILE),
+            refresh_interval_ms: 5000,
+            persistence_mode: true,
+            cuda_library: "libcuda.so.1".into(),
+            warm_budget_mib: 1024,
+            warm_paths: Vec::new(),
+        }
+    }
+}
+
+/// The pool manager: tiers of idle GPU containers (issue 6).
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PoolSection {
+    /// An idle Hot container is evicted to Warm after this long.
+    pub hot_ttl_s: f64,
+    /// A Warm container goes Cold after this long.
+    pub warm_ttl_s: f64,
+    /// Fraction of each GPU's memory kept free: above capacity × (1 − headroom), evict.
+    pub headroom: f64,
+    /// Prefetch a pressure victim when its function's last call is within k × its mean
+    /// inter-arrival time.
+    pub prefetch_iat: f64,
+    /// Kill Cold containers (run-to-completion pools); off: the platform owns their lifetime.
+    pub reclaim: bool,
+    /// Fraction of host memory kept available: below it, Warm containers go Cold.
+    pub host_headroom: f64,
+}
+
+impl Default for PoolSection {
+    fn default() -> Self {
+        let t = scheduler_core::config::TierConfig::default();
+        PoolSection {
+            hot_ttl_s: t.hot_ttl_s,
+            warm_ttl_s: t.warm_ttl_s,
+            headroom: t.headroom,
+            prefetch_iat: t.prefetch_iat,
+            reclaim: false,
+            host_headroom: 0.1,
+        }
+    }
+}
+
+/// The whole file.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DaemonConfig {
+    /// ttrpc socket.
+    pub socket: PathBuf,
+    /// Metrics listen address ("" = off).
+    pub metrics_addr: String,
+    /// light, balanced or throughput.
+    pub profile: String,
+    /// GPU monitor.
+    pub backend: Backend,
+    /// NVML library to load.
+    pub nvml_library: String,
+    /// MPS pipe directory.
+    pub mps_pipe_dir: PathBuf,
+    /// Sampling period.
+    pub sample_interval_ms: u64,
+    /// Dispatch record file.
+    pub dispatch_log: Option<PathBuf>,
+    /// How long after start nothing is dispatched, so shims can re-register running
+    /// containers (they do every second).
+    pub restart_grace_ms: u64,
+    /// Queue overrides.
+    pub queue: QueueSection,
+    /// Concurrency overrides.
+    pub concurrency: ConcurrencySection,
+    /// Simulated GPUs.
+    pub simulated: SimulatedSection,
+    /// Pre-created GPU state.
+    pub nvidia: NvidiaSection,
+    /// Tiers of idle GPU containers.
+    pub pool: PoolSection,
+    /// Who decides weights and tenants.
+    pub fairness: super::policy::FairnessSection,
+    /// Per-shim caps and forgetting.
+    pub limits: super::policy::LimitsSection,
+}
+
+impl Default for DaemonConfig {
+    fn default() -> Self {
+        DaemonConfig {
+            socket: PathBuf::from(DEFAULT_SOCKET),
+            metrics_addr: "127.0.0.1:9464".into(),
+            profile: "balanced".into(),
+            backend: Backend::Auto,
+            nvml_library: "libnvidia-ml.so.1".into(),
+            mps_pipe_dir: PathBuf::from("/tmp/nvidia-mps"),
+            sample_interval_ms: 100,
+            dispatch_log: None,
+            restart_grace_ms: 2000,
+            queue: QueueSection::default(),
+            concurrency: ConcurrencySection::default(),
+            simulated: SimulatedSection::default(),
+            nvidia: NvidiaSection::default(),
+            pool: PoolSection::default(),
+            fairness: super::policy::FairnessSection::default(),
+            limits: super::policy::LimitsSection::default(),
+        }
+    }
+}
+
+use scheduler_core::ConfigError;
+
+fn reject(knob: &'static str, value: impl std::fmt::Display, reason: &'static str) -> ConfigError {
+    ConfigError::new(knob, value, reason)
+}
+
+impl DaemonConfig {
+    /// Reads and checks a file.
+    ///
+    /// # Errors
+    /// Unreadable file, bad TOML, unknown key, or a value out of range — naming the key.
+    pub fn load(path: &Path) -> Result<Self, ConfigFileError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigFileError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        Self::parse(&text, path)
+    }
+
+    /// Parses and checks TOML text (`path` is for messages).
+    ///
+    /// # Errors
+    /// As [`load`](Self::load).
+    pub fn parse(text: &str, path: &Path) -> Result<Self, ConfigFileError> {
+        let cfg: DaemonConfig = toml::from_str(text).map_err(|e| ConfigFileError::Parse {
+            path: path.to_owned(),
+            message: e.to_string().trim().to_owned(),
+        })?;
+        cfg.check().map_err(|source| ConfigFileError::Value {
+            path: path.to_owned(),
+            source,
+        })?;
+        Ok(cfg)
+    }
+
+    fn check(&self) -> Result<(), scheduler_core::ConfigError> {
+        self.profile()?;
+        self.queue_config()?;
+        for mode in [GpuMode::Plain, GpuMode::Mps, GpuMode::Mig] {
+            self.concurrency_config(mode)?;
+        }
+        if self.sample_interval_ms == 0 || self.sample_interval_ms > 100 {
+            return Err(reject(
+                "sample_interval_ms",
+                self.sample_interval_ms,
+                "must be 1..=100 (utilization samples at most 100 ms apart)",
+            ));
+        }
+        if !self.metrics_addr.is_empty()
+            && self.metrics_addr.parse::<std::net::SocketAddr>().is_err()
+        {
+            return Err(reject(
+                "metrics_addr",
+                &self.metrics_addr,
+                "must be ip:port, or empty to turn metrics off",
+            ));
+        }
+        if self.socket.as_os_str().is_empty() || self.socket.as_os_str().len() > 100 {
+            return Err(reject(
+                "socket",
+                self.socket.display(),
+                "must be a path of 1..=100 bytes (unix socket limit)",
+            ));
+        }
+        let s = &self.simulated;
+        if s.gpus == 0 || s.gpus > 64 {
+            return Err(reject("simulated.gpus", s.gpus, "must be 1..=64"));
+        }
+        if !(s.utilization_per_lease.is_finite() && s.utilization_per_lease > 0.0) {
+            return Err(reject(
+                "simulated.utilization_per_lease",
+                s.utilization_per_lease,
+                "must be a finite number > 0",
+            ));
+        }
+        s.mode
+            .parse::<GpuMode>()
+            .map_err(|_| reject("simulated.mode", &s.mode, "must be plain, mps or mig"))?;
+        scheduler_core::node::pool::Pool::new(self.pool_config()).map_err(|e| ConfigError {
+            // The tier policy names its knobs bare; in this file they live under [pool].
+            knob: match e.knob {
+                "hot_ttl_s" => "pool.hot_ttl_s",
+                "warm_ttl_s" => "pool.warm_ttl_s",
+                "headroom" => "pool.headroom",
+                "prefetch_iat" => "pool.prefetch_iat",
+                k => k,
+            },
+            ..e
+        })?;
+        self.fairness.check()?;
+        self.limits.check()?;
+        if self.nvidia.refresh_interval_ms < 100 {
+            return Err(reject(
+                "nvidia.refresh_interval_ms",
+                self.nvidia.refresh_interval_ms,
+                "must be at least 100",
+            ));
+        }
+        Ok(())
+    }
+
+    /// The profile.
+    ///
+    /// # Errors
+    /// An unknown name.
+    pub fn profile(&self) -> Result<Profile, scheduler_core::ConfigError> {
+        self.profile.parse::<Profile>().map_err(|_| {
+            reject(
+                "profile",
+                &self.profile,
+                "must be light, balanced or throughput",
+            )
+        })
+    }
+
+    fn overrides(&self) -> Overrides {
+        Overrides {
+            overrun_s: self.queue.overrun_s,
+            overrun_tau: self.queue.overrun_tau,
+            ttl_s: self.queue.ttl_s,
+            ttl_iat: self.queue.ttl_iat,
+            fallback_charge_s: self.queue.fallback_charge_s,
+            short_charge_s: self.queue.short_charge_s,
+            alpha: self.concurrency.alpha,
+            u_target: self.concurrency.u_target,
+            d_max: self.concurrency.d_max,
+        }
+    }
+
+    /// The pool manager's knobs.
+    #[must_use]
+    pub fn pool_config(&self) -> scheduler_core::node::pool::PoolConfig {
+        let p = &self.pool;
+        scheduler_core::node::pool::PoolConfig {
+            tiers: scheduler_core::config::TierConfig {
+                hot_ttl_s: p.hot_ttl_s,
+                warm_ttl_s: p.warm_ttl_s,
+                headroom: p.headroom,
+                prefetch_iat: p.prefetch_iat,
+            },
+            reclaim: p.reclaim,
+            host_headroom: p.host_headroom,
+        }
+    }
+
+    /// Queue knobs: the profile's, overridden.
+    ///
+    /// # Errors
+    /// A knob out of range.
+    pub fn queue_config(&self) -> Result<QueueConfig, scheduler_core::ConfigError> {
+        let p = self.profile()?;
+        let mut q = p.queue();
+        let mut c = p.concurrency(GpuMode::Plain);
+        self.overrides().apply(&mut q, &mut c)?;
+        Ok(q)
+    }
+
+    /// Concurrency knobs for a GPU mode: the profile's, overridden.
+    ///
+    /// # Errors
+    /// A knob out of range.
+    pub fn concurrency_config(
+        &self,
+        mode: GpuMode,
+    ) -> Result<ConcurrencyConfig, scheduler_core::ConfigError> {
+        let p = self.profile()?;
+        let mut q = p.queue();
+        let mut c = p.concurrency(mode);
+        self.overrides().apply(&mut q, &mut c)?;
+        if let Some(d) = self.concurrency.d_initial {
+            // Checked as given for whole GPUs; an MPS or MIG ceiling clamps it.
+            c.d_initial = if mode == GpuMode::Plain {
+                d
+            } else {
+                d.min(f64::from(c.d_max))
+            };
+        }
+        c.validate()?;
+        Ok(c)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(t: &str) -> Result<DaemonConfig, ConfigFileError> {
+        DaemonConfig::parse(t, Path::new("mqfqd.toml"))
+    }
+
+    #[test]
+    fn empty_file_is_the_documented_defaults() {
+        let c = parse("").unwrap();
+        assert_eq!(c, DaemonConfig::default());
+        assert_eq!(c.socket, Path::new(DEFAULT_SOCKET));
+        assert_eq!(c.concurrency_config(GpuMode::Plain).unwrap().d_max, 8);
+        assert_eq!(c.concurrency_config(GpuMode::Mig).unwrap().d_max, 1);
+    }
+
+    #[test]
+    fn the_packaged_example_is_the_defaults() {
+        let text = include_str!("../../../packaging/mqfqd.toml");
+        assert_eq!(parse(text).unwrap(), DaemonConfig::default());
+    }
+
+    #[test]
+    fn the_packaged_unit_is_hardened_and_valid() {
+        let unit = include_str!("../../../packaging/systemd/mqfqd.service");
+        for want in [
+            "NoNewPrivileges=yes",
+            "ProtectSystem=strict",
+            "ProtectHome=yes",
+            "RuntimeDirectoryMode=0700",
+            "UMask=0077",
+            "LimitNOFILE=",
+            "MemoryMax=",
+            "CapabilityBoundingSet=",
+            "KillMode=process",
+        ] {
+            assert!(unit.lines().any(|l| l.starts_with(want)), "{want} missing");
+        }
+        // systemd's own check of the file, where systemd is installed.
+        let Ok(dir) = tempfile::tempdir() else { return };
+        let path = dir.path().join("mqfqd.service");
+        std::fs::write(&path, unit.replace("/usr/local/bin/mqfqd", "/bin/true")).unwrap();
+        if let Ok(o) = std::process::Command::new("systemd-analyze")
+            .args(["verify", "--man=no"])
+            .arg(&path)
+            .output()
+        {
+            let err = String::from_utf8_lossy(&o.stderr);
+            let bad: Vec<&str> = err
+                .lines()
+                .filter(|l| l.contains("mqfqd.service") && !l.contains("Failed to"))
+                .collect();
+            assert!(bad.is_empty(), "{err}");
+        }
+    }
+
+    #[test]
+    fn overrides_reach_the_knobs() {
+        let c = parse(
+            "profile = \"light\"\n[queue]\noverrun_s = 0.5\n[concurrency]\nd_max = 2\nd_initial = 2\n",
+        )
+        .unwrap();
+        let q = c.queue_config().unwrap();
+        assert_eq!(q.overrun, scheduler_core::config::Overrun::Fixed(0.5));
+        let k = c.concurrency_config(GpuMode::Plain).unwrap();
+        assert_eq!((k.d_max, k.d_initial, k.alpha), (2, 2.0, 0.1));
+    }
+
+    #[test]
+    fn every_bad_key_or_value_is_named() {
+        let cases = [
+            ("sockt = \"/x\"", "sockt"),
+            ("profile = \"fast\"", "profile"),
+            ("sample_interval_ms = 500", "sample_interval_ms"),
+            ("metrics_addr = \"nowhere\"", "metrics_addr"),
+            ("[queue]\noverrun_s = -1", "overrun_s"),
+            ("[queue]\nttl = 1", "ttl"),
+            ("[concurrency]\nalpha = 7", "alpha"),
+            ("[concurrency]\nd_initial = 99", "d_initial"),
+            ("[simulated]\ngpus = 0", "simulated.gpus"),
+            ("[simulated]\nmode = \"vgpu\"", "simulated.mode"),
+            ("backend = \"cuda\"", "backend"),
+            (
+                "[nvidia]\nrefresh_interval_ms = 5",
+                "nvidia.refresh_interval_ms",
+            ),
+            ("[nvidia]\ndriver = \"/\"", "driver"),
+            ("sample_interval_ms = \"fast\"", "sample_interval_ms"),
+            ("[pool]\nheadroom = 1.5", "pool.headroom"),
+            ("[pool]\nhost_headroom = -1", "pool.host_headroom"),
+            ("[pool]\nhot_ttl_s = -1", "pool.hot_ttl_s"),
+            ("[pool]\nevict = true", "evict"),
+            ("[fairness]\ntenant_from = \"pod\"", "fairness.tenant_from"),
+            ("[fairness]\ntenants = { a = -1.0 }", "fairness.tenants"),
+            ("[[fairness.rule]]\nweight = 0.0", "fairness.rule.weight"),
+            ("[[fairness.rule]]\nnamspace = \"x\"", "namspace"),
+            (
+                "[limits]\ncontainers_per_shim = 0",
+                "limits.containers_per_shim",
+            ),
+        ];
+        for (text, key) in cases {
+            let e = parse(text).unwrap_err().to_string();
+            assert!(e.contains(key), "{text:?} → {e}");
+            assert!(e.contains("mqfqd.toml"), "{e}");
+        }
+    }
+}

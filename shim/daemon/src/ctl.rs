@@ -1,0 +1,234 @@
+//! `mqfqctl`: the operator's view of `mqfqd` (status, a refreshing top), over the same ttrpc API
+//! the shims use.
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use serde_json::json;
+
+use mqfq_proto::api;
+
+pub use mqfq_proto::connect;
+
+/// One Status call, with a 5 s deadline.
+///
+/// # Errors
+/// The daemon is unreachable or failed.
+pub async fn status(socket: &Path) -> Result<api::StatusResponse, ttrpc::Error> {
+    let c = connect(socket).await?;
+    c.status(
+        ttrpc::context::with_timeout(5_000_000_000),
+        &api::StatusRequest::default(),
+    )
+    .await
+}
+
+fn gib(b: u64) -> f64 {
+    #[expect(clippy::cast_precision_loss)]
+    let g = b as f64 / f64::from(1u32 << 30);
+    g
+}
+
+/// The status as a table.
+#[must_use]
+pub fn render(s: &api::StatusResponse) -> String {
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        "mqfqd {} · backend {} · {} waiting · {} leases · {} fail-open starts reported",
+        s.boot_id,
+        s.backend,
+        s.waiting,
+        s.leases.len(),
+        s.fail_open_starts
+    );
+    let _ = writeln!(
+        o,
+        "\n{:>3} {:<7} {:>6} {:>5} {:>7} {:>6} {:>6} {:>15} {:>9}  NAME",
+        "GPU", "MODE", "D", "LIMIT", "RUNNING", "QUEUED", "UTIL", "MEMORY GiB", "V"
+    );
+    for g in &s.gpus {
+        let _ = writeln!(
+            o,
+            "{:>3} {:<7} {:>6.2} {:>5} {:>7} {:>6} {:>5.0}% {:>7.1}/{:<7.1} {:>9.3}  {}",
+            g.index,
+            g.mode,
+            g.d,
+            g.limit,
+            g.running,
+            g.queued,
+            g.utilization * 100.0,
+            gib(g.memory_used),
+            gib(g.memory_total),
+            g.virtual_time,
+            g.name
+        );
+    }
+    let _ = writeln!(
+        o,
+        "\n{:<28} {:>3} {:<9} {:>9} {:>9} {:>6} {:>8} {:>6} {:>9} {:>9}",
+        "FUNCTION",
+        "GPU",
+        "STATE",
+        "START",
+        "FINISH",
+        "QUEUED",
+        "INFLIGHT",
+        "WEIGHT",
+        "SERVICE s",
+        "GPU s"
+    );
+    for f in &s.flows {
+        let _ = writeln!(
+            o,
+            "{:<28} {:>3} {:<9} {:>9.3} {:>9.3} {:>6} {:>8} {:>6.2} {:>9.3} {:>9.2}",
+            f.function,
+            f.gpu,
+            f.state,
+            f.start_tag,
+            f.finish_tag,
+            f.queued,
+            f.in_flight,
+            f.weight,
+            f.service_s,
+            f.gpu_time_s
+        );
+    }
+    if !s.leases.is_empty() {
+        let _ = writeln!(
+            o,
+            "\n{:>6} {:<36} {:<24} {:<6} {:>3} {:>8} {:>8}",
+            "LEASE", "CONTAINER", "FUNCTION", "KIND", "GPU", "SHIM", "HELD s"
+        );
+        for l in &s.leases {
+            #[expect(clippy::cast_precision_loss)]
+            let held = l.held_ns as f64 / 1e9;
+            let _ = writeln!(
+                o,
+                "{:>6} {:<36} {:<24} {:<6} {:>3} {:>8} {:>8.2}",
+                l.lease_id,
+                format!("{}/{}", l.namespace, l.container_id),
+                l.function,
+                l.kind,
+                l.gpu,
+                l.shim_pid,
+                held
+            );
+        }
+    }
+    if !s.pool.is_empty() {
+        render_pool(&mut o, &s.pool);
+    }
+    o
+}
+
+/// The pool: one line per function (containers per tier), then one per container.
+fn render_pool(o: &mut String, pool: &[api::PoolEntry]) {
+    let mut per_function: std::collections::BTreeMap<&str, [usize; 3]> =
+        std::collections::BTreeMap::new();
+    for e in pool {
+        let n = per_function.entry(&e.function).or_default();
+        match e.tier.as_str() {
+            "hot" => n[0] += 1,
+            "warm" => n[1] += 1,
+            _ => n[2] += 1,
+        }
+    }
+    let _ = writeln!(
+        o,
+        "\n{:<28} {:>4} {:>5} {:>5}",
+        "POOL FUNCTION", "HOT", "WARM", "COLD"
+    );
+    for (f, [hot, warm, cold]) in per_function {
+        let _ = writeln!(o, "{f:<28} {hot:>4} {warm:>5} {cold:>5}");
+    }
+    let _ = writeln!(
+        o,
+        "\n{:<36} {:<24} {:>3} {:<5} {:>9} {:<5} {:>8} {:>5} {:<8} {:>10}  NATIVE WHY",
+        "CONTAINER",
+        "FUNCTION",
+        "GPU",
+        "TIER",
+        "MiB",
+        "BUSY",
+        "IDLE s",
+        "USES",
+        "PENDING",
+        "NATIVE MiB"
+    );
+    for e in pool {
+        let native = e
+            .native
+            .as_ref()
+            .map(mqfq_proto::memory::from_proto)
+            .unwrap_or_default();
+        #[expect(clippy::cast_precision_loss)]
+        let (mib, idle, native_mib) = (
+            e.bytes as f64 / 1048576.0,
+            e.idle_ns as f64 / 1e9,
+            native.total() as f64 / 1048576.0,
+        );
+        let refused = if native.refused > 0 {
+            format!(" ({} exports refused)", native.refused)
+        } else {
+            String::new()
+        };
+        let _ = writeln!(
+            o,
+            "{:<36} {:<24} {:>3} {:<5} {:>9.1} {:<5} {:>8.1} {:>5} {:<8} {:>10.1}  {}{refused}",
+            format!("{}/{}", e.namespace, e.container_id),
+            e.function,
+            e.gpu,
+            e.tier,
+            mib,
+            if e.busy { "yes" } else { "no" },
+            idle,
+            e.uses,
+            e.pending,
+            native_mib,
+            native.why()
+        );
+    }
+}
+
+/// A container's native memory as JSON: bytes by reason, their total, refused exports.
+fn native_json(n: Option<&api::NativeMemory>) -> serde_json::Value {
+    let n = n.map(mqfq_proto::memory::from_proto).unwrap_or_default();
+    let mut v = serde_json::to_value(n).unwrap_or_default();
+    v["total"] = json!(n.total());
+    v
+}
+
+/// The status as JSON (for scripts and tests).
+#[must_use]
+pub fn to_json(s: &api::StatusResponse) -> serde_json::Value {
+    json!({
+        "boot_id": s.boot_id,
+        "backend": s.backend,
+        "waiting": s.waiting,
+        "fail_open_starts": s.fail_open_starts,
+        "gpus": s.gpus.iter().map(|g| json!({
+            "index": g.index, "uuid": g.uuid, "name": g.name, "mode": g.mode, "d": g.d,
+            "limit": g.limit, "running": g.running, "queued": g.queued,
+            "utilization": g.utilization, "memory_used": g.memory_used,
+            "memory_total": g.memory_total, "virtual_time": g.virtual_time,
+        })).collect::<Vec<_>>(),
+        "flows": s.flows.iter().map(|f| json!({
+            "function": f.function, "gpu": f.gpu, "state": f.state, "start_tag": f.start_tag,
+            "finish_tag": f.finish_tag, "queued": f.queued, "in_flight": f.in_flight,
+            "weight": f.weight, "service_s": f.service_s, "gpu_time_s": f.gpu_time_s,
+            "dispatched": f.dispatched, "completed": f.completed,
+        })).collect::<Vec<_>>(),
+        "leases": s.leases.iter().map(|l| json!({
+            "lease_id": l.lease_id, "namespace": l.namespace, "container_id": l.container_id,
+            "function": l.function, "gpu": l.gpu, "shim_pid": l.shim_pid, "held_ns": l.held_ns,
+            "kind": l.kind,
+        })).collect::<Vec<_>>(),
+        "pool": s.pool.iter().map(|e| json!({
+            "namespace": e.namespace, "container_id": e.container_id, "function": e.function,
+            "gpu": e.gpu, "tier": e.tier, "bytes": e.bytes, "busy": e.busy,
+            "idle_ns": e.idle_ns, "pending": e.pending, "uses": e.uses,
+            "native": native_json(e.native.as_ref()),
+        })).collect::<Vec<_>>(),
+    })
+}

@@ -1,0 +1,630 @@
+//! Prometheus metrics of `mqfqd` and a minimal HTTP endpoint for them (`GET /metrics`).
+//!
+//! Per-function counters and queue lengths move as the dispatch record is written (no scan of
+//! the flows), per-GPU gauges at every sample, so a scrape costs one text encoding and never
+//! takes the admission lock.
+
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use scheduler_core::native::Native;
+use scheduler_core::node::admission::{GpuView, Record};
+use scheduler_core::node::pool::{PoolEvent, TierCounts};
+
+type Labels = Vec<(String, String)>;
+
+fn function(f: &str) -> Labels {
+    vec![("function".into(), f.into())]
+}
+
+fn gpu(i: u32) -> Labels {
+    vec![("gpu".into(), i.to_string())]
+}
+
+/// The daemon's metrics.
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Registry,
+    queue_length: Family<Labels, Gauge>,
+    queue_wait: Family<Labels, Histogram>,
+    gpu_time: Family<Labels, Counter<f64, AtomicU64>>,
+    admitted: Family<Labels, Counter>,
+    admissions: Family<Labels, Counter>,
+    completed: Family<Labels, Counter>,
+    d: Family<Labels, Gauge<f64, AtomicU64>>,
+    limit: Family<Labels, Gauge>,
+    running: Family<Labels, Gauge>,
+    utilization: Family<Labels, Gauge<f64, AtomicU64>>,
+    memory_used: Family<Labels, Gauge>,
+    memory_total: Family<Labels, Gauge>,
+    fail_open: Gauge,
+    dead_shim_releases: Counter,
+    pool_hits: Family<Labels, Counter>,
+    pool_moves: Family<Labels, Counter>,
+    pool_bytes: Family<Labels, Counter>,
+    pool_restore: Histogram,
+    pool_containers: Family<Labels, Gauge>,
+    pool_function_containers: Family<Labels, Gauge>,
+    pool_function_memory: Family<Labels, Gauge>,
+    pool_function_refused: Family<Labels, Gauge>,
+}
+
+fn labels(pairs: &[(&str, &str)]) -> Labels {
+    pairs
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect()
+}
+
+fn tier_name(t: scheduler_core::tiers::Tier) -> &'static str {
+    match t {
+        scheduler_core::tiers::Tier::Hot => "hot",
+        scheduler_core::tiers::Tier::Warm => "warm",
+        scheduler_core::tiers::Tier::Cold => "cold",
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    /// Registers every family.
+    #[must_use]
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix("mqfq");
+        let m = Metrics {
+            queue_length: Family::default(),
+            queue_wait: Family::new_with_constructor(|| {
+                Histogram::new([
+                    0.001, 0.005, 0.025, 0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+                ])
+            }),
+            gpu_time: Family::default(),
+            admitted: Family::default(),
+            completed: Family::default(),
+            d: Family::default(),
+            limit: Family::default(),
+            running: Family::default(),
+            utilization: Family::default(),
+            memory_used: Family::default(),
+            memory_total: Family::default(),
+            fail_open: Gauge::default(),
+            dead_shim_releases: Counter::default(),
+            admissions: Family::default(),
+            pool_hits: Family::default(),
+            pool_moves: Family::default(),
+            pool_bytes: Family::default(),
+            pool_restore: Histogram::new([0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0]),
+            pool_containers: Family::default(),
+            pool_function_containers: Family::default(),
+            pool_function_memory: Family::default(),
+            pool_function_refused: Family::default(),
+            registry: Registry::default(),
+        };
+        registry.register(
+            "queue_length",
+            "Admissions waiting, per function",
+            m.queue_length.clone(),
+        );
+        registry.register(
+            "queue_wait_seconds",
+            "Time from Admit to dispatch, per function",
+            m.queue_wait.clone(),
+        );
+        registry.register(
+            "gpu_time_seconds",
+            "Measured GPU service (lease time), per function",
+            m.gpu_time.clone(),
+        );
+        registry.register(
+            "admitted",
+            "Admissions dispatched, per function",
+            m.admitted.clone(),
+        );
+        registry.register(
+            "admissions",
+            "Admissions asked for, by kind (start, resume, burst)",
+            m.admissions.clone(),
+        );
+        registry.register(
+            "completed",
+            "Leases ended, per function",
+            m.completed.clone(),
+        );
+        registry.register(
+            "gpu_concurrency_d",
+            "Dynamic concurrency D, per GPU",
+            m.d.clone(),
+        );
+        registry.register(
+            "gpu_concurrency_limit",
+            "Concurrency limit in force, per GPU",
+            m.limit.clone(),
+        );
+        registry.register("gpu_leases", "Leases held, per GPU", m.running.clone());
+        registry.register(
+            "gpu_utilization_ratio",
+            "Last utilization sample, per GPU",
+            m.utilization.clone(),
+        );
+        registry.register(
+            "gpu_memory_used_bytes",
+            "GPU memory in use",
+            m.memory_used.clone(),
+        );
+        registry.register(
+            "gpu_memory_total_bytes",
+            "GPU memory size",
+            m.memory_total.clone(),
+        );
+        registry.register(
+            "fail_open_starts",
+            "GPU task starts shims let through without a lease while mqfqd was unreachable (as reported on reconnect)",
+            m.fail_open.clone(),
+        );
+        registry.register(
+            "dead_shim_releases",
+            "Leases released because their shim died",
+            m.dead_shim_releases.clone(),
+        );
+        registry.register(
+            "pool_hits",
+            "Admissions of pooled containers by the tier they were in (cold: a new container)",
+            m.pool_hits.clone(),
+        );
+        registry.register(
+            "pool_moves",
+            "Pool actions (evict, prefetch, restore, reclaim) by result",
+            m.pool_moves.clone(),
+        );
+        registry.register(
+            "pool_moved_bytes",
+            "Bytes moved by the pool, by direction (to_host, to_device)",
+            m.pool_bytes.clone(),
+        );
+        registry.register(
+            "pool_restore_seconds",
+            "Time a shim took to bring an admitted Warm container's memory back",
+            m.pool_restore.clone(),
+        );
+        registry.register(
+            "pool_containers",
+            "Pooled containers per tier",
+            m.pool_containers.clone(),
+        );
+        registry.register(
+            "pool_function_containers",
+            "Pooled containers per function and tier",
+            m.pool_function_containers.clone(),
+        );
+        registry.register(
+            "pool_function_memory_bytes",
+            "GPU memory of pooled containers per function, by kind: managed (the pool moves it) \
+             or why it stays native (vmm, stream-ordered, array, setting, library, export, other)",
+            m.pool_function_memory.clone(),
+        );
+        registry.register(
+            "pool_function_exports_refused",
+            "Export requests (IPC, dma-buf, RDMA tokens) the driver refused on converted memory, \
+             per function, summed over its pooled containers",
+            m.pool_function_refused.clone(),
+        );
+        Metrics { registry, ..m }
+    }
+
+    /// Accounts pool events.
+    pub fn pool(&self, events: &[PoolEvent]) {
+        for e in events {
+            match e {
+                PoolEvent::Hit(t) => {
+                    self.pool_hits
+                        .get_or_create(&labels(&[("tier", tier_name(*t))]))
+                        .inc();
+                }
+                PoolEvent::Moved {
+                    action,
+                    ok,
+                    bytes,
+                    seconds,
+                } => {
+                    let result = if *ok { "ok" } else { "error" };
+                    self.pool_moves
+                        .get_or_create(&labels(&[("action", action.name()), ("result", result)]))
+                        .inc();
+                    if !*ok {
+                        continue;
+                    }
+                    let dir = match action {
+                        scheduler_core::node::pool::Action::Evict => "to_host",
+                        scheduler_core::node::pool::Action::Prefetch
+                        | scheduler_core::node::pool::Action::Restore => "to_device",
+                        scheduler_core::node::pool::Action::Reclaim => continue,
+                    };
+                    self.pool_bytes
+                        .get_or_create(&labels(&[("direction", dir)]))
+                        .inc_by(*bytes);
+                    if *action == scheduler_core::node::pool::Action::Restore {
+                        self.pool_restore.observe(*seconds);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Sets the pool gauges (per tier, and per function and tier).
+    pub fn pool_gauges(&self, counts: &TierCounts) {
+        let mut tiers: std::collections::BTreeMap<&str, i64> =
+            [("hot", 0), ("warm", 0), ("cold", 0)].into_iter().collect();
+        // Functions come and go: the family is rebuilt.
+        self.pool_function_containers.clear();
+        for ((f, t), n) in counts {
+            let t = tier_name(*t);
+            *tiers.entry(t).or_default() += n;
+            self.pool_function_containers
+                .get_or_create(&labels(&[("function", f), ("tier", t)]))
+                .set(*n);
+        }
+        for (t, n) in tiers {
+            self.pool_containers
+                .get_or_create(&labels(&[("tier", t)]))
+                .set(n);
+        }
+    }
+
+    /// Sets the per-function memory gauges: managed bytes, native bytes by reason (only the
+    /// reasons that hold bytes), refused exports.
+    pub fn pool_memory(&self, memory: &std::collections::BTreeMap<String, (u64, Native)>) {
+        let g = |b: u64| i64::try_from(b).unwrap_or(i64::MAX);
+        // Functions come and go: the families are rebuilt.
+        self.pool_function_memory.clear();
+        self.pool_function_refused.clear();
+        for (f, (managed, native)) in memory {
+            self.pool_function_memory
+                .get_or_create(&labels(&[("function", f), ("kind", "managed")]))
+                .set(g(*managed));
+            for (why, bytes) in native.reasons().into_iter().filter(|(_, b)| *b > 0) {
+                self.pool_function_memory
+                    .get_or_create(&labels(&[("function", f), ("kind", why)]))
+                    .set(g(bytes));
+            }
+            self.pool_function_refused
+                .get_or_create(&function(f))
+                .set(g(native.refused));
+        }
+    }
+
+    /// Drops the per-function series of forgotten flows (function keys come from pods: kept
+    /// forever they would grow without bound).
+    pub fn forget_functions(&self, functions: &[String]) {
+        for f in functions {
+            let l = self::function(f);
+            self.queue_length.remove(&l);
+            self.queue_wait.remove(&l);
+            self.gpu_time.remove(&l);
+            self.admitted.remove(&l);
+            self.completed.remove(&l);
+        }
+    }
+
+    /// Accounts the dispatch record.
+    pub fn record(&self, records: &[Record]) {
+        for r in records {
+            match r {
+                Record::Enqueue { function, kind, .. } => {
+                    self.queue_length
+                        .get_or_create(&self::function(function))
+                        .inc();
+                    self.admissions
+                        .get_or_create(&vec![("kind".into(), kind.as_str().into())])
+                        .inc();
+                }
+                Record::Withdraw { function, .. } => {
+                    self.queue_length
+                        .get_or_create(&self::function(function))
+                        .dec();
+                }
+                Record::Dispatch {
+                    function,
+                    waited_ns,
+                    ..
+                } => {
+                    self.queue_length
+                        .get_or_create(&self::function(function))
+                        .dec();
+                    self.admitted.get_or_create(&self::function(function)).inc();
+                    #[expect(clippy::cast_precision_loss)]
+                    self.queue_wait
+                        .get_or_create(&self::function(function))
+                        .observe(*waited_ns as f64 / 1e9);
+                }
+                Record::Charge { .. } => {}
+                Record::Adopt { function, .. } => {
+                    self.admitted.get_or_create(&self::function(function)).inc();
+                }
+                Record::Release {
+                    function,
+                    measured_s,
+                    reason,
+                    ..
+                } => {
+                    self.completed
+                        .get_or_create(&self::function(function))
+                        .inc();
+                    if let Some(s) = measured_s {
+                        self.gpu_time
+                            .get_or_create(&self::function(function))
+                            .inc_by(*s);
+                    }
+                    if reason == "shim gone" {
+                        self.dead_shim_releases.inc();
+                    }
+                }
+            }
+        }
+    }
+
+    /// Refreshes the per-GPU gauges.
+    pub fn gauges(&self, gpus: &[GpuView], fail_open: u64) {
+        for g in gpus {
+            let l = gpu(g.info.index);
+            self.d.get_or_create(&l).set(g.d);
+            self.limit.get_or_create(&l).set(i64::from(g.limit));
+            self.running.get_or_create(&l).set(i64::from(g.running));
+            self.utilization
+                .get_or_create(&l)
+                .set(g.utilization.unwrap_or(0.0));
+            self.memory_used
+                .get_or_create(&l)
+                .set(i64::try_from(g.memory_used).unwrap_or(i64::MAX));
+            self.memory_total
+                .get_or_create(&l)
+                .set(i64::try_from(g.info.memory_total).unwrap_or(i64::MAX));
+        }
+        self.fail_open
+            .set(i64::try_from(fail_open).unwrap_or(i64::MAX));
+    }
+
+    /// The text exposition.
+    #[must_use]
+    pub fn render(&self) -> String {
+        let mut s = String::new();
+        // Writing into a String cannot fail.
+        let _ = encode(&mut s, &self.registry);
+        s
+    }
+}
+
+/// Connections served at once; more wait in the kernel's backlog.
+pub const MAX_CONNECTIONS: usize = 32;
+/// The whole exchange (request head in, page out) must finish within this.
+const EXCHANGE_DEADLINE: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Serves `GET /metrics` on `listener`: at most [`MAX_CONNECTIONS`] at once, each bounded in size
+/// (a 4 KiB request head) and in time ([`EXCHANGE_DEADLINE`] for the whole exchange, so a client
+/// that trickles bytes is cut off); an accept error (out of descriptors) pauses accepting
+/// briefly instead of spinning.
+pub async fn serve(listener: tokio::net::TcpListener, metrics: Arc<Metrics>) {
+    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
+    loop {
+        let Ok(permit) = slots.clone().acquire_owned().await else {
+            return;
+        };
+        let mut conn = match listener.accept().await {
+            Ok((c, _)) => c,
+            Err(e) => {
+                tracing::warn!("metrics: accept: {e}");
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let metrics = metrics.clone();
+        tokio::spawn(async move {
+            let _permit = permit;
+            let exchange = async {
+                let mut buf = vec![0u8; 4096];
+                let mut len = 0;
+                // Read the request head (bounded), then answer and close.
+                while len < buf.len() {
+                    match conn.read(&mut buf[len..]).await {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => len += n,
+                    }
+                    if buf[..len].windows(4).any(|w| w == b"\r\n\r\n") {
+                        break;
+                    }
+                }
+                let head = String::from_utf8_lossy(&buf[..len]);
+                let (status, body) = match (
+                    head.split_whitespace().next(),
+                    head.split_whitespace().nth(1),
+                ) {
+                    (Some("GET"), Some("/metrics")) => ("200 OK", metrics.render()),
+                    (Some("GET"), Some(_)) => ("404 Not Found", "try /metrics\n".to_owned()),
+                    _ => ("400 Bad Request", "bad request\n".to_owned()),
+                };
+                let reply = format!(
+                    "HTTP/1.1 {status}\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = conn.write_all(reply.as_bytes()).await;
+                let _ = conn.shutdown().await;
+            };
+            let _ = tokio::time::timeout(EXCHANGE_DEADLINE, exchange).await;
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Connections this process has accepted on `port`: its established sockets whose local
+    /// port is the listener's (counted exactly, so other tests' descriptors in the same
+    /// process do not count).
+    fn accepted_on(port: u16) -> usize {
+        let ours: std::collections::HashSet<String> = std::fs::read_dir("/proc/self/fd")
+            .map(|d| {
+                d.filter_map(Result::ok)
+                    .filter_map(|e| std::fs::read_link(e.path()).ok())
+                    .filter_map(|l| {
+                        let l = l.to_string_lossy().into_owned();
+                        Some(l.strip_prefix("socket:[")?.strip_suffix(']')?.to_owned())
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        let local = format!(":{port:04X}");
+        std::fs::read_to_string("/proc/net/tcp")
+            .unwrap_or_default()
+            .lines()
+            .skip(1)
+            .filter(|l| {
+                let w: Vec<&str> = l.split_whitespace().collect();
+                // local address, state 01 (established), inode
+                w.len() > 9 && w[1].ends_with(&local) && w[3] == "01" && ours.contains(w[9])
+            })
+            .count()
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_endpoint_holds_a_bounded_number_of_connections() {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        tokio::spawn(serve(l, Arc::new(Metrics::new())));
+        // 200 clients that connect and say nothing.
+        let mut idle = Vec::new();
+        for _ in 0..200 {
+            idle.push(tokio::net::TcpStream::connect(addr).await.unwrap());
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        let server_side = accepted_on(addr.port());
+        assert!(
+            server_side > 0 && server_side <= MAX_CONNECTIONS,
+            "{server_side} connections accepted at once"
+        );
+        drop(idle);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_client_that_trickles_its_request_is_cut_off() {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        tokio::spawn(serve(l, Arc::new(Metrics::new())));
+        let mut c = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let started = tokio::time::Instant::now();
+        // One byte every half second would keep a per-read timeout happy for half an hour.
+        let mut sent = 0;
+        while c.write_all(b"G").await.is_ok() && sent < 4000 {
+            sent += 1;
+            tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+            let mut probe = [0u8; 1];
+            if let Ok(Ok(0)) =
+                tokio::time::timeout(std::time::Duration::from_millis(1), c.read(&mut probe)).await
+            {
+                break;
+            }
+        }
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(30),
+            "closed after {:?} ({sent} bytes)",
+            started.elapsed()
+        );
+    }
+
+    #[test]
+    fn label_values_are_escaped() {
+        let m = Metrics::new();
+        m.record(&[Record::Adopt {
+            seq: 0,
+            t_ns: 0,
+            gpu: 0,
+            key: "ns/x".into(),
+            function: "x\",gpu=\"9\\".into(),
+            tenant: None,
+            lease: 1,
+        }]);
+        let text = m.render();
+        assert!(text.contains(r#"function="x\",gpu=\"9\\""#), "{text}");
+    }
+
+    #[test]
+    fn forgotten_functions_leave_the_exposition() {
+        let m = Metrics::new();
+        for f in ["a", "b"] {
+            m.record(&[Record::Adopt {
+                seq: 0,
+                t_ns: 0,
+                gpu: 0,
+                key: format!("ns/{f}"),
+                function: f.into(),
+                tenant: None,
+                lease: 1,
+            }]);
+        }
+        assert!(m.render().contains("function=\"a\""));
+        m.forget_functions(&["a".to_owned()]);
+        let text = m.render();
+        assert!(!text.contains("function=\"a\""), "{text}");
+        assert!(text.contains("function=\"b\""), "{text}");
+    }
+
+    #[test]
+    fn queue_length_follows_the_dispatch_record() {
+        let m = Metrics::new();
+        let enq = |k: &str| Record::Enqueue {
+            seq: 0,
+            t_ns: 0,
+            gpu: 0,
+            key: k.into(),
+            function: "f".into(),
+            tenant: None,
+            tenant_weight: 1.0,
+            weight: 1.0,
+            kind: scheduler_core::node::admission::Kind::Start,
+        };
+        let dispatch = Record::Dispatch {
+            seq: 0,
+            t_ns: 0,
+            gpu: 0,
+            key: "a".into(),
+            function: "f".into(),
+            lease: 1,
+            free: 1,
+            running: 1,
+            limit: 1,
+            d: 1.0,
+            waited_ns: 2_000_000,
+        };
+        let withdraw = Record::Withdraw {
+            seq: 0,
+            t_ns: 0,
+            gpu: 0,
+            key: "b".into(),
+            function: "f".into(),
+            reason: "cancelled".into(),
+        };
+        m.record(&[enq("a"), enq("b"), enq("c")]);
+        assert!(m.render().contains("mqfq_queue_length{function=\"f\"} 3"));
+        m.record(&[dispatch, withdraw]);
+        let text = m.render();
+        assert!(
+            text.contains("mqfq_queue_length{function=\"f\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("mqfq_admitted_total{function=\"f\"} 1"),
+            "{text}"
+        );
+    }
+}

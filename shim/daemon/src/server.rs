@@ -1,0 +1,897 @@
+//! The ttrpc service of `mqfqd`: Admit blocks on a oneshot until the core grants it; shim
+//! liveness through pidfds (a dead shim's leases are released and its waits withdrawn); the
+//! sampling loop that drives D; the dispatch log and metrics.
+
+use std::collections::{HashMap, HashSet};
+use std::io::Write;
+use std::os::fd::{FromRawFd, OwnedFd};
+use std::path::Path;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use scheduler_core::Time;
+use tokio::io::unix::AsyncFd;
+use tokio::sync::oneshot;
+use ttrpc::r#async::TtrpcContext;
+
+use super::metrics::Metrics;
+use super::monitor::GpuMonitor;
+use super::policy::{Asked, FairnessSection};
+use mqfq_proto::api;
+use scheduler_core::node::admission::{AdmitInfo, Core, CoreError, Grant, Kind, RunningInfo};
+use scheduler_core::node::pool::{Action, Order, Pool};
+
+mod pool;
+
+type Waiter = oneshot::Sender<Result<Grant, String>>;
+
+struct Inner {
+    core: Core,
+    pool: Pool,
+    /// Functions whose containers exported converted memory (their next ones stay native).
+    advice: scheduler_core::native::NativeAdvice,
+    /// Containers with the CUDA interposer (their memory is pooled): key → shim pid.
+    pooled: HashMap<String, u32>,
+    /// Pool orders not yet fetched, per shim pid.
+    orders: HashMap<u32, Vec<Order>>,
+    waiters: HashMap<String, Waiter>,
+    watched: HashSet<u32>,
+    log: Option<std::io::BufWriter<std::fs::File>>,
+}
+
+/// The daemon's shared state.
+pub struct Daemon {
+    inner: Mutex<Inner>,
+    started: Instant,
+    boot_id: String,
+    backend: &'static str,
+    metrics: Arc<Metrics>,
+    /// Woken when pool orders are queued for any shim.
+    orders_ready: tokio::sync::Notify,
+    /// Weights and tenants.
+    policy: FairnessSection,
+    /// Flows idle this long are forgotten (0: never).
+    flow_idle_s: f64,
+}
+
+/// The longest a PoolOrders call waits for orders.
+const MAX_ORDERS_WAIT_MS: u32 = 30_000;
+
+impl std::fmt::Debug for Daemon {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Daemon")
+            .field("boot_id", &self.boot_id)
+            .field("backend", &self.backend)
+            .finish_non_exhaustive()
+    }
+}
+
+fn status(code: ttrpc::Code, msg: impl ToString) -> ttrpc::Error {
+    ttrpc::Error::RpcStatus(ttrpc::get_status(code, msg))
+}
+
+/// The one mapping from core errors to ttrpc codes.
+#[must_use]
+pub fn to_ttrpc(e: &CoreError) -> ttrpc::Error {
+    let code = match e {
+        CoreError::Invalid { .. } | CoreError::UnknownGpu(_) | CoreError::Config(_) => {
+            ttrpc::Code::INVALID_ARGUMENT
+        }
+        CoreError::AlreadyWaiting(_) => ttrpc::Code::ALREADY_EXISTS,
+        CoreError::UnknownLease(_) => ttrpc::Code::NOT_FOUND,
+        CoreError::Limit { .. } => ttrpc::Code::RESOURCE_EXHAUSTED,
+    };
+    status(code, e)
+}
+
+/// What the shim asked for, with the operator's policy applied: the tenant and weights in
+/// force are the daemon's decision, never the pod's alone.
+fn decided(
+    policy: &FairnessSection,
+    namespace: &str,
+    pod_namespace: &str,
+    function: &str,
+    tenant: &str,
+    weight: f64,
+) -> super::policy::Decided {
+    policy.resolve(Asked {
+        namespace,
+        pod_namespace,
+        function,
+        tenant,
+        weight,
+    })
+}
+
+/// What a shim relays from a pod is checked even where the policy ignores it: a malformed
+/// request is refused, not silently reinterpreted.
+fn check_asked(weight: f64, tenant: &str, pod_namespace: &str) -> Result<(), CoreError> {
+    let bad = |field: &'static str, reason: String| CoreError::Invalid { field, reason };
+    if !(weight.is_finite() && weight >= 0.0) {
+        return Err(bad(
+            "weight",
+            format!("{weight} must be a finite number >= 0 (0: none)"),
+        ));
+    }
+    for (field, v) in [("tenant", tenant), ("pod_namespace", pod_namespace)] {
+        if v.len() > 253 || !v.bytes().all(|b| b.is_ascii_graphic()) {
+            return Err(bad(
+                field,
+                format!("{v:.40?} must be at most 253 printable characters"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn admit_info(policy: &FairnessSection, req: &api::AdmitRequest, kind: Kind) -> AdmitInfo {
+    let d = decided(
+        policy,
+        &req.namespace,
+        &req.pod_namespace,
+        &req.function,
+        &req.tenant,
+        req.weight,
+    );
+    AdmitInfo {
+        namespace: req.namespace.clone(),
+        container_id: req.container_id.clone(),
+        function: req.function.clone(),
+        tenant: d.tenant,
+        tenant_weight: d.tenant_weight,
+        weight: d.weight,
+        gpus: req.gpus.clone(),
+        kind,
+        shim_pid: req.shim_pid,
+    }
+}
+
+fn running_info(policy: &FairnessSection, r: &api::Running, shim_pid: u32) -> AdmitInfo {
+    let d = decided(
+        policy,
+        &r.namespace,
+        &r.pod_namespace,
+        &r.function,
+        &r.tenant,
+        r.weight,
+    );
+    AdmitInfo {
+        namespace: r.namespace.clone(),
+        container_id: r.container_id.clone(),
+        function: r.function.clone(),
+        tenant: d.tenant,
+        tenant_weight: d.tenant_weight,
+        weight: d.weight,
+        gpus: r.gpus.clone(),
+        kind: if r.burst { Kind::Burst } else { Kind::Start },
+        shim_pid,
+    }
+}
+
+impl Daemon {
+    /// A daemon over `core` and `pool`, writing the dispatch record to `log` when given.
+    ///
+    /// # Errors
+    /// The log file cannot be opened.
+    pub fn new(
+        core: Core,
+        pool: Pool,
+        backend: &'static str,
+        log: Option<&Path>,
+    ) -> std::io::Result<Arc<Self>> {
+        Self::with_policy(core, pool, backend, log, FairnessSection::default(), 0.0)
+    }
+
+    /// [`new`](Self::new) with the operator's fairness policy and the idle time after which a
+    /// flow is forgotten (0: never).
+    ///
+    /// # Errors
+    /// The log file cannot be opened.
+    pub fn with_policy(
+        core: Core,
+        pool: Pool,
+        backend: &'static str,
+        log: Option<&Path>,
+        policy: FairnessSection,
+        flow_idle_s: f64,
+    ) -> std::io::Result<Arc<Self>> {
+        let log = match log {
+            Some(p) => {
+                if let Some(dir) = p.parent() {
+                    std::fs::create_dir_all(dir)?;
+                }
+                Some(std::io::BufWriter::new(
+                    std::fs::OpenOptions::new()
+                        .create(true)
+                        .append(true)
+                        .open(p)?,
+                ))
+            }
+            None => None,
+        };
+        let boot_id = format!(
+            "{}-{}",
+            std::process::id(),
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos())
+        );
+        Ok(Arc::new(Daemon {
+            inner: Mutex::new(Inner {
+                core,
+                pool,
+                advice: Default::default(),
+                pooled: HashMap::new(),
+                orders: HashMap::new(),
+                waiters: HashMap::new(),
+                watched: HashSet::new(),
+                log,
+            }),
+            started: Instant::now(),
+            boot_id,
+            backend,
+            metrics: Arc::new(Metrics::new()),
+            orders_ready: tokio::sync::Notify::new(),
+            policy,
+            flow_idle_s,
+        }))
+    }
+
+    /// The metrics.
+    #[must_use]
+    pub fn metrics(&self) -> Arc<Metrics> {
+        self.metrics.clone()
+    }
+
+    /// Identifies this run of the daemon.
+    #[must_use]
+    pub fn boot_id(&self) -> &str {
+        &self.boot_id
+    }
+
+    fn now(&self) -> Time {
+        Time::from_nanos(u64::try_from(self.started.elapsed().as_nanos()).unwrap_or(u64::MAX))
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        // A panic while holding the lock would be a bug; the state is still consistent enough
+        // to keep serving (every core operation validates before it changes anything).
+        self.inner
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Hands grants to their waiters; a grant nobody waits for any more is released at once
+    /// (which may grant the next one). Then writes the record.
+    fn settle(&self, inner: &mut Inner, mut grants: Vec<Grant>) {
+        let now = self.now();
+        while let Some(g) = grants.pop() {
+            let delivered = match inner.waiters.remove(&g.key) {
+                Some(tx) => tx.send(Ok(g.clone())).is_ok(),
+                None => false,
+            };
+            if delivered && inner.pooled.contains_key(&g.key) {
+                Self::pool_grant(inner, g.lease, now);
+            }
+            if !delivered {
+                tracing::info!(key = %g.key, lease = g.lease, "grant without a waiter: released");
+                if let Ok(more) = inner.core.release(g.lease, None, "caller gone", now) {
+                    grants.extend(more);
+                }
+            }
+        }
+        for (gpu, function) in inner.core.drain_activated() {
+            inner.pool.activated(gpu, &function, now);
+        }
+        self.pool_settle(inner);
+        let records = inner.core.drain_log();
+        if records.is_empty() {
+            return;
+        }
+        self.metrics.record(&records);
+        if let Some(w) = inner.log.as_mut() {
+            for r in &records {
+                if let Ok(line) = serde_json::to_string(r) {
+                    let _ = writeln!(w, "{line}");
+                }
+            }
+            let _ = w.flush();
+        }
+    }
+
+    /// Watches a shim's pid: when it exits, its leases and waits go.
+    fn watch(self: &Arc<Self>, inner: &mut Inner, pid: u32) {
+        if pid == 0 || !inner.watched.insert(pid) {
+            return;
+        }
+        let Ok(raw) = i32::try_from(pid) else { return };
+        // SAFETY: pidfd_open takes a pid and flags and returns a new fd or -1; no memory is
+        // passed.
+        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, raw, 0) };
+        let daemon = self.clone();
+        if fd < 0 {
+            let err = std::io::Error::last_os_error();
+            tracing::warn!(
+                pid,
+                "cannot watch shim: {err}; its leases end only by Release"
+            );
+            if err.raw_os_error() == Some(libc::ESRCH) {
+                // Already gone.
+                tokio::spawn(async move { daemon.shim_gone(pid) });
+            }
+            return;
+        }
+        // SAFETY: `fd` is a new pidfd that nothing else owns.
+        let fd = unsafe { OwnedFd::from_raw_fd(i32::try_from(fd).unwrap_or(-1)) };
+        tokio::spawn(async move {
+            // SAFETY: the pidfd is owned by the AsyncFd for as long as it is registered.
+            match unsafe { AsyncFd::register(fd) } {
+                Ok(afd) => {
+                    // A pidfd turns readable when the process exits.
+                    let _ = afd.readable().await;
+                }
+                Err(e) => tracing::warn!(pid, "cannot poll shim pidfd: {e}"),
+            }
+            daemon.shim_gone(pid);
+        });
+    }
+
+    fn shim_gone(&self, pid: u32) {
+        let now = self.now();
+        let mut inner = self.lock();
+        inner.watched.remove(&pid);
+        let (keys, leases, grants) = inner.core.shim_gone(pid, now);
+        for k in &keys {
+            if let Some(tx) = inner.waiters.remove(k) {
+                let _ = tx.send(Err(format!("shim {pid} exited")));
+            }
+        }
+        if !keys.is_empty() || !leases.is_empty() {
+            tracing::info!(pid, withdrawn = ?keys, released = ?leases, "shim gone");
+        }
+        inner.pool.shim_gone(pid);
+        inner.orders.remove(&pid);
+        inner.pooled.retain(|_, p| *p != pid);
+        self.settle(&mut inner, grants);
+    }
+
+    /// Runs the sampling loop forever: utilization → D, TTL expiry, gauges.
+    pub async fn sample_loop(self: Arc<Self>, mut monitor: Box<dyn GpuMonitor>, every: Duration) {
+        let mut tick = tokio::time::interval(every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut failing = false;
+        let mut last_forget = Instant::now();
+        loop {
+            tick.tick().await;
+            if self.flow_idle_s > 0.0 && last_forget.elapsed() >= Duration::from_secs(10) {
+                last_forget = Instant::now();
+                let now = self.now();
+                let gone = {
+                    let mut inner = self.lock();
+                    let gone = inner.core.forget_idle(now, self.flow_idle_s);
+                    inner.pool.forget_functions(&gone);
+                    gone
+                };
+                if !gone.is_empty() {
+                    tracing::info!(flows = gone.len(), "idle flows forgotten");
+                    self.metrics.forget_functions(&gone);
+                }
+            }
+            let leases: Vec<u32> = self.lock().core.gpus().iter().map(|g| g.running).collect();
+            let samples = match monitor.sample(&leases) {
+                Ok(s) => {
+                    if failing {
+                        tracing::info!("GPU sampling recovered");
+                        failing = false;
+                    }
+                    s
+                }
+                Err(e) => {
+                    if !failing {
+                        tracing::warn!("GPU sampling failed: {e}; D keeps its value");
+                        failing = true;
+                    }
+                    Vec::new()
+                }
+            };
+            let host = pool::host_memory();
+            let now = self.now();
+            let mut inner = self.lock();
+            inner.core.charge_running(now);
+            let mut grants = inner.core.tick_all(now);
+            for s in samples {
+                grants.extend(
+                    inner
+                        .core
+                        .observe(s.index, s.utilization, s.memory_used, now),
+                );
+            }
+            self.settle(&mut inner, grants);
+            let gpus = inner.core.gpus();
+            for g in &gpus {
+                inner
+                    .pool
+                    .observe_memory(g.info.index, g.memory_used, g.info.memory_total);
+            }
+            inner.pool.tick(now, host);
+            self.pool_settle(&mut inner);
+            let fail_open = inner.core.fail_open_starts();
+            let counts = inner
+                .pool
+                .tier_counts()
+                .map(|c| (c, inner.pool.memory_by_function()));
+            drop(inner);
+            self.metrics.gauges(&gpus, fail_open);
+            if let Some((c, memory)) = counts {
+                self.metrics.pool_gauges(&c);
+                self.metrics.pool_memory(&memory);
+            }
+        }
+    }
+
+    /// The Status answer.
+    #[must_use]
+    pub fn status(&self) -> api::StatusResponse {
+        let now = self.now();
+        let inner = self.lock();
+        let core = &inner.core;
+        let gpus = core
+            .gpus()
+            .into_iter()
+            .map(|g| api::GpuStatus {
+                index: g.info.index,
+                uuid: g.info.uuid,
+                name: g.info.name,
+                mode: format!("{:?}", g.info.mode).to_lowercase(),
+                d: g.d,
+                limit: g.limit,
+                running: g.running,
+                utilization: g.utilization.unwrap_or(0.0),
+                memory_used: g.memory_used,
+                memory_total: g.info.memory_total,
+                virtual_time: g.virtual_time,
+                queued: g.queued as u64,
+                ..Default::default()
+            })
+            .collect();
+        let flows = core
+            .flows()
+            .into_iter()
+            .map(|(gpu, f)| api::FlowStatus {
+                function: f.key,
+                gpu,
+                state: Core::state_name(f.state).into(),
+                start_tag: f.start,
+                finish_tag: f.finish,
+                queued: f.queued as u64,
+                in_flight: f.in_flight,
+                weight: f.weight,
+                service_s: f.service_s.unwrap_or(0.0),
+                gpu_time_s: f.gpu_time_s,
+                dispatched: f.dispatched,
+                completed: f.completed,
+                tenant: f.tenant.unwrap_or_default(),
+                ..Default::default()
+            })
+            .collect();
+        let leases = core
+            .leases()
+            .map(|(id, l)| {
+                let (ns, cid) = l.key.split_once('/').unwrap_or(("", &l.key));
+                api::LeaseStatus {
+                    lease_id: id,
+                    namespace: ns.into(),
+                    container_id: cid.into(),
+                    function: l.function.clone(),
+                    gpu: l.gpu,
+                    shim_pid: l.shim_pid,
+                    held_ns: now.as_nanos().saturating_sub(l.since.as_nanos()),
+                    kind: l.kind.as_str().to_owned(),
+                    ..Default::default()
+                }
+            })
+            .collect();
+        let pool = inner
+            .pool
+            .entries(now)
+            .into_iter()
+            .map(|e| {
+                let (ns, cid) = e.key.split_once('/').unwrap_or(("", &e.key));
+                api::PoolEntry {
+                    namespace: ns.into(),
+                    container_id: cid.into(),
+                    function: e.function,
+                    gpu: e.gpu,
+                    tier: format!("{:?}", e.tier).to_lowercase(),
+                    bytes: e.bytes,
+                    busy: e.busy,
+                    idle_ns: e.idle_ns,
+                    pending: e.pending.map_or("", Action::name).into(),
+                    uses: e.uses,
+                    native: Some(mqfq_proto::memory::to_proto(&e.native)).into(),
+                    ..Default::default()
+                }
+            })
+            .collect();
+        api::StatusResponse {
+            pool,
+            boot_id: self.boot_id.clone(),
+            backend: self.backend.into(),
+            gpus,
+            flows,
+            leases,
+            waiting: core.waiting() as u64,
+            fail_open_starts: core.fail_open_starts(),
+            ..Default::default()
+        }
+    }
+}
+
+/// The ttrpc service object.
+#[derive(Debug, Clone)]
+pub struct Service(pub Arc<Daemon>);
+
+#[async_trait]
+impl api::Admission for Service {
+    async fn admit(
+        &self,
+        _ctx: &TtrpcContext,
+        req: api::AdmitRequest,
+    ) -> ttrpc::Result<api::AdmitResponse> {
+        let d = &self.0;
+        let kind = match req.kind.enum_value() {
+            Ok(api::Kind::START) => Kind::Start,
+            Ok(api::Kind::RESUME) => Kind::Resume,
+            Ok(api::Kind::BURST) => Kind::Burst,
+            Err(v) => {
+                return Err(status(
+                    ttrpc::Code::INVALID_ARGUMENT,
+                    format!("invalid `kind`: {v} is not START, RESUME or BURST"),
+                ));
+            }
+        };
+        check_asked(req.weight, &req.tenant, &req.pod_namespace).map_err(|e| to_ttrpc(&e))?;
+        let info = admit_info(&d.policy, &req, kind);
+        let key = info.key();
+        let (tx, rx) = oneshot::channel();
+        {
+            let now = d.now();
+            let mut inner = d.lock();
+            if inner.waiters.contains_key(&key) {
+                return Err(to_ttrpc(&CoreError::AlreadyWaiting(key)));
+            }
+            inner.waiters.insert(key.clone(), tx);
+            if req.pooled {
+                inner.pooled.insert(key.clone(), req.shim_pid);
+            }
+            match inner.core.admit(&info, now) {
+                Ok(grants) => d.settle(&mut inner, grants),
+                Err(e) => {
+                    inner.waiters.remove(&key);
+                    if !matches!(e, CoreError::AlreadyWaiting(_)) {
+                        inner.pooled.remove(&key);
+                    }
+                    return Err(to_ttrpc(&e));
+                }
+            }
+            d.watch(&mut inner, req.shim_pid);
+        }
+        match rx.await {
+            Ok(Ok(g)) => Ok(api::AdmitResponse {
+                lease_id: g.lease,
+                gpu: g.gpu,
+                waited_ns: g.waited_ns,
+                ..Default::default()
+            }),
+            Ok(Err(why)) => Err(status(
+                ttrpc::Code::CANCELLED,
+                format!("admission of {key} cancelled: {why}"),
+            )),
+            Err(_) => Err(status(
+                ttrpc::Code::CANCELLED,
+                format!("admission of {key} cancelled"),
+            )),
+        }
+    }
+
+    async fn release(
+        &self,
+        _ctx: &TtrpcContext,
+        req: api::ReleaseRequest,
+    ) -> ttrpc::Result<api::ReleaseResponse> {
+        let d = &self.0;
+        #[expect(clippy::cast_precision_loss)]
+        let measured = (req.service_ns > 0).then(|| req.service_ns as f64 / 1e9);
+        let reason = if req.reason.is_empty() {
+            "release"
+        } else {
+            &req.reason
+        };
+        let now = d.now();
+        let mut inner = d.lock();
+        let key = inner.core.lease(req.lease_id).map(|l| l.key.clone());
+        let grants = inner
+            .core
+            .release(req.lease_id, measured, reason, now)
+            .map_err(|e| to_ttrpc(&e))?;
+        if let Some(key) = key
+            && inner.pooled.contains_key(&key)
+        {
+            // After a pause or a burst the container lives on, idle; after anything else it is
+            // gone.
+            let paused = mqfq_proto::stays_idle(reason);
+            inner.pool.released(&key, paused, req.managed_bytes, now);
+            if let Some(n) = req.native.as_ref() {
+                inner
+                    .pool
+                    .report_native(&key, mqfq_proto::memory::from_proto(n));
+            }
+            if !paused {
+                inner.pooled.remove(&key);
+            }
+        }
+        d.settle(&mut inner, grants);
+        Ok(api::ReleaseResponse::default())
+    }
+
+    async fn cancel(
+        &self,
+        _ctx: &TtrpcContext,
+        req: api::CancelRequest,
+    ) -> ttrpc::Result<api::CancelResponse> {
+        let d = &self.0;
+        let key = format!("{}/{}", req.namespace, req.container_id);
+        let now = d.now();
+        let mut inner = d.lock();
+        let withdrawn = inner.core.cancel(&key, "cancelled", now);
+        // Cancel comes with every Kill and Delete of a GPU container, and when a shim gave up
+        // waiting: a lease it holds ends here (a grant that raced the shim's deadline would
+        // otherwise be held by nobody), and the container leaves the pool.
+        let mut grants = Vec::new();
+        if let Some(lease) = inner.core.lease_of(&key)
+            && let Ok(g) = inner.core.release(lease, None, "cancelled", now)
+        {
+            grants = g;
+        }
+        inner.pooled.remove(&key);
+        inner.pool.forget(&key);
+        if let Some(tx) = inner.waiters.remove(&key) {
+            let _ = tx.send(Err("cancelled by the shim".into()));
+        }
+        d.settle(&mut inner, grants);
+        Ok(api::CancelResponse {
+            withdrawn,
+            ..Default::default()
+        })
+    }
+
+    async fn register(
+        &self,
+        _ctx: &TtrpcContext,
+        req: api::RegisterRequest,
+    ) -> ttrpc::Result<api::RegisterResponse> {
+        let d = &self.0;
+        let cap = d.lock().core.containers_per_shim();
+        if req.running.len() + req.idle.len() > cap {
+            return Err(to_ttrpc(&CoreError::Limit {
+                what: "registered containers",
+                limit: cap,
+            }));
+        }
+        for r in req.running.iter().chain(&req.idle) {
+            check_asked(r.weight, &r.tenant, &r.pod_namespace).map_err(|e| to_ttrpc(&e))?;
+        }
+        let running: Vec<RunningInfo> = req
+            .running
+            .iter()
+            .map(|r| RunningInfo {
+                info: running_info(&d.policy, r, req.shim_pid),
+                lease: r.lease_id,
+            })
+            .collect();
+        let now = d.now();
+        let mut inner = d.lock();
+        let registered = inner
+            .core
+            .register(
+                req.shim_pid,
+                &running,
+                &req.admitting,
+                req.fail_open_starts,
+                now,
+            )
+            .map_err(|e| to_ttrpc(&e));
+        let mut grants = Vec::new();
+        if let Ok(reg) = &registered {
+            for ((r, wire), (key, lease)) in running.iter().zip(&req.running).zip(&reg.leases) {
+                if wire.pooled && r.lease != *lease {
+                    // Newly adopted (a restarted daemon, or a fail-open start): running, Hot.
+                    inner.pooled.insert(key.clone(), req.shim_pid);
+                    Daemon::pool_grant(&mut inner, *lease, now);
+                }
+            }
+            for (key, lease) in &reg.released {
+                tracing::warn!(shim = req.shim_pid, key = %key, lease, "lease the shim no longer lists: released");
+                inner.pooled.remove(key);
+                inner.pool.forget(key);
+            }
+            grants.clone_from(&reg.grants);
+        }
+        for r in &req.idle {
+            let flow = running_info(&d.policy, r, req.shim_pid).flow_key();
+            Daemon::adopt_idle(&mut inner, r, &flow, req.shim_pid, now);
+        }
+        d.settle(&mut inner, grants);
+        let registered = registered?;
+        d.watch(&mut inner, req.shim_pid);
+        // Shims re-register every second: only news is worth a line.
+        let new = running
+            .iter()
+            .zip(&registered.leases)
+            .filter(|(r, (_, lease))| r.lease != *lease)
+            .count();
+        if new > 0 || req.fail_open_starts > 0 {
+            tracing::info!(
+                shim = req.shim_pid,
+                containers = running.len(),
+                adopted = new,
+                fail_open = req.fail_open_starts,
+                "shim registered"
+            );
+        }
+        Ok(api::RegisterResponse {
+            leases: registered
+                .leases
+                .into_iter()
+                .map(|(key, lease)| {
+                    let (ns, cid) = key.split_once('/').unwrap_or(("", &key));
+                    api::Adopted {
+                        namespace: ns.into(),
+                        container_id: cid.into(),
+                        lease_id: lease,
+                        ..Default::default()
+                    }
+                })
+                .collect(),
+            boot_id: d.boot_id.clone(),
+            ..Default::default()
+        })
+    }
+
+    async fn status(
+        &self,
+        _ctx: &TtrpcContext,
+        _req: api::StatusRequest,
+    ) -> ttrpc::Result<api::StatusResponse> {
+        Ok(self.0.status())
+    }
+
+    async fn pool_orders(
+        &self,
+        _ctx: &TtrpcContext,
+        req: api::PoolOrdersRequest,
+    ) -> ttrpc::Result<api::PoolOrdersResponse> {
+        pool::orders(&self.0, req).await
+    }
+
+    async fn pool_report(
+        &self,
+        _ctx: &TtrpcContext,
+        req: api::PoolReportRequest,
+    ) -> ttrpc::Result<api::PoolReportResponse> {
+        pool::report(&self.0, &req)
+    }
+
+    async fn advise(
+        &self,
+        _ctx: &TtrpcContext,
+        req: api::AdmitRequest,
+    ) -> ttrpc::Result<api::AdviseResponse> {
+        pool::advise(&self.0, &req, false)
+    }
+
+    async fn exported(
+        &self,
+        _ctx: &TtrpcContext,
+        req: api::AdmitRequest,
+    ) -> ttrpc::Result<api::AdviseResponse> {
+        pool::advise(&self.0, &req, true)
+    }
+}
+
+/// Binds the socket: its directory made if missing (mode 0700) and refused if others can write
+/// it (they could swap the socket), a stale socket replaced, a live one (another mqfqd) refused;
+/// the socket is made mode 0600 (and the daemon's umask already makes it private from the
+/// start).
+///
+/// # Errors
+/// Another daemon listens there, the directory is not safe, or the filesystem refuses.
+pub fn bind(path: &Path) -> std::io::Result<ttrpc::r#async::Server> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)?;
+        let md = std::fs::metadata(dir)?;
+        // SAFETY: geteuid has no arguments and cannot fail.
+        let me = unsafe { libc::geteuid() };
+        if md.uid() != me || md.mode() & 0o022 != 0 {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::PermissionDenied,
+                format!(
+                    "{}: the socket's directory must be owned by uid {me} and writable by nobody else (mode {:o})",
+                    dir.display(),
+                    md.mode() & 0o7777
+                ),
+            ));
+        }
+    }
+    if path.exists() {
+        if std::os::unix::net::UnixStream::connect(path).is_ok() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::AddrInUse,
+                format!("{} is served by a running mqfqd", path.display()),
+            ));
+        }
+        std::fs::remove_file(path)?;
+    }
+    let server = ttrpc::r#async::Server::new()
+        .bind(&format!("unix://{}", path.display()))
+        .map_err(|e| std::io::Error::other(e.to_string()))?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
+    Ok(server)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_core_error_has_one_ttrpc_code() {
+        let code = |e: CoreError| match to_ttrpc(&e) {
+            ttrpc::Error::RpcStatus(s) => s.code(),
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(
+            code(CoreError::Invalid {
+                field: "weight",
+                reason: String::new()
+            }),
+            ttrpc::Code::INVALID_ARGUMENT
+        );
+        assert_eq!(
+            code(CoreError::UnknownGpu("x".into())),
+            ttrpc::Code::INVALID_ARGUMENT
+        );
+        assert_eq!(
+            code(CoreError::AlreadyWaiting("k".into())),
+            ttrpc::Code::ALREADY_EXISTS
+        );
+        assert_eq!(code(CoreError::UnknownLease(1)), ttrpc::Code::NOT_FOUND);
+        assert_eq!(
+            code(CoreError::Limit {
+                what: "waiting admissions",
+                limit: 1
+            }),
+            ttrpc::Code::RESOURCE_EXHAUSTED
+        );
+    }
+
+    #[tokio::test]
+    async fn the_socket_goes_only_into_a_directory_nobody_else_can_write() {
+        use std::os::unix::fs::PermissionsExt;
+        let t = tempfile::tempdir().unwrap();
+        let open = t.path().join("open");
+        std::fs::create_dir(&open).unwrap();
+        std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let e = bind(&open.join("mqfqd.sock")).err().unwrap();
+        assert_eq!(e.kind(), std::io::ErrorKind::PermissionDenied, "{e}");
+        let made = t.path().join("made/here");
+        let _server = bind(&made.join("mqfqd.sock")).unwrap();
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode(&made), 0o700);
+        assert_eq!(mode(&made.join("mqfqd.sock")), 0o600);
+    }
+}

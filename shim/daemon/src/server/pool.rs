@@ -1,0 +1,234 @@
+//! The pool's side of the service: grants and re-registrations feed `daemon/pool.rs`, its
+//! orders go to the shims through a long poll (`PoolOrders`), and their results come back
+//! (`PoolReport`).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use scheduler_core::Time;
+
+use super::{Daemon, Inner, MAX_ORDERS_WAIT_MS, admit_info, check_asked, status, to_ttrpc};
+use mqfq_proto::api;
+use scheduler_core::node::admission::Kind;
+use scheduler_core::node::pool::{Action, Outcome};
+
+impl Daemon {
+    /// A pooled container got a lease: the pool counts the hit (and makes room for it).
+    pub(super) fn pool_grant(inner: &mut Inner, lease: u64, now: Time) {
+        if let Some(l) = inner.core.lease(lease) {
+            let (key, function, gpu, pid) = (l.key.clone(), l.function.clone(), l.gpu, l.shim_pid);
+            inner.pool.granted(&key, &function, gpu, pid, now);
+        }
+    }
+
+    /// A paused pooled container a shim re-registered: the pool re-learns it. Entries that do not
+    /// name a container or a GPU of this node are skipped with a log line (registration is
+    /// repeated; one bad entry must not cost the others).
+    pub(super) fn adopt_idle(
+        inner: &mut Inner,
+        r: &api::Running,
+        flow: &str,
+        shim_pid: u32,
+        now: Time,
+    ) {
+        if r.namespace.is_empty() || r.container_id.is_empty() || r.function.is_empty() {
+            tracing::warn!(
+                shim = shim_pid,
+                "idle container without namespace, id or function: skipped"
+            );
+            return;
+        }
+        let gpu = match inner.core.resolve(&r.gpus) {
+            Ok(g) if !g.is_empty() => g[0],
+            Ok(_) | Err(_) => {
+                tracing::warn!(shim = shim_pid, container = %r.container_id, gpus = ?r.gpus,
+                    "idle container on no GPU of this node: skipped");
+                return;
+            }
+        };
+        let key = format!("{}/{}", r.namespace, r.container_id);
+        if inner.core.lease_of(&key).is_some() {
+            return;
+        }
+        inner.pooled.insert(key.clone(), shim_pid);
+        inner
+            .pool
+            .adopt_idle(&key, flow, gpu, shim_pid, r.managed_bytes, r.evicted, now);
+        if let Some(n) = r.native.as_ref() {
+            inner
+                .pool
+                .report_native(&key, mqfq_proto::memory::from_proto(n));
+        }
+    }
+
+    /// Hands the pool's new orders to their shims and its events to the metrics.
+    pub(super) fn pool_settle(&self, inner: &mut Inner) {
+        let orders = inner.pool.take_orders();
+        if !orders.is_empty() {
+            for o in orders {
+                tracing::info!(key = %o.key, action = o.action.name(), shim = o.shim_pid, "pool order");
+                inner.orders.entry(o.shim_pid).or_default().push(o);
+            }
+            self.orders_ready.notify_waiters();
+        }
+        let events = inner.pool.drain_events();
+        if !events.is_empty() {
+            self.metrics.pool(&events);
+        }
+    }
+}
+
+/// Advice for a container of `flow` being created; with `exported`, first learns that a
+/// container of `flow` had an export of converted memory refused.
+pub(super) fn advise(
+    d: &Daemon,
+    req: &api::AdmitRequest,
+    exported: bool,
+) -> ttrpc::Result<api::AdviseResponse> {
+    check_asked(req.weight, &req.tenant, &req.pod_namespace).map_err(|e| to_ttrpc(&e))?;
+    let flow = admit_info(&d.policy, req, Kind::Start).flow_key();
+    let flow = flow.as_str();
+    let now = d.now();
+    let native = {
+        let mut inner = d.lock();
+        if exported && !flow.is_empty() {
+            if !inner.advice.advises(flow, now) {
+                tracing::info!(function = %flow,
+                    "an export of converted GPU memory was refused: new containers of this \
+                     function keep their allocations native");
+            }
+            inner.advice.learn(flow, now);
+        }
+        inner.advice.advises(flow, now)
+    };
+    Ok(api::AdviseResponse {
+        native_alloc: if native { "all" } else { "" }.into(),
+        ..Default::default()
+    })
+}
+
+/// `PoolOrders`: waits (long poll) for the orders of the calling shim.
+pub(super) async fn orders(
+    d: &Arc<Daemon>,
+    req: api::PoolOrdersRequest,
+) -> ttrpc::Result<api::PoolOrdersResponse> {
+    if req.shim_pid == 0 {
+        return Err(status(
+            ttrpc::Code::INVALID_ARGUMENT,
+            "invalid `shim_pid`: must be the calling shim's pid",
+        ));
+    }
+    let deadline = tokio::time::Instant::now()
+        + Duration::from_millis(u64::from(req.wait_ms.min(MAX_ORDERS_WAIT_MS)));
+    loop {
+        // Registered before looking, so an order queued in between is not missed.
+        let ready = d.orders_ready.notified();
+        tokio::pin!(ready);
+        ready.as_mut().enable();
+        {
+            let mut inner = d.lock();
+            d.watch(&mut inner, req.shim_pid);
+            let orders = inner.orders.remove(&req.shim_pid).unwrap_or_default();
+            if !orders.is_empty() {
+                return Ok(api::PoolOrdersResponse {
+                    orders: orders
+                        .into_iter()
+                        .map(|o| {
+                            let (ns, cid) = o.key.split_once('/').unwrap_or(("", &o.key));
+                            api::PoolOrder {
+                                namespace: ns.into(),
+                                container_id: cid.into(),
+                                action: wire_action(o.action).into(),
+                                ..Default::default()
+                            }
+                        })
+                        .collect(),
+                    ..Default::default()
+                });
+            }
+        }
+        if tokio::time::timeout_at(deadline, ready).await.is_err() {
+            return Ok(api::PoolOrdersResponse::default());
+        }
+    }
+}
+
+/// `PoolReport`: a shim's results become tier moves and metrics.
+pub(super) fn report(
+    d: &Daemon,
+    req: &api::PoolReportRequest,
+) -> ttrpc::Result<api::PoolReportResponse> {
+    let mut outcomes = Vec::with_capacity(req.results.len());
+    for (i, r) in req.results.iter().enumerate() {
+        let action = match r.action.enum_value() {
+            Ok(a) => from_wire_action(a),
+            Err(v) => {
+                return Err(status(
+                    ttrpc::Code::INVALID_ARGUMENT,
+                    format!("invalid `results[{i}].action`: {v} is not a pool action"),
+                ));
+            }
+        };
+        if r.namespace.is_empty() || r.container_id.is_empty() {
+            return Err(status(
+                ttrpc::Code::INVALID_ARGUMENT,
+                format!("invalid `results[{i}]`: namespace and container_id are required"),
+            ));
+        }
+        #[expect(clippy::cast_precision_loss)]
+        outcomes.push(Outcome {
+            key: format!("{}/{}", r.namespace, r.container_id),
+            action,
+            ok: r.ok,
+            skipped: r.skipped,
+            gone: r.gone,
+            bytes: r.bytes,
+            seconds: r.duration_ns as f64 / 1e9,
+        });
+    }
+    let now = d.now();
+    let mut inner = d.lock();
+    for (o, r) in outcomes.iter().zip(&req.results) {
+        if !inner.pool.report(o, now) {
+            continue;
+        }
+        if r.ok || r.skipped {
+            tracing::info!(key = %o.key, action = o.action.name(), bytes = o.bytes,
+                ms = o.seconds * 1e3, skipped = o.skipped, "pool report");
+        } else {
+            tracing::warn!(key = %o.key, action = o.action.name(), "pool action failed: {}", r.error);
+        }
+    }
+    d.settle(&mut inner, Vec::new());
+    Ok(api::PoolReportResponse::default())
+}
+
+fn wire_action(a: Action) -> api::PoolAction {
+    match a {
+        Action::Evict => api::PoolAction::EVICT,
+        Action::Prefetch => api::PoolAction::PREFETCH,
+        Action::Reclaim => api::PoolAction::RECLAIM,
+        Action::Restore => api::PoolAction::RESTORE,
+    }
+}
+
+fn from_wire_action(a: api::PoolAction) -> Action {
+    match a {
+        api::PoolAction::EVICT => Action::Evict,
+        api::PoolAction::PREFETCH => Action::Prefetch,
+        api::PoolAction::RECLAIM => Action::Reclaim,
+        api::PoolAction::RESTORE => Action::Restore,
+    }
+}
+
+/// Host memory (available, total) from /proc/meminfo, bytes.
+pub(super) fn host_memory() -> Option<(u64, u64)> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let field = |name: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+            .map(|kib| kib * 1024)
+    };
+    Some((field("MemAvailable:")?, field("MemTotal:")?))
+}

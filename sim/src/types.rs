@@ -1,0 +1,145 @@
+//! The simulator's public knobs, results and errors.
+
+use serde::Serialize;
+
+use scheduler_core::config::{ConfigError, GpuMode, Overrides, Profile, TierConfig};
+use scheduler_core::tiers::Tier;
+
+/// Simulator knobs.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct SimConfig {
+    /// GPUs (or MIG instances in `mig` mode).
+    pub gpus: usize,
+    /// Memory per GPU, MB.
+    pub gpu_mem_mb: f64,
+    /// Sharing mode (sets D_max).
+    pub mode: GpuMode,
+    /// Host↔GPU bandwidth, GB/s.
+    pub pcie_gbps: f64,
+    /// Cold start of functions whose trace rows give none, ms.
+    pub cold_ms: f64,
+    /// Capacity gain per extra co-runner.
+    pub corun_gain: f64,
+    /// Ceiling of the co-run gain.
+    pub corun_gain_max: f64,
+    /// Utilization sample period, ms.
+    pub sample_ms: f64,
+    /// Profile of `mqfq-sticky` (T, TTL, α).
+    pub profile: Profile,
+    /// Overrides on the profile.
+    #[serde(skip)]
+    pub overrides: Overrides,
+    /// Tier knobs.
+    pub tiers: TierConfig,
+}
+
+impl Default for SimConfig {
+    fn default() -> Self {
+        SimConfig {
+            gpus: 1,
+            gpu_mem_mb: 24_576.0,
+            mode: GpuMode::Plain,
+            pcie_gbps: 12.0,
+            cold_ms: 3_000.0,
+            corun_gain: 0.05,
+            corun_gain_max: 0.15,
+            sample_ms: 100.0,
+            profile: Profile::Balanced,
+            overrides: Overrides::default(),
+            tiers: TierConfig::default(),
+        }
+    }
+}
+
+impl SimConfig {
+    /// Checks every knob.
+    ///
+    /// # Errors
+    /// [`ConfigError`] naming the knob.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.gpus == 0 || self.gpus > 4096 {
+            return Err(ConfigError::new("gpus", self.gpus, "must be in 1..=4096"));
+        }
+        let pos = |k, v: f64| {
+            if v.is_finite() && v > 0.0 {
+                Ok(())
+            } else {
+                Err(ConfigError::new(k, v, "must be a finite number > 0"))
+            }
+        };
+        let nonneg = |k, v: f64| {
+            if v.is_finite() && v >= 0.0 {
+                Ok(())
+            } else {
+                Err(ConfigError::new(k, v, "must be a finite number >= 0"))
+            }
+        };
+        pos("gpu-mem-mb", self.gpu_mem_mb)?;
+        pos("pcie-gbps", self.pcie_gbps)?;
+        nonneg("cold-ms", self.cold_ms)?;
+        nonneg("corun-gain", self.corun_gain)?;
+        nonneg("corun-gain-max", self.corun_gain_max)?;
+        pos("sample-ms", self.sample_ms)?;
+        self.tiers.validate()
+    }
+}
+
+/// What happened to one invocation.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct Record {
+    /// When it got its slot (or, in a batch, when its turn came), ms.
+    pub start_ms: f64,
+    /// When it finished, ms.
+    pub end_ms: f64,
+    /// Tier of its container at dispatch.
+    pub tier: Tier,
+}
+
+/// Checks the simulator keeps on itself; the property tests assert on them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct Audit {
+    /// Dispatches that found more slots held than D allowed (must be 0).
+    pub over_limit_dispatches: u64,
+    /// Invocations completed more than once (must be 0).
+    pub double_completions: u64,
+    /// Invocations never completed (must be 0).
+    pub unfinished: u64,
+    /// Highest number of slots held on one GPU.
+    pub max_slots_held: u32,
+    /// Batches admitted over the memory budget because nothing else could free memory.
+    pub over_budget_admissions: u64,
+}
+
+/// Result of one run.
+#[derive(Clone, Debug, Serialize)]
+pub struct SimOutput {
+    /// Policy name.
+    pub policy: String,
+    /// One record per trace invocation, same order.
+    pub records: Vec<Record>,
+    /// ∫ utilization dt over all GPUs, ms.
+    pub busy_ms: f64,
+    /// First arrival to last completion, ms.
+    pub makespan_ms: f64,
+    /// GPUs simulated.
+    pub gpus: usize,
+    /// Self-checks.
+    pub audit: Audit,
+    /// Bytes moved over PCIe (evictions + restores), MB.
+    pub pcie_mb: f64,
+    /// Time-averaged concurrency limit D per GPU.
+    pub mean_d: f64,
+    /// Time-averaged slots held per GPU.
+    pub mean_slots: f64,
+}
+
+/// Errors of a simulation run.
+#[derive(Debug, thiserror::Error)]
+pub enum SimError {
+    /// A bad knob.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// The event loop stopped making progress (a bug; reported rather than looping forever).
+    #[error("simulation made no progress at t = {0} ms")]
+    Stuck(f64),
+}

@@ -1,0 +1,111 @@
+//! Property tests of the simulator: every policy, random traces and nodes.
+#![expect(
+    clippy::tests_outside_test_module,
+    reason = "an integration-test crate is the test module"
+)]
+
+use mqfq_sim::trace::{Function, Invocation};
+use mqfq_sim::{POLICIES, SimConfig, Trace, run_policy};
+use proptest::prelude::*;
+use scheduler_core::GpuMode;
+
+fn trace() -> impl Strategy<Value = Trace> {
+    let funcs = prop::collection::vec(
+        (1.0f64..8000.0, 0.0f64..5000.0, 0.05f64..1.0, 0.5f64..3.0),
+        1..6,
+    );
+    funcs.prop_flat_map(|fs| {
+        let n = fs.len();
+        let invs = prop::collection::vec((0.0f64..2000.0, 0..n, 1.0f64..3000.0), 1..80);
+        (Just(fs), invs).prop_map(|(fs, mut invs)| {
+            invs.sort_by(|a, b| a.0.total_cmp(&b.0));
+            Trace {
+                functions: fs
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &(mem, cold, util, w))| Function {
+                        name: format!("f{i}"),
+                        mem_mb: mem,
+                        cold_ms: Some(cold),
+                        tenant: None,
+                        weight: w,
+                        util,
+                    })
+                    .collect(),
+                invocations: invs
+                    .into_iter()
+                    .map(|(t, f, e)| Invocation {
+                        arrival_ms: t * 10.0,
+                        func: f,
+                        exec_ms: e,
+                    })
+                    .collect(),
+            }
+        })
+    })
+}
+
+fn node() -> impl Strategy<Value = SimConfig> {
+    (
+        1usize..4,
+        4000.0f64..40000.0,
+        prop_oneof![Just(GpuMode::Plain), Just(GpuMode::Mps), Just(GpuMode::Mig)],
+        1.0f64..32.0,
+    )
+        .prop_map(|(gpus, mem, mode, bw)| SimConfig {
+            gpus,
+            gpu_mem_mb: mem,
+            mode,
+            pcie_gbps: bw,
+            ..SimConfig::default()
+        })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(96))]
+
+    /// For every policy: each invocation completes exactly once, never before it arrived and
+    /// never faster than its solo exec time; slots never exceed the limit at dispatch; the GPUs
+    /// never do more work than their capacity allows.
+    #[test]
+    fn every_policy_is_sound(t in trace(), cfg in node()) {
+        for p in POLICIES {
+            let out = run_policy(p, &t, &cfg).unwrap();
+            prop_assert_eq!(out.audit.unfinished, 0, "{}", p);
+            prop_assert_eq!(out.audit.double_completions, 0, "{}", p);
+            prop_assert_eq!(out.audit.over_limit_dispatches, 0, "{}", p);
+            prop_assert!(out.audit.max_slots_held <= cfg.mode.default_d_max(), "{}", p);
+            prop_assert_eq!(out.records.len(), t.invocations.len());
+            let mut work = 0.0;
+            for (inv, r) in t.invocations.iter().zip(&out.records) {
+                prop_assert!(r.start_ms + 1e-6 >= inv.arrival_ms, "{} started before arrival", p);
+                prop_assert!(r.end_ms - r.start_ms + 1e-6 >= inv.exec_ms,
+                    "{}: ran in {} < solo {}", p, r.end_ms - r.start_ms, inv.exec_ms);
+                work += inv.exec_ms * t.functions[inv.func].util;
+            }
+            #[expect(clippy::cast_precision_loss)]
+            let capacity = out.makespan_ms * cfg.gpus as f64 * (1.0 + cfg.corun_gain_max);
+            prop_assert!(work <= capacity + 1e-6, "{}: work {} > capacity {}", p, work, capacity);
+            prop_assert!(out.busy_ms <= out.makespan_ms * cfg.gpus as f64 + 1e-6);
+        }
+    }
+}
+
+#[test]
+fn unknown_policy_is_a_clear_error() {
+    let t = Trace::parse("time_ms,function,exec_ms,mem_mb\n0,a,1,1\n").unwrap();
+    let e = run_policy("lottery", &t, &SimConfig::default()).unwrap_err();
+    assert!(e.to_string().contains("`policy`"), "{e}");
+    assert!(e.to_string().contains("lottery"), "{e}");
+}
+
+#[test]
+fn bad_node_knob_is_named() {
+    let t = Trace::parse("time_ms,function,exec_ms,mem_mb\n0,a,1,1\n").unwrap();
+    let cfg = SimConfig {
+        pcie_gbps: 0.0,
+        ..SimConfig::default()
+    };
+    let e = run_policy("fcfs", &t, &cfg).unwrap_err();
+    assert!(e.to_string().contains("pcie-gbps"), "{e}");
+}
