@@ -38,7 +38,6 @@ struct Gpu {
     used_mb: f64,
     conc: ConcurrencyController,
     slots: u32,
-    long_slots: u32,
     pcie_free_ms: f64,
     gate_est: f64,
     util_smooth: f64,
@@ -70,7 +69,6 @@ enum Phase {
 struct Run {
     gpu: usize,
     func: usize,
-    short: bool,
     container: Option<usize>,
     rest: VecDeque<usize>,
     current: usize,
@@ -99,7 +97,8 @@ struct Engine<'t> {
     d_integral: f64,
     slot_integral: f64,
     admission: Admission,
-    reserve: bool,
+    /// Under [`Admission::Node`]: the limit in force per GPU, as the node's core last said.
+    node_limits: Vec<u32>,
 }
 
 fn ms(t: f64) -> Time {
@@ -140,7 +139,13 @@ impl<'t> Engine<'t> {
             Tier::Warm => self.transfer_ms(self.mem(f)),
             Tier::Cold => self.cold_ms(f),
         };
-        let cost = if best == Tier::Hot { 0.0 } else { startup };
+        // The node's core learns what mqfqd's pool would know: a restore's cost, not a cold
+        // start's.
+        let cost = match best {
+            Tier::Hot => 0.0,
+            Tier::Cold if self.admission == Admission::Node => 0.0,
+            _ => startup,
+        };
         let changed = (self.best[f] == Tier::Hot) != (best == Tier::Hot)
             || (best != Tier::Hot && (self.startup[f] - startup).abs() > 1e-9);
         self.startup[f] = startup;
@@ -218,18 +223,11 @@ impl<'t> Engine<'t> {
         true
     }
 
-    /// The limit in force: ⌊D⌋, but while a short slot is reserved never below the long
-    /// invocations running plus the short slot (so a shrinking D cannot shut short flows out).
-    fn dynamic_limit(&self, gpu: &Gpu) -> u32 {
-        let floor = if self.reserve { gpu.long_slots + 1 } else { 1 };
-        gpu.conc
-            .limit_at_least(floor.max(if self.reserve { 2 } else { 1 }))
-    }
-
     fn slots_free(&self, g: usize, admission: Admission) -> bool {
         let gpu = &self.gpus[g];
         match admission {
-            Admission::Dynamic => gpu.slots < self.dynamic_limit(gpu),
+            Admission::Dynamic => gpu.slots < gpu.conc.limit(),
+            Admission::Node => gpu.slots < self.node_limits[g],
             Admission::Gated { d, util_limit } => {
                 gpu.slots < d.min(gpu.conc.config().d_max) && gpu.gate_est <= util_limit
             }
@@ -238,7 +236,8 @@ impl<'t> Engine<'t> {
 
     fn limit(&self, g: usize, admission: Admission) -> u32 {
         match admission {
-            Admission::Dynamic => self.dynamic_limit(&self.gpus[g]),
+            Admission::Dynamic => self.gpus[g].conc.limit(),
+            Admission::Node => self.node_limits[g],
             Admission::Gated { d, .. } => d.min(self.gpus[g].conc.config().d_max),
         }
     }
@@ -448,11 +447,8 @@ impl<'t> Engine<'t> {
                         run.phase = Phase::Exec { remaining: exec };
                         self.pending_start[next] = (self.now, Tier::Hot);
                     } else {
-                        let (g, f, short) = (run.gpu, run.func, run.short);
+                        let (g, f) = (run.gpu, run.func);
                         self.runs[r] = None;
-                        if !short {
-                            self.gpus[g].long_slots -= 1;
-                        }
                         self.containers[c].busy = false;
                         let gpu = &mut self.gpus[g];
                         if let Admission::Gated { .. } = admission {
@@ -559,21 +555,261 @@ impl<'t> Engine<'t> {
     }
 }
 
-/// Runs `policy` over `trace` on the simulated node.
-///
-/// # Errors
-/// A bad knob, or [`SimError::Stuck`] if the event loop stops progressing.
-#[expect(clippy::too_many_lines)]
-pub fn simulate(
-    trace: &Trace,
-    policy: &mut dyn Policy,
+/// Where the event loop stands between iterations.
+#[derive(Debug)]
+struct Clock {
+    first: f64,
+    next_arrival: usize,
+    next_sample: f64,
+    samples: u64,
+    paper_every: u64,
+}
+
+impl Engine<'_> {
+    /// Idle until the next arrival: skips to the sample just before it, feeding the controllers
+    /// the idle samples they would have seen (capped; D saturates long before).
+    #[expect(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+    fn skip_idle(&mut self, clock: &mut Clock, t_arr: f64, policy: &mut dyn Policy) {
+        let skipped = ((t_arr - clock.next_sample) / self.cfg.sample_ms).floor();
+        let n = (skipped as u64).min(64);
+        for g in &mut self.gpus {
+            for _ in 0..n {
+                g.conc.observe(0.0);
+            }
+            g.util_smooth *= 0.4f64.powf(skipped.min(64.0));
+            g.busy_at_sample = g.busy_ms;
+        }
+        if self.admission == Admission::Node {
+            let idle: Vec<(u32, f64, u64)> = (0..self.gpus.len())
+                .map(|g| (gpu_index(g), 0.0, self.used_bytes(g)))
+                .collect();
+            for _ in 0..n {
+                policy.sample(&idle, ms(self.now));
+            }
+        }
+        clock.next_sample += skipped * self.cfg.sample_ms;
+    }
+
+    #[expect(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+    fn used_bytes(&self, g: usize) -> u64 {
+        (self.gpus[g].used_mb.max(0.0) * 1024.0 * 1024.0) as u64
+    }
+
+    /// Hands the policy every invocation that has arrived by now.
+    fn arrivals(&mut self, clock: &mut Clock, policy: &mut dyn Policy) {
+        let trace = self.trace;
+        while let Some(inv) = trace.invocations.get(clock.next_arrival) {
+            if inv.arrival_ms > self.now + EPS {
+                break;
+            }
+            let f = inv.func;
+            if let Some(last) = self.last_arrival[f] {
+                self.iat[f].observe(inv.arrival_ms - last);
+            }
+            self.last_arrival[f] = Some(inv.arrival_ms);
+            let view = PoolView {
+                best: &self.best,
+                startup_ms: &self.startup,
+            };
+            policy.arrive(clock.next_arrival, trace, ms(self.now), &view);
+            clock.next_arrival += 1;
+        }
+    }
+
+    /// A utilization sample on every GPU (D moves; the published gate's estimate every 500 ms);
+    /// housekeeping every tenth.
+    fn sample(&mut self, clock: &mut Clock, policy: &mut dyn Policy, mem: MemoryStyle) {
+        clock.samples += 1;
+        let mut samples = Vec::with_capacity(self.gpus.len());
+        for g in 0..self.gpus.len() {
+            let used = self.used_bytes(g);
+            let gpu = &mut self.gpus[g];
+            let u = (gpu.busy_ms - gpu.busy_at_sample) / self.cfg.sample_ms;
+            gpu.busy_at_sample = gpu.busy_ms;
+            gpu.conc.observe(u);
+            if clock.samples.is_multiple_of(clock.paper_every) {
+                gpu.util_smooth = 0.6 * u + 0.4 * gpu.util_smooth;
+                gpu.gate_est = gpu.util_smooth;
+            }
+            samples.push((gpu_index(g), u, used));
+        }
+        if self.admission == Admission::Node {
+            policy.sample(&samples, ms(self.now));
+        }
+        if clock.samples.is_multiple_of(10) {
+            self.housekeeping(policy, mem);
+        }
+        clock.next_sample += self.cfg.sample_ms;
+    }
+
+    /// Acts on the policy's flow signals: prefetch on activation; the eager style evicts a
+    /// deactivated flow's idle containers.
+    fn signals(&mut self, policy: &mut dyn Policy, mem: MemoryStyle) {
+        for s in policy.tick(ms(self.now)) {
+            match (s, mem) {
+                (Signal::Activated(f), MemoryStyle::LazyPrefetch | MemoryStyle::EagerPrefetch) => {
+                    self.prefetch(f, policy, true);
+                }
+                (Signal::Deactivated(f), MemoryStyle::EagerPrefetch) => {
+                    let idle: Vec<usize> = self.by_func[f]
+                        .iter()
+                        .copied()
+                        .filter(|&c| {
+                            !self.containers[c].busy && self.containers[c].tier == Tier::Hot
+                        })
+                        .collect();
+                    for c in idle {
+                        self.evict(c, policy);
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// Dispatches while a slot is free and work waits (the executor picks the GPU).
+    fn dispatch(&mut self, policy: &mut dyn Policy) {
+        let admission = self.admission;
+        while policy.queued() > 0 {
+            // A GPU held at one slot (MIG) never reserves its only slot.
+            let Some(free) = (0..self.gpus.len())
+                .filter(|&g| self.slots_free(g, admission))
+                .map(|g| {
+                    let limit = self.limit(g, admission);
+                    if limit < 2 {
+                        u32::MAX
+                    } else {
+                        limit.saturating_sub(self.gpus[g].slots)
+                    }
+                })
+                .max()
+            else {
+                break;
+            };
+            let view = PoolView {
+                best: &self.best,
+                startup_ms: &self.startup,
+            };
+            let Some(batch) = policy.next(self.trace, ms(self.now), &view, free) else {
+                break;
+            };
+            let Some(&head) = batch.first() else { break };
+            let f = self.trace.invocations[head].func;
+            let g = self
+                .choose_gpu(f, admission)
+                .expect("a GPU with a free slot exists");
+            if self.gpus[g].slots >= self.limit(g, admission) {
+                self.audit.over_limit_dispatches += 1;
+            }
+            if let Admission::Gated { .. } = admission {
+                let gpu = &mut self.gpus[g];
+                gpu.gate_est = if gpu.slots == 0 {
+                    gpu.gate_est + 0.5
+                } else {
+                    gpu.gate_est + gpu.gate_est / f64::from(gpu.slots)
+                };
+            }
+            self.start_run(g, batch, policy);
+        }
+    }
+
+    /// Runs what the node's core granted, on the GPU it chose.
+    fn dispatch_granted(&mut self, policy: &mut dyn Policy) {
+        while let Some((inv, g)) = policy.granted() {
+            if g >= self.gpus.len() {
+                self.audit.over_limit_dispatches += 1;
+                continue;
+            }
+            self.start_run(g, vec![inv], policy);
+        }
+        for g in 0..self.gpus.len() {
+            self.node_limits[g] = policy.node_limit(g);
+        }
+    }
+
+    /// Takes a slot on GPU `g` for `batch` (run back to back on one container).
+    fn start_run(&mut self, g: usize, batch: Vec<usize>, policy: &mut dyn Policy) {
+        let Some(&head) = batch.first() else { return };
+        let gpu = &mut self.gpus[g];
+        gpu.slots += 1;
+        self.audit.max_slots_held = self.audit.max_slots_held.max(gpu.slots);
+        let mut rest: VecDeque<usize> = batch.into_iter().collect();
+        rest.pop_front();
+        let run = Run {
+            gpu: g,
+            func: self.trace.invocations[head].func,
+            container: None,
+            rest,
+            current: head,
+            phase: Phase::WaitMem,
+        };
+        let slot = match self.runs.iter().position(Option::is_none) {
+            Some(i) => {
+                self.runs[i] = Some(run);
+                i
+            }
+            None => {
+                self.runs.push(Some(run));
+                self.runs.len() - 1
+            }
+        };
+        let others_active = self.runs.iter().enumerate().any(|(i, r)| {
+            i != slot
+                && r.as_ref()
+                    .is_some_and(|r| r.gpu == g && !matches!(r.phase, Phase::WaitMem))
+        });
+        self.acquire(slot, !others_active, policy);
+    }
+
+    /// The records, and what the run measured.
+    #[expect(clippy::cast_precision_loss)]
+    fn output(mut self, policy: &dyn Policy, first: f64) -> SimOutput {
+        let mut last_end = first;
+        let mut records = Vec::with_capacity(self.records.len());
+        for (i, r) in self.records.iter().enumerate() {
+            match r {
+                Some(r) => {
+                    last_end = last_end.max(r.end_ms);
+                    records.push(*r);
+                }
+                None => {
+                    self.audit.unfinished += 1;
+                    records.push(Record {
+                        start_ms: f64::NAN,
+                        end_ms: f64::NAN,
+                        tier: self.pending_start[i].1,
+                    });
+                }
+            }
+        }
+        let span = (self.now - first).max(1e-9) * self.cfg.gpus as f64;
+        SimOutput {
+            policy: policy.name().to_owned(),
+            records,
+            busy_ms: self.gpus.iter().map(|g| g.busy_ms).sum(),
+            makespan_ms: last_end - first,
+            gpus: self.cfg.gpus,
+            audit: self.audit,
+            pcie_mb: self.pcie_mb,
+            mean_d: self.d_integral / span,
+            mean_slots: self.slot_integral / span,
+        }
+    }
+}
+
+fn gpu_index(g: usize) -> u32 {
+    u32::try_from(g).unwrap_or(u32::MAX)
+}
+
+/// The simulated node for `cfg`, before the first event.
+fn engine<'t>(
+    trace: &'t Trace,
     cfg: &SimConfig,
-) -> Result<SimOutput, SimError> {
-    cfg.validate()?;
+    admission: Admission,
+) -> Result<Engine<'t>, SimError> {
     let mut q = cfg.profile.queue();
     let mut conc_cfg = cfg.profile.concurrency(cfg.mode);
     cfg.overrides.apply(&mut q, &mut conc_cfg)?;
-    let tiers = TierPolicy::new(cfg.tiers.clone())?;
     let budget_mb = cfg.gpu_mem_mb * (1.0 - cfg.tiers.headroom);
     let gpus = (0..cfg.gpus)
         .map(|_| {
@@ -582,7 +818,6 @@ pub fn simulate(
                 used_mb: 0.0,
                 conc: ConcurrencyController::new(conc_cfg.clone())?,
                 slots: 0,
-                long_slots: 0,
                 pcie_free_ms: 0.0,
                 gate_est: 0.0,
                 util_smooth: 0.0,
@@ -592,10 +827,10 @@ pub fn simulate(
         })
         .collect::<Result<Vec<_>, ConfigError>>()?;
     let n = trace.functions.len();
-    let mut e = Engine {
+    Ok(Engine {
         trace,
         cfg: cfg.clone(),
-        tiers,
+        tiers: TierPolicy::new(cfg.tiers.clone())?,
         gpus,
         containers: Vec::new(),
         by_func: vec![Vec::new(); n],
@@ -610,214 +845,76 @@ pub fn simulate(
         iat: vec![Ewma::new(0.2); n],
         audit: Audit::default(),
         pcie_mb: 0.0,
-        now: 0.0,
+        now: trace.invocations.first().map_or(0.0, |i| i.arrival_ms),
         d_integral: 0.0,
         slot_integral: 0.0,
-        admission: policy.admission(),
-        reserve: false,
-    };
+        admission,
+        node_limits: vec![0; cfg.gpus],
+    })
+}
+
+/// Runs `policy` over `trace` on the simulated node.
+///
+/// # Errors
+/// A bad knob, or [`SimError::Stuck`] if the event loop stops progressing.
+#[expect(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+pub fn simulate(
+    trace: &Trace,
+    policy: &mut dyn Policy,
+    cfg: &SimConfig,
+) -> Result<SimOutput, SimError> {
+    cfg.validate()?;
     let admission = policy.admission();
     let mem_style = policy.memory();
-    let first = trace.invocations.first().map_or(0.0, |i| i.arrival_ms);
-    e.now = first;
-    let mut next_arrival = 0usize;
-    let mut next_sample = first + cfg.sample_ms;
-    let mut samples: u64 = 0;
-    let paper_every = (500.0 / cfg.sample_ms).round().max(1.0) as u64;
-    let mut iterations: u64 = 0;
-    let max_iterations = 1_000_000 + 200 * trace.invocations.len() as u64;
-    loop {
-        iterations += 1;
-        if iterations > max_iterations {
-            return Err(SimError::Stuck(e.now));
+    let mut e = engine(trace, cfg, admission)?;
+    if admission == Admission::Node {
+        for g in 0..e.gpus.len() {
+            e.node_limits[g] = policy.node_limit(g);
         }
+    }
+    let first = e.now;
+    let mut clock = Clock {
+        first,
+        next_arrival: 0,
+        next_sample: first + cfg.sample_ms,
+        samples: 0,
+        paper_every: (500.0 / cfg.sample_ms).round().max(1.0) as u64,
+    };
+    let max_iterations = 1_000_000 + 200 * trace.invocations.len() as u64;
+    for _ in 0..max_iterations {
         let busy = e.runs.iter().any(Option::is_some) || policy.queued() > 0;
         let t_arr = trace
             .invocations
-            .get(next_arrival)
+            .get(clock.next_arrival)
             .map_or(f64::INFINITY, |i| i.arrival_ms);
         if !busy && t_arr.is_infinite() {
-            break;
+            return Ok(e.output(policy, clock.first));
         }
-        if !busy && next_sample < t_arr {
-            // Idle: skip to the sample just before the next arrival, feeding the controller
-            // the idle samples it would have seen (capped; D saturates long before).
-            let skipped = ((t_arr - next_sample) / cfg.sample_ms).floor();
-            for g in &mut e.gpus {
-                for _ in 0..(skipped as u64).min(64) {
-                    g.conc.observe(0.0);
-                }
-                g.util_smooth *= 0.4f64.powf(skipped.min(64.0));
-                g.busy_at_sample = g.busy_ms;
-            }
-            next_sample += skipped * cfg.sample_ms;
+        if !busy && clock.next_sample < t_arr {
+            e.skip_idle(&mut clock, t_arr, policy);
         }
         let t_timer = policy
             .next_timer()
             .map_or(f64::INFINITY, |t| t.as_secs_f64() * 1e3);
         let t = t_arr
             .min(e.next_phase_end())
-            .min(next_sample)
+            .min(clock.next_sample)
             .min(t_timer.max(e.now));
         if !t.is_finite() {
             return Err(SimError::Stuck(e.now));
         }
         e.advance(t.max(e.now));
         e.step_phases(policy, admission, mem_style);
-        while let Some(inv) = trace.invocations.get(next_arrival) {
-            if inv.arrival_ms > e.now + EPS {
-                break;
-            }
-            let f = inv.func;
-            if let Some(last) = e.last_arrival[f] {
-                e.iat[f].observe(inv.arrival_ms - last);
-            }
-            e.last_arrival[f] = Some(inv.arrival_ms);
-            let view = PoolView {
-                best: &e.best,
-                startup_ms: &e.startup,
-            };
-            policy.arrive(next_arrival, trace, ms(e.now), &view);
-            next_arrival += 1;
+        e.arrivals(&mut clock, policy);
+        if e.now + EPS >= clock.next_sample {
+            e.sample(&mut clock, policy, mem_style);
         }
-        if e.now + EPS >= next_sample {
-            samples += 1;
-            for g in &mut e.gpus {
-                let u = (g.busy_ms - g.busy_at_sample) / cfg.sample_ms;
-                g.busy_at_sample = g.busy_ms;
-                g.conc.observe(u);
-                if samples.is_multiple_of(paper_every) {
-                    g.util_smooth = 0.6 * u + 0.4 * g.util_smooth;
-                    g.gate_est = g.util_smooth;
-                }
-            }
-            if samples.is_multiple_of(10) {
-                e.housekeeping(policy, mem_style);
-            }
-            next_sample += cfg.sample_ms;
-        }
-        for s in policy.tick(ms(e.now)) {
-            match (s, mem_style) {
-                (Signal::Activated(f), MemoryStyle::LazyPrefetch | MemoryStyle::EagerPrefetch) => {
-                    e.prefetch(f, policy, true);
-                }
-                (Signal::Deactivated(f), MemoryStyle::EagerPrefetch) => {
-                    let idle: Vec<usize> = e.by_func[f]
-                        .iter()
-                        .copied()
-                        .filter(|&c| !e.containers[c].busy && e.containers[c].tier == Tier::Hot)
-                        .collect();
-                    for c in idle {
-                        e.evict(c, policy);
-                    }
-                }
-                _ => {}
-            }
-        }
-        // Dispatch while a slot is free and work waits.
-        while policy.queued() > 0 {
-            e.reserve = policy.reserves_short_slot();
-            // A GPU held at one slot (MIG) never reserves its only slot.
-            let Some(free) = (0..e.gpus.len())
-                .filter(|&g| e.slots_free(g, admission))
-                .map(|g| {
-                    let limit = e.limit(g, admission);
-                    if limit < 2 {
-                        u32::MAX
-                    } else {
-                        limit.saturating_sub(e.gpus[g].slots)
-                    }
-                })
-                .max()
-            else {
-                break;
-            };
-            let view = PoolView {
-                best: &e.best,
-                startup_ms: &e.startup,
-            };
-            let Some(batch) = policy.next(trace, ms(e.now), &view, free) else {
-                break;
-            };
-            let Some(&head) = batch.first() else { break };
-            let f = trace.invocations[head].func;
-            let g = e
-                .choose_gpu(f, admission)
-                .expect("a GPU with a free slot exists");
-            let limit = e.limit(g, admission);
-            let gpu = &mut e.gpus[g];
-            if gpu.slots >= limit {
-                e.audit.over_limit_dispatches += 1;
-            }
-            if let Admission::Gated { .. } = admission {
-                gpu.gate_est = if gpu.slots == 0 {
-                    gpu.gate_est + 0.5
-                } else {
-                    gpu.gate_est + gpu.gate_est / f64::from(gpu.slots)
-                };
-            }
-            gpu.slots += 1;
-            let short = policy.is_short(f);
-            if !short {
-                gpu.long_slots += 1;
-            }
-            e.audit.max_slots_held = e.audit.max_slots_held.max(gpu.slots);
-            let mut rest: VecDeque<usize> = batch.into_iter().collect();
-            rest.pop_front();
-            let run = Run {
-                gpu: g,
-                func: f,
-                short,
-                container: None,
-                rest,
-                current: head,
-                phase: Phase::WaitMem,
-            };
-            let slot = match e.runs.iter().position(Option::is_none) {
-                Some(i) => {
-                    e.runs[i] = Some(run);
-                    i
-                }
-                None => {
-                    e.runs.push(Some(run));
-                    e.runs.len() - 1
-                }
-            };
-            let others_active = e.runs.iter().enumerate().any(|(i, r)| {
-                i != slot
-                    && r.as_ref()
-                        .is_some_and(|r| r.gpu == g && !matches!(r.phase, Phase::WaitMem))
-            });
-            e.acquire(slot, !others_active, policy);
+        e.signals(policy, mem_style);
+        if admission == Admission::Node {
+            e.dispatch_granted(policy);
+        } else {
+            e.dispatch(policy);
         }
     }
-    let mut last_end = first;
-    let mut records = Vec::with_capacity(e.records.len());
-    for (i, r) in e.records.iter().enumerate() {
-        match r {
-            Some(r) => {
-                last_end = last_end.max(r.end_ms);
-                records.push(*r);
-            }
-            None => {
-                e.audit.unfinished += 1;
-                records.push(Record {
-                    start_ms: f64::NAN,
-                    end_ms: f64::NAN,
-                    tier: e.pending_start[i].1,
-                });
-            }
-        }
-    }
-    Ok(SimOutput {
-        policy: policy.name().to_owned(),
-        records,
-        busy_ms: e.gpus.iter().map(|g| g.busy_ms).sum(),
-        makespan_ms: last_end - first,
-        gpus: cfg.gpus,
-        audit: e.audit,
-        pcie_mb: e.pcie_mb,
-        mean_d: e.d_integral / (e.now - first).max(1e-9) / cfg.gpus as f64,
-        mean_slots: e.slot_integral / (e.now - first).max(1e-9) / cfg.gpus as f64,
-    })
+    Err(SimError::Stuck(e.now))
 }

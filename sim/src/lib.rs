@@ -9,6 +9,7 @@
 
 pub mod cli;
 pub mod engine;
+pub mod node;
 pub mod plot;
 pub mod policy;
 pub mod report;
@@ -28,6 +29,6 @@ pub use types::{Audit, Record, SimConfig, SimError, SimOutput};
 /// # Errors
 /// An unknown policy or bad knob ([`SimError::Config`]).
 pub fn run_policy(name: &str, trace: &Trace, cfg: &SimConfig) -> Result<SimOutput, SimError> {
-    let mut p = build(name, trace, cfg.profile, &cfg.overrides, cfg.mode)?;
+    let mut p = build(name, trace, cfg)?;
     simulate(trace, p.as_mut(), cfg)
 }

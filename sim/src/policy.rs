@@ -8,18 +8,18 @@
 //! | `sjf` | shortest estimated time first (EWMA service + expected startup at arrival) |
 //! | `paella` | per-function FIFOs; smallest head estimate, unless a deficit ≥ 25 (SRPT + fairness) |
 //! | `mqfq-paper` | MQFQ-Sticky as published: T = 5 s, TTL = 1.5 × EWMA exec, D = 2 with the 95 % utilization gate, no charge correction, eager eviction |
-//! | `mqfq-sticky` | ours: profile T and TTL, dynamic D, measured-charge correction, resident preference, lazy eviction with prefetch on activation |
+//! | `mqfq-sticky` | ours, as `mqfqd` runs it: the node's admission core ([`crate::node`]) — profile T and TTL, dynamic D per GPU, short-slot reserve, measured-charge correction, resident preference — with lazy eviction and prefetch on activation |
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
 
 use crate::trace::Trace;
-use scheduler_core::config::{ConfigError, Overrides, Overrun, QueueConfig, Selection, StickyTtl};
+use crate::types::SimConfig;
+use scheduler_core::config::{ConfigError, Overrun, QueueConfig, Selection, StickyTtl};
 use scheduler_core::ewma::Ewma;
 use scheduler_core::queue::{FlowEvent, FlowId, FlowState, MqfqQueue, Ticket};
 use scheduler_core::tiers::Tier;
 use scheduler_core::time::Time;
-use scheduler_core::{GpuMode, Profile};
 
 /// Every policy name, in the order `compare` prints them.
 pub const POLICIES: [&str; 6] = [
@@ -36,6 +36,9 @@ pub const POLICIES: [&str; 6] = [
 pub enum Admission {
     /// D from the dynamic concurrency controller.
     Dynamic,
+    /// The node's admission core decides (GPU, limit, order): the executor runs what
+    /// [`Policy::granted`] hands it.
+    Node,
     /// Fixed D plus the published utilization gate (smoothed utilization estimate ≤ limit).
     Gated {
         /// Fixed D.
@@ -89,6 +92,16 @@ pub trait Policy {
         view: &PoolView<'_>,
         free_slots: u32,
     ) -> Option<Vec<usize>>;
+    /// Under [`Admission::Node`]: the next invocation granted, with its GPU.
+    fn granted(&mut self) -> Option<(usize, usize)> {
+        None
+    }
+    /// Under [`Admission::Node`]: the limit in force on a GPU.
+    fn node_limit(&self, _gpu: usize) -> u32 {
+        0
+    }
+    /// A sampling step: `(GPU, utilization, memory used in bytes)` for every GPU.
+    fn sample(&mut self, _samples: &[(u32, f64, u64)], _now: Time) {}
     /// An invocation finished after holding its slot for `service_ms`.
     fn complete(&mut self, inv: usize, trace: &Trace, service_ms: f64, now: Time);
     /// Invocations waiting.
@@ -106,14 +119,6 @@ pub trait Policy {
     /// Residency of a function's memory changed; `switch_ms` is what serving it would cost in
     /// startup (0 when resident).
     fn set_resident(&mut self, _func: usize, _resident: bool, _switch_ms: f64) {}
-    /// Whether a slot is reserved for short flows now (ours, while a short flow is Active).
-    fn reserves_short_slot(&self) -> bool {
-        false
-    }
-    /// Whether the function counts as short for the reserve.
-    fn is_short(&self, _func: usize) -> bool {
-        false
-    }
     /// How slots are granted.
     fn admission(&self) -> Admission {
         Admission::Dynamic
@@ -154,13 +159,7 @@ impl Estimates {
 ///
 /// # Errors
 /// [`ConfigError`] for an unknown name (knob `policy`) or a bad override.
-pub fn build(
-    name: &str,
-    trace: &Trace,
-    profile: Profile,
-    overrides: &Overrides,
-    mode: GpuMode,
-) -> Result<Box<dyn Policy>, ConfigError> {
+pub fn build(name: &str, trace: &Trace, cfg: &SimConfig) -> Result<Box<dyn Policy>, ConfigError> {
     let n = trace.functions.len();
     Ok(match name {
         "fcfs" => Box::new(Fcfs::default()),
@@ -169,10 +168,11 @@ pub fn build(
         "paella" => Box::new(Paella::new(n)),
         "mqfq-paper" => Box::new(Mqfq::paper(trace)?),
         "mqfq-sticky" => {
-            let mut q = profile.queue();
-            let mut c = profile.concurrency(mode);
-            overrides.apply(&mut q, &mut c)?;
-            Box::new(Mqfq::ours(trace, q)?)
+            let mut q = cfg.profile.queue();
+            let mut c = cfg.profile.concurrency(cfg.mode);
+            cfg.overrides.apply(&mut q, &mut c)?;
+            let gpus = crate::node::gpu_infos(cfg.gpus, cfg.gpu_mem_mb, cfg.mode);
+            Box::new(crate::node::NodeMqfq::new(trace, gpus, &q, &c, false)?)
         }
         other => {
             return Err(ConfigError {
@@ -402,18 +402,18 @@ impl Policy for Paella {
     }
 }
 
-/// MQFQ-Sticky over the shared [`MqfqQueue`]: ours, or the published configuration.
+/// MQFQ-Sticky as published, over the shared [`MqfqQueue`] with the executor's slots (a
+/// baseline: ours is [`crate::node::NodeMqfq`], the node's own core).
 #[derive(Debug)]
 pub struct Mqfq {
     q: MqfqQueue<usize>,
     flows: Vec<FlowId>,
     by_flow: HashMap<FlowId, usize>,
     tickets: HashMap<usize, Ticket>,
-    paper: bool,
 }
 
 impl Mqfq {
-    fn with(trace: &Trace, cfg: QueueConfig, paper: bool) -> Result<Self, ConfigError> {
+    fn with(trace: &Trace, cfg: QueueConfig) -> Result<Self, ConfigError> {
         let mut q = MqfqQueue::new(cfg)?;
         let mut flows = Vec::new();
         let mut by_flow = HashMap::new();
@@ -432,16 +432,7 @@ impl Mqfq {
             flows,
             by_flow,
             tickets: HashMap::new(),
-            paper,
         })
-    }
-
-    /// Ours, with the given queue knobs.
-    ///
-    /// # Errors
-    /// A bad knob or trace weight.
-    pub fn ours(trace: &Trace, cfg: QueueConfig) -> Result<Self, ConfigError> {
-        Self::with(trace, cfg, false)
     }
 
     /// As published: T = 5 s, TTL = 1.5 × EWMA exec, charge T/10 while unknown, never corrected,
@@ -460,7 +451,7 @@ impl Mqfq {
             selection: Selection::Sticky,
             short_charge_s: 0.0,
         };
-        Self::with(trace, cfg, true)
+        Self::with(trace, cfg)
     }
 
     /// The queue, for inspection.
@@ -472,11 +463,7 @@ impl Mqfq {
 
 impl Policy for Mqfq {
     fn name(&self) -> &'static str {
-        if self.paper {
-            "mqfq-paper"
-        } else {
-            "mqfq-sticky"
-        }
+        "mqfq-paper"
     }
     fn arrive(&mut self, inv: usize, trace: &Trace, now: Time, _: &PoolView<'_>) {
         let f = trace.invocations[inv].func;
@@ -520,28 +507,14 @@ impl Policy for Mqfq {
             .q
             .set_residency(self.flows[func], resident, switch_ms.max(0.0) / 1e3);
     }
-    fn reserves_short_slot(&self) -> bool {
-        self.q.config().short_charge_s > 0.0 && self.q.active_short_flows() > 0
-    }
-    fn is_short(&self, func: usize) -> bool {
-        self.q.is_short_flow(self.flows[func])
-    }
     fn admission(&self) -> Admission {
-        if self.paper {
-            Admission::Gated {
-                d: 2,
-                util_limit: 0.95,
-            }
-        } else {
-            Admission::Dynamic
+        Admission::Gated {
+            d: 2,
+            util_limit: 0.95,
         }
     }
     fn memory(&self) -> MemoryStyle {
-        if self.paper {
-            MemoryStyle::EagerPrefetch
-        } else {
-            MemoryStyle::LazyPrefetch
-        }
+        MemoryStyle::EagerPrefetch
     }
     fn flow_state(&self, func: usize) -> Option<FlowState> {
         self.q.state(self.flows[func])

@@ -838,6 +838,7 @@ impl Core {
 }
 
 mod charge;
+mod flows;
 mod record;
 mod register;
 

@@ -738,6 +738,33 @@ impl Pool {
         Some(counts)
     }
 
+    /// What the admission queue should know of each pooled function's memory: resident when an
+    /// idle container of it is Hot; otherwise what serving it would cost first, in seconds (the
+    /// restore of its cheapest Warm container; 0 when only Cold ones are left: a cold start's
+    /// cost is not known here). Sorted by function.
+    #[must_use]
+    pub fn residency(&self) -> Vec<(String, bool, f64)> {
+        let mut out: BTreeMap<&str, (bool, f64)> = BTreeMap::new();
+        for e in self.entries.values() {
+            let r = out.entry(&e.function).or_insert((false, f64::INFINITY));
+            match e.tier {
+                Tier::Hot if !e.busy => r.0 = true,
+                Tier::Warm if !e.busy => r.1 = r.1.min(Self::reload_cost(e)),
+                _ => {}
+            }
+        }
+        out.into_iter()
+            .map(|(f, (resident, cost))| {
+                let cost = if resident || !cost.is_finite() {
+                    0.0
+                } else {
+                    cost
+                };
+                (f.to_owned(), resident, cost)
+            })
+            .collect()
+    }
+
     /// Every pooled container.
     #[must_use]
     pub fn entries(&self, now: Time) -> Vec<EntryView> {

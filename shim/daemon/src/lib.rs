@@ -100,6 +100,31 @@ pub fn open_monitor(cfg: &DaemonConfig) -> Result<Box<dyn GpuMonitor>, RunError>
     }
 }
 
+/// The node's admission core for `gpus`, with the config's queue knobs and, per GPU mode, its
+/// concurrency knobs: what `mqfqd` runs (the simulator's `mqfq-sticky` runs the same core; the
+/// same-sequence test builds it here).
+///
+/// # Errors
+/// Bad config values; no GPU.
+pub fn build_core(
+    cfg: &DaemonConfig,
+    gpus: Vec<scheduler_core::node::admission::GpuInfo>,
+) -> Result<scheduler_core::node::admission::Core, RunError> {
+    let queue = cfg.queue_config()?;
+    let (plain, mps, mig) = (
+        cfg.concurrency_config(GpuMode::Plain)?,
+        cfg.concurrency_config(GpuMode::Mps)?,
+        cfg.concurrency_config(GpuMode::Mig)?,
+    );
+    let mut core = scheduler_core::node::admission::Core::new(gpus, &queue, |mode| match mode {
+        GpuMode::Plain => plain.clone(),
+        GpuMode::Mps => mps.clone(),
+        GpuMode::Mig => mig.clone(),
+    })?;
+    core.set_limits(cfg.limits.waiters_per_shim, cfg.limits.containers_per_shim);
+    Ok(core)
+}
+
 /// Runs `mqfqd` until `stop` resolves: binds the socket, starts sampling and metrics.
 ///
 /// # Errors
@@ -125,25 +150,13 @@ pub async fn run(
     } else {
         None
     };
-    let queue = cfg.queue_config()?;
-    let (plain, mps, mig) = (
-        cfg.concurrency_config(GpuMode::Plain)?,
-        cfg.concurrency_config(GpuMode::Mps)?,
-        cfg.concurrency_config(GpuMode::Mig)?,
-    );
-    let mut core =
-        scheduler_core::node::admission::Core::new(gpus.clone(), &queue, |mode| match mode {
-            GpuMode::Plain => plain.clone(),
-            GpuMode::Mps => mps.clone(),
-            GpuMode::Mig => mig.clone(),
-        })?;
+    let mut core = build_core(&cfg, gpus.clone())?;
     // Daemon time starts at zero with the daemon.
     core.hold_until(scheduler_core::Time::from_nanos(
         cfg.restart_grace_ms.saturating_mul(1_000_000),
     ));
     let mut pool = scheduler_core::node::pool::Pool::new(cfg.pool_config())?;
     pool.set_measured(monitor.backend() == "nvml");
-    core.set_limits(cfg.limits.waiters_per_shim, cfg.limits.containers_per_shim);
     let daemon = server::Daemon::with_policy(
         core,
         pool,

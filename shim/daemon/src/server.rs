@@ -398,15 +398,11 @@ impl Daemon {
             let host = pool::host_memory();
             let now = self.now();
             let mut inner = self.lock();
-            inner.core.charge_running(now);
-            let mut grants = inner.core.tick_all(now);
-            for s in samples {
-                grants.extend(
-                    inner
-                        .core
-                        .observe(s.index, s.utilization, s.memory_used, now),
-                );
-            }
+            let samples: Vec<(u32, f64, u64)> = samples
+                .iter()
+                .map(|s| (s.index, s.utilization, s.memory_used))
+                .collect();
+            let grants = inner.core.sample(&samples, now);
             self.settle(&mut inner, grants);
             let gpus = inner.core.gpus();
             for g in &gpus {

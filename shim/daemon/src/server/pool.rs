@@ -75,6 +75,10 @@ impl Daemon {
         if !events.is_empty() {
             self.metrics.pool(&events);
         }
+        // MQFQ-Sticky stays with a flow whose memory is resident and prefers it.
+        for (function, resident, cost_s) in inner.pool.residency() {
+            let _ = inner.core.set_residency(&function, resident, cost_s);
+        }
     }
 }
 

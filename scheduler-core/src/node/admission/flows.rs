@@ -1,0 +1,78 @@
+//! What the rest of the node tells the admission core about flows, and asks of it: whether a
+//! function's memory is resident (the pool knows; MQFQ-Sticky's selection prefers resident flows
+//! and stays with them), a flow's state, when the next sticky TTL expires, the limit in force.
+
+use crate::{FlowState, Time};
+
+use super::{Core, CoreError, Grant, invalid};
+
+impl Core {
+    /// Tells every GPU's queue whether `function`'s memory is resident, and what serving it costs
+    /// when it is not (restore or cold start, seconds). A function no queue has seen is ignored
+    /// (its flow starts out not resident).
+    ///
+    /// # Errors
+    /// A cost that is not finite and >= 0.
+    pub fn set_residency(
+        &mut self,
+        function: &str,
+        resident: bool,
+        switch_cost_s: f64,
+    ) -> Result<(), CoreError> {
+        if !(switch_cost_s.is_finite() && switch_cost_s >= 0.0) {
+            return Err(invalid(
+                "switch_cost",
+                format!("{switch_cost_s} must be a finite number >= 0"),
+            ));
+        }
+        for g in &mut self.gpus {
+            if let Some(f) = g.queue.lookup(function) {
+                // The flow exists and the cost was checked: nothing can fail here.
+                let _ = g.queue.set_residency(f, resident, switch_cost_s);
+            }
+        }
+        Ok(())
+    }
+
+    /// The state of `function`'s flow: Active if it is Active on any GPU, else Throttled if it is
+    /// throttled on any, else Inactive; `None` when no queue has it.
+    #[must_use]
+    pub fn flow_state(&self, function: &str) -> Option<FlowState> {
+        let rank = |s: FlowState| match s {
+            FlowState::Active => 2,
+            FlowState::Throttled => 1,
+            FlowState::Inactive => 0,
+        };
+        self.gpus
+            .iter()
+            .filter_map(|g| g.queue.lookup(function).and_then(|f| g.queue.state(f)))
+            .max_by_key(|&s| rank(s))
+    }
+
+    /// One sampling step of the node, as `mqfqd` runs it every `sample_interval_ms` (and the
+    /// simulator every `sample_ms`): charges long-running bursts, expires sticky TTLs, then feeds
+    /// each GPU's `(index, utilization, memory used)`. Returns what it granted.
+    pub fn sample(&mut self, samples: &[(u32, f64, u64)], now: Time) -> Vec<Grant> {
+        self.charge_running(now);
+        let mut grants = self.tick_all(now);
+        for &(index, utilization, memory_used) in samples {
+            grants.extend(self.observe(index, utilization, memory_used, now));
+        }
+        grants
+    }
+
+    /// When a sticky TTL next expires on any GPU (a timer should call [`Core::tick_all`] then).
+    #[must_use]
+    pub fn next_timer(&self) -> Option<Time> {
+        self.gpus.iter().filter_map(|g| g.queue.next_expiry()).min()
+    }
+
+    /// The limit in force on GPU `index` (see [`Core::gpus`]); 0 for a GPU the node lacks.
+    #[must_use]
+    pub fn limit(&self, index: u32) -> u32 {
+        self.gpus
+            .iter()
+            .position(|g| g.info.index == index)
+            .map_or(0, |s| self.limit_of(s))
+    }
+}

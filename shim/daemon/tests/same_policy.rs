@@ -1,0 +1,129 @@
+//! One node policy: the simulator's `mqfq-sticky` and `mqfqd` run the same admission core. The
+//! simulator runs a trace and keeps every call it made into its core; the same calls, at the
+//! same times, go into a core built the way `mqfqd` builds it from its default `mqfqd.toml`; the
+//! two dispatch records (enqueue, dispatch with GPU, lease, free slots, limit and D, charge,
+//! release) must be the same, line for line.
+#![expect(
+    clippy::tests_outside_test_module,
+    reason = "an integration-test crate is the test module"
+)]
+
+use mqfq_daemon::config::DaemonConfig;
+use mqfq_sim::node::{Input, NodeMqfq, gpu_infos};
+use mqfq_sim::workload::{MixSpec, design_mix};
+use mqfq_sim::{SimConfig, simulate};
+use scheduler_core::node::admission::{Core, Record};
+
+fn trace(gpus: usize) -> mqfq_sim::Trace {
+    design_mix(&MixSpec {
+        gpus,
+        duration_s: 240.0,
+        load: 0.9,
+        seed: 7,
+        ..MixSpec::default()
+    })
+    .unwrap()
+}
+
+/// Runs the simulator's `mqfq-sticky` over `trace`, keeping its inputs and dispatch record.
+fn simulated(trace: &mqfq_sim::Trace, cfg: &SimConfig) -> (Vec<Input>, Vec<Record>) {
+    let q = cfg.profile.queue();
+    let c = cfg.profile.concurrency(cfg.mode);
+    let gpus = gpu_infos(cfg.gpus, cfg.gpu_mem_mb, cfg.mode);
+    let mut p = NodeMqfq::new(trace, gpus, &q, &c, true).unwrap();
+    let out = simulate(trace, &mut p, cfg).unwrap();
+    assert_eq!(out.audit.unfinished, 0, "every invocation ran");
+    (p.inputs().to_vec(), p.records().to_vec())
+}
+
+/// Feeds `inputs` to `core`, as the daemon's handlers and sampling loop would, and returns its
+/// dispatch record.
+fn replayed(mut core: Core, inputs: &[Input]) -> Vec<Record> {
+    let mut log = Vec::new();
+    for i in inputs {
+        match i {
+            Input::Admit(info, t) => {
+                core.admit(info, *t).unwrap();
+            }
+            Input::Release {
+                lease,
+                measured_s,
+                now,
+            } => {
+                // A lease the other core never granted (a diverged replay) ends it here.
+                if core
+                    .release(*lease, Some(*measured_s), "idle", *now)
+                    .is_err()
+                {
+                    log.extend(core.drain_log());
+                    return log;
+                }
+            }
+            Input::Sample(s, t) => {
+                core.sample(s, *t);
+            }
+            Input::Residency {
+                function,
+                resident,
+                cost_s,
+            } => core.set_residency(function, *resident, *cost_s).unwrap(),
+        }
+        log.extend(core.drain_log());
+    }
+    log
+}
+
+fn daemon_core(toml: &str, cfg: &SimConfig) -> Core {
+    let d = DaemonConfig::parse(toml, std::path::Path::new("mqfqd.toml")).unwrap();
+    mqfq_daemon::build_core(&d, gpu_infos(cfg.gpus, cfg.gpu_mem_mb, cfg.mode)).unwrap()
+}
+
+fn dispatches(r: &[Record]) -> Vec<(String, u32)> {
+    r.iter()
+        .filter_map(|r| match r {
+            Record::Dispatch { key, gpu, .. } => Some((key.clone(), *gpu)),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn the_simulator_and_mqfqd_dispatch_the_same_sequence() {
+    for gpus in [1, 2] {
+        let cfg = SimConfig {
+            gpus,
+            ..SimConfig::default()
+        };
+        let trace = trace(gpus);
+        let (inputs, sim) = simulated(&trace, &cfg);
+        let sent = dispatches(&sim);
+        assert_eq!(
+            sent.len(),
+            trace.invocations.len(),
+            "one dispatch per invocation"
+        );
+        let queued = sim
+            .iter()
+            .any(|r| matches!(r, Record::Dispatch { waited_ns, .. } if *waited_ns > 0));
+        assert!(queued, "the trace makes work queue, so order matters");
+        if gpus == 2 {
+            assert!(sent.iter().any(|(_, g)| *g == 1) && sent.iter().any(|(_, g)| *g == 0));
+        }
+        let daemon = replayed(daemon_core("", &cfg), &inputs);
+        assert_eq!(daemon.len(), sim.len(), "{gpus} GPU(s): record lengths");
+        for (i, (a, b)) in sim.iter().zip(&daemon).enumerate() {
+            assert_eq!(a, b, "{gpus} GPU(s): records diverge at line {i}");
+        }
+    }
+}
+
+#[test]
+fn a_differently_configured_daemon_dispatches_differently() {
+    // The comparison can fail: the same calls into a daemon with another profile do not give
+    // the simulator's sequence.
+    let cfg = SimConfig::default();
+    let trace = trace(1);
+    let (inputs, sim) = simulated(&trace, &cfg);
+    let other = replayed(daemon_core("profile = \"light\"\n", &cfg), &inputs);
+    assert_ne!(dispatches(&sim), dispatches(&other));
+}

@@ -1,0 +1,264 @@
+//! `mqfq-sticky` in the simulator: the node's own admission core
+//! ([`scheduler_core::node::admission::Core`], what `mqfqd` runs) driven by the simulated node.
+//! Each invocation is one burst of a container `sim/i<n>`: admitted at arrival, released at its
+//! end with the service it received; the executor's utilization samples go through
+//! [`Core::sample`] as `mqfqd`'s sampling loop sends them, and what the executor knows of a
+//! function's memory goes to [`Core::set_residency`] as `mqfqd`'s pool tells it. The core picks
+//! the GPU (at arrival, the least loaded), the limit in force and the order; the executor runs
+//! what it grants.
+//!
+//! Every call into the core can be kept ([`NodeMqfq::inputs`]), so a test can feed the same
+//! calls to a core built the way `mqfqd` builds it and compare the dispatch records.
+
+use std::collections::{HashMap, VecDeque};
+
+use scheduler_core::config::{ConcurrencyConfig, ConfigError, GpuMode, QueueConfig};
+use scheduler_core::node::ContainerKey;
+use scheduler_core::node::admission::{AdmitInfo, Core, CoreError, GpuInfo, Grant, Kind, Record};
+use scheduler_core::{FlowState, Time};
+
+use crate::policy::{Admission, MemoryStyle, Policy, PoolView, Signal};
+use crate::trace::Trace;
+
+/// The containerd namespace the simulator's containers are named in.
+pub const NAMESPACE: &str = "sim";
+
+/// One call the simulator made into the core, with its time.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Input {
+    /// An invocation arrived.
+    Admit(AdmitInfo, Time),
+    /// A burst ended after `measured_s` of service.
+    Release {
+        /// Its lease.
+        lease: u64,
+        /// Service received, seconds.
+        measured_s: f64,
+        /// When.
+        now: Time,
+    },
+    /// A sampling step: `(GPU, utilization, memory used)`.
+    Sample(Vec<(u32, f64, u64)>, Time),
+    /// A function's memory became resident or not.
+    Residency {
+        /// The function's flow.
+        function: String,
+        /// Resident.
+        resident: bool,
+        /// What serving it costs when not, seconds.
+        cost_s: f64,
+    },
+}
+
+/// The simulated GPUs as the daemon's monitor would describe them.
+#[must_use]
+pub fn gpu_infos(gpus: usize, memory_mb: f64, mode: GpuMode) -> Vec<GpuInfo> {
+    #[expect(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+    let bytes = (memory_mb.max(0.0) * 1024.0 * 1024.0) as u64;
+    (0..gpus)
+        .map(|g| GpuInfo {
+            index: u32::try_from(g).unwrap_or(u32::MAX),
+            uuid: format!("GPU-sim-{g}"),
+            name: "simulated".into(),
+            mode,
+            memory_total: bytes,
+            mig: Vec::new(),
+        })
+        .collect()
+}
+
+/// A function's flow name: its trace name when the node would accept it, else `f<index>`.
+#[must_use]
+pub fn flow_name(trace: &Trace, func: usize) -> String {
+    let name = &trace.functions[func].name;
+    if scheduler_core::node::is_key(name) {
+        name.clone()
+    } else {
+        format!("f{func}")
+    }
+}
+
+/// What an arrival asks of the core.
+#[must_use]
+pub fn admit_info(trace: &Trace, inv: usize) -> AdmitInfo {
+    let f = trace.invocations[inv].func;
+    AdmitInfo {
+        namespace: NAMESPACE.into(),
+        container_id: format!("i{inv}"),
+        function: flow_name(trace, f),
+        tenant: None,
+        tenant_weight: 0.0,
+        weight: trace.functions[f].weight,
+        gpus: Vec::new(),
+        kind: Kind::Burst,
+        shim_pid: 0,
+    }
+}
+
+/// MQFQ-Sticky as the node runs it.
+#[derive(Debug)]
+pub struct NodeMqfq {
+    core: Core,
+    names: Vec<String>,
+    by_name: HashMap<String, usize>,
+    leases: HashMap<usize, u64>,
+    granted: VecDeque<(usize, usize)>,
+    inputs: Option<Vec<Input>>,
+    records: Vec<Record>,
+}
+
+fn config_error(e: CoreError) -> ConfigError {
+    match e {
+        CoreError::Config(c) => c,
+        other => ConfigError {
+            knob: "gpus",
+            value: other.to_string(),
+            reason: "the node's core refused them",
+        },
+    }
+}
+
+impl NodeMqfq {
+    /// The node's core over `gpus` with these knobs; with `keep_inputs`, every call is kept.
+    ///
+    /// # Errors
+    /// A bad knob.
+    pub fn new(
+        trace: &Trace,
+        gpus: Vec<GpuInfo>,
+        queue: &QueueConfig,
+        conc: &ConcurrencyConfig,
+        keep_inputs: bool,
+    ) -> Result<Self, ConfigError> {
+        let core = Core::new(gpus, queue, |_| conc.clone()).map_err(config_error)?;
+        let names: Vec<String> = (0..trace.functions.len())
+            .map(|f| flow_name(trace, f))
+            .collect();
+        let by_name = names
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (n.clone(), i))
+            .collect();
+        Ok(NodeMqfq {
+            core,
+            names,
+            by_name,
+            leases: HashMap::new(),
+            granted: VecDeque::new(),
+            inputs: keep_inputs.then(Vec::new),
+            records: Vec::new(),
+        })
+    }
+
+    /// Every call made into the core so far (when kept).
+    #[must_use]
+    pub fn inputs(&self) -> &[Input] {
+        self.inputs.as_deref().unwrap_or_default()
+    }
+
+    /// The core's dispatch record so far (when inputs are kept).
+    #[must_use]
+    pub fn records(&self) -> &[Record] {
+        &self.records
+    }
+
+    fn keep(&mut self, input: Input) {
+        if let Some(v) = self.inputs.as_mut() {
+            v.push(input);
+        }
+    }
+
+    fn take(&mut self, grants: Vec<Grant>) {
+        for g in grants {
+            let inv = g
+                .key
+                .parse::<ContainerKey>()
+                .ok()
+                .and_then(|k| k.id().strip_prefix('i').and_then(|n| n.parse().ok()));
+            if let Some(inv) = inv {
+                self.leases.insert(inv, g.lease);
+                self.granted.push_back((inv, g.gpu as usize));
+            }
+        }
+        let log = self.core.drain_log();
+        if self.inputs.is_some() {
+            self.records.extend(log);
+        }
+    }
+}
+
+impl Policy for NodeMqfq {
+    fn name(&self) -> &'static str {
+        "mqfq-sticky"
+    }
+    fn arrive(&mut self, inv: usize, trace: &Trace, now: Time, _: &PoolView<'_>) {
+        let info = admit_info(trace, inv);
+        // Names, weights and GPUs come from a validated trace: the core accepts them.
+        let grants = self.core.admit(&info, now).unwrap_or_default();
+        self.keep(Input::Admit(info, now));
+        self.take(grants);
+    }
+    fn next(&mut self, _: &Trace, _: Time, _: &PoolView<'_>, _: u32) -> Option<Vec<usize>> {
+        None
+    }
+    fn granted(&mut self) -> Option<(usize, usize)> {
+        self.granted.pop_front()
+    }
+    fn complete(&mut self, inv: usize, _: &Trace, service_ms: f64, now: Time) {
+        let Some(lease) = self.leases.remove(&inv) else {
+            return;
+        };
+        let measured_s = service_ms / 1e3;
+        let grants = self
+            .core
+            .release(lease, Some(measured_s), "idle", now)
+            .unwrap_or_default();
+        self.keep(Input::Release {
+            lease,
+            measured_s,
+            now,
+        });
+        self.take(grants);
+    }
+    fn queued(&self) -> usize {
+        self.core.waiting() + self.granted.len()
+    }
+    fn active(&self, func: usize) -> bool {
+        self.core.flow_state(&self.names[func]) == Some(FlowState::Active)
+    }
+    fn sample(&mut self, samples: &[(u32, f64, u64)], now: Time) {
+        let grants = self.core.sample(samples, now);
+        self.keep(Input::Sample(samples.to_vec(), now));
+        self.take(grants);
+    }
+    fn tick(&mut self, _: Time) -> Vec<Signal> {
+        // No timer of its own: as in `mqfqd`, sticky TTLs expire at the next call or sample.
+        self.core
+            .drain_activated()
+            .into_iter()
+            .filter_map(|(_, f)| self.by_name.get(&f).map(|&i| Signal::Activated(i)))
+            .collect()
+    }
+    fn set_resident(&mut self, func: usize, resident: bool, switch_ms: f64) {
+        let cost_s = switch_ms.max(0.0) / 1e3;
+        let function = self.names[func].clone();
+        let _ = self.core.set_residency(&function, resident, cost_s);
+        self.keep(Input::Residency {
+            function,
+            resident,
+            cost_s,
+        });
+    }
+    fn admission(&self) -> Admission {
+        Admission::Node
+    }
+    fn node_limit(&self, gpu: usize) -> u32 {
+        self.core.limit(u32::try_from(gpu).unwrap_or(u32::MAX))
+    }
+    fn memory(&self) -> MemoryStyle {
+        MemoryStyle::LazyPrefetch
+    }
+    fn flow_state(&self, func: usize) -> Option<FlowState> {
+        self.core.flow_state(&self.names[func])
+    }
+}
