@@ -528,3 +528,33 @@ fn a_burst_that_keeps_its_slot_is_charged_while_it_runs() {
     let next = c.release(g[0].lease, Some(4.0), "idle", secs(5.0)).unwrap();
     assert_eq!(keys(&next), ["ns/light"]);
 }
+
+#[test]
+fn residency_reaches_every_queue_and_flow_state_and_sampling_answer_across_gpus() {
+    let mut c = core(2, 2);
+    assert!(c.flow_state("f").is_none(), "unknown before its first admission");
+    c.admit(&req("a", "f"), secs(0.0)).unwrap();
+    c.admit(&req("b", "f"), secs(0.0)).unwrap();
+    assert_eq!(c.flow_state("f"), Some(FlowState::Active));
+    let resident = |c: &Core| -> Vec<bool> {
+        c.flows()
+            .into_iter()
+            .filter(|(_, f)| f.key == "f")
+            .map(|(_, f)| f.resident)
+            .collect()
+    };
+    assert_eq!(resident(&c), [false, false], "routed to both GPUs");
+    c.set_residency("f", true, 0.0).unwrap();
+    c.set_residency("never-seen", false, 1.0).unwrap();
+    assert_eq!(resident(&c), [true, true], "every queue that has f");
+    let e = c.set_residency("f", false, f64::NAN).unwrap_err();
+    assert!(
+        matches!(e, CoreError::Invalid { field: "switch_cost", .. }),
+        "{e}"
+    );
+    assert_eq!(resident(&c), [true, true], "a refused cost changes nothing");
+    assert!(c.limit(0) >= 1 && c.limit(7) == 0, "a GPU the node lacks has no limit");
+    // A sampling step expires TTLs and feeds D on the GPUs it names.
+    assert!(c.sample(&[(0, 0.0, 0), (1, 0.0, 0)], secs(0.1)).is_empty());
+    assert_eq!(c.gpus()[1].utilization, Some(0.0));
+}

@@ -451,3 +451,25 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn residency_says_which_functions_have_an_idle_hot_container_and_what_a_warm_one_costs() {
+    let mut p = pool(30.0, false);
+    p.observe_memory(0, 0, 80 * GIB);
+    paused(&mut p, "ns/a", "f", 12 * GIB, 0.0);
+    p.granted("ns/b", "g", 0, 7, t(0.0));
+    assert_eq!(
+        p.residency(),
+        [("f".to_owned(), true, 0.0), ("g".to_owned(), false, 0.0)],
+        "f idle and Hot; g's only container is busy"
+    );
+    p.tick(t(31.0), None);
+    assert_eq!(p.take_orders(), [order("ns/a", Action::Evict)]);
+    p.report(&ok("ns/a", Action::Evict, 12 * GIB), t(31.5));
+    let (_, resident, cost) = p.residency()[0].clone();
+    assert!(!resident, "evicted: not resident");
+    assert!(
+        (0.9..1.2).contains(&cost),
+        "12 GiB at the assumed 12 GB/s: about a second to restore, got {cost}"
+    );
+}
