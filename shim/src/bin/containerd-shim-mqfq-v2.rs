@@ -3,8 +3,13 @@
 use containerd_shim::Config;
 use mqfq_shim::service::Service;
 
-#[tokio::main]
-async fn main() {
+/// Worker threads of the shim's runtime. One shim runs per pod: its threads (each with a stack
+/// and, under glibc, a malloc arena) must not grow with the node's core count, as tokio's default
+/// of one per core would. Blocking work (runc's output, rootfs preparation, the interposer's
+/// control socket) goes to tokio's blocking pool, not to these.
+const WORKERS: usize = 2;
+
+fn main() {
     if std::env::args()
         .skip(1)
         .any(|a| a == "-v" || a == "--version")
@@ -12,6 +17,19 @@ async fn main() {
         println!("containerd-shim-mqfq-v2: {}", mqfq_shim::version());
         return;
     }
-    containerd_shim::asynchronous::run::<Service>("io.containerd.mqfq.v2", Some(Config::default()))
-        .await;
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(WORKERS)
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("containerd-shim-mqfq-v2: cannot start its runtime: {e}");
+            std::process::exit(1);
+        }
+    };
+    rt.block_on(containerd_shim::asynchronous::run::<Service>(
+        "io.containerd.mqfq.v2",
+        Some(Config::default()),
+    ));
 }

@@ -16,13 +16,25 @@ fn stats(mut v: Vec<f64>) -> (f64, f64, f64) {
     )
 }
 
-fn rss_kib(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
+/// A `kB` figure from a `/proc/<pid>` file.
+fn kib(pid: u32, file: &str, field: &str) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/{file}"))
         .unwrap_or_default()
         .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .find_map(|l| l.strip_prefix(field))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
         .unwrap_or(0)
+}
+
+/// Where a shim's memory is: RSS, of which anonymous and file-backed, PSS, and its threads.
+fn memory(pid: u32) -> [u64; 5] {
+    [
+        kib(pid, "status", "VmRSS:"),
+        kib(pid, "status", "RssAnon:"),
+        kib(pid, "status", "RssFile:"),
+        kib(pid, "smaps_rollup", "Pss:"),
+        kib(pid, "status", "Threads:"),
+    ]
 }
 
 fn main() -> std::process::ExitCode {
@@ -67,7 +79,7 @@ fn main() -> std::process::ExitCode {
         assert!(o.status.success());
         let before: Vec<u32> = shim_pids(&sock);
         let pid = before.first().copied().unwrap_or(0);
-        rss.push(rss_kib(pid));
+        rss.push(memory(pid));
         let _ = c.ctr(&["task", "kill", "-s", "SIGKILL", &id]);
         std::thread::sleep(std::time::Duration::from_millis(300));
         let _ = c.ctr(&["task", "delete", "-f", &id]);
@@ -76,18 +88,27 @@ fn main() -> std::process::ExitCode {
     let (m0, p50_0, p90_0) = stats(times[0].clone());
     let (m1, p50_1, p90_1) = stats(times[1].clone());
     println!("ctr run --rm busybox true, N = {n} each, alternating");
-    println!("| runtime | mean ms | p50 ms | p90 ms | shim RSS KiB |");
-    println!("|---|---|---|---|---|");
     println!(
-        "| {} | {m0:.1} | {p50_0:.1} | {p90_0:.1} | {} |",
-        runtimes[0], rss[0]
+        "| runtime | mean ms | p50 ms | p90 ms | shim RSS KiB | anon / file KiB | PSS KiB | threads |"
+    );
+    println!("|---|---|---|---|---|---|---|---|");
+    for (i, (m, p50, p90)) in [(m0, p50_0, p90_0), (m1, p50_1, p90_1)]
+        .into_iter()
+        .enumerate()
+    {
+        let [rss, anon, file, pss, threads] = rss[i];
+        println!(
+            "| {} | {m:.1} | {p50:.1} | {p90:.1} | {rss} | {anon} / {file} | {pss} | {threads} |",
+            runtimes[i]
+        );
+    }
+    #[expect(clippy::cast_precision_loss)]
+    let (rss_ratio, pss_ratio) = (
+        rss[0][0] as f64 / rss[1][0].max(1) as f64,
+        rss[0][3] as f64 / rss[1][3].max(1) as f64,
     );
     println!(
-        "| {} | {m1:.1} | {p50_1:.1} | {p90_1:.1} | {} |",
-        runtimes[1], rss[1]
-    );
-    println!(
-        "ratio mqfq / runc-v2: mean {:.3}×, p50 {:.3}×",
+        "ratio mqfq / runc-v2: mean {:.3}×, p50 {:.3}×, RSS {rss_ratio:.2}×, PSS {pss_ratio:.2}×",
         m0 / m1,
         p50_0 / p50_1
     );

@@ -532,7 +532,10 @@ fn a_burst_that_keeps_its_slot_is_charged_while_it_runs() {
 #[test]
 fn residency_reaches_every_queue_and_flow_state_and_sampling_answer_across_gpus() {
     let mut c = core(2, 2);
-    assert!(c.flow_state("f").is_none(), "unknown before its first admission");
+    assert!(
+        c.flow_state("f").is_none(),
+        "unknown before its first admission"
+    );
     c.admit(&req("a", "f"), secs(0.0)).unwrap();
     c.admit(&req("b", "f"), secs(0.0)).unwrap();
     assert_eq!(c.flow_state("f"), Some(FlowState::Active));
@@ -549,11 +552,20 @@ fn residency_reaches_every_queue_and_flow_state_and_sampling_answer_across_gpus(
     assert_eq!(resident(&c), [true, true], "every queue that has f");
     let e = c.set_residency("f", false, f64::NAN).unwrap_err();
     assert!(
-        matches!(e, CoreError::Invalid { field: "switch_cost", .. }),
+        matches!(
+            e,
+            CoreError::Invalid {
+                field: "switch_cost",
+                ..
+            }
+        ),
         "{e}"
     );
     assert_eq!(resident(&c), [true, true], "a refused cost changes nothing");
-    assert!(c.limit(0) >= 1 && c.limit(7) == 0, "a GPU the node lacks has no limit");
+    assert!(
+        c.limit(0) >= 1 && c.limit(7) == 0,
+        "a GPU the node lacks has no limit"
+    );
     // A sampling step expires TTLs and feeds D on the GPUs it names.
     assert!(c.sample(&[(0, 0.0, 0), (1, 0.0, 0)], secs(0.1)).is_empty());
     assert_eq!(c.gpus()[1].utilization, Some(0.0));
