@@ -13,7 +13,6 @@
 use std::collections::{HashMap, VecDeque};
 
 use scheduler_core::config::{ConcurrencyConfig, ConfigError, GpuMode, QueueConfig};
-use scheduler_core::node::ContainerKey;
 use scheduler_core::node::admission::{AdmitInfo, Core, CoreError, GpuInfo, Grant, Kind, Record};
 use scheduler_core::{FlowState, Time};
 
@@ -170,11 +169,7 @@ impl NodeMqfq {
 
     fn take(&mut self, grants: Vec<Grant>) {
         for g in grants {
-            let inv = g
-                .key
-                .parse::<ContainerKey>()
-                .ok()
-                .and_then(|k| k.id().strip_prefix('i').and_then(|n| n.parse().ok()));
+            let inv = g.key.id().strip_prefix('i').and_then(|n| n.parse().ok());
             if let Some(inv) = inv {
                 self.leases.insert(inv, g.lease);
                 self.granted.push_back((inv, g.gpu as usize));

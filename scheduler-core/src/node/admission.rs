@@ -17,7 +17,7 @@ use crate::queue::FlowEvent;
 use crate::{FlowId, FlowState, MqfqQueue, Ticket, Time};
 use serde::{Deserialize, Serialize};
 
-use super::is_key;
+use super::{ContainerKey, is_key};
 
 /// Errors of the admission core; each names the field at fault.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -35,7 +35,7 @@ pub enum CoreError {
     UnknownGpu(String),
     /// The container already waits for admission.
     #[error("container {0} is already waiting for admission")]
-    AlreadyWaiting(String),
+    AlreadyWaiting(ContainerKey),
     /// Release of a lease that is not held.
     #[error("lease {0} is not held")]
     UnknownLease(u64),
@@ -118,10 +118,15 @@ pub struct AdmitInfo {
 }
 
 impl AdmitInfo {
-    /// `namespace/container_id`.
-    #[must_use]
-    pub fn key(&self) -> String {
-        format!("{}/{}", self.namespace, self.container_id)
+    /// The container's key.
+    ///
+    /// # Errors
+    /// An empty namespace or id, or one holding a `/` (the error names the field).
+    pub fn key(&self) -> Result<ContainerKey, CoreError> {
+        ContainerKey::new(&self.namespace, &self.container_id).map_err(|e| CoreError::Invalid {
+            field: e.field,
+            reason: format!("{:?} must be non-empty without '/'", e.value),
+        })
     }
 
     /// The queue's flow for it: the function, scoped by the tenant (`tenant/function`), so a
@@ -139,9 +144,9 @@ impl AdmitInfo {
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Registration {
     /// `(key, lease)` for every running container the shim listed.
-    pub leases: Vec<(String, u64)>,
+    pub leases: Vec<(ContainerKey, u64)>,
     /// `(key, lease)` of leases the shim held but no longer lists: released.
-    pub released: Vec<(String, u64)>,
+    pub released: Vec<(ContainerKey, u64)>,
     /// What the freed slots dispatched.
     pub grants: Vec<Grant>,
 }
@@ -149,8 +154,8 @@ pub struct Registration {
 /// A dispatched admission.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Grant {
-    /// `namespace/container_id`.
-    pub key: String,
+    /// The container.
+    pub key: ContainerKey,
     /// The lease.
     pub lease: u64,
     /// The GPU it counts against.
@@ -171,7 +176,7 @@ pub struct RunningInfo {
 #[derive(Debug)]
 struct Gpu {
     info: GpuInfo,
-    queue: MqfqQueue<String>,
+    queue: MqfqQueue<ContainerKey>,
     conc: ConcurrencyController,
     running: u32,
     long_running: u32,
@@ -191,7 +196,7 @@ struct Waiting {
 #[derive(Clone, Debug, PartialEq)]
 pub struct Lease {
     /// Container key.
-    pub key: String,
+    pub key: ContainerKey,
     /// Function.
     pub function: String,
     /// GPU.
@@ -237,9 +242,9 @@ pub struct GpuView {
 pub struct Core {
     queue_cfg: QueueConfig,
     gpus: Vec<Gpu>,
-    waiting: HashMap<String, Waiting>,
+    waiting: HashMap<ContainerKey, Waiting>,
     leases: BTreeMap<u64, Lease>,
-    lease_of: HashMap<String, u64>,
+    lease_of: HashMap<ContainerKey, u64>,
     next_lease: u64,
     seq: u64,
     log: Vec<Record>,
@@ -320,12 +325,12 @@ impl Core {
         self.limits.1
     }
 
-    fn waiting_insert(&mut self, key: String, w: Waiting) {
+    fn waiting_insert(&mut self, key: ContainerKey, w: Waiting) {
         *self.waiting_of.entry(w.shim_pid).or_default() += 1;
         self.waiting.insert(key, w);
     }
 
-    fn waiting_remove(&mut self, key: &str) -> Option<Waiting> {
+    fn waiting_remove(&mut self, key: &ContainerKey) -> Option<Waiting> {
         let w = self.waiting.remove(key)?;
         if let Some(n) = self.waiting_of.get_mut(&w.shim_pid) {
             *n = n.saturating_sub(1);
@@ -413,15 +418,7 @@ impl Core {
     }
 
     fn validate(info: &AdmitInfo) -> Result<f64, CoreError> {
-        if info.namespace.is_empty() {
-            return Err(invalid("namespace", "must not be empty"));
-        }
-        if info.container_id.is_empty() || info.container_id.contains('/') {
-            return Err(invalid(
-                "container_id",
-                format!("{:?} must be non-empty without '/'", info.container_id),
-            ));
-        }
+        info.key()?;
         if !is_key(&info.function) {
             return Err(invalid(
                 "function",
@@ -485,7 +482,7 @@ impl Core {
     pub fn admit(&mut self, info: &AdmitInfo, now: Time) -> Result<Vec<Grant>, CoreError> {
         let weight = Self::validate(info)?;
         let candidates = self.resolve(&info.gpus)?;
-        let key = info.key();
+        let key = info.key()?;
         if self.waiting.contains_key(&key) {
             return Err(CoreError::AlreadyWaiting(key));
         }
@@ -546,7 +543,7 @@ impl Core {
 
     /// The flow of an admission, with its weight and its tenant's weight in force.
     fn flow_of(
-        q: &mut MqfqQueue<String>,
+        q: &mut MqfqQueue<ContainerKey>,
         info: &AdmitInfo,
         flow_key: &str,
         weight: f64,
@@ -676,12 +673,12 @@ impl Core {
 
     /// The shim pid that asked for a waiting admission.
     #[must_use]
-    pub fn waiter_pid(&self, key: &str) -> Option<u32> {
+    pub fn waiter_pid(&self, key: &ContainerKey) -> Option<u32> {
         self.waiting.get(key).map(|w| w.shim_pid)
     }
 
     /// Withdraws a waiting admission. Returns whether one was waiting.
-    pub fn cancel(&mut self, key: &str, reason: &str, now: Time) -> bool {
+    pub fn cancel(&mut self, key: &ContainerKey, reason: &str, now: Time) -> bool {
         self.tick(now);
         let Some(w) = self.waiting_remove(key) else {
             return false;
@@ -693,7 +690,7 @@ impl Core {
             seq,
             t_ns: now.as_nanos(),
             gpu: w.gpu,
-            key: key.to_owned(),
+            key: key.clone(),
             function: w.function,
             reason: reason.to_owned(),
         });
@@ -781,7 +778,7 @@ impl Core {
 
     /// The lease a container holds.
     #[must_use]
-    pub fn lease_of(&self, key: &str) -> Option<u64> {
+    pub fn lease_of(&self, key: &ContainerKey) -> Option<u64> {
         self.lease_of.get(key).copied()
     }
 

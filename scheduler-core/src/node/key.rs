@@ -64,6 +64,35 @@ impl fmt::Display for ContainerKey {
     }
 }
 
+/// Equal to its written form, `namespace/id`.
+impl PartialEq<str> for ContainerKey {
+    fn eq(&self, other: &str) -> bool {
+        other
+            .split_once('/')
+            .is_some_and(|(ns, id)| ns == self.namespace && id == self.id)
+    }
+}
+
+impl PartialEq<&str> for ContainerKey {
+    fn eq(&self, other: &&str) -> bool {
+        *self == **other
+    }
+}
+
+/// Written as `namespace/id` (the dispatch record, `mqfqctl --json`).
+impl serde::Serialize for ContainerKey {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for ContainerKey {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = <std::borrow::Cow<'de, str>>::deserialize(d)?;
+        s.parse().map_err(serde::de::Error::custom)
+    }
+}
+
 impl FromStr for ContainerKey {
     type Err = KeyError;
 

@@ -29,6 +29,7 @@ use crate::tiers::{ContainerView, Tier, TierPolicy};
 use serde::Serialize;
 
 use crate::native::Native;
+use crate::node::ContainerKey;
 
 /// What the pool asks a shim to do with a container (and, for `Restore`, what a shim reports
 /// doing on its own at Resume).
@@ -61,8 +62,8 @@ impl Action {
 /// An order for the shim `shim_pid`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Order {
-    /// `namespace/container_id`.
-    pub key: String,
+    /// The container.
+    pub key: ContainerKey,
     /// The shim that owns the container.
     pub shim_pid: u32,
     /// What to do.
@@ -72,8 +73,8 @@ pub struct Order {
 /// What a shim reports about one action.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Outcome {
-    /// `namespace/container_id`.
-    pub key: String,
+    /// The container.
+    pub key: ContainerKey,
     /// The action.
     pub action: Action,
     /// Done.
@@ -149,8 +150,8 @@ struct Entry {
 /// One pooled container, for status.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct EntryView {
-    /// `namespace/container_id`.
-    pub key: String,
+    /// The container.
+    pub key: ContainerKey,
     /// Function.
     pub function: String,
     /// GPU.
@@ -190,7 +191,7 @@ pub struct Pool {
     policy: TierPolicy,
     reclaim: bool,
     host_headroom: f64,
-    entries: BTreeMap<String, Entry>,
+    entries: BTreeMap<ContainerKey, Entry>,
     calls: HashMap<String, Calls>,
     memory: HashMap<u32, (u64, u64)>,
     orders: Vec<Order>,
@@ -242,14 +243,14 @@ impl Pool {
     /// containers on it are known to hold; nothing while the GPU's memory is not known yet. The
     /// figures come from the container's own processes: a lie may cost that container its place
     /// in the pool, never another container's memory.
-    fn believable(&self, key: &str, gpu: u32, bytes: u64) -> u64 {
+    fn believable(&self, key: &ContainerKey, gpu: u32, bytes: u64) -> u64 {
         let Some(&(used, total)) = self.memory.get(&gpu) else {
             return 0;
         };
         let others: u64 = self
             .entries
             .iter()
-            .filter(|(k, e)| k.as_str() != key && e.gpu == gpu && e.tier == Tier::Hot)
+            .filter(|(k, e)| *k != key && e.gpu == gpu && e.tier == Tier::Hot)
             .fold(0u64, |sum, (_, e)| sum.saturating_add(e.bytes));
         let cap = if self.measured { used } else { total };
         bytes.min(cap.saturating_sub(others))
@@ -261,11 +262,11 @@ impl Pool {
             .unwrap_or(e.bytes as f64 / ASSUMED_BYTES_PER_S + 0.01)
     }
 
-    fn order(&mut self, key: &str, action: Action, now: Time) {
+    fn order(&mut self, key: &ContainerKey, action: Action, now: Time) {
         if let Some(e) = self.entries.get_mut(key) {
             e.pending = Some((action, now));
             self.orders.push(Order {
-                key: key.to_owned(),
+                key: key.clone(),
                 shim_pid: e.shim_pid,
                 action,
             });
@@ -276,7 +277,7 @@ impl Pool {
     /// when its memory is on the host, makes room for it on the GPU.
     pub fn granted(
         &mut self,
-        key: &str,
+        key: &ContainerKey,
         function: &str,
         gpu: u32,
         shim_pid: u32,
@@ -291,7 +292,7 @@ impl Pool {
             calls.mean_iat_s = Some(calls.mean_iat_s.map_or(iat, |m| 0.8 * m + 0.2 * iat));
         }
         calls.last = now;
-        let e = self.entries.entry(key.to_owned()).or_insert(Entry {
+        let e = self.entries.entry(key.clone()).or_insert(Entry {
             function: function.to_owned(),
             gpu,
             shim_pid,
@@ -334,7 +335,7 @@ impl Pool {
     #[expect(clippy::too_many_arguments)]
     pub fn adopt_idle(
         &mut self,
-        key: &str,
+        key: &ContainerKey,
         function: &str,
         gpu: u32,
         shim_pid: u32,
@@ -350,7 +351,7 @@ impl Pool {
         let priority = self.policy.credit(1, 0.01, bytes);
         self.changed = true;
         self.entries.insert(
-            key.to_owned(),
+            key.clone(),
             Entry {
                 function: function.to_owned(),
                 gpu,
@@ -372,7 +373,7 @@ impl Pool {
 
     /// A lease ended. `paused`: the container lives on, idle, holding `bytes` (0 = unknown, keep
     /// the last figure); otherwise it is gone.
-    pub fn released(&mut self, key: &str, paused: bool, bytes: u64, now: Time) {
+    pub fn released(&mut self, key: &ContainerKey, paused: bool, bytes: u64, now: Time) {
         if !paused {
             self.changed |= self.entries.remove(key).is_some();
             return;
@@ -389,7 +390,7 @@ impl Pool {
     }
 
     /// What a pooled container keeps native, as its shim read it with its managed bytes.
-    pub fn report_native(&mut self, key: &str, native: Native) {
+    pub fn report_native(&mut self, key: &ContainerKey, native: Native) {
         if let Some(e) = self.entries.get_mut(key)
             && e.native != native
         {
@@ -412,9 +413,9 @@ impl Pool {
     }
 
     /// A container that holds no lease was killed or deleted: it leaves the pool.
-    pub fn forget(&mut self, key: &str) {
+    pub fn forget(&mut self, key: &ContainerKey) {
         self.changed |= self.entries.remove(key).is_some();
-        self.orders.retain(|o| o.key != key);
+        self.orders.retain(|o| o.key != *key);
     }
 
     /// Functions whose flows the daemon forgot: their call statistics go too.
@@ -478,7 +479,7 @@ impl Pool {
         if need <= free {
             return;
         }
-        let views: Vec<(String, ContainerView)> = self
+        let views: Vec<(ContainerKey, ContainerView)> = self
             .entries
             .iter()
             .filter(|(_, e)| e.gpu == gpu && e.tier == Tier::Hot && Self::orderable(e, now))
@@ -524,7 +525,7 @@ impl Pool {
 
     /// Prefetches the idle Warm containers of `function` on `gpu` that fit under the budget.
     fn prefetch_function(&mut self, gpu: u32, function: &str, only_pressure: bool, now: Time) {
-        let keys: Vec<(String, u64)> = self
+        let keys: Vec<(ContainerKey, u64)> = self
             .entries
             .iter()
             .filter(|(_, e)| {
@@ -563,7 +564,7 @@ impl Pool {
             }
         }
         // TTLs.
-        let mut ttl: Vec<(String, crate::tiers::TierMove)> = Vec::new();
+        let mut ttl: Vec<(ContainerKey, crate::tiers::TierMove)> = Vec::new();
         for (k, e) in &self.entries {
             if !Self::orderable(e, now) || e.tier == Tier::Cold {
                 continue;
@@ -627,7 +628,7 @@ impl Pool {
             )]
             let floor = (total as f64 * self.host_headroom) as u64;
             if avail < floor {
-                let mut warm: Vec<(Time, String, u64)> = self
+                let mut warm: Vec<(Time, ContainerKey, u64)> = self
                     .entries
                     .iter()
                     .filter(|(_, e)| e.tier == Tier::Warm && Self::orderable(e, now))
@@ -646,7 +647,7 @@ impl Pool {
         }
     }
 
-    fn make_cold(&mut self, key: &str, now: Time) {
+    fn make_cold(&mut self, key: &ContainerKey, now: Time) {
         if self.reclaim {
             self.order(key, Action::Reclaim, now);
         } else if let Some(e) = self.entries.get_mut(key) {

@@ -549,7 +549,7 @@ mod tests {
             seq: 0,
             t_ns: 0,
             gpu: 0,
-            key: "ns/x".into(),
+            key: "ns/x".parse().unwrap(),
             function: "x\",gpu=\"9\\".into(),
             tenant: None,
             lease: 1,
@@ -566,7 +566,7 @@ mod tests {
                 seq: 0,
                 t_ns: 0,
                 gpu: 0,
-                key: format!("ns/{f}"),
+                key: format!("ns/{f}").parse().unwrap(),
                 function: f.into(),
                 tenant: None,
                 lease: 1,
@@ -586,7 +586,7 @@ mod tests {
             seq: 0,
             t_ns: 0,
             gpu: 0,
-            key: k.into(),
+            key: k.parse().unwrap(),
             function: "f".into(),
             tenant: None,
             tenant_weight: 1.0,
@@ -597,7 +597,7 @@ mod tests {
             seq: 0,
             t_ns: 0,
             gpu: 0,
-            key: "a".into(),
+            key: "ns/a".parse().unwrap(),
             function: "f".into(),
             lease: 1,
             free: 1,
@@ -610,11 +610,11 @@ mod tests {
             seq: 0,
             t_ns: 0,
             gpu: 0,
-            key: "b".into(),
+            key: "ns/b".parse().unwrap(),
             function: "f".into(),
             reason: "cancelled".into(),
         };
-        m.record(&[enq("a"), enq("b"), enq("c")]);
+        m.record(&[enq("ns/a"), enq("ns/b"), enq("ns/c")]);
         assert!(m.render().contains("mqfq_queue_length{function=\"f\"} 3"));
         m.record(&[dispatch, withdraw]);
         let text = m.render();

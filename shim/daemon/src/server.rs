@@ -19,6 +19,7 @@ use super::metrics::Metrics;
 use super::monitor::GpuMonitor;
 use super::policy::{Asked, FairnessSection};
 use mqfq_proto::api;
+use scheduler_core::node::ContainerKey;
 use scheduler_core::node::admission::{AdmitInfo, Core, CoreError, Grant, Kind, RunningInfo};
 use scheduler_core::node::pool::{Action, Order, Pool};
 
@@ -32,10 +33,10 @@ struct Inner {
     /// Functions whose containers exported converted memory (their next ones stay native).
     advice: scheduler_core::native::NativeAdvice,
     /// Containers with the CUDA interposer (their memory is pooled): key → shim pid.
-    pooled: HashMap<String, u32>,
+    pooled: HashMap<ContainerKey, u32>,
     /// Pool orders not yet fetched, per shim pid.
     orders: HashMap<u32, Vec<Order>>,
-    waiters: HashMap<String, Waiter>,
+    waiters: HashMap<ContainerKey, Waiter>,
     watched: HashSet<u32>,
     log: Option<std::io::BufWriter<std::fs::File>>,
 }
@@ -473,41 +474,35 @@ impl Daemon {
             .collect();
         let leases = core
             .leases()
-            .map(|(id, l)| {
-                let (ns, cid) = l.key.split_once('/').unwrap_or(("", &l.key));
-                api::LeaseStatus {
-                    lease_id: id,
-                    namespace: ns.into(),
-                    container_id: cid.into(),
-                    function: l.function.clone(),
-                    gpu: l.gpu,
-                    shim_pid: l.shim_pid,
-                    held_ns: now.as_nanos().saturating_sub(l.since.as_nanos()),
-                    kind: l.kind.as_str().to_owned(),
-                    ..Default::default()
-                }
+            .map(|(id, l)| api::LeaseStatus {
+                lease_id: id,
+                namespace: l.key.namespace().into(),
+                container_id: l.key.id().into(),
+                function: l.function.clone(),
+                gpu: l.gpu,
+                shim_pid: l.shim_pid,
+                held_ns: now.as_nanos().saturating_sub(l.since.as_nanos()),
+                kind: l.kind.as_str().to_owned(),
+                ..Default::default()
             })
             .collect();
         let pool = inner
             .pool
             .entries(now)
             .into_iter()
-            .map(|e| {
-                let (ns, cid) = e.key.split_once('/').unwrap_or(("", &e.key));
-                api::PoolEntry {
-                    namespace: ns.into(),
-                    container_id: cid.into(),
-                    function: e.function,
-                    gpu: e.gpu,
-                    tier: format!("{:?}", e.tier).to_lowercase(),
-                    bytes: e.bytes,
-                    busy: e.busy,
-                    idle_ns: e.idle_ns,
-                    pending: e.pending.map_or("", Action::name).into(),
-                    uses: e.uses,
-                    native: Some(mqfq_proto::memory::to_proto(&e.native)).into(),
-                    ..Default::default()
-                }
+            .map(|e| api::PoolEntry {
+                namespace: e.key.namespace().into(),
+                container_id: e.key.id().into(),
+                function: e.function,
+                gpu: e.gpu,
+                tier: format!("{:?}", e.tier).to_lowercase(),
+                bytes: e.bytes,
+                busy: e.busy,
+                idle_ns: e.idle_ns,
+                pending: e.pending.map_or("", Action::name).into(),
+                uses: e.uses,
+                native: Some(mqfq_proto::memory::to_proto(&e.native)).into(),
+                ..Default::default()
             })
             .collect();
         api::StatusResponse {
@@ -549,7 +544,7 @@ impl api::Admission for Service {
         };
         check_asked(req.weight, &req.tenant, &req.pod_namespace).map_err(|e| to_ttrpc(&e))?;
         let info = admit_info(&d.policy, &req, kind);
-        let key = info.key();
+        let key = info.key().map_err(|e| to_ttrpc(&e))?;
         let (tx, rx) = oneshot::channel();
         {
             let now = d.now();
@@ -637,7 +632,8 @@ impl api::Admission for Service {
         req: api::CancelRequest,
     ) -> ttrpc::Result<api::CancelResponse> {
         let d = &self.0;
-        let key = format!("{}/{}", req.namespace, req.container_id);
+        let key = ContainerKey::new(&req.namespace, &req.container_id)
+            .map_err(|e| status(ttrpc::Code::INVALID_ARGUMENT, e.to_string()))?;
         let now = d.now();
         let mut inner = d.lock();
         let withdrawn = inner.core.cancel(&key, "cancelled", now);
@@ -686,6 +682,12 @@ impl api::Admission for Service {
                 lease: r.lease_id,
             })
             .collect();
+        // A key that does not parse cannot be a lease's: it protects nothing.
+        let admitting: Vec<ContainerKey> = req
+            .admitting
+            .iter()
+            .filter_map(|k| k.parse().ok())
+            .collect();
         let now = d.now();
         let mut inner = d.lock();
         let registered = inner
@@ -693,7 +695,7 @@ impl api::Admission for Service {
             .register(
                 req.shim_pid,
                 &running,
-                &req.admitting,
+                &admitting,
                 req.fail_open_starts,
                 now,
             )
@@ -740,14 +742,11 @@ impl api::Admission for Service {
             leases: registered
                 .leases
                 .into_iter()
-                .map(|(key, lease)| {
-                    let (ns, cid) = key.split_once('/').unwrap_or(("", &key));
-                    api::Adopted {
-                        namespace: ns.into(),
-                        container_id: cid.into(),
-                        lease_id: lease,
-                        ..Default::default()
-                    }
+                .map(|(key, lease)| api::Adopted {
+                    namespace: key.namespace().into(),
+                    container_id: key.id().into(),
+                    lease_id: lease,
+                    ..Default::default()
                 })
                 .collect(),
             boot_id: d.boot_id.clone(),
@@ -862,7 +861,7 @@ mod tests {
             ttrpc::Code::INVALID_ARGUMENT
         );
         assert_eq!(
-            code(CoreError::AlreadyWaiting("k".into())),
+            code(CoreError::AlreadyWaiting("ns/k".parse().unwrap())),
             ttrpc::Code::ALREADY_EXISTS
         );
         assert_eq!(code(CoreError::UnknownLease(1)), ttrpc::Code::NOT_FOUND);

@@ -12,6 +12,7 @@ use mqfq_daemon::config::DaemonConfig;
 use mqfq_sim::node::{Input, NodeMqfq, gpu_infos};
 use mqfq_sim::workload::{MixSpec, design_mix};
 use mqfq_sim::{SimConfig, simulate};
+use scheduler_core::node::ContainerKey;
 use scheduler_core::node::admission::{Core, Record};
 
 fn trace(gpus: usize) -> mqfq_sim::Trace {
@@ -78,7 +79,7 @@ fn daemon_core(toml: &str, cfg: &SimConfig) -> Core {
     mqfq_daemon::build_core(&d, gpu_infos(cfg.gpus, cfg.gpu_mem_mb, cfg.mode)).unwrap()
 }
 
-fn dispatches(r: &[Record]) -> Vec<(String, u32)> {
+fn dispatches(r: &[Record]) -> Vec<(ContainerKey, u32)> {
     r.iter()
         .filter_map(|r| match r {
             Record::Dispatch { key, gpu, .. } => Some((key.clone(), *gpu)),

@@ -3,6 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::Kind;
+use crate::node::ContainerKey;
 
 /// One line of the dispatch record.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -17,7 +18,7 @@ pub enum Record {
         /// GPU queue.
         gpu: u32,
         /// Container key.
-        key: String,
+        key: ContainerKey,
         /// Flow (the function, scoped by its tenant).
         function: String,
         /// Its tenant, if any.
@@ -40,7 +41,7 @@ pub enum Record {
         /// GPU.
         gpu: u32,
         /// Container key.
-        key: String,
+        key: ContainerKey,
         /// Function.
         function: String,
         /// The lease granted.
@@ -65,7 +66,7 @@ pub enum Record {
         /// GPU.
         gpu: u32,
         /// Container key.
-        key: String,
+        key: ContainerKey,
         /// Function.
         function: String,
         /// The lease.
@@ -84,7 +85,7 @@ pub enum Record {
         /// GPU.
         gpu: u32,
         /// Container key.
-        key: String,
+        key: ContainerKey,
         /// Function.
         function: String,
         /// The lease.
@@ -101,7 +102,7 @@ pub enum Record {
         /// GPU.
         gpu: u32,
         /// Container key.
-        key: String,
+        key: ContainerKey,
         /// Function.
         function: String,
         /// Why.
@@ -116,7 +117,7 @@ pub enum Record {
         /// GPU.
         gpu: u32,
         /// Container key.
-        key: String,
+        key: ContainerKey,
         /// Flow.
         function: String,
         /// Its tenant, if any.

@@ -4,12 +4,13 @@
 
 use super::{Core, CoreError, Grant, Lease, Record, Registration, RunningInfo, invalid};
 use crate::Time;
+use crate::node::ContainerKey;
 
 impl Core {
     /// A shim died: its waiting admissions are withdrawn and its leases released. Returns the
     /// withdrawn keys, the released leases, and the grants the freed slots made.
-    pub fn shim_gone(&mut self, pid: u32, now: Time) -> (Vec<String>, Vec<u64>, Vec<Grant>) {
-        let keys: Vec<String> = self
+    pub fn shim_gone(&mut self, pid: u32, now: Time) -> (Vec<ContainerKey>, Vec<u64>, Vec<Grant>) {
+        let keys: Vec<ContainerKey> = self
             .waiting
             .iter()
             .filter(|(_, w)| w.shim_pid == pid)
@@ -48,7 +49,7 @@ impl Core {
         &mut self,
         shim_pid: u32,
         running: &[RunningInfo],
-        admitting: &[String],
+        admitting: &[ContainerKey],
         fail_open_starts: u64,
         now: Time,
     ) -> Result<Registration, CoreError> {
@@ -68,17 +69,13 @@ impl Core {
         // Counted once the registration went through: a refused one is sent again, count and all.
         self.fail_open_starts += fail_open_starts;
         if let Some(previous) = previous {
-            let listed: std::collections::HashSet<&str> = out
-                .leases
-                .iter()
-                .map(|(k, _)| k.as_str())
-                .chain(admitting.iter().map(String::as_str))
-                .collect();
-            let lost: Vec<(String, u64)> = self
+            let listed: std::collections::HashSet<&ContainerKey> =
+                out.leases.iter().map(|(k, _)| k).chain(admitting).collect();
+            let lost: Vec<(ContainerKey, u64)> = self
                 .leases
                 .iter()
                 .filter(|(_, l)| {
-                    l.shim_pid == shim_pid && l.epoch < previous && !listed.contains(l.key.as_str())
+                    l.shim_pid == shim_pid && l.epoch < previous && !listed.contains(&l.key)
                 })
                 .map(|(&id, l)| (l.key.clone(), id))
                 .collect();
@@ -97,9 +94,9 @@ impl Core {
         shim_pid: u32,
         r: &RunningInfo,
         now: Time,
-    ) -> Result<(String, u64), CoreError> {
+    ) -> Result<(ContainerKey, u64), CoreError> {
         let weight = Self::validate(&r.info)?;
-        let key = r.info.key();
+        let key = r.info.key()?;
         if let Some(&lease) = self.lease_of.get(&key) {
             self.set_holder(lease, shim_pid);
             return Ok((key, lease));

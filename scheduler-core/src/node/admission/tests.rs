@@ -1,4 +1,8 @@
 use super::*;
+
+fn k(s: &str) -> ContainerKey {
+    s.parse().unwrap()
+}
 use crate::config::{Overrun, Selection, StickyTtl};
 use proptest::prelude::*;
 
@@ -54,8 +58,8 @@ fn req(id: &str, function: &str) -> AdmitInfo {
     }
 }
 
-fn keys(g: &[Grant]) -> Vec<&str> {
-    g.iter().map(|g| g.key.as_str()).collect()
+fn keys(g: &[Grant]) -> Vec<String> {
+    g.iter().map(|g| g.key.to_string()).collect()
 }
 
 #[test]
@@ -156,7 +160,7 @@ fn duplicate_admissions_are_refused_or_answered_with_the_same_lease() {
     assert!(c.admit(&req("b", "f"), secs(0.0)).unwrap().is_empty());
     assert_eq!(
         c.admit(&req("b", "f"), secs(0.0)).unwrap_err(),
-        CoreError::AlreadyWaiting("ns/b".into())
+        CoreError::AlreadyWaiting(k("ns/b"))
     );
 }
 
@@ -188,8 +192,8 @@ fn cancel_and_dead_shims_free_everything_they_held() {
     let mut other = req("c", "g");
     other.shim_pid = 8;
     c.admit(&other, secs(0.0)).unwrap();
-    assert!(c.cancel("ns/b", "killed", secs(0.1)));
-    assert!(!c.cancel("ns/b", "killed", secs(0.1)));
+    assert!(c.cancel(&k("ns/b"), "killed", secs(0.1)));
+    assert!(!c.cancel(&k("ns/b"), "killed", secs(0.1)));
     // Shim 7 (holding `a`) dies: its lease goes and `c` (shim 8) is dispatched.
     let (withdrawn, released, grants) = c.shim_gone(7, secs(0.2));
     assert!(withdrawn.is_empty());
@@ -241,7 +245,7 @@ fn leases_a_shim_no_longer_lists_are_released_but_never_one_it_may_not_know_yet(
     let running = |c: &Core| -> Vec<RunningInfo> {
         c.leases()
             .map(|(id, l)| RunningInfo {
-                info: req(l.key.trim_start_matches("ns/"), "f"),
+                info: req(l.key.id(), "f"),
                 lease: id,
             })
             .collect()
@@ -257,14 +261,12 @@ fn leases_a_shim_no_longer_lists_are_released_but_never_one_it_may_not_know_yet(
         .into_iter()
         .filter(|r| r.lease == a)
         .collect::<Vec<_>>();
-    let r = c
-        .register(7, &listed, &["ns/b".to_owned()], 0, secs(0.3))
-        .unwrap();
+    let r = c.register(7, &listed, &[k("ns/b")], 0, secs(0.3)).unwrap();
     assert!(r.released.is_empty(), "{r:?}");
     // Then `b` is in neither list (its Release was lost): released, and its slot reused.
     c.admit(&req("w", "f"), secs(0.35)).unwrap();
     let r = c.register(7, &listed, &[], 0, secs(0.4)).unwrap();
-    assert_eq!(r.released, [("ns/b".to_owned(), b)]);
+    assert_eq!(r.released, [(k("ns/b"), b)]);
     assert_eq!(keys(&r.grants), ["ns/w"]);
     assert!(c.lease(a).is_some());
     // Another shim's leases are never touched.
@@ -275,7 +277,7 @@ fn leases_a_shim_no_longer_lists_are_released_but_never_one_it_may_not_know_yet(
     c.register(7, &[], &[], 0, secs(0.6)).unwrap();
     let r = c.register(7, &[], &[], 0, secs(0.7)).unwrap();
     assert!(r.released.iter().all(|(k, _)| k != "ns/o"), "{r:?}");
-    assert!(c.lease_of("ns/o").is_some());
+    assert!(c.lease_of(&k("ns/o")).is_some());
 }
 
 #[test]
@@ -397,13 +399,13 @@ proptest! {
                     let _ = c.admit(&r, now);
                 }
                 Op::Release(id) => {
-                    let lease = c.leases().find(|(_, l)| l.key == format!("ns/c{id}")).map(|(l, _)| l);
+                    let lease = c.leases().find(|(_, l)| l.key == k(&format!("ns/c{id}"))).map(|(l, _)| l);
                     if let Some(l) = lease {
                         c.release(l, Some(0.3), "exit", now).unwrap();
                     }
                 }
                 Op::Cancel(id) => {
-                    c.cancel(&format!("ns/c{id}"), "killed", now);
+                    c.cancel(&k(&format!("ns/c{id}")), "killed", now);
                 }
                 Op::Observe(u) => {
                     c.observe(u32::from(u % 2), f64::from(u) / 10.0, 0, now);

@@ -2,6 +2,10 @@ use proptest::prelude::*;
 
 use super::*;
 
+fn k(s: &str) -> ContainerKey {
+    s.parse().unwrap()
+}
+
 const GIB: u64 = 1 << 30;
 
 fn t(s: f64) -> Time {
@@ -24,7 +28,7 @@ fn pool(hot_ttl_s: f64, reclaim: bool) -> Pool {
 
 fn ok(key: &str, action: Action, bytes: u64) -> Outcome {
     Outcome {
-        key: key.into(),
+        key: k(key),
         action,
         ok: true,
         skipped: false,
@@ -36,8 +40,8 @@ fn ok(key: &str, action: Action, bytes: u64) -> Outcome {
 
 /// A container used once and paused at `at`, holding `bytes`.
 fn paused(p: &mut Pool, key: &str, function: &str, bytes: u64, at: f64) {
-    p.granted(key, function, 0, 7, t(at));
-    p.released(key, true, bytes, t(at));
+    p.granted(&k(key), function, 0, 7, t(at));
+    p.released(&k(key), true, bytes, t(at));
 }
 
 fn tier(p: &Pool, key: &str) -> Tier {
@@ -50,7 +54,7 @@ fn tier(p: &Pool, key: &str) -> Tier {
 
 fn order(key: &str, action: Action) -> Order {
     Order {
-        key: key.into(),
+        key: k(key),
         shim_pid: 7,
         action,
     }
@@ -60,8 +64,8 @@ fn order(key: &str, action: Action) -> Order {
 fn idle_past_hot_ttl_is_evicted_then_prefetched_when_its_flow_turns_active() {
     let mut p = pool(30.0, false);
     p.observe_memory(0, 0, 80 * GIB);
-    assert_eq!(p.granted("ns/a", "f", 0, 7, t(0.0)), Tier::Cold, "new");
-    p.released("ns/a", true, GIB, t(1.0));
+    assert_eq!(p.granted(&k("ns/a"), "f", 0, 7, t(0.0)), Tier::Cold, "new");
+    p.released(&k("ns/a"), true, GIB, t(1.0));
     assert_eq!(tier(&p, "ns/a"), Tier::Hot);
     p.tick(t(30.0), None);
     assert!(p.take_orders().is_empty(), "29 s idle: still Hot");
@@ -110,7 +114,7 @@ fn tier_counts_are_computed_only_after_a_change() {
     p.report(&ok("ns/a", Action::Evict, GIB), t(2.1));
     let c = p.tier_counts().unwrap();
     assert_eq!(c[&("f".to_owned(), Tier::Warm)], 1);
-    p.forget("ns/a");
+    p.forget(&k("ns/a"));
     assert_eq!(p.tier_counts(), Some(TierCounts::new()));
 }
 
@@ -164,7 +168,7 @@ fn a_container_lying_about_its_bytes_costs_no_other_container_its_memory() {
     // Evicted (claiming everything again), then admitted: no room is made at anyone's cost.
     p.report(&ok("ns/liar", Action::Evict, u64::MAX), t(3.5));
     p.take_orders();
-    p.granted("ns/liar", "h", 0, 7, t(4.0));
+    p.granted(&k("ns/liar"), "h", 0, 7, t(4.0));
     assert!(p.take_orders().is_empty(), "nobody evicted for the liar");
 }
 
@@ -199,7 +203,7 @@ fn an_admitted_warm_container_makes_room_and_prefetch_never_overfills() {
     p.tick(t(1.0), None);
     p.take_orders();
     // Evict it by hand (as pressure would), then fill the GPU with others.
-    p.order("ns/w", Action::Evict, t(2.0));
+    p.order(&k("ns/w"), Action::Evict, t(2.0));
     p.take_orders();
     p.report(&ok("ns/w", Action::Evict, 4 * GIB), t(2.0));
     paused(&mut p, "ns/x", "g", 4 * GIB, 3.0);
@@ -210,7 +214,7 @@ fn an_admitted_warm_container_makes_room_and_prefetch_never_overfills() {
     assert!(p.take_orders().is_empty());
     // Admitted: a Warm hit; room is made (one victim is enough).
     p.drain_events();
-    assert_eq!(p.granted("ns/w", "f", 0, 7, t(6.0)), Tier::Warm);
+    assert_eq!(p.granted(&k("ns/w"), "f", 0, 7, t(6.0)), Tier::Warm);
     assert_eq!(p.drain_events(), [PoolEvent::Hit(Tier::Warm)]);
     let o = p.take_orders();
     assert_eq!(o.len(), 1, "{o:?}");
@@ -313,12 +317,12 @@ fn exits_and_dead_shims_leave_the_pool() {
     paused(&mut p, "ns/a", "f", GIB, 0.0);
     paused(&mut p, "ns/b", "f", GIB, 0.0);
     paused(&mut p, "ns/c", "f", GIB, 0.0);
-    p.released("ns/a", false, 0, t(1.0));
-    p.forget("ns/c");
+    p.released(&k("ns/a"), false, 0, t(1.0));
+    p.forget(&k("ns/c"));
     p.tick(t(5.0), None);
     assert_eq!(p.take_orders(), [order("ns/b", Action::Evict)]);
     p.tick(t(6.0), None);
-    p.order("ns/b", Action::Prefetch, t(6.0));
+    p.order(&k("ns/b"), Action::Prefetch, t(6.0));
     p.shim_gone(7);
     assert!(p.take_orders().is_empty());
     assert!(p.entries(t(7.0)).is_empty());
@@ -328,12 +332,12 @@ fn exits_and_dead_shims_leave_the_pool() {
 fn re_registered_idle_containers_rejoin_with_their_tier() {
     let mut p = pool(10.0, false);
     p.observe_memory(0, 0, 80 * GIB);
-    p.adopt_idle("ns/w", "f", 0, 7, GIB, true, t(100.0));
-    p.adopt_idle("ns/h", "f", 0, 7, GIB, false, t(100.0));
+    p.adopt_idle(&k("ns/w"), "f", 0, 7, GIB, true, t(100.0));
+    p.adopt_idle(&k("ns/h"), "f", 0, 7, GIB, false, t(100.0));
     assert_eq!(tier(&p, "ns/w"), Tier::Warm);
     assert_eq!(tier(&p, "ns/h"), Tier::Hot);
     // Known ones keep what the pool knows.
-    p.adopt_idle("ns/h", "f", 0, 8, 5 * GIB, true, t(101.0));
+    p.adopt_idle(&k("ns/h"), "f", 0, 8, 5 * GIB, true, t(101.0));
     assert_eq!(tier(&p, "ns/h"), Tier::Hot);
     // The hot TTL counts from the re-registration; then the new daemon evicts as usual.
     p.tick(t(105.0), None);
@@ -342,7 +346,7 @@ fn re_registered_idle_containers_rejoin_with_their_tier() {
     assert_eq!(
         p.take_orders(),
         [Order {
-            key: "ns/h".into(),
+            key: k("ns/h"),
             shim_pid: 8,
             action: Action::Evict
         }]
@@ -359,21 +363,21 @@ fn a_pressure_victim_is_prefetched_when_its_next_call_is_due() {
     // f is called every 10 s.
     for i in 0..4 {
         let at = f64::from(i) * 10.0;
-        p.granted("ns/f", "f", 0, 7, t(at));
-        p.released("ns/f", true, 2 * GIB, t(at + 1.0));
+        p.granted(&k("ns/f"), "f", 0, 7, t(at));
+        p.released(&k("ns/f"), true, 2 * GIB, t(at + 1.0));
     }
-    p.order("ns/f", Action::Evict, t(32.0));
+    p.order(&k("ns/f"), Action::Evict, t(32.0));
     p.take_orders();
     // Evicted under pressure, the pressure gone, and f's next call due (last 30 s, IAT 10 s).
-    p.entries.get_mut("ns/f").unwrap().evicted_for = Why::Pressure;
+    p.entries.get_mut(&k("ns/f")).unwrap().evicted_for = Why::Pressure;
     p.report(&ok("ns/f", Action::Evict, 2 * GIB), t(32.0));
     p.tick(t(35.0), None);
     assert_eq!(p.take_orders(), [order("ns/f", Action::Prefetch)]);
     // One evicted for idling past the hot TTL is not brought back by prediction.
     p.report(&ok("ns/f", Action::Prefetch, 2 * GIB), t(35.0));
-    p.order("ns/f", Action::Evict, t(36.0));
+    p.order(&k("ns/f"), Action::Evict, t(36.0));
     p.take_orders();
-    p.entries.get_mut("ns/f").unwrap().evicted_for = Why::Ttl;
+    p.entries.get_mut(&k("ns/f")).unwrap().evicted_for = Why::Ttl;
     p.report(&ok("ns/f", Action::Evict, 2 * GIB), t(36.0));
     p.tick(t(37.0), None);
     assert!(p.take_orders().is_empty());
@@ -411,11 +415,11 @@ proptest! {
         let mut p = pool(5.0, true);
         let mut now = 0.0;
         // Orders in flight and when they were made (an unanswered one is made again after 60 s).
-        let mut outstanding: HashMap<String, (Action, f64)> = HashMap::new();
+        let mut outstanding: HashMap<ContainerKey, (Action, f64)> = HashMap::new();
         p.observe_memory(0, 0, 8 * GIB);
         for o in ops {
             now += 0.5;
-            let key = |k: u8| format!("ns/c{k}");
+            let key = |n: u8| k(&format!("ns/c{n}"));
             match o {
                 Op::Grant(k) => { p.granted(&key(k), &format!("f{}", k % 3), 0, 7, t(now)); }
                 Op::Pause(k, b) => p.released(&key(k), true, u64::from(b) * GIB / 2, t(now)),
@@ -424,13 +428,13 @@ proptest! {
                 Op::Activate(f) => p.activated(0, &format!("f{f}"), t(now)),
                 Op::Report(k, good) => {
                     if let Some((a, _)) = outstanding.remove(&key(k)) {
-                        p.report(&Outcome { ok: good, ..ok(&key(k), a, GIB) }, t(now));
+                        p.report(&Outcome { ok: good, ..ok(&key(k).to_string(), a, GIB) }, t(now));
                     }
                 }
                 Op::Memory(g) => p.observe_memory(0, u64::from(g) * GIB, 8 * GIB),
             }
             let orders = p.take_orders();
-            let view: HashMap<String, EntryView> =
+            let view: HashMap<ContainerKey, EntryView> =
                 p.entries(t(now)).into_iter().map(|e| (e.key.clone(), e)).collect();
             for o in orders {
                 let e = view.get(&o.key);
@@ -457,7 +461,7 @@ fn residency_says_which_functions_have_an_idle_hot_container_and_what_a_warm_one
     let mut p = pool(30.0, false);
     p.observe_memory(0, 0, 80 * GIB);
     paused(&mut p, "ns/a", "f", 12 * GIB, 0.0);
-    p.granted("ns/b", "g", 0, 7, t(0.0));
+    p.granted(&k("ns/b"), "g", 0, 7, t(0.0));
     assert_eq!(
         p.residency(),
         [("f".to_owned(), true, 0.0), ("g".to_owned(), false, 0.0)],

@@ -9,6 +9,7 @@ use scheduler_core::Time;
 
 use super::{Daemon, Inner, MAX_ORDERS_WAIT_MS, admit_info, check_asked, status, to_ttrpc};
 use mqfq_proto::api;
+use scheduler_core::node::ContainerKey;
 use scheduler_core::node::admission::Kind;
 use scheduler_core::node::pool::{Action, Outcome};
 
@@ -31,11 +32,15 @@ impl Daemon {
         shim_pid: u32,
         now: Time,
     ) {
-        if r.namespace.is_empty() || r.container_id.is_empty() || r.function.is_empty() {
+        let Ok(key) = ContainerKey::new(&r.namespace, &r.container_id) else {
             tracing::warn!(
                 shim = shim_pid,
-                "idle container without namespace, id or function: skipped"
+                "idle container without a valid namespace and id: skipped"
             );
+            return;
+        };
+        if r.function.is_empty() {
+            tracing::warn!(shim = shim_pid, key = %key, "idle container without a function: skipped");
             return;
         }
         let gpu = match inner.core.resolve(&r.gpus) {
@@ -46,7 +51,6 @@ impl Daemon {
                 return;
             }
         };
-        let key = format!("{}/{}", r.namespace, r.container_id);
         if inner.core.lease_of(&key).is_some() {
             return;
         }
@@ -137,14 +141,11 @@ pub(super) async fn orders(
                 return Ok(api::PoolOrdersResponse {
                     orders: orders
                         .into_iter()
-                        .map(|o| {
-                            let (ns, cid) = o.key.split_once('/').unwrap_or(("", &o.key));
-                            api::PoolOrder {
-                                namespace: ns.into(),
-                                container_id: cid.into(),
-                                action: wire_action(o.action).into(),
-                                ..Default::default()
-                            }
+                        .map(|o| api::PoolOrder {
+                            namespace: o.key.namespace().into(),
+                            container_id: o.key.id().into(),
+                            action: wire_action(o.action).into(),
+                            ..Default::default()
                         })
                         .collect(),
                     ..Default::default()
@@ -173,15 +174,18 @@ pub(super) fn report(
                 ));
             }
         };
-        if r.namespace.is_empty() || r.container_id.is_empty() {
-            return Err(status(
+        let key = ContainerKey::new(&r.namespace, &r.container_id).map_err(|e| {
+            status(
                 ttrpc::Code::INVALID_ARGUMENT,
-                format!("invalid `results[{i}]`: namespace and container_id are required"),
-            ));
-        }
+                format!(
+                    "invalid `results[{i}].{}`: {:?} must be non-empty, without '/'",
+                    e.field, e.value
+                ),
+            )
+        })?;
         #[expect(clippy::cast_precision_loss)]
         outcomes.push(Outcome {
-            key: format!("{}/{}", r.namespace, r.container_id),
+            key,
             action,
             ok: r.ok,
             skipped: r.skipped,
