@@ -161,12 +161,19 @@ impl Mqfqd {
         }
     }
 
-    /// The dispatch record so far.
+    /// The dispatch record so far: mqfqd writes it off its lock and answers Status once what it
+    /// decided is written, so one Status call comes first (a daemon that is gone has nothing
+    /// left to write).
     ///
     /// # Panics
     /// A line that is not JSON.
     #[must_use]
     pub fn records(&self) -> Vec<Value> {
+        let _ = Command::new(&self.ctl)
+            .arg("--socket")
+            .arg(&self.socket)
+            .args(["status", "--json"])
+            .output();
         std::fs::read_to_string(&self.log)
             .unwrap_or_default()
             .lines()

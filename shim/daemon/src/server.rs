@@ -3,7 +3,6 @@
 //! sampling loop that drives D; the dispatch log and metrics.
 
 use std::collections::{HashMap, HashSet};
-use std::io::Write;
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -23,6 +22,7 @@ use scheduler_core::node::ContainerKey;
 use scheduler_core::node::admission::{AdmitInfo, Core, CoreError, Grant, Kind, RunningInfo};
 use scheduler_core::node::pool::{Action, Order, Pool};
 
+mod log;
 mod pool;
 
 type Waiter = oneshot::Sender<Result<Grant, String>>;
@@ -38,7 +38,6 @@ struct Inner {
     orders: HashMap<u32, Vec<Order>>,
     waiters: HashMap<ContainerKey, Waiter>,
     watched: HashSet<u32>,
-    log: Option<std::io::BufWriter<std::fs::File>>,
 }
 
 /// The daemon's shared state.
@@ -48,6 +47,8 @@ pub struct Daemon {
     boot_id: String,
     backend: &'static str,
     metrics: Arc<Metrics>,
+    /// The dispatch log's writer, if one is configured.
+    log: Option<log::DispatchLog>,
     /// Woken when pool orders are queued for any shim.
     orders_ready: tokio::sync::Notify,
     /// Weights and tenants.
@@ -197,20 +198,7 @@ impl Daemon {
         policy: FairnessSection,
         flow_idle_s: f64,
     ) -> std::io::Result<Arc<Self>> {
-        let log = match log {
-            Some(p) => {
-                if let Some(dir) = p.parent() {
-                    std::fs::create_dir_all(dir)?;
-                }
-                Some(std::io::BufWriter::new(
-                    std::fs::OpenOptions::new()
-                        .create(true)
-                        .append(true)
-                        .open(p)?,
-                ))
-            }
-            None => None,
-        };
+        let log = log.map(log::DispatchLog::open).transpose()?;
         let boot_id = format!(
             "{}-{}",
             std::process::id(),
@@ -227,12 +215,12 @@ impl Daemon {
                 orders: HashMap::new(),
                 waiters: HashMap::new(),
                 watched: HashSet::new(),
-                log,
             }),
             started: Instant::now(),
             boot_id,
             backend,
             metrics: Arc::new(Metrics::new()),
+            log,
             orders_ready: tokio::sync::Notify::new(),
             policy,
             flow_idle_s,
@@ -291,13 +279,8 @@ impl Daemon {
             return;
         }
         self.metrics.record(&records);
-        if let Some(w) = inner.log.as_mut() {
-            for r in &records {
-                if let Ok(line) = serde_json::to_string(r) {
-                    let _ = writeln!(w, "{line}");
-                }
-            }
-            let _ = w.flush();
+        if let Some(log) = &self.log {
+            log.write(records);
         }
     }
 
@@ -380,7 +363,18 @@ impl Daemon {
                 }
             }
             let leases: Vec<u32> = self.lock().core.gpus().iter().map(|g| g.running).collect();
-            let samples = match monitor.sample(&leases) {
+            // NVML calls block: on the blocking pool, not on a worker that serves shims.
+            let sampled = tokio::task::spawn_blocking(move || {
+                let s = monitor.sample(&leases);
+                (monitor, s)
+            })
+            .await;
+            let Ok((m, sampled)) = sampled else {
+                tracing::error!("GPU sampling panicked: D and the pool stop following the GPUs");
+                return;
+            };
+            monitor = m;
+            let samples = match sampled {
                 Ok(s) => {
                     if failing {
                         tracing::info!("GPU sampling recovered");
@@ -759,6 +753,10 @@ impl api::Admission for Service {
         _ctx: &TtrpcContext,
         _req: api::StatusRequest,
     ) -> ttrpc::Result<api::StatusResponse> {
+        // What the answer shows is in the dispatch log by the time it is read.
+        if let Some(log) = &self.0.log {
+            log.flush().await;
+        }
         Ok(self.0.status())
     }
 
