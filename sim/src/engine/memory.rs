@@ -1,0 +1,205 @@
+//! The simulated node's memory: which idle containers keep their memory on a GPU, eviction to
+//! the host over PCIe, prefetch back, and the TTLs, decided by `scheduler_core`'s [`TierPolicy`]
+//! (the pool's policy) over the executor's containers.
+
+use scheduler_core::tiers::{ContainerView, Tier};
+
+use super::{EPS, Engine, ms};
+use crate::policy::{Admission, MemoryStyle, Policy};
+
+impl Engine<'_> {
+    /// Recomputes a function's best idle tier and tells the policy when residency changes.
+    pub(super) fn refresh(&mut self, f: usize, policy: &mut dyn Policy) {
+        let mut best = Tier::Cold;
+        let mut ready = f64::INFINITY;
+        for &c in &self.by_func[f] {
+            let c = &self.containers[c];
+            if c.busy {
+                continue;
+            }
+            match c.tier {
+                Tier::Hot => {
+                    best = Tier::Hot;
+                    ready = ready.min(c.ready_ms);
+                }
+                Tier::Warm if best == Tier::Cold => best = Tier::Warm,
+                _ => {}
+            }
+        }
+        let startup = match best {
+            Tier::Hot => (ready - self.now).max(0.0),
+            Tier::Warm => self.transfer_ms(self.mem(f)),
+            Tier::Cold => self.cold_ms(f),
+        };
+        // The node's core learns what mqfqd's pool would know: a restore's cost, not a cold
+        // start's.
+        let cost = match best {
+            Tier::Hot => 0.0,
+            Tier::Cold if self.admission == Admission::Node => 0.0,
+            _ => startup,
+        };
+        let changed = (self.best[f] == Tier::Hot) != (best == Tier::Hot)
+            || (best != Tier::Hot && (self.startup[f] - startup).abs() > 1e-9);
+        self.startup[f] = startup;
+        self.best[f] = best;
+        if changed {
+            policy.set_resident(f, best == Tier::Hot, cost);
+        }
+    }
+
+    pub(super) fn pcie(&mut self, g: usize, mb: f64) -> f64 {
+        self.pcie_mb += mb;
+        let dur = self.transfer_ms(mb);
+        let gpu = &mut self.gpus[g];
+        let start = gpu.pcie_free_ms.max(self.now);
+        gpu.pcie_free_ms = start + dur;
+        gpu.pcie_free_ms
+    }
+
+    pub(super) fn evict(&mut self, c: usize, policy: &mut dyn Policy) {
+        let (g, f, mb) = {
+            let ct = &mut self.containers[c];
+            debug_assert!(ct.tier == Tier::Hot && !ct.busy);
+            ct.tier = Tier::Warm;
+            (ct.gpu, ct.func, self.trace.functions[ct.func].mem_mb)
+        };
+        self.gpus[g].used_mb -= mb;
+        self.pcie(g, mb);
+        self.refresh(f, policy);
+    }
+
+    /// Frees memory on GPU `g` so `need` MB fit; `active_ok` allows evicting active flows'
+    /// containers. Returns false (and evicts nothing) if it cannot.
+    #[expect(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+    pub(super) fn make_room(
+        &mut self,
+        g: usize,
+        need: f64,
+        active_ok: bool,
+        policy: &mut dyn Policy,
+    ) -> bool {
+        let free = self.gpus[g].budget_mb - self.gpus[g].used_mb;
+        if need <= free + EPS {
+            return true;
+        }
+        let bw = self.cfg.pcie_gbps;
+        let cands: Vec<ContainerView> = self
+            .containers
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| c.alive && c.gpu == g && c.tier == Tier::Hot && !c.busy)
+            .filter(|(_, c)| active_ok || !policy.active(c.func))
+            .map(|(i, c)| {
+                let mb = self.trace.functions[c.func].mem_mb;
+                ContainerView {
+                    id: i as u64,
+                    tier: c.tier,
+                    busy: c.busy,
+                    flow_active: policy.active(c.func),
+                    bytes: (mb * 1024.0 * 1024.0) as u64,
+                    last_used: ms(c.last_used_ms),
+                    uses: c.uses,
+                    reload_cost_s: mb / bw / 1e3,
+                    priority: c.gdsf,
+                }
+            })
+            .collect();
+        let freeable: f64 = cands
+            .iter()
+            .map(|c| self.trace.functions[self.containers[c.id as usize].func].mem_mb)
+            .sum();
+        if free + freeable + EPS < need {
+            return false;
+        }
+        let to_bytes = |mb: f64| (mb.max(0.0) * 1024.0 * 1024.0) as u64;
+        let victims = self
+            .tiers
+            .choose_victims(&cands, to_bytes(need), to_bytes(free));
+        for v in victims {
+            self.evict(v as usize, policy);
+        }
+        true
+    }
+
+    pub(super) fn prefetch(&mut self, f: usize, policy: &mut dyn Policy, evict_ok: bool) {
+        if self.best[f] == Tier::Hot {
+            return;
+        }
+        let warm = self.by_func[f]
+            .iter()
+            .copied()
+            .filter(|&c| !self.containers[c].busy && self.containers[c].tier == Tier::Warm)
+            .max_by(|&a, &b| {
+                self.containers[a]
+                    .last_used_ms
+                    .total_cmp(&self.containers[b].last_used_ms)
+            });
+        let Some(c) = warm else { return };
+        let g = self.containers[c].gpu;
+        let mem = self.mem(f);
+        let fits = if evict_ok {
+            self.make_room(g, mem, false, policy)
+        } else {
+            self.gpus[g].budget_mb - self.gpus[g].used_mb >= mem
+        };
+        if !fits {
+            return;
+        }
+        self.gpus[g].used_mb += mem;
+        let end = self.pcie(g, mem);
+        let ct = &mut self.containers[c];
+        ct.tier = Tier::Hot;
+        ct.ready_ms = end;
+        self.refresh(f, policy);
+    }
+
+    pub(super) fn housekeeping(&mut self, policy: &mut dyn Policy, mem: MemoryStyle) {
+        let now = ms(self.now);
+        let mut evict = Vec::new();
+        let mut drop = Vec::new();
+        for (i, c) in self.containers.iter().enumerate() {
+            if !c.alive {
+                continue;
+            }
+            let view = ContainerView {
+                id: i as u64,
+                tier: c.tier,
+                busy: c.busy,
+                flow_active: false,
+                bytes: 0,
+                last_used: ms(c.last_used_ms),
+                uses: c.uses,
+                reload_cost_s: 0.0,
+                priority: c.gdsf,
+            };
+            match self.tiers.expiry(&view, now) {
+                Some(scheduler_core::tiers::TierMove::Evict) => evict.push(i),
+                Some(scheduler_core::tiers::TierMove::Drop) => drop.push(i),
+                _ => {}
+            }
+        }
+        for c in evict {
+            self.evict(c, policy);
+        }
+        for c in drop {
+            let f = self.containers[c].func;
+            self.containers[c].alive = false;
+            self.containers[c].tier = Tier::Cold;
+            self.by_func[f].retain(|&x| x != c);
+            self.refresh(f, policy);
+        }
+        if mem == MemoryStyle::LazyPrefetch {
+            for f in 0..self.trace.functions.len() {
+                if self.best[f] == Tier::Warm
+                    && self.tiers.predicts_arrival(
+                        now,
+                        self.last_arrival[f].map(ms),
+                        self.iat[f].get().map(|x| x / 1e3),
+                    )
+                {
+                    self.prefetch(f, policy, false);
+                }
+            }
+        }
+    }
+}
