@@ -1,4 +1,5 @@
-//! Which functions keep their GPU allocations native, learned from what their containers did.
+//! GPU memory the pool cannot move: what a container keeps native and why ([`Native`]), and which
+//! functions keep their allocations native, learned from what their containers did ([`NativeAdvice`]).
 //!
 //! Why: the CUDA interposer converts `cuMemAlloc` to managed memory so that idle memory can move
 //! to the host, and the driver refuses to export managed memory (legacy IPC, dma-buf). A

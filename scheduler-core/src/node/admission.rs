@@ -1,5 +1,6 @@
-//! The daemon's decisions, without I/O: per-GPU MQFQ-Sticky queues and concurrency limits,
-//! leases, waiting admissions, re-registration, and the dispatch record.
+//! The node's admission decisions, without I/O: per-GPU MQFQ-Sticky queues and concurrency limits,
+//! leases, waiting admissions, re-registration, and the dispatch record. `mqfqd` serves it over
+//! its socket; the simulator's `mqfq-sticky` drives the very same object.
 //!
 //! Every operation takes `now` and first expires sticky TTLs up to it, so the dispatch record
 //! (enqueue, dispatch, release, withdraw, adopt — with times and the free slots each dispatch was
@@ -564,7 +565,7 @@ impl Core {
     }
 
     /// The limit in force on a GPU: ⌊D⌋, but while short flows are active never below the long
-    /// invocations running plus the reserved short slot (as in the simulator).
+    /// invocations running plus the reserved short slot.
     fn limit_of(&self, slot: usize) -> u32 {
         let g = &self.gpus[slot];
         let reserve = self.queue_cfg.short_charge_s > 0.0 && g.queue.active_short_flows() > 0;

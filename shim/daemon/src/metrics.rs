@@ -411,7 +411,7 @@ pub const MAX_CONNECTIONS: usize = 32;
 const EXCHANGE_DEADLINE: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Serves `GET /metrics` on `listener`: at most [`MAX_CONNECTIONS`] at once, each bounded in size
-/// (a 4 KiB request head) and in time ([`EXCHANGE_DEADLINE`] for the whole exchange, so a client
+/// (a 4 KiB request head) and in time (`EXCHANGE_DEADLINE` for the whole exchange, so a client
 /// that trickles bytes is cut off); an accept error (out of descriptors) pauses accepting
 /// briefly instead of spinning.
 pub async fn serve(listener: tokio::net::TcpListener, metrics: Arc<Metrics>) {

@@ -1,4 +1,4 @@
-//! The mqfqd admission API (`proto/mqfqd.proto`), generated at build time by ttrpc-codegen.
+//! The mqfqd admission API (`mqfqd.proto`), generated at build time by ttrpc-codegen.
 //! Shims, `mqfqd` and `mqfqctl` all use these types, so the wire format has one definition.
 
 #[allow(

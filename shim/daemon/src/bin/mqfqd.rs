@@ -1,4 +1,4 @@
-//! `mqfqd`: the node daemon (see `mqfq_shim::daemon`).
+//! `mqfqd`: the node daemon (see the `mqfq_daemon` library).
 
 use std::path::PathBuf;
 

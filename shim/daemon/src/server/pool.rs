@@ -1,4 +1,4 @@
-//! The pool's side of the service: grants and re-registrations feed `daemon/pool.rs`, its
+//! The pool's side of the service: grants and re-registrations feed `scheduler_core::node::pool`, its
 //! orders go to the shims through a long poll (`PoolOrders`), and their results come back
 //! (`PoolReport`).
 
