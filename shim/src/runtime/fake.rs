@@ -24,6 +24,8 @@ pub struct FakeRuntime {
     /// Report the init's exit through the exit monitor while `start` is still running (a
     /// process that ends before `runc start` returns).
     pub exit_during_start: AtomicBool,
+    /// Make `start` fail (after the exit above, when both are set: runc start on a dead init).
+    pub fail_start: AtomicBool,
     /// Report an exec's exit (code 9) through the exit monitor before `exec` returns its pid.
     pub exit_during_exec: AtomicBool,
     init_pids: Mutex<std::collections::HashMap<String, u32>>,
@@ -77,6 +79,12 @@ impl Runtime for FakeRuntime {
                 // Give the exit loop every chance to run before start returns.
                 tokio::time::sleep(std::time::Duration::from_millis(50)).await;
             }
+        }
+        if self.fail_start.load(Ordering::SeqCst) {
+            return Err(Error::io(
+                format!("runc start {id}"),
+                std::io::Error::other("container not running"),
+            ));
         }
         Ok(())
     }

@@ -554,7 +554,7 @@ impl TaskService {
         let st = self.state.lock().await;
         st.containers
             .get(id)
-            .is_some_and(|c| c.init.status == crate::process::Status::Paused)
+            .is_some_and(|c| c.init.status() == crate::process::Status::Paused)
     }
 
     /// Brings an evicted burst container's memory back (its processes are running).

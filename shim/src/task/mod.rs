@@ -24,7 +24,7 @@ use crate::error::{Error, Result};
 use crate::gate::{Gate, Kind};
 use crate::gpu::Classification;
 use crate::io::{ProcessIo, StdioPaths};
-use crate::process::{Exit, Proc, Status, Transition};
+use crate::process::{Exit, Proc, Status};
 use crate::runtime::{ExecArgs, Runtime, RuntimeFactory};
 
 /// How long an exit waits for its stdio to drain before it is published anyway.
@@ -231,8 +231,8 @@ impl TaskService {
         for c in st.containers.values_mut() {
             let procs = std::iter::once(&mut c.init).chain(c.execs.values_mut());
             for p in procs {
-                if p.pid == pid && p.pid != 0 && p.exit.is_none() {
-                    found = Some((c.id.clone(), p.exec_id.clone()));
+                if p.is_running_pid(pid) {
+                    found = Some((c.id.clone(), p.exec_id().to_owned()));
                     break;
                 }
             }
@@ -263,9 +263,7 @@ impl TaskService {
             };
             let gpu = eid.is_empty() && matches!(c.gpu, Classification::Gpu(_));
             let Ok(p) = c.proc_mut(eid) else { return };
-            p.exit = Some(exit);
-            p.status = Status::Stopped;
-            (p.io.take(), gpu)
+            (p.exited(exit), gpu)
         };
         self.release_lease(cid, gpu, "exit").await;
         let svc = self.clone();
@@ -278,38 +276,27 @@ impl TaskService {
             if let Some(c) = st.containers.get_mut(&cid)
                 && let Ok(p) = c.proc_mut(&eid)
             {
-                if p.starting && !p.started {
-                    p.exit_ready = true;
-                } else {
-                    svc.publish_exit(&cid, p);
-                }
+                p.drained(svc.exit_event(&cid));
             }
         });
     }
 
-    fn publish_exit(&self, cid: &str, p: &mut Proc) {
-        if p.exit_published {
-            return;
+    /// Sends a process's `TaskExit` (what [`Proc`] calls when it publishes an exit).
+    fn exit_event<'a>(&'a self, cid: &'a str) -> impl FnOnce(&str, u32, Exit) + 'a {
+        move |exec_id, pid, exit| {
+            let (code, at) = exit_status(Some(exit));
+            self.emit(
+                containerd_shim_protos::topics::TASK_EXIT_EVENT_TOPIC,
+                Box::new(TaskExit {
+                    container_id: cid.to_owned(),
+                    id: if exec_id.is_empty() { cid } else { exec_id }.to_owned(),
+                    pid,
+                    exit_status: code,
+                    exited_at: at,
+                    ..Default::default()
+                }),
+            );
         }
-        let Some(exit) = p.exit else { return };
-        p.exit_published = true;
-        let (code, at) = exit_status(Some(exit));
-        self.emit(
-            containerd_shim_protos::topics::TASK_EXIT_EVENT_TOPIC,
-            Box::new(TaskExit {
-                container_id: cid.to_owned(),
-                id: if p.exec_id.is_empty() {
-                    cid.to_owned()
-                } else {
-                    p.exec_id.clone()
-                },
-                pid: p.pid,
-                exit_status: code,
-                exited_at: at,
-                ..Default::default()
-            }),
-        );
-        p.exit_tx.send_replace(Some(exit));
     }
 
     /// Claims an exit of `pid` seen since `since` (when runc was asked to make the process).
@@ -364,7 +351,7 @@ impl TaskService {
             let c = st.containers.get_mut(id).ok_or_else(|| nf(id))?;
             let runtime = c.runtime.clone();
             let bundle = c.bundle.clone();
-            if !exec_id.is_empty() && c.init.status == Status::Stopped {
+            if !exec_id.is_empty() && c.init.status() == Status::Stopped {
                 return Err(Error::FailedPrecondition(format!(
                     "container {id} has exited; cannot start exec {exec_id}"
                 )));
@@ -378,13 +365,7 @@ impl TaskService {
                 _ => None,
             };
             let p = c.proc_mut(exec_id)?;
-            p.status.apply(Transition::Start)?;
-            if p.starting {
-                return Err(Error::FailedPrecondition(format!(
-                    "{id} {exec_id}: already starting"
-                )));
-            }
-            p.starting = true;
+            p.begin_start()?;
             let io = p.io.as_ref().map(|io| io.child.clone());
             let console = if exec_id.is_empty() {
                 None
@@ -402,7 +383,8 @@ impl TaskService {
         {
             let mut st = self.state.lock().await;
             if let Some(c) = st.containers.get_mut(id) {
-                c.init.starting = false;
+                c.init.start_failed();
+                c.init.publish_deferred(self.exit_event(id));
             }
             return Err(e);
         }
@@ -443,7 +425,6 @@ impl TaskService {
                 return Err(e);
             }
         };
-        p.starting = false;
         let exec_pid = match result {
             Ok(None) => None,
             Ok(Some((pid, master))) => {
@@ -456,32 +437,23 @@ impl TaskService {
                 Some(pid)
             }
             Err(e) => {
+                if exec_id.is_empty() {
+                    // The init may have died on the way (its exit was drained meanwhile).
+                    p.start_failed();
+                    p.publish_deferred(self.exit_event(id));
+                } else {
+                    // A failed exec never ran: it is over, and Wait must not hang.
+                    p.never_ran();
+                }
                 if work.is_some() {
                     drop(st);
                     self.release_lease(id, true, "start failed").await;
-                    return Err(e);
-                }
-                if !exec_id.is_empty() {
-                    // A failed exec never ran: it is over, and Wait must not hang.
-                    p.status = Status::Stopped;
-                    p.exit = Some(Exit {
-                        code: 255,
-                        at: SystemTime::now(),
-                    });
-                    p.exit_tx.send_replace(p.exit);
-                    p.exit_published = true;
                 }
                 return Err(e);
             }
         };
-        if let Some(pid) = exec_pid {
-            p.pid = pid;
-        }
-        if p.status == Status::Created {
-            p.status = Status::Running;
-        }
-        p.started = true;
-        let pid = p.pid;
+        p.started(exec_pid);
+        let pid = p.pid();
         if exec_id.is_empty() {
             self.watch_oom(id, pid);
             self.emit(
@@ -503,9 +475,7 @@ impl TaskService {
                 }),
             );
         }
-        if p.exit_ready {
-            self.publish_exit(id, p);
-        }
+        p.publish_deferred(self.exit_event(id));
         drop(st);
         if exec_pid.is_some() {
             self.claim_early_exit(id, exec_id, pid, since).await;
@@ -538,7 +508,7 @@ impl TaskService {
                     req.exec_id, req.id
                 )));
             }
-            if c.init.status == Status::Stopped {
+            if c.init.status() == Status::Stopped {
                 return Err(Error::FailedPrecondition(format!(
                     "container {} has exited",
                     req.id
@@ -580,12 +550,12 @@ impl TaskService {
             let runtime = c.runtime.clone();
             let gpu = exec_id.is_empty() && matches!(c.gpu, Classification::Gpu(_));
             let p = c.proc_mut(exec_id)?;
-            if p.status == Status::Stopped && !all {
+            if p.status() == Status::Stopped && !all {
                 return Err(Error::NotFound(format!(
                     "{id} {exec_id}: process already finished"
                 )));
             }
-            (runtime, p.pid, gpu)
+            (runtime, p.pid(), gpu)
         };
         if exec_id.is_empty() {
             if gpu {
@@ -622,17 +592,17 @@ impl TaskService {
             let mut st = self.state.lock().await;
             let c = st.containers.get_mut(id).ok_or_else(|| nf(id))?;
             let p = c.proc_mut(exec_id)?;
-            if matches!(p.status, Status::Running | Status::Paused) {
+            if matches!(p.status(), Status::Running | Status::Paused) {
                 return Err(Error::FailedPrecondition(format!(
                     "exec {exec_id} in {id} is still running"
                 )));
             }
             let mut p = c.execs.remove(exec_id).ok_or_else(|| nf(id))?;
             // An exit still draining its stdio is published now, before the record goes.
-            self.publish_exit(id, &mut p);
-            let (code, at) = exit_status(p.exit);
+            p.publish_now(self.exit_event(id));
+            let (code, at) = exit_status(p.exit());
             return Ok(api::DeleteResponse {
-                pid: p.pid,
+                pid: p.pid(),
                 exit_status: code,
                 exited_at: at,
                 ..Default::default()
@@ -641,7 +611,7 @@ impl TaskService {
         let (runtime, gpu) = {
             let st = self.state.lock().await;
             let c = st.containers.get(id).ok_or_else(|| nf(id))?;
-            if matches!(c.init.status, Status::Running | Status::Paused) {
+            if matches!(c.init.status(), Status::Running | Status::Paused) {
                 return Err(Error::FailedPrecondition(format!(
                     "container {id} is still running; kill it first"
                 )));
@@ -659,7 +629,7 @@ impl TaskService {
         let mut st = self.state.lock().await;
         let mut c = st.containers.remove(id).ok_or_else(|| nf(id))?;
         // TaskExit must precede TaskDelete even when the exit is still draining its stdio.
-        self.publish_exit(id, &mut c.init);
+        c.init.publish_now(self.exit_event(id));
         if c.mounted_rootfs {
             unmount(&c.bundle.join("rootfs"));
         }
@@ -672,12 +642,12 @@ impl TaskService {
         if let Some(mut io) = c.init.io.take() {
             io.shutdown();
         }
-        let (code, at) = exit_status(c.init.exit);
+        let (code, at) = exit_status(c.init.exit());
         self.emit(
             containerd_shim_protos::topics::TASK_DELETE_EVENT_TOPIC,
             Box::new(TaskDelete {
                 container_id: id.to_owned(),
-                pid: c.init.pid,
+                pid: c.init.pid(),
                 exit_status: code,
                 exited_at: at.clone(),
                 id: id.to_owned(),
@@ -685,7 +655,7 @@ impl TaskService {
             }),
         );
         Ok(api::DeleteResponse {
-            pid: c.init.pid,
+            pid: c.init.pid(),
             exit_status: code,
             exited_at: at,
             ..Default::default()
@@ -701,17 +671,17 @@ impl TaskService {
         let c = st.containers.get_mut(id).ok_or_else(|| nf(id))?;
         let bundle = c.bundle.display().to_string();
         let p = c.proc_mut(exec_id)?;
-        let status = match p.status {
+        let status = match p.status() {
             Status::Created => api::Status::CREATED,
             Status::Running => api::Status::RUNNING,
             Status::Paused => api::Status::PAUSED,
             Status::Stopped => api::Status::STOPPED,
         };
-        let (code, at) = exit_status(p.exit);
+        let (code, at) = exit_status(p.exit());
         Ok(api::StateResponse {
             id: id.to_owned(),
             bundle,
-            pid: p.pid,
+            pid: p.pid(),
             status: status.into(),
             stdin: p.stdio.stdin.clone(),
             stdout: p.stdio.stdout.clone(),
@@ -732,7 +702,7 @@ impl TaskService {
         let mut rx = {
             let mut st = self.state.lock().await;
             let c = st.containers.get_mut(id).ok_or_else(|| nf(id))?;
-            c.proc_mut(exec_id)?.exit_tx.subscribe()
+            c.proc_mut(exec_id)?.subscribe()
         };
         let exit = loop {
             if let Some(e) = *rx.borrow_and_update() {
@@ -755,7 +725,7 @@ impl TaskService {
     async fn runtime_and_pid(&self, id: &str) -> Result<(Arc<dyn Runtime>, u32)> {
         let st = self.state.lock().await;
         let c = st.containers.get(id).ok_or_else(|| nf(id))?;
-        Ok((c.runtime.clone(), c.init.pid))
+        Ok((c.runtime.clone(), c.init.pid()))
     }
 
     /// Whether no container is left.

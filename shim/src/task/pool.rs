@@ -96,7 +96,7 @@ impl TaskService {
         let (runtime, work, ctl, lock, unpooled, book) = {
             let st = self.state.lock().await;
             let c = st.containers.get(id).ok_or_else(|| nf(id))?;
-            c.init.status.apply(transition(pause))?;
+            c.init.check(transition(pause))?;
             let work = match &c.gpu {
                 Classification::Gpu(w) => Some(w.clone()),
                 Classification::NotGpu => None,
@@ -117,7 +117,7 @@ impl TaskService {
         {
             let st = self.state.lock().await;
             let c = st.containers.get(id).ok_or_else(|| nf(id))?;
-            c.init.status.apply(transition(pause))?;
+            c.init.check(transition(pause))?;
         }
         let pooled = ctl.is_some() && !unpooled;
         if pause {
@@ -179,13 +179,7 @@ impl TaskService {
         }
         let mut st = self.state.lock().await;
         let c = st.containers.get_mut(id).ok_or_else(|| nf(id))?;
-        if c.init.status != Status::Stopped {
-            c.init.status = if pause {
-                Status::Paused
-            } else {
-                Status::Running
-            };
-        }
+        c.init.paused(pause);
         if pause {
             self.emit(
                 containerd_shim_protos::topics::TASK_PAUSED_EVENT_TOPIC,
@@ -333,7 +327,7 @@ impl TaskService {
         };
         let now = {
             let st = self.state.lock().await;
-            st.containers.get(id).map(|c| (c.init.status, c.evicted))
+            st.containers.get(id).map(|c| (c.init.status(), c.evicted))
         };
         let started = Instant::now();
         match (now, o.action.enum_value()) {

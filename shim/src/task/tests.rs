@@ -150,6 +150,21 @@ async fn an_exit_racing_its_start_is_published_after_the_start() {
 }
 
 #[tokio::test]
+async fn an_init_that_dies_during_a_failed_start_still_gets_its_exit() {
+    let mut h = harness();
+    h.svc.watch_exits().await.unwrap();
+    h.fake.exit_during_start.store(true, Ordering::SeqCst);
+    h.fake.fail_start.store(true, Ordering::SeqCst);
+    let req = h.bundle("dead", &plain());
+    h.svc.create(req).await.unwrap();
+    h.svc.start("dead", "").await.unwrap_err();
+    assert_eq!(h.next_topic().await, "create");
+    assert_eq!(h.next_topic().await, "exit", "no start event, but the exit");
+    let w = tokio::time::timeout(Duration::from_secs(5), h.svc.wait("dead", ""));
+    assert_eq!(w.await.expect("Wait returns").unwrap().exit_status, 0);
+}
+
+#[tokio::test]
 async fn delete_right_after_an_exit_still_publishes_the_exit_first() {
     let mut h = harness();
     let req = h.bundle("d1", &plain());
