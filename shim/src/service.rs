@@ -192,9 +192,13 @@ impl Shim for Service {
     }
 }
 
-/// The admission gate, configured from the environment containerd gave the shim. A bad value
-/// fails closed: the operator asked for something other than the defaults.
-fn gate() -> Arc<dyn crate::gate::Gate> {
+/// The admission gate and the pool's order channel (one link to mqfqd), configured from the
+/// environment containerd gave the shim. A bad value fails closed: the operator asked for
+/// something other than the defaults.
+fn gate() -> (
+    Arc<dyn crate::gate::Gate>,
+    Arc<dyn crate::gate::PoolChannel>,
+) {
     let cfg = crate::gate::GateConfig::from_env().unwrap_or_else(|e| {
         tracing::error!("{}; GPU admission fails closed", e.full_message());
         crate::gate::GateConfig {
@@ -204,7 +208,8 @@ fn gate() -> Arc<dyn crate::gate::Gate> {
             admit_timeout: Some(std::time::Duration::from_secs(100)),
         }
     });
-    Arc::new(crate::gate::DaemonGate::new(cfg))
+    let link = crate::gate::DaemonGate::new(cfg);
+    (Arc::new(link.clone()), Arc::new(link))
 }
 
 /// Saves the options into the bundle before handing out the runtime (for `delete`).

@@ -21,7 +21,7 @@ use containerd_shim_protos::protobuf::{MessageDyn, MessageField};
 use tokio::sync::{Mutex, mpsc};
 
 use crate::error::{Error, Result};
-use crate::gate::{Gate, Kind};
+use crate::gate::{Gate, Kind, PoolChannel};
 use crate::gpu::Classification;
 use crate::io::{ProcessIo, StdioPaths};
 use crate::process::{Exit, Proc, Status};
@@ -105,6 +105,8 @@ pub struct TaskService {
     exit: Arc<ExitSignal>,
     namespace: String,
     gate: Arc<dyn Gate>,
+    /// The pool's orders for this shim's paused containers, and its reports.
+    orders: Arc<dyn PoolChannel>,
     pool_agent: Arc<std::sync::atomic::AtomicBool>,
     pool_timeouts: pool::PoolTimeouts,
 }
@@ -139,13 +141,13 @@ impl std::fmt::Debug for TaskService {
 impl TaskService {
     /// A service publishing into `events`, making runtimes with `factory`, signalling `exit`
     /// when the last container is gone and containerd asks to shut down, gating GPU starts on
-    /// `gate`.
+    /// `gate`, obeying the pool's `orders`.
     pub fn new(
         events: mpsc::UnboundedSender<Event>,
         factory: Arc<dyn RuntimeFactory>,
         exit: Arc<ExitSignal>,
         namespace: &str,
-        gate: Arc<dyn Gate>,
+        (gate, orders): (Arc<dyn Gate>, Arc<dyn PoolChannel>),
     ) -> Self {
         TaskService {
             state: Arc::new(Mutex::new(State::default())),
@@ -154,6 +156,7 @@ impl TaskService {
             exit,
             namespace: namespace.to_owned(),
             gate,
+            orders,
             pool_agent: Arc::new(std::sync::atomic::AtomicBool::new(false)),
             pool_timeouts: pool::PoolTimeouts::default(),
         }

@@ -222,7 +222,7 @@ impl TaskService {
                 .await;
         }
         tracing::info!(container = %id, bytes = a.bytes, ms = thawed.elapsed().as_secs_f64() * 1e3, "restored");
-        self.gate
+        self.orders
             .pool_report(vec![mqfqd::PoolResult {
                 namespace: self.namespace.clone(),
                 container_id: id.to_owned(),
@@ -274,7 +274,7 @@ impl TaskService {
         let svc = self.clone();
         tokio::spawn(async move {
             loop {
-                for o in svc.gate.pool_orders(ORDERS_WAIT).await {
+                for o in svc.orders.pool_orders(ORDERS_WAIT).await {
                     svc.run_order(&o).await;
                 }
             }
@@ -307,14 +307,14 @@ impl TaskService {
         let Some((runtime, ctl, lock, failed, book)) = found else {
             r.gone = true;
             r.error = "no such container in this shim".into();
-            self.gate.pool_report(vec![r]).await;
+            self.orders.pool_report(vec![r]).await;
             return;
         };
         if failed {
             // The daemon forgets it: no order will thaw it again.
             r.gone = true;
             r.error = "dropped from the pool after a memory move failed to answer".into();
-            self.gate.pool_report(vec![r]).await;
+            self.orders.pool_report(vec![r]).await;
             return;
         }
         // A Pause or Resume in progress (a Resume may wait long in the queue) makes the order
@@ -322,7 +322,7 @@ impl TaskService {
         let Ok(_moving) = lock.try_lock() else {
             r.skipped = true;
             r.error = "pause or resume in progress".into();
-            self.gate.pool_report(vec![r]).await;
+            self.orders.pool_report(vec![r]).await;
             return;
         };
         let now = {
@@ -373,7 +373,7 @@ impl TaskService {
             (_, Err(v)) => r.error = format!("unknown pool action {v}"),
         }
         r.duration_ns = nanos(started.elapsed());
-        self.gate.pool_report(vec![r]).await;
+        self.orders.pool_report(vec![r]).await;
     }
 
     /// Evict or prefetch; a paused container (`runtime` given) is thawed first and frozen

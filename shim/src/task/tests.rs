@@ -19,17 +19,31 @@ struct Harness {
 
 fn harness() -> Harness {
     // No daemon socket: GPU starts fail open at once.
-    harness_with(Arc::new(crate::gate::DaemonGate::new(
-        crate::gate::GateConfig {
-            socket: "/nonexistent/mqfqd.sock".into(),
-            fail_open: true,
-            reconnect_grace: std::time::Duration::ZERO,
-            admit_timeout: None,
-        },
-    )))
+    let link = crate::gate::DaemonGate::new(crate::gate::GateConfig {
+        socket: "/nonexistent/mqfqd.sock".into(),
+        fail_open: true,
+        reconnect_grace: std::time::Duration::ZERO,
+        admit_timeout: None,
+    });
+    harness_with(Arc::new(link.clone()), Arc::new(link))
 }
 
-fn harness_with(gate: Arc<dyn crate::gate::Gate>) -> Harness {
+/// A pool channel with no orders, ever.
+#[derive(Debug)]
+struct NoOrders;
+
+#[async_trait::async_trait]
+impl crate::gate::PoolChannel for NoOrders {
+    async fn pool_orders(&self, _: Duration) -> Vec<crate::api::PoolOrder> {
+        std::future::pending().await
+    }
+    async fn pool_report(&self, _: Vec<crate::api::PoolResult>) {}
+}
+
+fn harness_with(
+    gate: Arc<dyn crate::gate::Gate>,
+    orders: Arc<dyn crate::gate::PoolChannel>,
+) -> Harness {
     let (tx, events) = mpsc::unbounded_channel();
     let fake = Arc::new(FakeRuntime::default());
     let exit = Arc::new(ExitSignal::default());
@@ -38,7 +52,7 @@ fn harness_with(gate: Arc<dyn crate::gate::Gate>) -> Harness {
         Arc::new(FakeFactory(fake.clone())),
         exit.clone(),
         "test",
-        gate,
+        (gate, orders),
     );
     Harness {
         svc,
@@ -617,6 +631,10 @@ impl crate::gate::Gate for RecordingGate {
     }
     async fn cancel(&self, _: &str, _: &str) {}
     async fn release(&self, _: &str, _: &str, _: &str, _: crate::memory::Usage) {}
+}
+
+#[async_trait::async_trait]
+impl crate::gate::PoolChannel for RecordingGate {
     async fn pool_orders(&self, _: Duration) -> Vec<crate::api::PoolOrder> {
         std::future::pending().await
     }
@@ -629,7 +647,7 @@ impl crate::gate::Gate for RecordingGate {
 async fn pool_orders_thaw_move_and_freeze_only_idle_containers() {
     use crate::api::{PoolAction, PoolOrder};
     let gate = Arc::new(RecordingGate::default());
-    let h = harness_with(gate.clone());
+    let h = harness_with(gate.clone(), gate.clone());
     let req = h.bundle("p1", &plain());
     h.svc.create(req).await.unwrap();
     h.svc.start("p1", "").await.unwrap();
@@ -709,7 +727,7 @@ async fn a_container_that_stalls_a_memory_move_is_frozen_again_and_never_thawed_
 
     use crate::api::{PoolAction, PoolOrder};
     let gate = Arc::new(RecordingGate::default());
-    let mut h = harness_with(gate.clone());
+    let mut h = harness_with(gate.clone(), gate.clone());
     h.svc.pool_timeouts = pool::PoolTimeouts {
         status: Duration::from_millis(300),
         moves: Duration::from_millis(300),
@@ -800,16 +818,12 @@ impl crate::gate::Gate for HeldGate {
             .unwrap()
             .push((id.to_owned(), reason.to_owned()));
     }
-    async fn pool_orders(&self, _: Duration) -> Vec<crate::api::PoolOrder> {
-        std::future::pending().await
-    }
-    async fn pool_report(&self, _: Vec<crate::api::PoolResult>) {}
 }
 
 #[tokio::test]
 async fn a_delete_racing_a_granted_start_still_releases_the_lease() {
     let gate = Arc::new(HeldGate::default());
-    let h = harness_with(gate.clone());
+    let h = harness_with(gate.clone(), Arc::new(NoOrders));
     let gpu = json!({"process": {"args": ["sh"], "env": ["PATH=/bin"]},
                      "annotations": {"io.mqfq.gpu": "true"}});
     let req = h.bundle("r1", &gpu);
@@ -858,16 +872,12 @@ impl crate::gate::Gate for ResumeGate {
     async fn release(&self, _: &str, _: &str, reason: &str, _: crate::memory::Usage) {
         self.releases.lock().unwrap().push(reason.to_owned());
     }
-    async fn pool_orders(&self, _: Duration) -> Vec<crate::api::PoolOrder> {
-        std::future::pending().await
-    }
-    async fn pool_report(&self, _: Vec<crate::api::PoolResult>) {}
 }
 
 #[tokio::test]
 async fn a_second_resume_waiting_behind_the_first_does_not_admit_or_release_again() {
     let gate = Arc::new(ResumeGate::default());
-    let h = harness_with(gate.clone());
+    let h = harness_with(gate.clone(), Arc::new(NoOrders));
     let gpu = json!({"process": {"args": ["sh"], "env": ["PATH=/bin"]},
                      "annotations": {"io.mqfq.gpu": "true"}});
     let req = h.bundle("d1", &gpu);

@@ -1,154 +1,25 @@
-//! The shim's side of admission: Start / Resume of a GPU container wait here until `mqfqd`
-//! dispatches them; the lease ends at exit, Pause, Kill or Delete.
-//!
-//! The gate remembers every GPU container it let run (with its lease, or none for a fail-open
-//! start). Whenever it (re)connects — and once a second while it holds any — it registers that
-//! set with the daemon, so a restarted daemon rebuilds its state and counts every running
-//! container. While the daemon is unreachable the gate fails **open** by default (the task
-//! starts, a warning is logged, and the start is counted and reported on reconnect) or
-//! **closed** (`MQFQ_FAIL=closed`: Start fails with UNAVAILABLE and the container stays Created).
-//!
-//! No lease outlives its container: a Release that cannot be delivered is kept and retried (on
-//! reconnection and with every heartbeat), every registration also lists the containers whose
-//! Admit is in flight, and the daemon releases any lease of this shim that a registration no
-//! longer lists. An admission waits at most `MQFQ_ADMIT_TIMEOUT_MS`; past it the waiting
-//! admission is withdrawn and the fail mode applies, so a slot lost to a bug never hangs starts.
-//!
-//! Configuration comes from the shim's environment, which containerd passes on:
-//! `MQFQ_DAEMON_SOCKET` (default `/run/mqfq/mqfqd.sock`), `MQFQ_FAIL` (`open` | `closed`),
-//! `MQFQ_RECONNECT_GRACE_MS` (how long a lost daemon is waited for before failing open or
-//! closed; default 5000), `MQFQ_ADMIT_TIMEOUT_MS` (the longest a Start or Resume waits in the
-//! queue; default 100000, below the kubelet's 2-minute runtime request timeout; 0 = no limit).
+//! [`DaemonGate`]: admission through mqfqd, and the book of what this shim's GPU containers
+//! hold (leases, paused pooled containers, admissions in flight, undelivered releases) that
+//! every registration re-sends. The locks it takes are in the `gate` module docs.
 
-use std::collections::HashMap;
-use std::path::PathBuf;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex as StdMutex};
+use std::sync::{Arc, Mutex as StdMutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
+use mqfq_proto::ContainerKey;
 use tokio::sync::Mutex;
 
+use super::{Gate, GateConfig, Kind};
 use crate::api;
 use crate::error::{Error, Result};
 use crate::gpu::{GpuSelection, GpuWork};
 use crate::memory::Usage;
-use mqfq_proto::DEFAULT_SOCKET;
-
-/// What an admission is for.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Kind {
-    /// Task Start.
-    Start,
-    /// Task Resume.
-    Resume,
-    /// A burst of GPU work in a running container (its CUDA interposer asked).
-    Burst,
-}
-
-/// Where GPU starts wait.
-#[async_trait]
-pub trait Gate: Send + Sync + std::fmt::Debug {
-    /// Waits until the container may run.
-    ///
-    /// # Errors
-    /// The admission was cancelled, refused (bad request), or the daemon is unreachable and the
-    /// gate fails closed.
-    async fn admit(
-        &self,
-        ns: &str,
-        id: &str,
-        work: &GpuWork,
-        kind: Kind,
-        pooled: bool,
-    ) -> Result<()>;
-    /// Withdraws a waiting admission of this container, if any, and ends a lease the daemon holds
-    /// for it (also tells the pool a killed or deleted container is gone).
-    async fn cancel(&self, ns: &str, id: &str);
-    /// Ends the container's lease, if it holds one; `held` is what its CUDA processes hold
-    /// (pooled containers, read before a pause; managed 0 = unknown).
-    async fn release(&self, ns: &str, id: &str, reason: &str, held: Usage);
-    /// Ends a burst's lease (reason `idle`: the container lives on) with the GPU-busy time
-    /// the burst measured, rather than the time the lease was held.
-    async fn end_burst(&self, ns: &str, id: &str, service: Duration, held: Usage) {
-        let _ = service;
-        self.release(ns, id, "idle", held).await;
-    }
-    /// mqfqd's advice for a GPU container being created: `Some("all")` when its function's
-    /// containers exported GPU memory (its allocations should then stay native). `None` when
-    /// there is none, or no answer within a short deadline (Create never waits on the daemon).
-    async fn advise(&self, ns: &str, id: &str, work: &GpuWork) -> Option<String> {
-        let _ = (ns, id, work);
-        None
-    }
-    /// Tells mqfqd a CUDA process of the container had an export of converted memory refused
-    /// (bounded by the same short deadline as [`Gate::advise`]); whether the daemon took it.
-    async fn exported(&self, ns: &str, id: &str, work: &GpuWork) -> bool {
-        let _ = (ns, id, work);
-        false
-    }
-    /// Waits up to `wait` for the daemon's pool orders for this shim; empty on timeout or when
-    /// the daemon is unreachable (after a short pause, so a caller's loop does not spin).
-    async fn pool_orders(&self, wait: Duration) -> Vec<api::PoolOrder>;
-    /// Reports what this shim did for the pool.
-    async fn pool_report(&self, results: Vec<api::PoolResult>);
-}
-
-/// Gate settings.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct GateConfig {
-    /// mqfqd's socket.
-    pub socket: PathBuf,
-    /// Fail open (default) or closed while the daemon is unreachable.
-    pub fail_open: bool,
-    /// How long a daemon that was there is waited for.
-    pub reconnect_grace: Duration,
-    /// The longest an admission waits (`None`: no limit).
-    pub admit_timeout: Option<Duration>,
-}
-
-impl GateConfig {
-    /// From the environment (see the module docs).
-    ///
-    /// # Errors
-    /// `MQFQ_FAIL` or `MQFQ_RECONNECT_GRACE_MS` with a value they cannot take.
-    pub fn from_env() -> Result<Self> {
-        let socket = std::env::var_os("MQFQ_DAEMON_SOCKET")
-            .map_or_else(|| PathBuf::from(DEFAULT_SOCKET), PathBuf::from);
-        let fail_open = match std::env::var("MQFQ_FAIL").as_deref() {
-            Err(_) | Ok("" | "open") => true,
-            Ok("closed") => false,
-            Ok(v) => {
-                return Err(Error::InvalidArgument(format!(
-                    "MQFQ_FAIL={v:?}: must be open or closed"
-                )));
-            }
-        };
-        let grace = env_ms("MQFQ_RECONNECT_GRACE_MS", 5000, "")?;
-        let admit = env_ms("MQFQ_ADMIT_TIMEOUT_MS", 100_000, " (0: no limit)")?;
-        Ok(GateConfig {
-            socket,
-            fail_open,
-            reconnect_grace: Duration::from_millis(grace),
-            admit_timeout: (admit > 0).then(|| Duration::from_millis(admit)),
-        })
-    }
-}
-
-/// A duration in milliseconds from the environment, or `default`.
-fn env_ms(name: &str, default: u64, hint: &str) -> Result<u64> {
-    match std::env::var(name) {
-        Err(_) => Ok(default),
-        Ok(v) => v.parse::<u64>().map_err(|_| {
-            Error::InvalidArgument(format!("{name}={v:?}: must be milliseconds{hint}"))
-        }),
-    }
-}
 
 #[derive(Clone, Debug)]
 struct Held {
-    ns: String,
-    id: String,
+    key: ContainerKey,
     work: GpuWork,
     /// 0: started fail-open, not known to the daemon yet.
     lease: u64,
@@ -162,8 +33,7 @@ struct Held {
 /// A pooled container that is paused: no lease, memory Hot or evicted.
 #[derive(Clone, Debug)]
 struct Idle {
-    ns: String,
-    id: String,
+    key: ContainerKey,
     work: GpuWork,
     held: Usage,
     evicted: bool,
@@ -179,15 +49,17 @@ struct Conn {
 pub struct DaemonGate {
     cfg: GateConfig,
     conn: Mutex<Conn>,
-    /// Serializes registration with releases, so a release is never undone by a registration
-    /// that read the set before it.
-    sync: Mutex<()>,
-    held: StdMutex<HashMap<String, Held>>,
+    /// Leases ended so far (bumped after a container leaves `held`, before its Release goes
+    /// out): a registration that sees it move may have listed an ended lease, and goes again.
+    released: AtomicU64,
+    /// `released` as of the last registration that no release raced.
+    registered: AtomicU64,
+    held: StdMutex<HashMap<ContainerKey, Held>>,
     /// Paused pooled containers, re-registered so a restarted daemon re-learns its pool.
-    idle: StdMutex<HashMap<String, Idle>>,
+    idle: StdMutex<HashMap<ContainerKey, Idle>>,
     unreported_fail_open: AtomicU64,
-    /// Containers whose Admit is in flight (`ns/id`).
-    admitting: StdMutex<std::collections::HashSet<String>>,
+    /// Containers whose Admit is in flight.
+    admitting: StdMutex<HashSet<ContainerKey>>,
     /// Releases not delivered yet (the daemon was unreachable), retried.
     unreleased: StdMutex<Vec<api::ReleaseRequest>>,
     heartbeat: AtomicBool,
@@ -203,9 +75,14 @@ impl std::fmt::Debug for DaemonGate {
     }
 }
 
-fn key(ns: &str, id: &str) -> String {
-    format!("{ns}/{id}")
+/// The gate's key for a container, or `None` for one that cannot be (Create refuses such ids,
+/// so only a caller's bug gets here: nothing is held for it).
+fn key(ns: &str, id: &str) -> Option<ContainerKey> {
+    ContainerKey::new(ns, id).ok()
 }
+
+/// Registrations in a row while releases keep racing them; past that the heartbeat goes on.
+const REGISTER_ROUNDS: usize = 3;
 
 fn gpus(w: &GpuWork) -> Vec<String> {
     match &w.gpus {
@@ -246,10 +123,10 @@ fn admit_request(
 const ADVISE_DEADLINE: Duration = Duration::from_millis(500);
 
 /// A registration entry's identity: container, function, weight, GPUs.
-fn entry(ns: &str, id: &str, work: &GpuWork) -> api::Running {
+fn entry(key: &ContainerKey, work: &GpuWork) -> api::Running {
     api::Running {
-        namespace: ns.to_owned(),
-        container_id: id.to_owned(),
+        namespace: key.namespace().to_owned(),
+        container_id: key.id().to_owned(),
         function: work.function.clone(),
         tenant: work.tenant.clone().unwrap_or_default(),
         weight: work.weight,
@@ -279,39 +156,63 @@ impl DaemonGate {
         Arc::new(DaemonGate {
             cfg,
             conn: Mutex::new(Conn::default()),
-            sync: Mutex::new(()),
+            released: AtomicU64::new(0),
+            registered: AtomicU64::new(0),
             held: StdMutex::new(HashMap::new()),
             idle: StdMutex::new(HashMap::new()),
             unreported_fail_open: AtomicU64::new(0),
-            admitting: StdMutex::new(std::collections::HashSet::new()),
+            admitting: StdMutex::new(HashSet::new()),
             unreleased: StdMutex::new(Vec::new()),
             heartbeat: AtomicBool::new(false),
             seen_daemon: AtomicBool::new(false),
         })
     }
 
-    fn held(&self) -> std::sync::MutexGuard<'_, HashMap<String, Held>> {
-        self.held
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    fn held(&self) -> MutexGuard<'_, HashMap<ContainerKey, Held>> {
+        self.held.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn idle(&self) -> std::sync::MutexGuard<'_, HashMap<String, Idle>> {
-        self.idle
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    fn idle(&self) -> MutexGuard<'_, HashMap<ContainerKey, Idle>> {
+        self.idle.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn admitting(&self) -> std::sync::MutexGuard<'_, std::collections::HashSet<String>> {
+    /// Folds what the shim did for the pool into the paused set it re-registers.
+    pub(super) fn pool_done(&self, results: &[api::PoolResult]) {
+        let mut idle = self.idle();
+        for r in results.iter().filter(|r| r.ok) {
+            let Ok(k) = ContainerKey::new(&r.namespace, &r.container_id) else {
+                continue;
+            };
+            match r.action.enum_value() {
+                Ok(api::PoolAction::EVICT) => {
+                    if let Some(i) = idle.get_mut(&k) {
+                        i.evicted = true;
+                        i.held.managed = i.held.managed.max(r.bytes);
+                    }
+                }
+                Ok(api::PoolAction::PREFETCH) => {
+                    if let Some(i) = idle.get_mut(&k) {
+                        i.evicted = false;
+                    }
+                }
+                Ok(api::PoolAction::RECLAIM) => {
+                    idle.remove(&k);
+                }
+                _ => {}
+            }
+        }
+    }
+
+    fn admitting(&self) -> MutexGuard<'_, HashSet<ContainerKey>> {
         self.admitting
             .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn unreleased(&self) -> std::sync::MutexGuard<'_, Vec<api::ReleaseRequest>> {
+    fn unreleased(&self) -> MutexGuard<'_, Vec<api::ReleaseRequest>> {
         self.unreleased
             .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Delivers the releases kept while the daemon was unreachable. One it does not know (it
@@ -326,7 +227,7 @@ impl DaemonGate {
                 Ok(_) | Err(ttrpc::Error::RpcStatus(_)) => {}
                 Err(e) => {
                     // The daemon is not answering: keep this one and the rest for later rather
-                    // than wait 5 s for each (the caller holds the registration lock).
+                    // than wait 5 s for each.
                     tracing::debug!(lease = req.lease_id, "release still undelivered: {e}");
                     self.keep_release(req);
                     for rest in pending.by_ref() {
@@ -347,33 +248,60 @@ impl DaemonGate {
     }
 
     /// The connected client, connecting and registering first when needed.
-    async fn client(&self) -> std::result::Result<api::AdmissionClient, String> {
-        let mut conn = self.conn.lock().await;
-        if let Some(c) = &conn.client {
-            return Ok(c.clone());
+    pub(super) async fn client(&self) -> std::result::Result<api::AdmissionClient, String> {
+        if let Some(c) = self.conn.lock().await.client.clone() {
+            return Ok(c);
         }
         let c = mqfq_proto::connect(&self.cfg.socket)
             .await
             .map_err(|e| e.to_string())?;
-        conn.client = Some(c.clone());
-        drop(conn);
+        {
+            // Another caller connected meanwhile: use its connection (it registers).
+            let mut conn = self.conn.lock().await;
+            if let Some(other) = &conn.client {
+                return Ok(other.clone());
+            }
+            conn.client = Some(c.clone());
+        }
         self.seen_daemon.store(true, Ordering::SeqCst);
         self.register(&c).await?;
         Ok(c)
     }
 
-    async fn forget(&self) {
+    pub(super) async fn forget(&self) {
         self.conn.lock().await.client = None;
     }
 
-    /// Sends the held set; adopts the leases the daemon answers with.
+    /// Sends the held set and adopts the leases the daemon answers with; again while releases
+    /// race it (a set read before a release went out would have the daemon adopt the ended
+    /// lease again).
     async fn register(&self, c: &api::AdmissionClient) -> std::result::Result<(), String> {
-        let _sync = self.sync.lock().await;
+        for _ in 0..REGISTER_ROUNDS {
+            let seen = self.released.load(Ordering::SeqCst);
+            self.register_once(c).await?;
+            if self.released.load(Ordering::SeqCst) == seen {
+                self.registered.fetch_max(seen, Ordering::SeqCst);
+                return Ok(());
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether a registration is owed: something is held or undelivered, or a release raced
+    /// the last registrations.
+    fn owes_registration(&self) -> bool {
+        !self.held().is_empty()
+            || !self.unreleased().is_empty()
+            || self.unreported_fail_open.load(Ordering::SeqCst) > 0
+            || self.registered.load(Ordering::SeqCst) != self.released.load(Ordering::SeqCst)
+    }
+
+    async fn register_once(&self, c: &api::AdmissionClient) -> std::result::Result<(), String> {
         self.retry_releases(c).await;
-        let fail_open = self.unreported_fail_open.load(Ordering::SeqCst);
+        let fail_open = self.unreported_fail_open.swap(0, Ordering::SeqCst);
         // In-flight admissions first: one that completes in between is then in `held` (an
         // admission enters `held` before it leaves `admitting`), never in neither.
-        let admitting: Vec<String> = self.admitting().iter().cloned().collect();
+        let admitting: Vec<String> = self.admitting().iter().map(ToString::to_string).collect();
         let running: Vec<api::Running> = self
             .held()
             .values()
@@ -382,7 +310,7 @@ impl DaemonGate {
                 running_ns: u64::try_from(h.since.elapsed().as_nanos()).unwrap_or(u64::MAX),
                 pooled: h.pooled,
                 burst: h.kind == Kind::Burst,
-                ..entry(&h.ns, &h.id, &h.work)
+                ..entry(&h.key, &h.work)
             })
             .collect();
         let idle: Vec<api::Running> = self
@@ -393,7 +321,7 @@ impl DaemonGate {
                 evicted: i.evicted,
                 managed_bytes: i.held.managed,
                 native: Some(crate::memory::to_proto(&i.held.native)).into(),
-                ..entry(&i.ns, &i.id, &i.work)
+                ..entry(&i.key, &i.work)
             })
             .collect();
         let req = api::RegisterRequest {
@@ -404,16 +332,21 @@ impl DaemonGate {
             admitting,
             ..Default::default()
         };
-        let resp = c
+        let resp = match c
             .register(ttrpc::context::with_timeout(5_000_000_000), &req)
             .await
-            .map_err(|e| e.to_string())?;
-        self.unreported_fail_open
-            .fetch_sub(fail_open, Ordering::SeqCst);
+        {
+            Ok(r) => r,
+            Err(e) => {
+                self.unreported_fail_open
+                    .fetch_add(fail_open, Ordering::SeqCst);
+                return Err(e.to_string());
+            }
+        };
         {
             let mut held = self.held();
             for a in resp.leases {
-                if let Some(h) = held.get_mut(&key(&a.namespace, &a.container_id)) {
+                if let Some(h) = key(&a.namespace, &a.container_id).and_then(|k| held.get_mut(&k)) {
                     h.lease = a.lease_id;
                 }
             }
@@ -443,8 +376,7 @@ impl DaemonGate {
                 let period = if connected { 1000 } else { 200 };
                 tokio::time::sleep(Duration::from_millis(period)).await;
                 let Some(g) = gate.upgrade() else { return };
-                let idle = g.held().is_empty() && g.unreleased().is_empty();
-                if idle && g.unreported_fail_open.load(Ordering::SeqCst) == 0 {
+                if !g.owes_registration() {
                     continue;
                 }
                 let cached = g.conn.lock().await.client.clone();
@@ -501,7 +433,9 @@ impl DaemonGate {
     ) -> Result<u64> {
         let socket = self.cfg.socket.display();
         if !self.cfg.fail_open && !open {
-            self.admitting().remove(&key(ns, id));
+            if let Some(k) = key(ns, id) {
+                self.admitting().remove(&k);
+            }
             return Err(Error::Unavailable(format!(
                 "GPU admission for {id}: mqfqd at {socket}: {why}, and MQFQ_FAIL=closed"
             )));
@@ -594,7 +528,7 @@ impl Gate for Arc<DaemonGate> {
         kind: Kind,
         pooled: bool,
     ) -> Result<()> {
-        let k = key(ns, id);
+        let k = ContainerKey::new(ns, id).map_err(|e| Error::InvalidArgument(e.to_string()))?;
         self.admitting().insert(k.clone());
         let waited = match self.cfg.admit_timeout {
             Some(limit) => {
@@ -634,8 +568,7 @@ impl Gate for Arc<DaemonGate> {
             self.held().insert(
                 k.clone(),
                 Held {
-                    ns: ns.to_owned(),
-                    id: id.to_owned(),
+                    key: k.clone(),
                     work: work.clone(),
                     lease,
                     since: Instant::now(),
@@ -663,7 +596,9 @@ impl Gate for Arc<DaemonGate> {
 
     async fn cancel(&self, ns: &str, id: &str) {
         // Kill or Delete: a paused container is not idle in the pool any more.
-        self.idle().remove(&key(ns, id));
+        if let Some(k) = key(ns, id) {
+            self.idle().remove(&k);
+        }
         let Some(c) = self.conn.lock().await.client.clone() else {
             return;
         };
@@ -681,24 +616,26 @@ impl Gate for Arc<DaemonGate> {
     }
 
     async fn end_burst(&self, ns: &str, id: &str, service: Duration, held: Usage) {
-        if let Some(h) = self.held().get_mut(&key(ns, id)) {
+        if let Some(k) = key(ns, id)
+            && let Some(h) = self.held().get_mut(&k)
+        {
             h.service = Some(service);
         }
         self.release(ns, id, "idle", held).await;
     }
 
     async fn release(&self, ns: &str, id: &str, reason: &str, held: Usage) {
-        let _sync = self.sync.lock().await;
-        let removed = self.held().remove(&key(ns, id));
+        let removed = key(ns, id).and_then(|k| self.held().remove(&k));
         let Some(h) = removed else {
             return;
         };
+        // Before the Release goes out: a registration on its way may list this lease.
+        self.released.fetch_add(1, Ordering::SeqCst);
         if h.pooled && mqfq_proto::stays_idle(reason) {
             self.idle().insert(
-                key(ns, id),
+                h.key.clone(),
                 Idle {
-                    ns: ns.to_owned(),
-                    id: id.to_owned(),
+                    key: h.key.clone(),
                     work: h.work.clone(),
                     held,
                     evicted: false,
@@ -737,78 +674,6 @@ impl Gate for Arc<DaemonGate> {
                 self.keep_release(req);
                 self.start_heartbeat();
             }
-        }
-    }
-
-    async fn pool_orders(&self, wait: Duration) -> Vec<api::PoolOrder> {
-        let req = api::PoolOrdersRequest {
-            shim_pid: std::process::id(),
-            wait_ms: u32::try_from(wait.as_millis()).unwrap_or(u32::MAX),
-            ..Default::default()
-        };
-        let got = match self.client().await {
-            Ok(c) => {
-                let deadline = i64::try_from(wait.as_nanos())
-                    .unwrap_or(i64::MAX)
-                    .saturating_add(5_000_000_000);
-                c.pool_orders(ttrpc::context::with_timeout(deadline), &req)
-                    .await
-                    .map_err(|e| e.to_string())
-            }
-            Err(e) => Err(e),
-        };
-        match got {
-            Ok(r) => r.orders,
-            Err(e) => {
-                tracing::debug!("pool orders: {e}");
-                self.forget().await;
-                tokio::time::sleep(Duration::from_secs(1)).await;
-                Vec::new()
-            }
-        }
-    }
-
-    async fn pool_report(&self, results: Vec<api::PoolResult>) {
-        {
-            let mut idle = self.idle();
-            for r in results.iter().filter(|r| r.ok) {
-                let k = key(&r.namespace, &r.container_id);
-                match r.action.enum_value() {
-                    Ok(api::PoolAction::EVICT) => {
-                        if let Some(i) = idle.get_mut(&k) {
-                            i.evicted = true;
-                            i.held.managed = i.held.managed.max(r.bytes);
-                        }
-                    }
-                    Ok(api::PoolAction::PREFETCH) => {
-                        if let Some(i) = idle.get_mut(&k) {
-                            i.evicted = false;
-                        }
-                    }
-                    Ok(api::PoolAction::RECLAIM) => {
-                        idle.remove(&k);
-                    }
-                    _ => {}
-                }
-            }
-        }
-        let Ok(c) = self.client().await else {
-            tracing::info!(
-                results = results.len(),
-                "pool report dropped: mqfqd unreachable"
-            );
-            return;
-        };
-        let req = api::PoolReportRequest {
-            shim_pid: std::process::id(),
-            results,
-            ..Default::default()
-        };
-        if let Err(e) = c
-            .pool_report(ttrpc::context::with_timeout(5_000_000_000), &req)
-            .await
-        {
-            tracing::info!("pool report: {e}");
         }
     }
 }
