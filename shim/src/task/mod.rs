@@ -14,18 +14,16 @@ use containerd_shim::ExitSignal;
 use containerd_shim::monitor::{ExitEvent, Subject, Topic, monitor_subscribe};
 use containerd_shim::util::convert_to_timestamp;
 use containerd_shim_protos::api;
-use containerd_shim_protos::events::task::{
-    TaskDelete, TaskExecAdded, TaskExecStarted, TaskExit, TaskStart,
-};
+use containerd_shim_protos::events::task::{TaskDelete, TaskExecAdded, TaskExit};
 use containerd_shim_protos::protobuf::{MessageDyn, MessageField};
 use tokio::sync::{Mutex, mpsc};
 
 use crate::error::{Error, Result};
-use crate::gate::{Gate, Kind, PoolChannel};
+use crate::gate::{Gate, PoolChannel};
 use crate::gpu::Classification;
 use crate::io::{ProcessIo, StdioPaths};
 use crate::process::{Exit, Proc, Status};
-use crate::runtime::{ExecArgs, Runtime, RuntimeFactory};
+use crate::runtime::{Runtime, RuntimeFactory};
 
 /// How long an exit waits for its stdio to drain before it is published anyway.
 const DRAIN_LIMIT: Duration = Duration::from_secs(3);
@@ -344,148 +342,6 @@ impl TaskService {
         }
     }
 
-    /// Start the init (`runc start`) or an exec (`runc exec --detach`).
-    ///
-    /// # Errors
-    /// `NOT_FOUND`, `FAILED_PRECONDITION` unless Created, or runc's failure.
-    pub async fn start(&self, id: &str, exec_id: &str) -> Result<u32> {
-        let (runtime, spec, bundle, io, console, work) = {
-            let mut st = self.state.lock().await;
-            let c = st.containers.get_mut(id).ok_or_else(|| nf(id))?;
-            let runtime = c.runtime.clone();
-            let bundle = c.bundle.clone();
-            if !exec_id.is_empty() && c.init.status() == Status::Stopped {
-                return Err(Error::FailedPrecondition(format!(
-                    "container {id} has exited; cannot start exec {exec_id}"
-                )));
-            }
-            // A burst-mode container starts at once: its GPU work waits instead.
-            let work = match (&c.gpu, exec_id.is_empty()) {
-                _ if c.burst.is_some() => None,
-                (Classification::Gpu(w), true) => {
-                    Some((w.clone(), c.ctl_dir.is_some() && !c.pool_failed))
-                }
-                _ => None,
-            };
-            let p = c.proc_mut(exec_id)?;
-            p.begin_start()?;
-            let io = p.io.as_ref().map(|io| io.child.clone());
-            let console = if exec_id.is_empty() {
-                None
-            } else {
-                p.io.as_mut().and_then(ProcessIo::take_console_socket)
-            };
-            (runtime, p.spec.clone(), bundle, io, console, work)
-        };
-        // A GPU container's start waits for the node's queue; execs never do.
-        if let Some((w, pooled)) = &work
-            && let Err(e) = self
-                .gate
-                .admit(&self.namespace, id, w, Kind::Start, *pooled)
-                .await
-        {
-            let mut st = self.state.lock().await;
-            if let Some(c) = st.containers.get_mut(id) {
-                c.init.start_failed();
-                c.init.publish_deferred(self.exit_event(id));
-            }
-            return Err(e);
-        }
-        let since = Instant::now();
-        let result = if exec_id.is_empty() {
-            runtime.start(id).await.map(|()| None)
-        } else {
-            let spec =
-                spec.ok_or_else(|| Error::InvalidArgument(format!("exec {exec_id}: no spec")))?;
-            let args = ExecArgs {
-                pid_file: bundle.join(format!("{exec_id}.pid")),
-                io: io.map(|c| c as Arc<dyn runc::io::Io>),
-                console_socket: console.as_ref().map(|c| c.path().to_owned()),
-            };
-            match runtime.exec(id, &spec, &args).await {
-                Ok(pid) => match &console {
-                    Some(sock) => sock.receive().await.map(|m| (pid, Some(m))),
-                    None => Ok((pid, None)),
-                },
-                Err(e) => Err(e),
-            }
-            .map(Some)
-        };
-        let mut st = self.state.lock().await;
-        let found = st
-            .containers
-            .get_mut(id)
-            .ok_or_else(|| nf(id))
-            .and_then(|c| c.proc_mut(exec_id));
-        let p = match found {
-            Ok(p) => p,
-            Err(e) => {
-                // Deleted while it started: whatever runc did, the lease goes back.
-                drop(st);
-                if work.is_some() {
-                    self.release_lease(id, true, "deleted while starting").await;
-                }
-                return Err(e);
-            }
-        };
-        let exec_pid = match result {
-            Ok(None) => None,
-            Ok(Some((pid, master))) => {
-                if let Some(m) = master
-                    && let Some(io) = p.io.as_mut()
-                    && let Err(e) = io.attach_console(m)
-                {
-                    tracing::warn!("exec {exec_id} terminal: {}", e.full_message());
-                }
-                Some(pid)
-            }
-            Err(e) => {
-                if exec_id.is_empty() {
-                    // The init may have died on the way (its exit was drained meanwhile).
-                    p.start_failed();
-                    p.publish_deferred(self.exit_event(id));
-                } else {
-                    // A failed exec never ran: it is over, and Wait must not hang.
-                    p.never_ran();
-                }
-                if work.is_some() {
-                    drop(st);
-                    self.release_lease(id, true, "start failed").await;
-                }
-                return Err(e);
-            }
-        };
-        p.started(exec_pid);
-        let pid = p.pid();
-        if exec_id.is_empty() {
-            self.watch_oom(id, pid);
-            self.emit(
-                containerd_shim_protos::topics::TASK_START_EVENT_TOPIC,
-                Box::new(TaskStart {
-                    container_id: id.to_owned(),
-                    pid,
-                    ..Default::default()
-                }),
-            );
-        } else {
-            self.emit(
-                containerd_shim_protos::topics::TASK_EXEC_STARTED_EVENT_TOPIC,
-                Box::new(TaskExecStarted {
-                    container_id: id.to_owned(),
-                    exec_id: exec_id.to_owned(),
-                    pid,
-                    ..Default::default()
-                }),
-            );
-        }
-        p.publish_deferred(self.exit_event(id));
-        drop(st);
-        if exec_pid.is_some() {
-            self.claim_early_exit(id, exec_id, pid, since).await;
-        }
-        Ok(pid)
-    }
-
     /// Records an exec process (`runc exec` happens at Start).
     ///
     /// # Errors
@@ -766,6 +622,7 @@ mod adapter;
 pub mod burst;
 mod create;
 mod pool;
+mod start;
 
 #[cfg(test)]
 mod tests;

@@ -7,6 +7,7 @@ use containerd_shim_protos::ttrpc::r#async::TtrpcContext;
 use serde_json::json;
 
 use super::*;
+use crate::gate::Kind;
 use crate::runtime::fake::{FakeFactory, FakeRuntime};
 
 struct Harness {
