@@ -563,7 +563,38 @@ impl Pool {
                 e.pending = None;
             }
         }
-        // TTLs.
+        self.expire(now);
+        // GPU-memory pressure.
+        let gpus: Vec<u32> = self.memory.keys().copied().collect();
+        for gpu in gpus {
+            let (used, total) = self.in_use(gpu);
+            let budget = self.policy.budget(total);
+            if total > 0 && used > budget {
+                self.make_room(gpu, used - budget, now);
+            }
+        }
+        // Predicted arrivals: pressure victims of functions whose next call is due.
+        let due: Vec<(u32, String)> = self
+            .entries
+            .values()
+            .filter(|e| e.tier == Tier::Warm && e.evicted_for == Why::Pressure)
+            .filter(|e| {
+                self.calls
+                    .get(&e.function)
+                    .is_some_and(|c| self.function_active(c, now))
+            })
+            .map(|e| (e.gpu, e.function.clone()))
+            .collect();
+        for (gpu, f) in due {
+            self.prefetch_function(gpu, &f, true, now);
+        }
+        if let Some((avail, total)) = host {
+            self.host_pressure(avail, total, now);
+        }
+    }
+
+    /// TTLs: Hot past the hot TTL is evicted, Warm past the warm TTL goes Cold.
+    fn expire(&mut self, now: Time) {
         let mut ttl: Vec<(ContainerKey, crate::tiers::TierMove)> = Vec::new();
         for (k, e) in &self.entries {
             if !Self::orderable(e, now) || e.tier == Tier::Cold {
@@ -595,55 +626,34 @@ impl Pool {
                 _ => self.make_cold(&k, now),
             }
         }
-        // GPU-memory pressure.
-        let gpus: Vec<u32> = self.memory.keys().copied().collect();
-        for gpu in gpus {
-            let (used, total) = self.in_use(gpu);
-            let budget = self.policy.budget(total);
-            if total > 0 && used > budget {
-                self.make_room(gpu, used - budget, now);
-            }
+    }
+
+    /// Host memory below its headroom: Warm containers, least recently used first, go Cold
+    /// until enough bytes are given up.
+    fn host_pressure(&mut self, avail: u64, total: u64, now: Time) {
+        #[expect(
+            clippy::cast_possible_truncation,
+            clippy::cast_sign_loss,
+            clippy::cast_precision_loss
+        )]
+        let floor = (total as f64 * self.host_headroom) as u64;
+        if avail >= floor {
+            return;
         }
-        // Predicted arrivals: pressure victims of functions whose next call is due.
-        let due: Vec<(u32, String)> = self
+        let mut warm: Vec<(Time, ContainerKey, u64)> = self
             .entries
-            .values()
-            .filter(|e| e.tier == Tier::Warm && e.evicted_for == Why::Pressure)
-            .filter(|e| {
-                self.calls
-                    .get(&e.function)
-                    .is_some_and(|c| self.function_active(c, now))
-            })
-            .map(|e| (e.gpu, e.function.clone()))
+            .iter()
+            .filter(|(_, e)| e.tier == Tier::Warm && Self::orderable(e, now))
+            .map(|(k, e)| (e.last_used, k.clone(), e.bytes))
             .collect();
-        for (gpu, f) in due {
-            self.prefetch_function(gpu, &f, true, now);
-        }
-        // Host-memory pressure: Warm containers, least recently used first, go Cold.
-        if let Some((avail, total)) = host {
-            #[expect(
-                clippy::cast_possible_truncation,
-                clippy::cast_sign_loss,
-                clippy::cast_precision_loss
-            )]
-            let floor = (total as f64 * self.host_headroom) as u64;
-            if avail < floor {
-                let mut warm: Vec<(Time, ContainerKey, u64)> = self
-                    .entries
-                    .iter()
-                    .filter(|(_, e)| e.tier == Tier::Warm && Self::orderable(e, now))
-                    .map(|(k, e)| (e.last_used, k.clone(), e.bytes))
-                    .collect();
-                warm.sort();
-                let mut short = floor - avail;
-                for (_, k, bytes) in warm {
-                    if short == 0 {
-                        break;
-                    }
-                    self.make_cold(&k, now);
-                    short = short.saturating_sub(bytes);
-                }
+        warm.sort();
+        let mut short = floor - avail;
+        for (_, k, bytes) in warm {
+            if short == 0 {
+                break;
             }
+            self.make_cold(&k, now);
+            short = short.saturating_sub(bytes);
         }
     }
 
