@@ -136,9 +136,32 @@ fn entry(key: &ContainerKey, work: &GpuWork) -> api::Running {
     }
 }
 
+/// Why the daemon could not be talked to (connecting, or a call that got no answer).
+#[derive(Debug, thiserror::Error)]
+pub(super) enum LinkError {
+    /// The socket could not be connected to.
+    #[error("connect: {0}")]
+    Connect(#[source] ttrpc::Error),
+    /// A call got no answer (the daemon went away, or its deadline passed).
+    #[error("{call}: {source}")]
+    Call {
+        /// Which call.
+        call: &'static str,
+        /// What ttrpc said.
+        #[source]
+        source: ttrpc::Error,
+    },
+}
+
+impl LinkError {
+    pub(super) fn call(call: &'static str) -> impl FnOnce(ttrpc::Error) -> Self {
+        move |source| LinkError::Call { call, source }
+    }
+}
+
 enum Attempt {
     Admitted(u64),
-    Lost(String),
+    Lost(LinkError),
     Refused(Error),
 }
 
@@ -146,7 +169,7 @@ enum AdmitFailure {
     /// The daemon said no (bad request, cancelled).
     Refused(Error),
     /// The daemon is unreachable.
-    Lost(String),
+    Lost(LinkError),
 }
 
 impl DaemonGate {
@@ -248,13 +271,13 @@ impl DaemonGate {
     }
 
     /// The connected client, connecting and registering first when needed.
-    pub(super) async fn client(&self) -> std::result::Result<api::AdmissionClient, String> {
+    pub(super) async fn client(&self) -> std::result::Result<api::AdmissionClient, LinkError> {
         if let Some(c) = self.conn.lock().await.client.clone() {
             return Ok(c);
         }
         let c = mqfq_proto::connect(&self.cfg.socket)
             .await
-            .map_err(|e| e.to_string())?;
+            .map_err(LinkError::Connect)?;
         {
             // Another caller connected meanwhile: use its connection (it registers).
             let mut conn = self.conn.lock().await;
@@ -275,7 +298,7 @@ impl DaemonGate {
     /// Sends the held set and adopts the leases the daemon answers with; again while releases
     /// race it (a set read before a release went out would have the daemon adopt the ended
     /// lease again).
-    async fn register(&self, c: &api::AdmissionClient) -> std::result::Result<(), String> {
+    async fn register(&self, c: &api::AdmissionClient) -> std::result::Result<(), LinkError> {
         for _ in 0..REGISTER_ROUNDS {
             let seen = self.released.load(Ordering::SeqCst);
             self.register_once(c).await?;
@@ -296,7 +319,7 @@ impl DaemonGate {
             || self.registered.load(Ordering::SeqCst) != self.released.load(Ordering::SeqCst)
     }
 
-    async fn register_once(&self, c: &api::AdmissionClient) -> std::result::Result<(), String> {
+    async fn register_once(&self, c: &api::AdmissionClient) -> std::result::Result<(), LinkError> {
         self.retry_releases(c).await;
         let fail_open = self.unreported_fail_open.swap(0, Ordering::SeqCst);
         // In-flight admissions first: one that completes in between is then in `held` (an
@@ -340,7 +363,10 @@ impl DaemonGate {
             Err(e) => {
                 self.unreported_fail_open
                     .fetch_add(fail_open, Ordering::SeqCst);
-                return Err(e.to_string());
+                return Err(LinkError::Call {
+                    call: "register",
+                    source: e,
+                });
             }
         };
         {
@@ -479,7 +505,10 @@ impl DaemonGate {
             }
             Err(e) => {
                 self.forget().await;
-                Attempt::Lost(e.to_string())
+                Attempt::Lost(LinkError::Call {
+                    call: "admit",
+                    source: e,
+                })
             }
         }
     }
@@ -505,12 +534,12 @@ impl Gate for Arc<DaemonGate> {
             let ms = i64::try_from(ADVISE_DEADLINE.as_nanos()).unwrap_or(i64::MAX);
             c.exported(ttrpc::context::with_timeout(ms), &req)
                 .await
-                .map_err(|e| e.to_string())
+                .map_err(LinkError::call("exported"))
         };
         match tokio::time::timeout(ADVISE_DEADLINE, tell).await {
             Ok(Ok(_)) => true,
             Ok(Err(e)) => {
-                tracing::warn!(container = %id, "report a refused export: {e}");
+                tracing::warn!(container = %id, "report a refused export ({e})");
                 false
             }
             Err(_) => {

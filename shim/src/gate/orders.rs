@@ -24,14 +24,14 @@ impl PoolChannel for Arc<DaemonGate> {
                     .saturating_add(5_000_000_000);
                 c.pool_orders(ttrpc::context::with_timeout(deadline), &req)
                     .await
-                    .map_err(|e| e.to_string())
+                    .map_err(super::daemon::LinkError::call("pool orders"))
             }
             Err(e) => Err(e),
         };
         match got {
             Ok(r) => r.orders,
             Err(e) => {
-                tracing::debug!("pool orders: {e}");
+                tracing::debug!("{e}");
                 self.forget().await;
                 tokio::time::sleep(Duration::from_secs(1)).await;
                 Vec::new()
