@@ -24,8 +24,22 @@ use scheduler_core::node::pool::{Action, Order, Pool};
 
 mod log;
 mod pool;
+mod socket;
 
-type Waiter = oneshot::Sender<Result<Grant, String>>;
+pub use socket::bind;
+
+type Waiter = oneshot::Sender<Result<Grant, Withdrawn>>;
+
+/// Why a waiting admission was withdrawn (its Admit answers CANCELLED saying so).
+#[derive(Debug, thiserror::Error)]
+enum Withdrawn {
+    /// The shim that asked exited (its pidfd fired).
+    #[error("shim {0} exited")]
+    ShimGone(u32),
+    /// The shim cancelled it (Kill or Delete of a waiting start, or its own deadline).
+    #[error("cancelled by the shim")]
+    Cancelled,
+}
 
 struct Inner {
     core: Core,
@@ -328,7 +342,7 @@ impl Daemon {
         let (keys, leases, grants) = inner.core.shim_gone(pid, now);
         for k in &keys {
             if let Some(tx) = inner.waiters.remove(k) {
-                let _ = tx.send(Err(format!("shim {pid} exited")));
+                let _ = tx.send(Err(Withdrawn::ShimGone(pid)));
             }
         }
         if !keys.is_empty() || !leases.is_empty() {
@@ -643,7 +657,7 @@ impl api::Admission for Service {
         inner.pooled.remove(&key);
         inner.pool.forget(&key);
         if let Some(tx) = inner.waiters.remove(&key) {
-            let _ = tx.send(Err("cancelled by the shim".into()));
+            let _ = tx.send(Err(Withdrawn::Cancelled));
         }
         d.settle(&mut inner, grants);
         Ok(api::CancelResponse {
@@ -793,50 +807,6 @@ impl api::Admission for Service {
     }
 }
 
-/// Binds the socket: its directory made if missing (mode 0700) and refused if others can write
-/// it (they could swap the socket), a stale socket replaced, a live one (another mqfqd) refused;
-/// the socket is made mode 0600 (and the daemon's umask already makes it private from the
-/// start).
-///
-/// # Errors
-/// Another daemon listens there, the directory is not safe, or the filesystem refuses.
-pub fn bind(path: &Path) -> std::io::Result<ttrpc::r#async::Server> {
-    use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(dir)?;
-        let md = std::fs::metadata(dir)?;
-        // SAFETY: geteuid has no arguments and cannot fail.
-        let me = unsafe { libc::geteuid() };
-        if md.uid() != me || md.mode() & 0o022 != 0 {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::PermissionDenied,
-                format!(
-                    "{}: the socket's directory must be owned by uid {me} and writable by nobody else (mode {:o})",
-                    dir.display(),
-                    md.mode() & 0o7777
-                ),
-            ));
-        }
-    }
-    if path.exists() {
-        if std::os::unix::net::UnixStream::connect(path).is_ok() {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::AddrInUse,
-                format!("{} is served by a running mqfqd", path.display()),
-            ));
-        }
-        std::fs::remove_file(path)?;
-    }
-    let server = ttrpc::r#async::Server::new()
-        .bind(&format!("unix://{}", path.display()))
-        .map_err(|e| std::io::Error::other(e.to_string()))?;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
-    Ok(server)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -870,21 +840,5 @@ mod tests {
             }),
             ttrpc::Code::RESOURCE_EXHAUSTED
         );
-    }
-
-    #[tokio::test]
-    async fn the_socket_goes_only_into_a_directory_nobody_else_can_write() {
-        use std::os::unix::fs::PermissionsExt;
-        let t = tempfile::tempdir().unwrap();
-        let open = t.path().join("open");
-        std::fs::create_dir(&open).unwrap();
-        std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
-        let e = bind(&open.join("mqfqd.sock")).err().unwrap();
-        assert_eq!(e.kind(), std::io::ErrorKind::PermissionDenied, "{e}");
-        let made = t.path().join("made/here");
-        let _server = bind(&made.join("mqfqd.sock")).unwrap();
-        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
-        assert_eq!(mode(&made), 0o700);
-        assert_eq!(mode(&made.join("mqfqd.sock")), 0o600);
     }
 }
