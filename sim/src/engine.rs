@@ -24,6 +24,7 @@
 use std::collections::VecDeque;
 
 mod memory;
+mod pool;
 
 use crate::policy::{Admission, MemoryStyle, Policy, PoolView, Signal};
 use crate::trace::Trace;
@@ -101,6 +102,8 @@ struct Engine<'t> {
     admission: Admission,
     /// Under [`Admission::Node`]: the limit in force per GPU, as the node's core last said.
     node_limits: Vec<u32>,
+    /// Under [`Admission::Node`]: the node's pool, deciding memory.
+    pool: Option<pool::NodePool>,
 }
 
 fn ms(t: f64) -> Time {
@@ -175,6 +178,10 @@ impl<'t> Engine<'t> {
 
     /// Gives a run its container and startup, or leaves it waiting for memory.
     fn acquire(&mut self, r: usize, force: bool, policy: &mut dyn Policy) {
+        if self.admission == Admission::Node {
+            self.acquire_node(r, force, policy);
+            return;
+        }
         let (g, f) = {
             let run = self.runs[r].as_ref().expect("run exists");
             (run.gpu, run.func)
@@ -200,19 +207,10 @@ impl<'t> Engine<'t> {
                 (c, end, Tier::Warm)
             } else {
                 let until = (self.now + self.cold_ms(f)).max(self.gpus[g].pcie_free_ms);
-                self.containers.push(Container {
-                    func: f,
-                    gpu: g,
-                    tier: Tier::Hot,
-                    busy: false,
-                    alive: true,
-                    last_used_ms: self.now,
-                    uses: 0,
-                    ready_ms: until,
-                    gdsf: 0.0,
-                });
-                let c = self.containers.len() - 1;
-                self.by_func[f].push(c);
+                let c = self.new_container(f, g);
+                let ct = &mut self.containers[c];
+                ct.tier = Tier::Hot;
+                ct.ready_ms = until;
                 (c, until, Tier::Cold)
             }
         };
@@ -221,6 +219,77 @@ impl<'t> Engine<'t> {
         run.container = Some(c);
         run.phase = Phase::Startup { until };
         self.pending_start[run.current] = (self.now, tier);
+        self.refresh(f, policy);
+    }
+
+    /// A container of `f` on GPU `g` that does not exist yet (Cold, no memory).
+    fn new_container(&mut self, f: usize, g: usize) -> usize {
+        self.containers.push(Container {
+            func: f,
+            gpu: g,
+            tier: Tier::Cold,
+            busy: false,
+            alive: true,
+            last_used_ms: self.now,
+            uses: 0,
+            ready_ms: self.now,
+            gdsf: 0.0,
+        });
+        let c = self.containers.len() - 1;
+        self.by_func[f].push(c);
+        c
+    }
+
+    /// [`Engine::acquire`] under the node's pool: the container (an idle Hot one, else an idle
+    /// Warm one, else a new one) is claimed and granted to the pool once; the pool makes room
+    /// (evicting for a restore, relieving the pressure a new container brings); the run waits
+    /// while its memory does not fit.
+    fn acquire_node(&mut self, r: usize, force: bool, policy: &mut dyn Policy) {
+        let (g, f, claimed) = {
+            let run = self.runs[r].as_ref().expect("run exists");
+            (run.gpu, run.func, run.container)
+        };
+        let mem = self.mem(f);
+        let c = claimed.unwrap_or_else(|| {
+            let c = self
+                .idle_container(f, g, Tier::Hot)
+                .or_else(|| self.idle_container(f, g, Tier::Warm))
+                .unwrap_or_else(|| self.new_container(f, g));
+            self.containers[c].busy = true;
+            self.runs[r].as_mut().expect("run exists").container = Some(c);
+            self.pool_grant(c, policy);
+            c
+        });
+        let was = self.containers[c].tier;
+        let until = if was == Tier::Hot {
+            self.containers[c].ready_ms.max(self.now)
+        } else {
+            if was == Tier::Cold {
+                self.pool_need(g, mem, policy);
+            }
+            if self.gpus[g].budget_mb - self.gpus[g].used_mb + EPS < mem {
+                if !force {
+                    self.runs[r].as_mut().expect("run exists").phase = Phase::WaitMem;
+                    return;
+                }
+                self.audit.over_budget_admissions += 1;
+            }
+            self.gpus[g].used_mb += mem;
+            let until = if was == Tier::Warm {
+                let end = self.pcie(g, mem);
+                self.pool_restored(c, self.transfer_ms(mem) / 1e3);
+                end
+            } else {
+                (self.now + self.cold_ms(f)).max(self.gpus[g].pcie_free_ms)
+            };
+            let ct = &mut self.containers[c];
+            ct.tier = Tier::Hot;
+            ct.ready_ms = until;
+            until
+        };
+        let run = self.runs[r].as_mut().expect("run exists");
+        run.phase = Phase::Startup { until };
+        self.pending_start[run.current] = (self.now, was);
         self.refresh(f, policy);
     }
 
@@ -355,7 +424,9 @@ impl<'t> Engine<'t> {
                             };
                         }
                         gpu.slots -= 1;
-                        if mem == MemoryStyle::EagerPrefetch && !policy.active(f) {
+                        if admission == Admission::Node {
+                            self.pool_release(c, policy);
+                        } else if mem == MemoryStyle::EagerPrefetch && !policy.active(f) {
                             self.evict(c, policy);
                         }
                         self.refresh(f, policy);
@@ -381,7 +452,11 @@ struct Clock {
 impl Engine<'_> {
     /// Idle until the next arrival: skips to the sample just before it, feeding the controllers
     /// the idle samples they would have seen (capped; D saturates long before).
-    #[expect(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+    #[expect(
+        clippy::cast_possible_truncation,
+        clippy::cast_sign_loss,
+        clippy::cast_precision_loss
+    )]
     fn skip_idle(&mut self, clock: &mut Clock, t_arr: f64, policy: &mut dyn Policy) {
         let skipped = ((t_arr - clock.next_sample) / self.cfg.sample_ms).floor();
         let n = (skipped as u64).min(64);
@@ -392,15 +467,21 @@ impl Engine<'_> {
             g.util_smooth *= 0.4f64.powf(skipped.min(64.0));
             g.busy_at_sample = g.busy_ms;
         }
-        if self.admission == Admission::Node {
-            let idle: Vec<(u32, f64, u64)> = (0..self.gpus.len())
-                .map(|g| (gpu_index(g), 0.0, self.used_bytes(g)))
-                .collect();
-            for _ in 0..n {
+        let resume = clock.next_sample + skipped * self.cfg.sample_ms;
+        if self.admission == Admission::Node && n > 0 {
+            // The node's core and pool sample through the gap (at most 64 times, spread over
+            // it), so the pool's TTLs move containers one tier at a time as they would.
+            let (from, step) = (clock.next_sample, (resume - clock.next_sample) / n as f64);
+            for j in 0..n {
+                self.advance(from + step * j as f64);
+                let idle: Vec<(u32, f64, u64)> = (0..self.gpus.len())
+                    .map(|g| (gpu_index(g), 0.0, self.used_bytes(g)))
+                    .collect();
                 policy.sample(&idle, ms(self.now));
+                self.pool_sample(policy);
             }
         }
-        clock.next_sample += skipped * self.cfg.sample_ms;
+        clock.next_sample = resume;
     }
 
     #[expect(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
@@ -448,8 +529,8 @@ impl Engine<'_> {
         }
         if self.admission == Admission::Node {
             policy.sample(&samples, ms(self.now));
-        }
-        if clock.samples.is_multiple_of(10) {
+            self.pool_sample(policy);
+        } else if clock.samples.is_multiple_of(10) {
             self.housekeeping(policy, mem);
         }
         clock.next_sample += self.cfg.sample_ms;
@@ -460,6 +541,11 @@ impl Engine<'_> {
     fn signals(&mut self, policy: &mut dyn Policy, mem: MemoryStyle) {
         for s in policy.tick(ms(self.now)) {
             match (s, mem) {
+                (Signal::ActivatedOn { func, gpu }, _)
+                    if self.pool.is_some() && gpu < self.gpus.len() =>
+                {
+                    self.pool_activated(gpu, func, policy);
+                }
                 (Signal::Activated(f), MemoryStyle::LazyPrefetch | MemoryStyle::EagerPrefetch) => {
                     self.prefetch(f, policy, true);
                 }
@@ -663,6 +749,10 @@ fn engine<'t>(
         slot_integral: 0.0,
         admission,
         node_limits: vec![0; cfg.gpus],
+        pool: match admission {
+            Admission::Node => Some(pool::NodePool::new(trace, cfg)?),
+            _ => None,
+        },
     })
 }
 

@@ -231,7 +231,12 @@ impl Policy for NodeMqfq {
         self.core
             .drain_activated()
             .into_iter()
-            .filter_map(|(_, f)| self.by_name.get(&f).map(|&i| Signal::Activated(i)))
+            .filter_map(|(gpu, f)| {
+                self.by_name.get(&f).map(|&func| Signal::ActivatedOn {
+                    func,
+                    gpu: gpu as usize,
+                })
+            })
             .collect()
     }
     fn set_resident(&mut self, func: usize, resident: bool, switch_ms: f64) {

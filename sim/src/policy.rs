@@ -73,6 +73,13 @@ pub struct PoolView<'a> {
 pub enum Signal {
     /// The function's flow turned Active.
     Activated(usize),
+    /// The function's flow turned Active in the queue of one GPU (the node's core).
+    ActivatedOn {
+        /// The function.
+        func: usize,
+        /// The GPU.
+        gpu: usize,
+    },
     /// The function's flow turned Inactive.
     Deactivated(usize),
 }

@@ -109,3 +109,42 @@ fn bad_node_knob_is_named() {
     let e = run_policy("fcfs", &t, &cfg).unwrap_err();
     assert!(e.to_string().contains("pcie-gbps"), "{e}");
 }
+
+/// Under mqfq-sticky the node's pool decides memory: a call after the hot TTL finds its
+/// container evicted (a restore over PCIe), one after the warm TTL finds it reclaimed (a cold
+/// start). Without the pool's timers every call after the first would find it Hot.
+#[test]
+fn the_node_pool_evicts_and_reclaims_in_the_simulator() {
+    let t = Trace::parse(
+        "time_ms,function,exec_ms,mem_mb,cold_ms\n\
+         0,f,50,1200,2000\n\
+         20000,f,50,1200,2000\n\
+         200000,f,50,1200,2000\n",
+    )
+    .unwrap();
+    let cfg = SimConfig {
+        tiers: scheduler_core::config::TierConfig {
+            hot_ttl_s: 10.0,
+            warm_ttl_s: 60.0,
+            ..Default::default()
+        },
+        ..SimConfig::default()
+    };
+    let out = run_policy("mqfq-sticky", &t, &cfg).unwrap();
+    let delay: Vec<f64> = out
+        .records
+        .iter()
+        .zip(&t.invocations)
+        .map(|(r, i)| r.end_ms - i.arrival_ms - i.exec_ms)
+        .collect();
+    // 1200 MB at 12 GB/s: 100 ms.
+    assert!(delay[0] >= 2000.0, "first call: a cold start, {delay:?}");
+    assert!(
+        (50.0..500.0).contains(&delay[1]),
+        "after the hot TTL: a restore, {delay:?}"
+    );
+    assert!(
+        delay[2] >= 2000.0,
+        "after the warm TTL: a cold start, {delay:?}"
+    );
+}

@@ -21,7 +21,7 @@
 //! daemon's view may lag by one report, never decide wrongly for safety: an order for a
 //! container that is no longer idle is skipped by the shim and changes nothing here.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use crate::Time;
 use crate::config::TierConfig;
@@ -192,6 +192,9 @@ pub struct Pool {
     reclaim: bool,
     host_headroom: f64,
     entries: BTreeMap<ContainerKey, Entry>,
+    /// Functions that had a pooled container, until the daemon forgets their flows: one whose
+    /// last container left is reported not resident, not left resident in the core.
+    functions: BTreeSet<String>,
     calls: HashMap<String, Calls>,
     memory: HashMap<u32, (u64, u64)>,
     orders: Vec<Order>,
@@ -223,6 +226,7 @@ impl Pool {
             reclaim: cfg.reclaim,
             host_headroom: cfg.host_headroom,
             entries: BTreeMap::new(),
+            functions: BTreeSet::new(),
             calls: HashMap::new(),
             memory: HashMap::new(),
             orders: Vec::new(),
@@ -292,6 +296,7 @@ impl Pool {
             calls.mean_iat_s = Some(calls.mean_iat_s.map_or(iat, |m| 0.8 * m + 0.2 * iat));
         }
         calls.last = now;
+        self.functions.insert(function.to_owned());
         let e = self.entries.entry(key.clone()).or_insert(Entry {
             function: function.to_owned(),
             gpu,
@@ -349,6 +354,7 @@ impl Pool {
         }
         let bytes = self.believable(key, gpu, bytes);
         let priority = self.policy.credit(1, 0.01, bytes);
+        self.functions.insert(function.to_owned());
         self.changed = true;
         self.entries.insert(
             key.clone(),
@@ -422,6 +428,7 @@ impl Pool {
     pub fn forget_functions(&mut self, functions: &[String]) {
         for f in functions {
             self.calls.remove(f);
+            self.functions.remove(f);
         }
     }
 
@@ -751,11 +758,16 @@ impl Pool {
 
     /// What the admission queue should know of each pooled function's memory: resident when an
     /// idle container of it is Hot; otherwise what serving it would cost first, in seconds (the
-    /// restore of its cheapest Warm container; 0 when only Cold ones are left: a cold start's
-    /// cost is not known here). Sorted by function.
+    /// restore of its cheapest Warm container; 0 when only Cold ones are left, or none: a cold
+    /// start's cost is not known here). Every function that had a pooled container is listed
+    /// until its flow is forgotten. Sorted by function.
     #[must_use]
     pub fn residency(&self) -> Vec<(String, bool, f64)> {
-        let mut out: BTreeMap<&str, (bool, f64)> = BTreeMap::new();
+        let mut out: BTreeMap<&str, (bool, f64)> = self
+            .functions
+            .iter()
+            .map(|f| (f.as_str(), (false, f64::INFINITY)))
+            .collect();
         for e in self.entries.values() {
             let r = out.entry(&e.function).or_insert((false, f64::INFINITY));
             match e.tier {

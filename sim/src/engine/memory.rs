@@ -5,10 +5,11 @@
 use scheduler_core::tiers::{ContainerView, Tier};
 
 use super::{EPS, Engine, ms};
-use crate::policy::{Admission, MemoryStyle, Policy};
+use crate::policy::{MemoryStyle, Policy};
 
 impl Engine<'_> {
-    /// Recomputes a function's best idle tier and tells the policy when residency changes.
+    /// Recomputes a function's best idle tier (what policies see at dispatch) and tells the
+    /// policy when residency changes (unless the node's pool does).
     pub(super) fn refresh(&mut self, f: usize, policy: &mut dyn Policy) {
         let mut best = Tier::Cold;
         let mut ready = f64::INFINITY;
@@ -31,18 +32,13 @@ impl Engine<'_> {
             Tier::Warm => self.transfer_ms(self.mem(f)),
             Tier::Cold => self.cold_ms(f),
         };
-        // The node's core learns what mqfqd's pool would know: a restore's cost, not a cold
-        // start's.
-        let cost = match best {
-            Tier::Hot => 0.0,
-            Tier::Cold if self.admission == Admission::Node => 0.0,
-            _ => startup,
-        };
         let changed = (self.best[f] == Tier::Hot) != (best == Tier::Hot)
             || (best != Tier::Hot && (self.startup[f] - startup).abs() > 1e-9);
         self.startup[f] = startup;
         self.best[f] = best;
-        if changed {
+        // Under the node's pool the core hears from the pool instead.
+        if changed && self.pool.is_none() {
+            let cost = if best == Tier::Hot { 0.0 } else { startup };
             policy.set_resident(f, best == Tier::Hot, cost);
         }
     }

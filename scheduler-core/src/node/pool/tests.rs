@@ -477,3 +477,19 @@ fn residency_says_which_functions_have_an_idle_hot_container_and_what_a_warm_one
         "12 GiB at the assumed 12 GB/s: about a second to restore, got {cost}"
     );
 }
+
+#[test]
+fn a_function_whose_last_container_left_reads_not_resident_until_its_flow_is_forgotten() {
+    let mut p = pool(30.0, false);
+    p.observe_memory(0, 0, 80 * GIB);
+    paused(&mut p, "ns/a", "f", GIB, 0.0);
+    assert_eq!(p.residency(), [("f".to_owned(), true, 0.0)]);
+    p.forget(&k("ns/a"));
+    assert_eq!(
+        p.residency(),
+        [("f".to_owned(), false, 0.0)],
+        "the core must hear that f's memory is gone, not keep preferring it"
+    );
+    p.forget_functions(&["f".to_owned()]);
+    assert!(p.residency().is_empty());
+}
