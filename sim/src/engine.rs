@@ -241,9 +241,10 @@ impl<'t> Engine<'t> {
     }
 
     /// [`Engine::acquire`] under the node's pool: the container (an idle Hot one, else an idle
-    /// Warm one, else a new one) is claimed and granted to the pool once; the pool makes room
-    /// (evicting for a restore, relieving the pressure a new container brings); the run waits
-    /// while its memory does not fit.
+    /// Warm one, else a new one) is claimed and granted to the pool once (which makes room for
+    /// a restore); a container that takes memory then shows the pool the memory in use with it,
+    /// as the next sample would, and the pool relieves the pressure; the run waits while its
+    /// memory does not fit.
     fn acquire_node(&mut self, r: usize, force: bool, policy: &mut dyn Policy) {
         let (g, f, claimed) = {
             let run = self.runs[r].as_ref().expect("run exists");
@@ -264,9 +265,8 @@ impl<'t> Engine<'t> {
         let until = if was == Tier::Hot {
             self.containers[c].ready_ms.max(self.now)
         } else {
-            if was == Tier::Cold {
-                self.pool_need(g, mem, policy);
-            }
+            // What the pool's next sample would see: the memory with this container's.
+            self.pool_need(g, mem, policy);
             if self.gpus[g].budget_mb - self.gpus[g].used_mb + EPS < mem {
                 if !force {
                     self.runs[r].as_mut().expect("run exists").phase = Phase::WaitMem;

@@ -79,18 +79,22 @@ impl Engine<'_> {
             .expect("the node's pool under Admission::Node")
     }
 
-    /// Container `c` got a lease: the pool counts the hit and makes room when it restores.
+    /// Container `c` got a lease: the pool counts the hit and makes room when it restores
+    /// (knowing the GPU's memory as it is now: here memory is taken at once, where a real
+    /// container's allocations show in the next sample).
     pub(super) fn pool_grant(&mut self, c: usize, policy: &mut dyn Policy) {
         let (f, g) = (self.containers[c].func, self.containers[c].gpu);
+        let (used, total) = (self.used_bytes(g), bytes(self.cfg.gpu_mem_mb));
         let now = ms(self.now);
         let p = self.node_pool();
+        p.pool.observe_memory(super::gpu_index(g), used, total);
         let name = p.names[f].clone();
         p.pool.granted(&key(c), &name, super::gpu_index(g), 0, now);
         self.pool_orders(policy);
     }
 
-    /// A new container on GPU `g` is about to take `mb`: the pool sees the memory in use with it
-    /// (as its next sample would) and relieves the pressure.
+    /// A container on GPU `g` is about to take `mb` more: the pool sees the memory in use with
+    /// it (as its next sample would) and relieves the pressure.
     pub(super) fn pool_need(&mut self, g: usize, mb: f64, policy: &mut dyn Policy) {
         let used = bytes(self.gpus[g].used_mb + mb);
         let total = bytes(self.cfg.gpu_mem_mb);
