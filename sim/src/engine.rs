@@ -26,6 +26,8 @@ use std::collections::VecDeque;
 mod memory;
 mod pool;
 
+pub use pool::pool_config;
+
 use crate::policy::{Admission, MemoryStyle, Policy, PoolView, Signal};
 use crate::trace::Trace;
 use crate::types::{Audit, Record, SimConfig, SimError, SimOutput};

@@ -1,4 +1,5 @@
-//! One node policy: the simulator's `mqfq-sticky` and `mqfqd` run the same admission core. The
+//! One node policy: the simulator's `mqfq-sticky` and `mqfqd` run the same admission core (and pool
+//! type, with the same tier knobs: the last test). The
 //! simulator runs a trace and keeps every call it made into its core; the same calls, at the
 //! same times, go into a core built the way `mqfqd` builds it from its default `mqfqd.toml`; the
 //! two dispatch records (enqueue, dispatch with GPU, lease, free slots, limit and D, charge,
@@ -127,4 +128,16 @@ fn a_differently_configured_daemon_dispatches_differently() {
     let (inputs, sim) = simulated(&trace, &cfg);
     let other = replayed(daemon_core("profile = \"light\"\n", &cfg), &inputs);
     assert_ne!(dispatches(&sim), dispatches(&other));
+}
+
+#[test]
+fn the_simulator_pools_memory_with_mqfqd_s_default_tier_knobs() {
+    // The simulator's mqfq-sticky runs the same Pool type; its knobs are the daemon's defaults,
+    // except that it reclaims (the executor's platform drops containers past the warm TTL) and
+    // models no host memory.
+    let d = DaemonConfig::parse("", std::path::Path::new("mqfqd.toml")).unwrap();
+    let daemon = d.pool_config();
+    let sim = mqfq_sim::engine::pool_config(&SimConfig::default());
+    assert_eq!(sim.tiers, daemon.tiers);
+    assert!(sim.reclaim && !daemon.reclaim);
 }

@@ -31,17 +31,12 @@ pub(super) struct NodePool {
 }
 
 impl NodePool {
-    /// The pool with the simulated node's tier knobs. Reclaim is on: a container past its warm
-    /// TTL is gone, as the executor's own memory model has it.
+    /// The pool with [`pool_config`].
     pub(super) fn new(
         trace: &Trace,
         cfg: &SimConfig,
     ) -> Result<Self, scheduler_core::config::ConfigError> {
-        let pool = Pool::new(PoolConfig {
-            tiers: cfg.tiers.clone(),
-            reclaim: true,
-            host_headroom: 0.0,
-        })?;
+        let pool = Pool::new(pool_config(cfg))?;
         let names: Vec<String> = (0..trace.functions.len())
             .map(|f| flow_name(trace, f))
             .collect();
@@ -56,6 +51,17 @@ impl NodePool {
             names,
             by_name,
         })
+    }
+}
+
+/// The pool's knobs in the simulator: the node's tier knobs, reclaim on (a container past its
+/// warm TTL is gone, as the executor's own memory model has it), host memory not modelled.
+#[must_use]
+pub fn pool_config(cfg: &SimConfig) -> PoolConfig {
+    PoolConfig {
+        tiers: cfg.tiers.clone(),
+        reclaim: true,
+        host_headroom: 0.0,
     }
 }
 
