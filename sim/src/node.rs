@@ -77,6 +77,20 @@ pub fn flow_name(trace: &Trace, func: usize) -> String {
     }
 }
 
+/// Every function's flow name, and the way back from a name to the function.
+#[must_use]
+pub fn flow_names(trace: &Trace) -> (Vec<String>, HashMap<String, usize>) {
+    let names: Vec<String> = (0..trace.functions.len())
+        .map(|f| flow_name(trace, f))
+        .collect();
+    let by_name = names
+        .iter()
+        .enumerate()
+        .map(|(i, n)| (n.clone(), i))
+        .collect();
+    (names, by_name)
+}
+
 /// What an arrival asks of the core.
 #[must_use]
 pub fn admit_info(trace: &Trace, inv: usize) -> AdmitInfo {
@@ -130,14 +144,7 @@ impl NodeMqfq {
         keep_inputs: bool,
     ) -> Result<Self, ConfigError> {
         let core = Core::new(gpus, queue, |_| conc.clone()).map_err(config_error)?;
-        let names: Vec<String> = (0..trace.functions.len())
-            .map(|f| flow_name(trace, f))
-            .collect();
-        let by_name = names
-            .iter()
-            .enumerate()
-            .map(|(i, n)| (n.clone(), i))
-            .collect();
+        let (names, by_name) = flow_names(trace);
         Ok(NodeMqfq {
             core,
             names,

@@ -421,15 +421,11 @@ impl DaemonGate {
     /// Admits through the daemon, waiting for it through a restart; the lease, or why not.
     async fn admit_waiting(
         &self,
-        ns: &str,
-        id: &str,
-        work: &GpuWork,
-        kind: Kind,
-        pooled: bool,
+        req: &api::AdmitRequest,
     ) -> std::result::Result<u64, AdmitFailure> {
         let first_loss = Instant::now();
         loop {
-            match self.attempt(ns, id, work, kind, pooled).await {
+            match self.attempt(req).await {
                 Attempt::Admitted(lease) => return Ok(lease),
                 Attempt::Refused(e) => return Err(AdmitFailure::Refused(e)),
                 Attempt::Lost(e) => {
@@ -450,38 +446,28 @@ impl DaemonGate {
     /// overrides closed (a start past its deadline).
     fn fail(
         &self,
-        ns: &str,
-        id: &str,
-        work: &GpuWork,
-        pooled: bool,
+        req: &api::AdmitRequest,
+        k: &ContainerKey,
         why: &str,
         open: bool,
     ) -> Result<u64> {
         let socket = self.cfg.socket.display();
+        let id = &req.container_id;
         if !self.cfg.fail_open && !open {
-            if let Some(k) = key(ns, id) {
-                self.admitting().remove(&k);
-            }
+            self.admitting().remove(k);
             return Err(Error::Unavailable(format!(
                 "GPU admission for {id}: mqfqd at {socket}: {why}, and MQFQ_FAIL=closed"
             )));
         }
         tracing::warn!(
-            container = %id, function = %work.function, pooled,
+            container = %id, function = %req.function, pooled = req.pooled,
             "mqfqd at {socket}: {why}: starting without admission (fail-open)"
         );
         self.unreported_fail_open.fetch_add(1, Ordering::SeqCst);
         Ok(0)
     }
 
-    async fn attempt(
-        &self,
-        ns: &str,
-        id: &str,
-        work: &GpuWork,
-        kind: Kind,
-        pooled: bool,
-    ) -> Attempt {
+    async fn attempt(&self, req: &api::AdmitRequest) -> Attempt {
         let c = match self.client().await {
             Ok(c) => c,
             Err(e) => {
@@ -489,16 +475,16 @@ impl DaemonGate {
                 return Attempt::Lost(e);
             }
         };
-        let req = admit_request(ns, id, work, kind, pooled);
         // The call returns when the queue dispatches it; the caller bounds the wait.
-        match c.admit(ttrpc::context::with_timeout(0), &req).await {
+        match c.admit(ttrpc::context::with_timeout(0), req).await {
             Ok(r) => Attempt::Admitted(r.lease_id),
             Err(ttrpc::Error::RpcStatus(s)) => {
                 let msg = format!("mqfqd: {}", s.message);
                 Attempt::Refused(match s.code() {
                     ttrpc::Code::INVALID_ARGUMENT => Error::InvalidArgument(msg),
                     ttrpc::Code::CANCELLED => Error::FailedPrecondition(format!(
-                        "start of {id} cancelled while waiting for GPU admission ({msg})"
+                        "start of {} cancelled while waiting for GPU admission ({msg})",
+                        req.container_id
                     )),
                     _ => Error::FailedPrecondition(msg),
                 })
@@ -558,21 +544,20 @@ impl Gate for Arc<DaemonGate> {
         pooled: bool,
     ) -> Result<()> {
         let k = ContainerKey::new(ns, id).map_err(|e| Error::InvalidArgument(e.to_string()))?;
+        let req = admit_request(ns, id, work, kind, pooled);
         self.admitting().insert(k.clone());
         let waited = match self.cfg.admit_timeout {
-            Some(limit) => {
-                tokio::time::timeout(limit, self.admit_waiting(ns, id, work, kind, pooled))
-                    .await
-                    .ok()
-            }
-            None => Some(self.admit_waiting(ns, id, work, kind, pooled).await),
+            Some(limit) => tokio::time::timeout(limit, self.admit_waiting(&req))
+                .await
+                .ok(),
+            None => Some(self.admit_waiting(&req).await),
         };
         let timed_out = waited.is_none();
         let outcome = match waited {
             Some(Ok(lease)) => Ok(lease),
             Some(Err(AdmitFailure::Refused(e))) => Err(e),
             Some(Err(AdmitFailure::Lost(why))) => {
-                self.fail(ns, id, work, pooled, &format!("unreachable ({why})"), false)
+                self.fail(&req, &k, &format!("unreachable ({why})"), false)
             }
             None => {
                 // Withdrawn at the daemon; a grant that raced the deadline is a lease nobody
@@ -583,7 +568,7 @@ impl Gate for Arc<DaemonGate> {
                 // A start past its deadline starts whatever the fail mode: the queue never
                 // makes a pod fail to start (the kubelet would retry it into a crash loop).
                 if self.cfg.fail_open || kind == Kind::Start {
-                    self.fail(ns, id, work, pooled, &why, true)
+                    self.fail(&req, &k, &why, true)
                 } else {
                     self.admitting().remove(&k);
                     return Err(Error::DeadlineExceeded(format!(

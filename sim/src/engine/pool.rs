@@ -16,7 +16,7 @@ use scheduler_core::node::pool::{Action, Outcome, Pool, PoolConfig};
 use scheduler_core::tiers::Tier;
 
 use super::{Engine, ms};
-use crate::node::{NAMESPACE, flow_name};
+use crate::node::{NAMESPACE, flow_names};
 use crate::policy::Policy;
 use crate::trace::Trace;
 use crate::types::SimConfig;
@@ -37,14 +37,7 @@ impl NodePool {
         cfg: &SimConfig,
     ) -> Result<Self, scheduler_core::config::ConfigError> {
         let pool = Pool::new(pool_config(cfg))?;
-        let names: Vec<String> = (0..trace.functions.len())
-            .map(|f| flow_name(trace, f))
-            .collect();
-        let by_name = names
-            .iter()
-            .enumerate()
-            .map(|(i, n)| (n.clone(), i))
-            .collect();
+        let (names, by_name) = flow_names(trace);
         Ok(NodePool {
             pool,
             told: vec![None; names.len()],
