@@ -156,6 +156,12 @@ impl Proc {
         pid != 0 && self.pid == pid && self.ending == Ending::Alive
     }
 
+    /// Whether a start of it is in progress.
+    #[must_use]
+    pub fn is_starting(&self) -> bool {
+        self.start == Start::InProgress
+    }
+
     /// For Wait: the exit, once published.
     #[must_use]
     pub fn subscribe(&self) -> watch::Receiver<Option<Exit>> {
@@ -212,8 +218,12 @@ impl Proc {
     }
 
     /// An exec whose `runc exec` failed never ran: it is over, Wait returns 255, and no exit
-    /// event goes out (there was no start event either).
+    /// event goes out (there was no start event either). Only for the start in progress (a
+    /// process made again under the same id since is not this one).
     pub fn never_ran(&mut self) {
+        if self.start != Start::InProgress {
+            return;
+        }
         self.start_failed();
         self.status = Status::Stopped;
         let e = Exit {
@@ -224,8 +234,14 @@ impl Proc {
         self.exit_tx.send_replace(Some(e));
     }
 
-    /// runc started it (an exec with its pid). Running, unless it already exited.
-    pub fn started(&mut self, pid: Option<u32>) {
+    /// runc started it (an exec with its pid). Running, unless it already exited. False, and
+    /// nothing changes, when no start of this process is in progress (it was deleted while
+    /// starting and made again under the same id).
+    #[must_use]
+    pub fn started(&mut self, pid: Option<u32>) -> bool {
+        if self.start != Start::InProgress {
+            return false;
+        }
         if let Some(pid) = pid {
             self.pid = pid;
         }
@@ -233,6 +249,7 @@ impl Proc {
             self.status = s;
         }
         self.start = Start::Done;
+        true
     }
 
     /// It was reaped: Stopped, and its stdio handed back to drain (once).
@@ -331,7 +348,7 @@ mod tests {
             None,
             "Wait does not return before the event"
         );
-        p.started(None);
+        assert!(p.started(None));
         assert_eq!(p.status(), Status::Stopped, "an exit is final");
         p.publish_deferred(|id, pid, e| sent.push((id.to_owned(), pid, e.code)));
         p.publish_deferred(|id, pid, e| sent.push((id.to_owned(), pid, e.code)));
@@ -347,7 +364,7 @@ mod tests {
         p.begin_start().unwrap();
         p.start_failed();
         p.begin_start().unwrap();
-        p.started(None);
+        assert!(p.started(None));
         assert_eq!(p.status(), Status::Running);
         p.check(Transition::Start).unwrap_err();
         p.paused(true);
@@ -355,7 +372,10 @@ mod tests {
         p.exited(exit(0));
         p.paused(false);
         assert_eq!(p.status(), Status::Stopped, "no resume after an exit");
+        assert!(!p.started(None), "no start in progress");
         let mut e = Proc::new("e1", 0, StdioPaths::default(), None);
+        e.never_ran();
+        assert_eq!(e.status(), Status::Created, "not its start");
         let wait = e.subscribe();
         e.begin_start().unwrap();
         e.never_ran();
@@ -373,7 +393,7 @@ mod tests {
     fn a_delete_publishes_an_exit_still_draining() {
         let mut p = init();
         p.begin_start().unwrap();
-        p.started(None);
+        assert!(p.started(None));
         p.exited(exit(9));
         let mut sent = Vec::new();
         p.publish_now(|_, pid, e| sent.push((pid, e.code)));

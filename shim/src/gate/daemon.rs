@@ -49,11 +49,10 @@ struct Conn {
 pub struct DaemonGate {
     cfg: GateConfig,
     conn: Mutex<Conn>,
-    /// Leases ended so far (bumped after a container leaves `held`, before its Release goes
-    /// out): a registration that sees it move may have listed an ended lease, and goes again.
-    released: AtomicU64,
-    /// `released` as of the last registration that no release raced.
-    registered: AtomicU64,
+    /// Orders a registration with releases: a Release waits for a registration in flight, and
+    /// a registration reads the set only after a Release in flight was answered. Held across
+    /// those two calls (each with a 5 s deadline) on purpose — see [`DaemonGate::register`].
+    sync: Mutex<()>,
     held: StdMutex<HashMap<ContainerKey, Held>>,
     /// Paused pooled containers, re-registered so a restarted daemon re-learns its pool.
     idle: StdMutex<HashMap<ContainerKey, Idle>>,
@@ -80,9 +79,6 @@ impl std::fmt::Debug for DaemonGate {
 fn key(ns: &str, id: &str) -> Option<ContainerKey> {
     ContainerKey::new(ns, id).ok()
 }
-
-/// Registrations in a row while releases keep racing them; past that the heartbeat goes on.
-const REGISTER_ROUNDS: usize = 3;
 
 fn gpus(w: &GpuWork) -> Vec<String> {
     match &w.gpus {
@@ -179,8 +175,7 @@ impl DaemonGate {
         Arc::new(DaemonGate {
             cfg,
             conn: Mutex::new(Conn::default()),
-            released: AtomicU64::new(0),
-            registered: AtomicU64::new(0),
+            sync: Mutex::new(()),
             held: StdMutex::new(HashMap::new()),
             idle: StdMutex::new(HashMap::new()),
             unreported_fail_open: AtomicU64::new(0),
@@ -295,31 +290,17 @@ impl DaemonGate {
         self.conn.lock().await.client = None;
     }
 
-    /// Sends the held set and adopts the leases the daemon answers with; again while releases
-    /// race it (a set read before a release went out would have the daemon adopt the ended
-    /// lease again).
+    /// Sends the held set and adopts the leases the daemon answers with.
+    ///
+    /// Ordered with releases by `sync`, the one lock held across a call to mqfqd: a set read
+    /// before a Release went out, arriving after it, would have the daemon adopt the ended
+    /// lease again — and mqfqd releases an unlisted lease only once it predates the shim's
+    /// previous registration, so it would stay until the container's next admission, its
+    /// Kill, or the shim's death (with the container paused, indefinitely); a stale set would
+    /// also withdraw a new Admit of the container as "registered as running". Without the lock
+    /// (a counter instead) that happened, as `gate::tests` shows against mqfqd's own service.
     async fn register(&self, c: &api::AdmissionClient) -> std::result::Result<(), LinkError> {
-        for _ in 0..REGISTER_ROUNDS {
-            let seen = self.released.load(Ordering::SeqCst);
-            self.register_once(c).await?;
-            if self.released.load(Ordering::SeqCst) == seen {
-                self.registered.fetch_max(seen, Ordering::SeqCst);
-                return Ok(());
-            }
-        }
-        Ok(())
-    }
-
-    /// Whether a registration is owed: something is held or undelivered, or a release raced
-    /// the last registrations.
-    fn owes_registration(&self) -> bool {
-        !self.held().is_empty()
-            || !self.unreleased().is_empty()
-            || self.unreported_fail_open.load(Ordering::SeqCst) > 0
-            || self.registered.load(Ordering::SeqCst) != self.released.load(Ordering::SeqCst)
-    }
-
-    async fn register_once(&self, c: &api::AdmissionClient) -> std::result::Result<(), LinkError> {
+        let _sync = self.sync.lock().await;
         self.retry_releases(c).await;
         let fail_open = self.unreported_fail_open.swap(0, Ordering::SeqCst);
         // In-flight admissions first: one that completes in between is then in `held` (an
@@ -402,7 +383,8 @@ impl DaemonGate {
                 let period = if connected { 1000 } else { 200 };
                 tokio::time::sleep(Duration::from_millis(period)).await;
                 let Some(g) = gate.upgrade() else { return };
-                if !g.owes_registration() {
+                let idle = g.held().is_empty() && g.unreleased().is_empty();
+                if idle && g.unreported_fail_open.load(Ordering::SeqCst) == 0 {
                     continue;
                 }
                 let cached = g.conn.lock().await.client.clone();
@@ -639,12 +621,11 @@ impl Gate for Arc<DaemonGate> {
     }
 
     async fn release(&self, ns: &str, id: &str, reason: &str, held: Usage) {
+        let _sync = self.sync.lock().await;
         let removed = key(ns, id).and_then(|k| self.held().remove(&k));
         let Some(h) = removed else {
             return;
         };
-        // Before the Release goes out: a registration on its way may list this lease.
-        self.released.fetch_add(1, Ordering::SeqCst);
         if h.pooled && mqfq_proto::stays_idle(reason) {
             self.idle().insert(
                 h.key.clone(),

@@ -20,10 +20,11 @@
 //! closed; default 5000), `MQFQ_ADMIT_TIMEOUT_MS` (the longest a Start or Resume waits in the
 //! queue; default 100000, below the kubelet's 2-minute runtime request timeout; 0 = no limit).
 //!
-//! Locks (the task service never calls the gate while holding its `state`): `conn` guards the cached client and
-//! is never held across connecting or a call; the std mutexes over the book (`held`, `idle`,
-//! `admitting`, `unreleased`) are taken one at a time and never across an await. A Release and
-//! a registration are ordered by a counter instead of a lock: see `DaemonGate::register`.
+//! Locks (the task service never calls the gate while holding its `state`): `sync` orders a
+//! registration with Releases and is held across those calls to mqfqd on purpose (see
+//! `DaemonGate::register`); `conn` guards the cached client and is never held across connecting
+//! or a call; the std mutexes over the book (`held`, `idle`, `admitting`, `unreleased`) are taken
+//! one at a time and never across an await.
 
 use std::path::PathBuf;
 use std::time::Duration;

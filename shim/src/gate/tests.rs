@@ -1,91 +1,104 @@
-//! The gate against a fake mqfqd that holds a heartbeat's registration in flight while a
-//! release goes out.
+//! The gate against mqfqd's own service (in process), with a heartbeat's registration held in
+//! flight while a container's lease ends.
 
-use std::collections::BTreeSet;
-use std::sync::Mutex as StdMutex;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
 
+use mqfq_daemon::server::{Daemon, Service};
 use tokio::sync::Notify;
+use ttrpc::r#async::TtrpcContext;
 
 use super::daemon::DaemonGate;
 use super::{Gate, GateConfig, Kind};
 use crate::api;
 use crate::gpu::{GpuSelection, GpuWork};
 
-/// A daemon that hands out lease 1, adopts the leases a registration lists and releases those
-/// it no longer lists (as mqfqd's reconciliation does), and holds the second Register until
-/// the test lets it go.
-#[derive(Default)]
-struct FakeDaemon {
-    live: StdMutex<BTreeSet<u64>>,
-    registers: StdMutex<u32>,
-    /// Told when the held Register arrived / when a Release arrived.
-    register_held: Notify,
-    released: Notify,
-    third: Notify,
-    /// What lets the held Register answer.
+/// mqfqd's service, except that the second Register waits for the test; it tells when a
+/// Release arrives.
+struct Holding {
+    mqfqd: Service,
+    registers: AtomicU32,
+    held: Notify,
     go: Notify,
+    released: Notify,
 }
 
 #[async_trait::async_trait]
-impl api::Admission for FakeDaemon {
+impl api::Admission for Holding {
     async fn admit(
         &self,
-        _: &ttrpc::r#async::TtrpcContext,
-        _: api::AdmitRequest,
+        ctx: &TtrpcContext,
+        r: api::AdmitRequest,
     ) -> ttrpc::Result<api::AdmitResponse> {
-        self.live.lock().unwrap().insert(1);
-        Ok(api::AdmitResponse {
-            lease_id: 1,
-            ..Default::default()
-        })
+        self.mqfqd.admit(ctx, r).await
     }
     async fn release(
         &self,
-        _: &ttrpc::r#async::TtrpcContext,
+        ctx: &TtrpcContext,
         r: api::ReleaseRequest,
     ) -> ttrpc::Result<api::ReleaseResponse> {
-        self.live.lock().unwrap().remove(&r.lease_id);
+        let answer = self.mqfqd.release(ctx, r).await;
         self.released.notify_one();
-        Ok(api::ReleaseResponse::default())
+        answer
+    }
+    async fn cancel(
+        &self,
+        ctx: &TtrpcContext,
+        r: api::CancelRequest,
+    ) -> ttrpc::Result<api::CancelResponse> {
+        self.mqfqd.cancel(ctx, r).await
     }
     async fn register(
         &self,
-        _: &ttrpc::r#async::TtrpcContext,
+        ctx: &TtrpcContext,
         r: api::RegisterRequest,
     ) -> ttrpc::Result<api::RegisterResponse> {
-        let listed: BTreeSet<u64> = r.running.iter().map(|x| x.lease_id).collect();
-        let n = {
-            let mut n = self.registers.lock().unwrap();
-            *n += 1;
-            *n
-        };
-        if n == 2 {
-            self.register_held.notify_one();
+        if self.registers.fetch_add(1, Ordering::SeqCst) == 1 {
+            self.held.notify_one();
             self.go.notified().await;
         }
-        // Reconciliation as the daemon does it, on arrival of the set (read before the wait).
-        *self.live.lock().unwrap() = listed.into_iter().filter(|&l| l != 0).collect();
-        if n == 3 {
-            self.third.notify_one();
-        }
-        Ok(api::RegisterResponse::default())
+        self.mqfqd.register(ctx, r).await
     }
+}
+
+fn mqfqd() -> Arc<Daemon> {
+    let cfg = mqfq_daemon::config::DaemonConfig::parse("", std::path::Path::new("mqfqd.toml"))
+        .expect("default config");
+    let gpu = scheduler_core::node::admission::GpuInfo {
+        index: 0,
+        uuid: "GPU-test".into(),
+        name: "test".into(),
+        mode: scheduler_core::GpuMode::Plain,
+        memory_total: 1 << 34,
+        mig: Vec::new(),
+    };
+    let core = mqfq_daemon::build_core(&cfg, vec![gpu]).expect("core");
+    let pool = scheduler_core::node::pool::Pool::new(cfg.pool_config()).expect("pool");
+    Daemon::new(core, pool, "simulated", None).expect("daemon")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_racing_a_registration_leaves_no_lease_behind() {
     let dir = tempfile::tempdir().unwrap();
     let socket = dir.path().join("mqfqd.sock");
-    let fake = std::sync::Arc::new(FakeDaemon::default());
+    let daemon = mqfqd();
+    let holding = Arc::new(Holding {
+        mqfqd: Service(daemon.clone()),
+        registers: AtomicU32::new(0),
+        held: Notify::new(),
+        go: Notify::new(),
+        released: Notify::new(),
+    });
     let mut server = ttrpc::r#async::Server::new()
         .bind(&format!("unix://{}", socket.display()))
         .unwrap()
-        .register_service(api::create_admission(fake.clone()));
+        .register_service(api::create_admission(holding.clone()));
     server.start().await.unwrap();
     let gate = DaemonGate::new(GateConfig {
         socket,
         fail_open: false,
-        reconnect_grace: std::time::Duration::ZERO,
+        reconnect_grace: Duration::ZERO,
         admit_timeout: None,
     });
     let work = GpuWork {
@@ -96,36 +109,35 @@ async fn a_release_racing_a_registration_leaves_no_lease_behind() {
         gpus: GpuSelection::All,
         grant: None,
     };
-    // The first registration (on connect) passes; the lease is 1.
+    // The first registration (on connect) passes; the container gets a lease.
     gate.admit("ns", "c1", &work, Kind::Start, false)
         .await
         .unwrap();
-    // The heartbeat's registration lists c1's lease and is held at the daemon...
-    tokio::time::timeout(
-        std::time::Duration::from_secs(10),
-        fake.register_held.notified(),
-    )
-    .await
-    .expect("the heartbeat registers within a second or so");
-    // ...while c1 exits: its Release goes out without waiting for the registration.
+    assert_eq!(daemon.status().leases.len(), 1);
+    // The heartbeat's registration lists c1's lease and is held on its way to mqfqd...
+    tokio::time::timeout(Duration::from_secs(10), holding.held.notified())
+        .await
+        .expect("the heartbeat registers within a second or so");
+    // ...while c1 exits. Its Release must not overtake that registration: arriving first, the
+    // stale set would have mqfqd adopt the ended lease again, and keep it (it releases an
+    // unlisted lease only once it predates the shim's previous registration). The wait below
+    // only gives a wrong gate the time to send its Release (well under a millisecond); a right
+    // one sends nothing until the registration is answered, whatever the wait.
     let g = gate.clone();
     let releasing = tokio::spawn(async move {
         g.release("ns", "c1", "exit", crate::memory::Usage::default())
             .await;
     });
-    tokio::time::timeout(std::time::Duration::from_secs(10), fake.released.notified())
-        .await
-        .expect("a release does not wait for a registration in flight");
-    assert!(fake.live.lock().unwrap().is_empty(), "released");
-    // The stale set now arrives and re-adopts lease 1; the gate, seeing a release raced it,
-    // registers again without it.
-    fake.go.notify_one();
+    let overtook = tokio::time::timeout(Duration::from_secs(2), holding.released.notified());
+    assert!(
+        overtook.await.is_err(),
+        "a Release overtook a registration that lists its lease"
+    );
+    holding.go.notify_one();
     releasing.await.unwrap();
-    // A hang guard only: the third registration comes at once, or (with no release racing
-    // detected) never.
-    tokio::time::timeout(std::time::Duration::from_secs(10), fake.third.notified())
-        .await
-        .expect("the gate registers again after a release raced its registration");
-    let live = fake.live.lock().unwrap().clone();
-    assert!(live.is_empty(), "lease left at the daemon: {live:?}");
+    let leases = daemon.status().leases;
+    assert!(
+        leases.is_empty(),
+        "a lease outlived its container: {leases:?}"
+    );
 }

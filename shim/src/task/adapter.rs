@@ -44,7 +44,15 @@ impl Task for TaskService {
         _: &TtrpcContext,
         req: api::StartRequest,
     ) -> ttrpc::Result<api::StartResponse> {
-        let pid = ttrpc_result(TaskService::start(self, &req.id, &req.exec_id).await)?;
+        // In a task of its own: ttrpc drops a handler past the caller's deadline, and a start
+        // dropped while it waits in the queue or while runc runs would leave the process
+        // "already starting", its admission in flight and its start event unsent. Carried to
+        // the end, it records what happened; the caller (gone) deletes it as it would any task.
+        let svc = self.clone();
+        let started = tokio::spawn(async move { svc.start(&req.id, &req.exec_id).await })
+            .await
+            .map_err(|e| Error::io("start task", std::io::Error::other(e)));
+        let pid = ttrpc_result(started.and_then(|r| r))?;
         Ok(api::StartResponse {
             pid,
             ..Default::default()

@@ -164,6 +164,16 @@ impl TaskService {
             .get_mut(id)
             .ok_or_else(|| nf(id))
             .and_then(|c| c.proc_mut(exec_id));
+        // A process made again under this id since is not the one runc started.
+        let found = found.and_then(|p| {
+            if p.is_starting() {
+                Ok(p)
+            } else {
+                Err(Error::NotFound(format!(
+                    "{id} {exec_id}: deleted while starting"
+                )))
+            }
+        });
         let p = match found {
             Ok(p) => p,
             Err(e) => {
@@ -184,7 +194,7 @@ impl TaskService {
             }
             pid
         });
-        p.started(exec_pid);
+        let _ = p.started(exec_pid);
         let pid = p.pid();
         self.emit_started(id, exec_id, pid);
         p.publish_deferred(self.exit_event(id));

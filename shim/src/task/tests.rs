@@ -10,6 +10,8 @@ use super::*;
 use crate::gate::Kind;
 use crate::runtime::fake::{FakeFactory, FakeRuntime};
 
+mod pool_orders;
+
 struct Harness {
     svc: TaskService,
     events: mpsc::UnboundedReceiver<Event>,
@@ -609,189 +611,6 @@ async fn ttrpc_adapters_map_codes_and_reach_the_runtime() {
         .unwrap();
 }
 
-/// A gate that admits at once and keeps the pool reports.
-#[derive(Debug, Default)]
-struct RecordingGate {
-    reports: std::sync::Mutex<Vec<crate::api::PoolResult>>,
-    /// (container, pooled) of each admission.
-    admits: std::sync::Mutex<Vec<(String, bool)>>,
-}
-
-#[async_trait::async_trait]
-impl crate::gate::Gate for RecordingGate {
-    async fn admit(
-        &self,
-        _: &str,
-        id: &str,
-        _: &crate::gpu::GpuWork,
-        _: Kind,
-        pooled: bool,
-    ) -> Result<()> {
-        self.admits.lock().unwrap().push((id.to_owned(), pooled));
-        Ok(())
-    }
-    async fn cancel(&self, _: &str, _: &str) {}
-    async fn release(&self, _: &str, _: &str, _: &str, _: crate::memory::Usage) {}
-}
-
-#[async_trait::async_trait]
-impl crate::gate::PoolChannel for RecordingGate {
-    async fn pool_orders(&self, _: Duration) -> Vec<crate::api::PoolOrder> {
-        std::future::pending().await
-    }
-    async fn pool_report(&self, results: Vec<crate::api::PoolResult>) {
-        self.reports.lock().unwrap().extend(results);
-    }
-}
-
-#[tokio::test]
-async fn pool_orders_thaw_move_and_freeze_only_idle_containers() {
-    use crate::api::{PoolAction, PoolOrder};
-    let gate = Arc::new(RecordingGate::default());
-    let h = harness_with(gate.clone(), gate.clone());
-    let req = h.bundle("p1", &plain());
-    h.svc.create(req).await.unwrap();
-    h.svc.start("p1", "").await.unwrap();
-    h.svc.pause_resume("p1", true).await.unwrap();
-    // A control folder with no CUDA process in it yet.
-    let ctl = h.dir.path().join("ctl");
-    std::fs::create_dir_all(&ctl).unwrap();
-    h.svc
-        .state
-        .lock()
-        .await
-        .containers
-        .get_mut("p1")
-        .unwrap()
-        .ctl_dir = Some(ctl);
-    let order = |ns: &str, id: &str, a: PoolAction| PoolOrder {
-        namespace: ns.into(),
-        container_id: id.into(),
-        action: a.into(),
-        ..Default::default()
-    };
-    let last = || gate.reports.lock().unwrap().last().cloned().unwrap();
-    let before = h.fake.calls().len();
-    h.svc
-        .run_order(&order("test", "p1", PoolAction::EVICT))
-        .await;
-    assert_eq!(
-        h.fake.calls()[before..],
-        ["resume p1", "pause p1"],
-        "thaw, move, freeze"
-    );
-    let r = last();
-    assert!(r.ok && !r.skipped && !r.gone, "{r:?}");
-    assert_eq!(
-        h.svc.state("p1", "").await.unwrap().status(),
-        api::Status::PAUSED,
-        "containerd still sees it paused"
-    );
-    // Nothing was evicted (no process): a prefetch has nothing to do.
-    h.svc
-        .run_order(&order("test", "p1", PoolAction::PREFETCH))
-        .await;
-    assert!(last().skipped);
-    // Running: not idle, skipped without touching runc.
-    h.svc.pause_resume("p1", false).await.unwrap();
-    let before = h.fake.calls().len();
-    h.svc
-        .run_order(&order("test", "p1", PoolAction::EVICT))
-        .await;
-    assert!(last().skipped, "{:?}", last());
-    assert_eq!(h.fake.calls().len(), before);
-    // Not ours: gone.
-    h.svc
-        .run_order(&order("test", "nope", PoolAction::EVICT))
-        .await;
-    assert!(last().gone);
-    h.svc
-        .run_order(&order("other", "p1", PoolAction::EVICT))
-        .await;
-    assert!(last().gone);
-    // Reclaim of a paused container: killed, then thawed so it can die.
-    h.svc.pause_resume("p1", true).await.unwrap();
-    let before = h.fake.calls().len();
-    h.svc
-        .run_order(&order("test", "p1", PoolAction::RECLAIM))
-        .await;
-    assert!(last().ok, "{:?}", last());
-    assert_eq!(
-        h.fake.calls()[before..],
-        ["kill p1 9 all=true", "resume p1"]
-    );
-}
-
-#[tokio::test]
-async fn a_container_that_stalls_a_memory_move_is_frozen_again_and_never_thawed_again() {
-    use std::os::unix::net::UnixListener;
-
-    use crate::api::{PoolAction, PoolOrder};
-    let gate = Arc::new(RecordingGate::default());
-    let mut h = harness_with(gate.clone(), gate.clone());
-    h.svc.pool_timeouts = pool::PoolTimeouts {
-        status: Duration::from_millis(300),
-        moves: Duration::from_millis(300),
-    };
-    let gpu = json!({"process": {"args": ["sh"], "env": ["PATH=/bin"]},
-                     "annotations": {"io.mqfq.gpu": "true"}});
-    let req = h.bundle("s1", &gpu);
-    h.svc.create(req).await.unwrap();
-    h.svc.start("s1", "").await.unwrap();
-    h.svc.pause_resume("s1", true).await.unwrap();
-    // The container's "CUDA process": accepts, reads, never answers.
-    let ctl = h.dir.path().join("ctl-s1");
-    std::fs::create_dir_all(&ctl).unwrap();
-    let l = UnixListener::bind(ctl.join("cuda-5.sock")).unwrap();
-    let stall = std::thread::spawn(move || {
-        let conns: Vec<_> = (0..1).map(|_| l.accept().unwrap()).collect();
-        std::thread::sleep(Duration::from_secs(2));
-        drop(conns);
-    });
-    h.svc
-        .state
-        .lock()
-        .await
-        .containers
-        .get_mut("s1")
-        .unwrap()
-        .ctl_dir = Some(ctl);
-    let order = |a: PoolAction| PoolOrder {
-        namespace: "test".into(),
-        container_id: "s1".into(),
-        action: a.into(),
-        ..Default::default()
-    };
-    let last = || gate.reports.lock().unwrap().last().cloned().unwrap();
-    let before = h.fake.calls().len();
-    let started = std::time::Instant::now();
-    h.svc.run_order(&order(PoolAction::EVICT)).await;
-    assert!(
-        started.elapsed() < Duration::from_secs(2),
-        "bounded by the deadline"
-    );
-    assert_eq!(
-        h.fake.calls()[before..],
-        ["resume s1", "pause s1"],
-        "frozen again"
-    );
-    let r = last();
-    assert!(!r.ok && r.gone, "failed and dropped from the pool: {r:?}");
-    assert_eq!(
-        h.svc.state("s1", "").await.unwrap().status(),
-        api::Status::PAUSED
-    );
-    // The next order does not thaw it.
-    let before = h.fake.calls().len();
-    h.svc.run_order(&order(PoolAction::PREFETCH)).await;
-    assert_eq!(h.fake.calls().len(), before);
-    assert!(last().gone);
-    // Its next admission is not pooled.
-    h.svc.pause_resume("s1", false).await.unwrap();
-    assert_eq!(gate.admits.lock().unwrap().last().map(|a| a.1), Some(false));
-    stall.join().unwrap();
-}
-
 /// A gate whose admissions wait for the test, recording releases.
 #[derive(Debug, Default)]
 struct HeldGate {
@@ -903,6 +722,63 @@ async fn a_second_resume_waiting_behind_the_first_does_not_admit_or_release_agai
     );
     assert_eq!(
         h.svc.state("d1", "").await.unwrap().status(),
+        api::Status::RUNNING
+    );
+}
+
+#[tokio::test]
+async fn a_start_that_outlived_its_container_does_not_start_the_next_one_of_that_id() {
+    let gate = Arc::new(HeldGate::default());
+    let h = harness_with(gate.clone(), Arc::new(NoOrders));
+    let gpu = json!({"process": {"args": ["sh"], "env": ["PATH=/bin"]},
+                     "annotations": {"io.mqfq.gpu": "true"}});
+    let req = h.bundle("r1", &gpu);
+    h.svc.create(req.clone()).await.unwrap();
+    let svc = h.svc.clone();
+    let start = tokio::spawn(async move { svc.start("r1", "").await });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    // Deleted while its start waits in the queue, and made again under the same id.
+    h.svc.delete("r1", "").await.unwrap();
+    h.svc.create(req).await.unwrap();
+    gate.go.notify_one();
+    start.await.unwrap().unwrap_err();
+    assert_eq!(
+        h.svc.state("r1", "").await.unwrap().status(),
+        api::Status::CREATED,
+        "the new container was never started"
+    );
+    let releases = gate.releases.lock().unwrap().clone();
+    assert_eq!(
+        releases.last().map(|r| r.0.as_str()),
+        Some("r1"),
+        "{releases:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_start_whose_caller_gave_up_is_carried_to_the_end() {
+    // ttrpc drops a handler past the caller's deadline; the start goes on regardless.
+    let gate = Arc::new(HeldGate::default());
+    let mut h = harness_with(gate.clone(), Arc::new(NoOrders));
+    let gpu = json!({"process": {"args": ["sh"], "env": ["PATH=/bin"]},
+                     "annotations": {"io.mqfq.gpu": "true"}});
+    h.svc.create(h.bundle("g1", &gpu)).await.unwrap();
+    let req = api::StartRequest {
+        id: "g1".into(),
+        ..Default::default()
+    };
+    let c = ctx();
+    let dropped = tokio::time::timeout(Duration::from_millis(50), Task::start(&h.svc, &c, req));
+    assert!(dropped.await.is_err(), "still waiting for admission");
+    gate.go.notify_one();
+    assert_eq!(h.next_topic().await, "create");
+    assert_eq!(
+        h.next_topic().await,
+        "start",
+        "started, though nobody waits for it"
+    );
+    assert_eq!(
+        h.svc.state("g1", "").await.unwrap().status(),
         api::Status::RUNNING
     );
 }
