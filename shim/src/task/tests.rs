@@ -114,6 +114,12 @@ fn plain() -> serde_json::Value {
     json!({"process": {"args": ["sh"], "env": ["PATH=/bin"]}})
 }
 
+/// A GPU container's spec (by annotation).
+fn gpu() -> serde_json::Value {
+    json!({"process": {"args": ["sh"], "env": ["PATH=/bin"]},
+           "annotations": {"io.mqfq.gpu": "true"}})
+}
+
 #[tokio::test]
 async fn init_lifecycle_publishes_events_in_order() {
     let mut h = harness();
@@ -432,8 +438,7 @@ async fn state_machine_errors_and_pause_resume() {
 #[tokio::test]
 async fn shutdown_only_when_empty() {
     let h = harness();
-    let gpu = json!({"process": {"args": ["sh"], "env": ["PATH=/bin"]},
-                     "annotations": {"io.mqfq.gpu": "true"}});
+    let gpu = gpu();
     let req = h.bundle("s1", &gpu);
     let pid = h.svc.create(req).await.unwrap();
     assert!(!h.svc.is_empty().await);
@@ -644,8 +649,7 @@ impl crate::gate::Gate for HeldGate {
 async fn a_delete_racing_a_granted_start_still_releases_the_lease() {
     let gate = Arc::new(HeldGate::default());
     let h = harness_with(gate.clone(), Arc::new(NoOrders));
-    let gpu = json!({"process": {"args": ["sh"], "env": ["PATH=/bin"]},
-                     "annotations": {"io.mqfq.gpu": "true"}});
+    let gpu = gpu();
     let req = h.bundle("r1", &gpu);
     h.svc.create(req).await.unwrap();
     let svc = h.svc.clone();
@@ -698,8 +702,7 @@ impl crate::gate::Gate for ResumeGate {
 async fn a_second_resume_waiting_behind_the_first_does_not_admit_or_release_again() {
     let gate = Arc::new(ResumeGate::default());
     let h = harness_with(gate.clone(), Arc::new(NoOrders));
-    let gpu = json!({"process": {"args": ["sh"], "env": ["PATH=/bin"]},
-                     "annotations": {"io.mqfq.gpu": "true"}});
+    let gpu = gpu();
     let req = h.bundle("d1", &gpu);
     h.svc.create(req).await.unwrap();
     h.svc.start("d1", "").await.unwrap();
@@ -730,8 +733,7 @@ async fn a_second_resume_waiting_behind_the_first_does_not_admit_or_release_agai
 async fn a_start_that_outlived_its_container_does_not_start_the_next_one_of_that_id() {
     let gate = Arc::new(HeldGate::default());
     let h = harness_with(gate.clone(), Arc::new(NoOrders));
-    let gpu = json!({"process": {"args": ["sh"], "env": ["PATH=/bin"]},
-                     "annotations": {"io.mqfq.gpu": "true"}});
+    let gpu = gpu();
     let req = h.bundle("r1", &gpu);
     h.svc.create(req.clone()).await.unwrap();
     let svc = h.svc.clone();
@@ -760,8 +762,7 @@ async fn a_start_whose_caller_gave_up_is_carried_to_the_end() {
     // ttrpc drops a handler past the caller's deadline; the start goes on regardless.
     let gate = Arc::new(HeldGate::default());
     let mut h = harness_with(gate.clone(), Arc::new(NoOrders));
-    let gpu = json!({"process": {"args": ["sh"], "env": ["PATH=/bin"]},
-                     "annotations": {"io.mqfq.gpu": "true"}});
+    let gpu = gpu();
     h.svc.create(h.bundle("g1", &gpu)).await.unwrap();
     let req = api::StartRequest {
         id: "g1".into(),
