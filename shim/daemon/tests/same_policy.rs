@@ -1,7 +1,7 @@
 //! One node policy: the simulator's `mqfq-sticky` and `mqfqd` run the same admission core (and pool
 //! type, with the same tier knobs: the last test). The
 //! simulator runs a trace and keeps every call it made into its core; the same calls, at the
-//! same times, go into a core built the way `mqfqd` builds it from its default `mqfqd.toml`; the
+//! same times, go into a core built the way `mqfqd` builds it from its default configuration; the
 //! two dispatch records (enqueue, dispatch with GPU, lease, free slots, limit and D, charge,
 //! release) must be the same, line for line.
 #![expect(

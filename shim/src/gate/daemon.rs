@@ -383,7 +383,8 @@ impl DaemonGate {
                 let period = if connected { 1000 } else { 200 };
                 tokio::time::sleep(Duration::from_millis(period)).await;
                 let Some(g) = gate.upgrade() else { return };
-                let idle = g.held().is_empty() && g.unreleased().is_empty();
+                let nothing_held = g.held().is_empty();
+                let idle = nothing_held && g.unreleased().is_empty();
                 if idle && g.unreported_fail_open.load(Ordering::SeqCst) == 0 {
                     continue;
                 }
