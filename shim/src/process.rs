@@ -156,12 +156,6 @@ impl Proc {
         pid != 0 && self.pid == pid && self.ending == Ending::Alive
     }
 
-    /// Whether a start of it is in progress.
-    #[must_use]
-    pub fn is_starting(&self) -> bool {
-        self.start == Start::InProgress
-    }
-
     /// For Wait: the exit, once published.
     #[must_use]
     pub fn subscribe(&self) -> watch::Receiver<Option<Exit>> {

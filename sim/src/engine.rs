@@ -200,27 +200,41 @@ impl<'t> Engine<'t> {
                 }
                 self.audit.over_budget_admissions += 1;
             }
-            self.gpus[g].used_mb += mem;
-            if let Some(c) = warm {
-                let end = self.pcie(g, mem);
-                let ct = &mut self.containers[c];
-                ct.tier = Tier::Hot;
-                ct.ready_ms = end;
-                (c, end, Tier::Warm)
-            } else {
-                let until = (self.now + self.cold_ms(f)).max(self.gpus[g].pcie_free_ms);
-                let c = self.new_container(f, g);
-                let ct = &mut self.containers[c];
-                ct.tier = Tier::Hot;
-                ct.ready_ms = until;
-                (c, until, Tier::Cold)
-            }
+            let c = warm.unwrap_or_else(|| self.new_container(f, g));
+            let tier = self.containers[c].tier;
+            (c, self.bring_in(c), tier)
         };
         self.containers[c].busy = true;
+        self.runs[r].as_mut().expect("run exists").container = Some(c);
+        self.starting_up(r, until, tier, policy);
+    }
+
+    /// Brings container `c` onto its GPU — a restore over PCIe when Warm, a cold start when
+    /// Cold — with its memory counted there; returns when it is ready.
+    fn bring_in(&mut self, c: usize) -> f64 {
+        let (f, g, was) = {
+            let ct = &self.containers[c];
+            (ct.func, ct.gpu, ct.tier)
+        };
+        let mem = self.mem(f);
+        self.gpus[g].used_mb += mem;
+        let until = if was == Tier::Warm {
+            self.pcie(g, mem)
+        } else {
+            (self.now + self.cold_ms(f)).max(self.gpus[g].pcie_free_ms)
+        };
+        let ct = &mut self.containers[c];
+        ct.tier = Tier::Hot;
+        ct.ready_ms = until;
+        until
+    }
+
+    /// Run `r` has its container: startup until `until`, from a container that was `tier`.
+    fn starting_up(&mut self, r: usize, until: f64, tier: Tier, policy: &mut dyn Policy) {
         let run = self.runs[r].as_mut().expect("run exists");
-        run.container = Some(c);
         run.phase = Phase::Startup { until };
         self.pending_start[run.current] = (self.now, tier);
+        let f = run.func;
         self.refresh(f, policy);
     }
 
@@ -276,23 +290,13 @@ impl<'t> Engine<'t> {
                 }
                 self.audit.over_budget_admissions += 1;
             }
-            self.gpus[g].used_mb += mem;
-            let until = if was == Tier::Warm {
-                let end = self.pcie(g, mem);
+            let until = self.bring_in(c);
+            if was == Tier::Warm {
                 self.pool_restored(c, self.transfer_ms(mem) / 1e3);
-                end
-            } else {
-                (self.now + self.cold_ms(f)).max(self.gpus[g].pcie_free_ms)
-            };
-            let ct = &mut self.containers[c];
-            ct.tier = Tier::Hot;
-            ct.ready_ms = until;
+            }
             until
         };
-        let run = self.runs[r].as_mut().expect("run exists");
-        run.phase = Phase::Startup { until };
-        self.pending_start[run.current] = (self.now, was);
-        self.refresh(f, policy);
+        self.starting_up(r, until, was, policy);
     }
 
     fn retry_waiting(&mut self, g: usize, policy: &mut dyn Policy) {

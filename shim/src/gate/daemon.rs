@@ -344,10 +344,7 @@ impl DaemonGate {
             Err(e) => {
                 self.unreported_fail_open
                     .fetch_add(fail_open, Ordering::SeqCst);
-                return Err(LinkError::Call {
-                    call: "register",
-                    source: e,
-                });
+                return Err(LinkError::call("register")(e));
             }
         };
         {
@@ -474,10 +471,7 @@ impl DaemonGate {
             }
             Err(e) => {
                 self.forget().await;
-                Attempt::Lost(LinkError::Call {
-                    call: "admit",
-                    source: e,
-                })
+                Attempt::Lost(LinkError::call("admit")(e))
             }
         }
     }

@@ -164,9 +164,13 @@ impl TaskService {
             .get_mut(id)
             .ok_or_else(|| nf(id))
             .and_then(|c| c.proc_mut(exec_id));
-        // A process made again under this id since is not the one runc started.
+        let (exec_pid, master) = match ran {
+            Some((pid, master)) => (Some(pid), master),
+            None => (None, None),
+        };
+        // Only the process this start began: one made again under the id since is not it.
         let found = found.and_then(|p| {
-            if p.is_starting() {
+            if p.started(exec_pid) {
                 Ok(p)
             } else {
                 Err(Error::NotFound(format!(
@@ -185,16 +189,12 @@ impl TaskService {
                 return Err(e);
             }
         };
-        let exec_pid = ran.map(|(pid, master)| {
-            if let Some(m) = master
-                && let Some(io) = p.io.as_mut()
-                && let Err(e) = io.attach_console(m)
-            {
-                tracing::warn!("exec {exec_id} terminal: {}", e.full_message());
-            }
-            pid
-        });
-        let _ = p.started(exec_pid);
+        if let Some(m) = master
+            && let Some(io) = p.io.as_mut()
+            && let Err(e) = io.attach_console(m)
+        {
+            tracing::warn!("exec {exec_id} terminal: {}", e.full_message());
+        }
         let pid = p.pid();
         self.emit_started(id, exec_id, pid);
         p.publish_deferred(self.exit_event(id));

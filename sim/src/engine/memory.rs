@@ -9,8 +9,12 @@ use crate::policy::{MemoryStyle, Policy};
 
 impl Engine<'_> {
     /// Recomputes a function's best idle tier (what policies see at dispatch) and tells the
-    /// policy when residency changes (unless the node's pool does).
+    /// policy when residency changes. Not under the node's pool: the core hears from the pool,
+    /// and `mqfq-sticky` reads no pool view.
     pub(super) fn refresh(&mut self, f: usize, policy: &mut dyn Policy) {
+        if self.pool.is_some() {
+            return;
+        }
         let mut best = Tier::Cold;
         let mut ready = f64::INFINITY;
         for &c in &self.by_func[f] {
@@ -36,8 +40,7 @@ impl Engine<'_> {
             || (best != Tier::Hot && (self.startup[f] - startup).abs() > 1e-9);
         self.startup[f] = startup;
         self.best[f] = best;
-        // Under the node's pool the core hears from the pool instead.
-        if changed && self.pool.is_none() {
+        if changed {
             let cost = if best == Tier::Hot { 0.0 } else { startup };
             policy.set_resident(f, best == Tier::Hot, cost);
         }

@@ -162,7 +162,6 @@ impl Engine<'_> {
                 Some(c) => self.carry_out(c, o.action),
                 None => (None, 0.0),
             };
-            let f = c.map(|c| self.containers[c].func);
             let outcome = Outcome {
                 key: o.key,
                 action: o.action,
@@ -174,9 +173,6 @@ impl Engine<'_> {
             };
             let now = ms(self.now);
             self.node_pool().pool.report(&outcome, now);
-            if let Some(f) = f {
-                self.refresh(f, policy);
-            }
         }
         self.pool_sync(policy);
     }
