@@ -1,20 +1,100 @@
 //! The dynamic concurrency limit D of one GPU.
 //!
-//! `D_new = D × (1 + α (U_target − U))`, clamped to `[1, D_max]`, once per utilization sample
-//! (samples come as data, at most 100 ms apart). Below the target utilization D grows
-//! geometrically, above it D shrinks, so the GPU runs as many invocations as keep it busy and no
-//! more: extra co-runners would only slow each other down. The limit handed out is `⌊D⌋`.
+//! NVML's busy-time (`utilization.gpu`) is the share of time in which *any* kernel ran: with a
+//! steady stream of invocations it reads ~100 % while one small kernel keeps a tenth of the SMs
+//! busy, so a law on it alone pins D near 1. D therefore follows what concurrency costs,
+//! measured on the admissions themselves, whatever the GPU:
+//!
+//! - Each function's **baseline** service time is learned at the lowest concurrency it has run at
+//!   (the most admissions in flight on the GPU during its run). An admission's **slowdown** is
+//!   the service it measured (Release carries it) over that baseline; the sample's is their mean
+//!   weighted by GPU time, and its **pressure** that over `slowdown_target`, the most co-runners
+//!   should slow a run. Overlap that fills idle SMs costs little; time slicing of busy kernels
+//!   costs k× at concurrency k.
+//! - **SM activity**, where the GPU reports it (GPM on Hopper and later), gates growth: D grows
+//!   only while the SMs are below `u_target`.
+//!
+//! Once per sample: pressure p > 1 cuts D by `max(½, 1/p)` (multiplicative decrease, as
+//! delay-based congestion control does); p ≤ 1 grows it by `1 + α (1 − p)`, capped by
+//! `1 + α (u* − sm)` and never below 1 — and only with evidence: a pressure measured this sample
+//! while the limit bound (it was in use, or admissions waited). After a cut, admissions granted
+//! before it no longer count (one cut per round of admissions), so the lag between a cut and its
+//! effect does not cut again. D stays in `[1, D_max]`; the limit is `⌊D⌋`.
+//!
+//! [`Law::BusyTime`] keeps the published law `D ← D (1 + α (U* − busy))` so that the simulator
+//! can show what it would have done; `mqfqd` never runs it.
+
+use std::collections::BTreeMap;
 
 use serde::Serialize;
 
+pub use crate::config::Law;
 use crate::config::{ConcurrencyConfig, ConfigError};
+
+/// Most a single decrease takes off D.
+const MAX_DECREASE: f64 = 0.5;
+/// EWMA weight of a new baseline measurement, and of a new slowdown at a level.
+const BASELINE_ALPHA: f64 = 0.2;
+/// Functions whose baselines are kept; past it, the least recently used is dropped.
+const MAX_BASELINES: usize = 4096;
+
+/// What the monitor read of a GPU over one sample period; `None`: not available.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct Signals {
+    /// NVML busy-time, 0–1: reported, and the input of [`Law::BusyTime`] only.
+    pub busy: Option<f64>,
+    /// SM activity, 0–1 (GPM), where the GPU has it.
+    pub sm_activity: Option<f64>,
+}
+
+/// What the controller last saw.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct Reading {
+    /// NVML busy-time, 0–1.
+    pub busy: Option<f64>,
+    /// SM activity, 0–1.
+    pub sm_activity: Option<f64>,
+    /// Weighted slowdown of the admissions that ended in the sample, against their baselines.
+    pub slowdown: Option<f64>,
+    /// That over `slowdown_target` (> 1: D is cut).
+    pub pressure: Option<f64>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+struct InFlight {
+    function: String,
+    /// Most admissions in flight on this GPU while this one was.
+    peak: u32,
+    /// The decrease round it was granted in.
+    round: u64,
+    /// Whether its measurement covers its whole run (an adopted admission's does not).
+    measurable: bool,
+}
+
+#[derive(Clone, Debug, Serialize)]
+struct Baseline {
+    /// The concurrency it was learned at.
+    level: u32,
+    /// Service time there, seconds (EWMA).
+    service_s: f64,
+    /// Last use, in releases, for eviction.
+    used: u64,
+}
 
 /// D for one GPU (or one MIG instance).
 #[derive(Clone, Debug, Serialize)]
 pub struct ConcurrencyController {
     cfg: ConcurrencyConfig,
     d: f64,
-    last_u: Option<f64>,
+    last: Reading,
+    inflight: BTreeMap<u64, InFlight>,
+    baselines: BTreeMap<String, Baseline>,
+    /// Σ service × slowdown and Σ service of this sample's counted releases.
+    window: (f64, f64),
+    round: u64,
+    releases: u64,
+    /// Most admissions in flight during this sample.
+    peak_running: u32,
 }
 
 impl ConcurrencyController {
@@ -28,21 +108,135 @@ impl ConcurrencyController {
         Ok(ConcurrencyController {
             cfg,
             d,
-            last_u: None,
+            last: Reading::default(),
+            inflight: BTreeMap::new(),
+            baselines: BTreeMap::new(),
+            window: (0.0, 0.0),
+            round: 0,
+            releases: 0,
+            peak_running: 0,
         })
     }
 
-    /// Feeds one utilization sample in [0, 1] (values outside are clamped, NaN ignored) and
-    /// returns the new D.
-    pub fn observe(&mut self, utilization: f64) -> f64 {
-        if utilization.is_nan() {
-            return self.d;
+    /// An admission of `function` began (`id` unique among those in flight). `measurable`:
+    /// its release will carry the service of its whole run (false for one adopted after a
+    /// restart).
+    pub fn admitted(&mut self, id: u64, function: &str, measurable: bool) {
+        let running = u32::try_from(self.inflight.len() + 1).unwrap_or(u32::MAX);
+        for f in self.inflight.values_mut() {
+            f.peak = f.peak.max(running);
         }
-        let u = utilization.clamp(0.0, 1.0);
-        self.last_u = Some(u);
-        let next = self.d * (1.0 + self.cfg.alpha * (self.cfg.u_target - u));
-        self.d = next.clamp(1.0, f64::from(self.cfg.d_max));
+        self.inflight.insert(
+            id,
+            InFlight {
+                function: function.to_owned(),
+                peak: running,
+                round: self.round,
+                measurable,
+            },
+        );
+        self.peak_running = self.peak_running.max(running);
+    }
+
+    /// An admission ended after `measured` seconds of service (when known).
+    pub fn released(&mut self, id: u64, measured: Option<f64>) {
+        let Some(f) = self.inflight.remove(&id) else {
+            return;
+        };
+        let Some(s) = measured.filter(|s| s.is_finite() && *s > 0.0) else {
+            return;
+        };
+        if !f.measurable {
+            return;
+        }
+        self.releases += 1;
+        let used = self.releases;
+        let counted = f.round == self.round;
+        match self.baselines.get_mut(&f.function) {
+            Some(b) if f.peak >= b.level => {
+                let slowdown = s / b.service_s;
+                if f.peak == b.level {
+                    b.service_s += BASELINE_ALPHA * (s - b.service_s);
+                }
+                b.used = used;
+                if counted {
+                    self.window.0 += s * slowdown;
+                    self.window.1 += s;
+                }
+            }
+            _ => {
+                // First seen, or seen at a lower concurrency than before: the new baseline.
+                self.baselines.insert(
+                    f.function,
+                    Baseline {
+                        level: f.peak,
+                        service_s: s,
+                        used,
+                    },
+                );
+                self.trim();
+            }
+        }
+    }
+
+    fn trim(&mut self) {
+        while self.baselines.len() > MAX_BASELINES {
+            let oldest = self
+                .baselines
+                .iter()
+                .min_by_key(|(_, b)| b.used)
+                .map(|(k, _)| k.clone());
+            match oldest {
+                Some(k) => self.baselines.remove(&k),
+                None => break,
+            };
+        }
+    }
+
+    /// Forgets a function's baseline (its flow was forgotten).
+    pub fn forget(&mut self, function: &str) {
+        self.baselines.remove(function);
+    }
+
+    /// Ends a sample period: D moves on what it saw (see the module docs) and is returned.
+    /// `waiting`: admissions waited for a slot (the limit bound even if not all of it was in
+    /// use, as when a slot is held for short work).
+    pub fn observe(&mut self, signals: Signals, waiting: bool) -> f64 {
+        let unit = |v: Option<f64>| v.filter(|v| !v.is_nan()).map(|v| v.clamp(0.0, 1.0));
+        let busy = unit(signals.busy);
+        let sm = unit(signals.sm_activity);
+        let (sum_s, weight) = self.window;
+        let slowdown = (weight > 0.0).then(|| sum_s / weight);
+        let pressure = slowdown.map(|s| s / self.cfg.slowdown_target);
+        let factor = match self.cfg.law {
+            Law::BusyTime => busy.map_or(1.0, |u| self.f_u(u)),
+            Law::Interference => match pressure {
+                Some(p) if p > 1.0 => {
+                    self.round += 1;
+                    (1.0 / p).max(1.0 - MAX_DECREASE)
+                }
+                Some(p) if waiting || self.peak_running >= self.limit() => {
+                    let grow = 1.0 + self.cfg.alpha * (1.0 - p);
+                    sm.map_or(grow, |u| grow.min(self.f_u(u))).max(1.0)
+                }
+                _ => 1.0,
+            },
+        };
+        self.d = (self.d * factor).clamp(1.0, f64::from(self.cfg.d_max));
+        self.last = Reading {
+            busy,
+            sm_activity: sm,
+            slowdown,
+            pressure,
+        };
+        self.window = (0.0, 0.0);
+        self.peak_running = u32::try_from(self.inflight.len()).unwrap_or(u32::MAX);
         self.d
+    }
+
+    /// The factor a utilization asks for.
+    fn f_u(&self, u: f64) -> f64 {
+        1.0 + self.cfg.alpha * (self.cfg.u_target - u)
     }
 
     /// The real-valued D.
@@ -66,10 +260,22 @@ impl ConcurrencyController {
         self.limit().max(floor.min(self.cfg.d_max))
     }
 
-    /// The last utilization sample, if any.
+    /// What the last sample saw.
     #[must_use]
-    pub fn last_utilization(&self) -> Option<f64> {
-        self.last_u
+    pub fn last(&self) -> Reading {
+        self.last
+    }
+
+    /// A function's baseline: the concurrency it was learned at and the service time there.
+    #[must_use]
+    pub fn baseline(&self, function: &str) -> Option<(u32, f64)> {
+        self.baselines.get(function).map(|b| (b.level, b.service_s))
+    }
+
+    /// Admissions in flight.
+    #[must_use]
+    pub fn in_flight(&self) -> usize {
+        self.inflight.len()
     }
 
     /// The knobs.
@@ -80,56 +286,4 @@ impl ConcurrencyController {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::config::GpuMode;
-
-    #[test]
-    fn grows_when_idle_shrinks_when_saturated_and_stays_clamped() {
-        let mut c =
-            ConcurrencyController::new(ConcurrencyConfig::for_mode(GpuMode::Plain, 0.2)).unwrap();
-        assert_eq!(c.limit(), 2);
-        let d1 = c.observe(0.4);
-        assert!((d1 - 2.0 * (1.0 + 0.2 * 0.5)).abs() < 1e-12);
-        for _ in 0..100 {
-            c.observe(0.0);
-        }
-        assert_eq!(c.limit(), 8, "clamped at D_max for plain mode");
-        for _ in 0..200 {
-            c.observe(1.0);
-        }
-        assert_eq!(c.d(), 1.0, "never below 1");
-        c.observe(f64::NAN);
-        assert_eq!(c.d(), 1.0);
-        assert_eq!(c.last_utilization(), Some(1.0));
-    }
-
-    #[test]
-    fn floor_is_capped_by_d_max() {
-        let c = ConcurrencyController::new(ConcurrencyConfig::for_mode(GpuMode::Mig, 0.2)).unwrap();
-        assert_eq!(c.limit_at_least(2), 1);
-        let mut c =
-            ConcurrencyController::new(ConcurrencyConfig::for_mode(GpuMode::Plain, 0.2)).unwrap();
-        for _ in 0..100 {
-            c.observe(1.0);
-        }
-        assert_eq!(c.limit(), 1);
-        assert_eq!(c.limit_at_least(2), 2);
-    }
-
-    #[test]
-    fn at_target_d_holds() {
-        let mut c =
-            ConcurrencyController::new(ConcurrencyConfig::for_mode(GpuMode::Mps, 0.3)).unwrap();
-        let d0 = c.d();
-        assert_eq!(c.observe(0.9), d0);
-    }
-
-    #[test]
-    fn mig_is_one() {
-        let mut c =
-            ConcurrencyController::new(ConcurrencyConfig::for_mode(GpuMode::Mig, 0.2)).unwrap();
-        c.observe(0.0);
-        assert_eq!(c.limit(), 1);
-    }
-}
+mod tests;

@@ -189,17 +189,47 @@ impl FromStr for GpuMode {
     }
 }
 
+/// What moves D (see [`crate::concurrency`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Law {
+    /// The measured slowdown of admissions against each function's baseline, combined with SM
+    /// activity where the GPU reports it (GPM). What `mqfqd` runs.
+    #[default]
+    Interference,
+    /// The published law on NVML's busy-time alone: kept only so that the simulator can show
+    /// what it would have done (`mqfq-sim --d-law busy-time`); `mqfqd` never runs it.
+    BusyTime,
+}
+
+impl FromStr for Law {
+    type Err = ConfigError;
+    fn from_str(s: &str) -> Result<Self, ConfigError> {
+        match s {
+            "interference" => Ok(Law::Interference),
+            "busy-time" => Ok(Law::BusyTime),
+            _ => Err(reject("d_law", s, "expected interference or busy-time")),
+        }
+    }
+}
+
 /// Knobs of the dynamic concurrency controller.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct ConcurrencyConfig {
-    /// Gain α of D_new = D × (1 + α (U_target − U)) (`alpha`).
+    /// Gain α: how fast D moves per sample (`alpha`).
     pub alpha: f64,
-    /// Target utilization (`u_target`).
+    /// Target SM activity where GPM reports it; the busy-time law's target (`u_target`).
     pub u_target: f64,
     /// Ceiling of D (`d_max`); defaults from the GPU mode.
     pub d_max: u32,
     /// D at start (`d_initial`).
     pub d_initial: f64,
+    /// The most an admission should be slowed by its co-runners, against its function's
+    /// baseline (`slowdown_target`; default 2: every run keeps half its solo speed, so two busy
+    /// kernels time-sliced, 2× each, are never grown past and three are cut).
+    pub slowdown_target: f64,
+    /// What moves D.
+    pub law: Law,
 }
 
 impl ConcurrencyConfig {
@@ -212,6 +242,8 @@ impl ConcurrencyConfig {
             u_target: 0.9,
             d_max,
             d_initial: f64::from(d_max.min(2)),
+            slowdown_target: 2.0,
+            law: Law::Interference,
         }
     }
 
@@ -230,6 +262,16 @@ impl ConcurrencyConfig {
             && self.d_initial <= f64::from(self.d_max))
         {
             return Err(reject("d_initial", self.d_initial, "must be in [1, d_max]"));
+        }
+        if !(self.slowdown_target.is_finite()
+            && self.slowdown_target > 1.0
+            && self.slowdown_target <= 10.0)
+        {
+            return Err(reject(
+                "slowdown_target",
+                self.slowdown_target,
+                "must be in (1, 10]",
+            ));
         }
         Ok(())
     }
@@ -357,6 +399,10 @@ pub struct Overrides {
     pub u_target: Option<f64>,
     /// Ceiling of D.
     pub d_max: Option<u32>,
+    /// Slowdown above which D shrinks.
+    pub slowdown_target: Option<f64>,
+    /// What moves D.
+    pub law: Option<Law>,
 }
 
 impl Overrides {
@@ -410,6 +456,12 @@ impl Overrides {
         if let Some(d) = self.d_max {
             conc.d_max = d;
             conc.d_initial = conc.d_initial.min(f64::from(d.max(1)));
+        }
+        if let Some(t) = self.slowdown_target {
+            conc.slowdown_target = t;
+        }
+        if let Some(l) = self.law {
+            conc.law = l;
         }
         queue.validate()?;
         conc.validate()?;

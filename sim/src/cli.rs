@@ -78,6 +78,16 @@ struct NodeArgs {
     /// Override D_max.
     #[arg(long)]
     d_max: Option<u32>,
+    /// What moves D: `interference` (mqfqd's controller) or `busy-time` (the published law on
+    /// NVML busy-time alone, for comparison).
+    #[arg(long, default_value = "interference")]
+    d_law: String,
+    /// Most slowdown a run should suffer from its co-runners.
+    #[arg(long)]
+    slowdown_target: Option<f64>,
+    /// The GPUs report no SM activity (pre-Hopper: no GPM).
+    #[arg(long)]
+    no_gpm: bool,
     /// Fraction of GPU memory kept free.
     #[arg(long, default_value_t = 0.15)]
     headroom: f64,
@@ -111,7 +121,10 @@ impl NodeArgs {
                 alpha: self.alpha,
                 u_target: self.u_target,
                 d_max: self.d_max,
+                slowdown_target: self.slowdown_target,
+                law: Some(self.d_law.parse()?),
             },
+            gpm: !self.no_gpm,
             tiers: TierConfig {
                 headroom: self.headroom,
                 hot_ttl_s: self.hot_ttl_s,
@@ -153,6 +166,9 @@ struct CompareArgs {
     /// Write every policy's summary as JSON here.
     #[arg(long)]
     json: Option<PathBuf>,
+    /// Write GPU 0's concurrency limit over time per policy to this SVG.
+    #[arg(long)]
+    plot_d: Option<PathBuf>,
     #[command(flatten)]
     node: NodeArgs,
 }
@@ -359,8 +375,10 @@ fn compare(a: &CompareArgs) -> Result<()> {
     let trace = load_trace(&a.trace)?;
     let mut sums = Vec::new();
     let mut cdfs = Vec::new();
+    let mut limits = Vec::new();
     for p in POLICIES {
         let out = run_policy(p, &trace, &cfg)?;
+        limits.push((p, out.limits.clone()));
         let s = summarize(&trace, &out, a.node.short_ms);
         let mut lat: Vec<f64> = trace
             .invocations
@@ -389,6 +407,10 @@ fn compare(a: &CompareArgs) -> Result<()> {
     }
     if let Some(p) = &a.plot {
         crate::plot::cdf(p, &cdfs)?;
+        eprintln!("wrote {}", p.display());
+    }
+    if let Some(p) = &a.plot_d {
+        crate::plot::limits(p, &limits)?;
         eprintln!("wrote {}", p.display());
     }
     Ok(())

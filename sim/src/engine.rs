@@ -31,9 +31,10 @@ pub use pool::pool_config;
 use crate::policy::{Admission, MemoryStyle, Policy, PoolView, Signal};
 use crate::trace::Trace;
 use crate::types::{Audit, Record, SimConfig, SimError, SimOutput};
-use scheduler_core::concurrency::ConcurrencyController;
+use scheduler_core::concurrency::{ConcurrencyController, Signals};
 use scheduler_core::config::ConfigError;
 use scheduler_core::ewma::Ewma;
+use scheduler_core::node::admission::GpuReading;
 use scheduler_core::tiers::{Tier, TierPolicy};
 use scheduler_core::time::Time;
 
@@ -46,8 +47,12 @@ struct Gpu {
     pcie_free_ms: f64,
     gate_est: f64,
     util_smooth: f64,
+    /// Σ over time of the SM share in use (SM activity, as GPM reads it).
     busy_ms: f64,
     busy_at_sample: f64,
+    /// Time in which any invocation executed (busy-time, as NVML's `utilization.gpu` reads it).
+    any_ms: f64,
+    any_at_sample: f64,
 }
 
 #[derive(Debug)]
@@ -94,6 +99,11 @@ struct Engine<'t> {
     startup: Vec<f64>,
     records: Vec<Option<Record>>,
     pending_start: Vec<(f64, Tier)>,
+    /// When each invocation's execution began (its burst, as the daemon measures it).
+    exec_start: Vec<f64>,
+    /// GPU 0's limit in force over time: `(seconds since the first arrival, limit)` at each
+    /// change.
+    limits: Vec<(f64, u32)>,
     last_arrival: Vec<Option<f64>>,
     iat: Vec<Ewma>,
     audit: Audit,
@@ -343,6 +353,9 @@ impl<'t> Engine<'t> {
             for g in 0..self.gpus.len() {
                 let (speed, util) = self.speeds(g);
                 self.gpus[g].busy_ms += util * dt;
+                if util > 0.0 {
+                    self.gpus[g].any_ms += dt;
+                }
                 self.d_integral += f64::from(self.limit(g, self.admission)) * dt;
                 self.slot_integral += f64::from(self.gpus[g].slots) * dt;
                 for run in self.runs.iter_mut().flatten() {
@@ -372,8 +385,30 @@ impl<'t> Engine<'t> {
         t
     }
 
-    fn finish(&mut self, inv: usize, policy: &mut dyn Policy) {
+    /// Run `r` starts executing `inv`: a burst begins.
+    fn begin_exec(&mut self, r: usize, inv: usize) {
+        let run = self.runs[r].as_mut().expect("run");
+        run.phase = Phase::Exec {
+            remaining: self.trace.invocations[inv].exec_ms,
+        };
+        let g = run.gpu;
+        self.exec_start[inv] = self.now;
+        if self.admission != Admission::Node {
+            let name = &self.trace.functions[self.trace.invocations[inv].func].name;
+            self.gpus[g].conc.admitted(inv as u64, name, true);
+        }
+    }
+
+    /// `inv` ended on GPU `g`.
+    fn finish(&mut self, inv: usize, g: usize, policy: &mut dyn Policy) {
         let (start, tier) = self.pending_start[inv];
+        // What the daemon measures of a burst: its execution, co-runners' slowdown included.
+        let service_ms = self.now - self.exec_start[inv];
+        if self.admission != Admission::Node {
+            self.gpus[g]
+                .conc
+                .released(inv as u64, Some(service_ms / 1e3));
+        }
         if self.records[inv].is_some() {
             self.audit.double_completions += 1;
         }
@@ -382,7 +417,7 @@ impl<'t> Engine<'t> {
             end_ms: self.now,
             tier,
         });
-        policy.complete(inv, self.trace, self.now - start, ms(self.now));
+        policy.complete(inv, self.trace, service_ms, ms(self.now));
     }
 
     fn step_phases(&mut self, policy: &mut dyn Policy, admission: Admission, mem: MemoryStyle) {
@@ -392,13 +427,13 @@ impl<'t> Engine<'t> {
             };
             match run.phase {
                 Phase::Startup { until } if until <= self.now + EPS => {
-                    let exec = self.trace.invocations[run.current].exec_ms;
-                    self.runs[r].as_mut().expect("run").phase = Phase::Exec { remaining: exec };
+                    let inv = run.current;
+                    self.begin_exec(r, inv);
                 }
                 Phase::Exec { remaining } if remaining <= EPS => {
-                    let inv = run.current;
+                    let (inv, g) = (run.current, run.gpu);
                     let c = run.container.expect("executing run has a container");
-                    self.finish(inv, policy);
+                    self.finish(inv, g, policy);
                     let mb = self.mem(self.containers[c].func);
                     let uses = self.containers[c].uses + 1;
                     let credit = self.tiers.credit(
@@ -413,9 +448,8 @@ impl<'t> Engine<'t> {
                     let run = self.runs[r].as_mut().expect("run");
                     if let Some(next) = run.rest.pop_front() {
                         run.current = next;
-                        let exec = self.trace.invocations[next].exec_ms;
-                        run.phase = Phase::Exec { remaining: exec };
                         self.pending_start[next] = (self.now, Tier::Hot);
+                        self.begin_exec(r, next);
                     } else {
                         let (g, f) = (run.gpu, run.func);
                         self.runs[r] = None;
@@ -466,12 +500,14 @@ impl Engine<'_> {
     fn skip_idle(&mut self, clock: &mut Clock, t_arr: f64, policy: &mut dyn Policy) {
         let skipped = ((t_arr - clock.next_sample) / self.cfg.sample_ms).floor();
         let n = (skipped as u64).min(64);
+        let idle = self.monitor(0.0, 0.0);
         for g in &mut self.gpus {
             for _ in 0..n {
-                g.conc.observe(0.0);
+                g.conc.observe(idle, false);
             }
             g.util_smooth *= 0.4f64.powf(skipped.min(64.0));
             g.busy_at_sample = g.busy_ms;
+            g.any_at_sample = g.any_ms;
         }
         let resume = clock.next_sample + skipped * self.cfg.sample_ms;
         if self.admission == Admission::Node && n > 0 {
@@ -480,14 +516,26 @@ impl Engine<'_> {
             let (from, step) = (clock.next_sample, (resume - clock.next_sample) / n as f64);
             for j in 0..n {
                 self.advance(from + step * j as f64);
-                let idle: Vec<(u32, f64, u64)> = (0..self.gpus.len())
-                    .map(|g| (gpu_index(g), 0.0, self.used_bytes(g)))
+                let readings: Vec<GpuReading> = (0..self.gpus.len())
+                    .map(|g| GpuReading {
+                        index: gpu_index(g),
+                        signals: idle,
+                        memory_used: self.used_bytes(g),
+                    })
                     .collect();
-                policy.sample(&idle, ms(self.now));
+                policy.sample(&readings, ms(self.now));
                 self.pool_sample(policy);
             }
         }
         clock.next_sample = resume;
+    }
+
+    /// What the monitor reads: busy-time always, SM activity where the GPUs have GPM.
+    fn monitor(&self, busy: f64, sm: f64) -> Signals {
+        Signals {
+            busy: Some(busy.clamp(0.0, 1.0)),
+            sm_activity: self.cfg.gpm.then_some(sm.clamp(0.0, 1.0)),
+        }
     }
 
     #[expect(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
@@ -520,18 +568,33 @@ impl Engine<'_> {
     /// housekeeping every tenth.
     fn sample(&mut self, clock: &mut Clock, policy: &mut dyn Policy, mem: MemoryStyle) {
         clock.samples += 1;
+        let waiting = policy.queued() > 0;
+        if !self.gpus.is_empty() {
+            let limit = self.limit(0, self.admission);
+            if self.limits.last().is_none_or(|&(_, l)| l != limit) {
+                self.limits.push(((self.now - clock.first) / 1e3, limit));
+            }
+        }
         let mut samples = Vec::with_capacity(self.gpus.len());
         for g in 0..self.gpus.len() {
             let used = self.used_bytes(g);
-            let gpu = &mut self.gpus[g];
+            let gpu = &self.gpus[g];
             let u = (gpu.busy_ms - gpu.busy_at_sample) / self.cfg.sample_ms;
+            let any = (gpu.any_ms - gpu.any_at_sample) / self.cfg.sample_ms;
+            let signals = self.monitor(any, u);
+            let gpu = &mut self.gpus[g];
             gpu.busy_at_sample = gpu.busy_ms;
-            gpu.conc.observe(u);
+            gpu.any_at_sample = gpu.any_ms;
+            gpu.conc.observe(signals, waiting);
             if clock.samples.is_multiple_of(clock.paper_every) {
                 gpu.util_smooth = 0.6 * u + 0.4 * gpu.util_smooth;
                 gpu.gate_est = gpu.util_smooth;
             }
-            samples.push((gpu_index(g), u, used));
+            samples.push(GpuReading {
+                index: gpu_index(g),
+                signals,
+                memory_used: used,
+            });
         }
         if self.admission == Admission::Node {
             policy.sample(&samples, ms(self.now));
@@ -698,6 +761,7 @@ impl Engine<'_> {
             pcie_mb: self.pcie_mb,
             mean_d: self.d_integral / span,
             mean_slots: self.slot_integral / span,
+            limits: self.limits,
         }
     }
 }
@@ -728,6 +792,8 @@ fn engine<'t>(
                 util_smooth: 0.0,
                 busy_ms: 0.0,
                 busy_at_sample: 0.0,
+                any_ms: 0.0,
+                any_at_sample: 0.0,
             })
         })
         .collect::<Result<Vec<_>, ConfigError>>()?;
@@ -746,6 +812,8 @@ fn engine<'t>(
             .collect(),
         records: vec![None; trace.invocations.len()],
         pending_start: vec![(0.0, Tier::Cold); trace.invocations.len()],
+        exec_start: vec![0.0; trace.invocations.len()],
+        limits: Vec::new(),
         last_arrival: vec![None; n],
         iat: vec![Ewma::new(0.2); n],
         audit: Audit::default(),

@@ -13,7 +13,9 @@
 use std::collections::{HashMap, VecDeque};
 
 use scheduler_core::config::{ConcurrencyConfig, ConfigError, GpuMode, QueueConfig};
-use scheduler_core::node::admission::{AdmitInfo, Core, CoreError, GpuInfo, Grant, Kind, Record};
+use scheduler_core::node::admission::{
+    AdmitInfo, Core, CoreError, GpuInfo, GpuReading, Grant, Kind, Record,
+};
 use scheduler_core::{FlowState, Time};
 
 use crate::policy::{Admission, MemoryStyle, Policy, PoolView, Signal};
@@ -36,8 +38,8 @@ pub enum Input {
         /// When.
         now: Time,
     },
-    /// A sampling step: `(GPU, utilization, memory used)`.
-    Sample(Vec<(u32, f64, u64)>, Time),
+    /// A sampling step: each GPU's reading.
+    Sample(Vec<GpuReading>, Time),
     /// A function's memory became resident or not.
     Residency {
         /// The function's flow.
@@ -228,7 +230,7 @@ impl Policy for NodeMqfq {
     fn active(&self, func: usize) -> bool {
         self.core.flow_state(&self.names[func]) == Some(FlowState::Active)
     }
-    fn sample(&mut self, samples: &[(u32, f64, u64)], now: Time) {
+    fn sample(&mut self, samples: &[GpuReading], now: Time) {
         let grants = self.core.sample(samples, now);
         self.keep(Input::Sample(samples.to_vec(), now));
         self.take(grants);

@@ -74,3 +74,71 @@ pub fn cdf(path: &Path, series: &[(&str, Vec<f64>)]) -> Result<()> {
     root.present().map_err(e)?;
     Ok(())
 }
+
+/// Draws `series` (policy, `(seconds, limit)` at each change) as step lines into an SVG file:
+/// the concurrency limit in force on GPU 0 over time.
+///
+/// # Errors
+/// Empty input or a drawing failure.
+#[expect(clippy::cast_precision_loss)]
+pub fn limits(path: &Path, series: &[(&str, Vec<(f64, u32)>)]) -> Result<()> {
+    let end = series
+        .iter()
+        .filter_map(|(_, v)| v.last().map(|p| p.0))
+        .fold(0.0, f64::max);
+    let top = series
+        .iter()
+        .flat_map(|(_, v)| v.iter().map(|p| p.1))
+        .max()
+        .unwrap_or(0);
+    if end <= 0.0 || top == 0 {
+        return Err(anyhow!("no limits to plot"));
+    }
+    let root = SVGBackend::new(path, (900, 560)).into_drawing_area();
+    let e = |x: DrawingAreaErrorKind<_>| anyhow!("plot: {x}");
+    root.fill(&WHITE).map_err(e)?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption("Concurrency limit in force on GPU 0", ("sans-serif", 22))
+        .margin(12)
+        .x_label_area_size(40)
+        .y_label_area_size(50)
+        .build_cartesian_2d(0.0..end, 0.0..f64::from(top) + 1.0)
+        .map_err(e)?;
+    chart
+        .configure_mesh()
+        .x_desc("time (s)")
+        .y_desc("limit ⌊D⌋")
+        .draw()
+        .map_err(e)?;
+    for (i, (name, v)) in series.iter().enumerate() {
+        let c = COLOURS[i % COLOURS.len()];
+        // Steps: each value holds until the next change; a small vertical offset per policy
+        // keeps equal lines apart.
+        let off = 0.04 * i as f64;
+        let mut pts = Vec::with_capacity(v.len() * 2);
+        for (k, &(t, l)) in v.iter().enumerate() {
+            let y = f64::from(l) + off;
+            if k > 0 {
+                pts.push((t, f64::from(v[k - 1].1) + off));
+            }
+            pts.push((t, y));
+        }
+        if let Some(&(_, l)) = v.last() {
+            pts.push((end, f64::from(l) + off));
+        }
+        chart
+            .draw_series(LineSeries::new(pts, c.stroke_width(2)))
+            .map_err(e)?
+            .label(*name)
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(2)));
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperRight)
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .draw()
+        .map_err(e)?;
+    root.present().map_err(e)?;
+    Ok(())
+}

@@ -17,6 +17,7 @@ use crate::trace::Trace;
 use crate::types::SimConfig;
 use scheduler_core::config::{ConfigError, Overrun, QueueConfig, Selection, StickyTtl};
 use scheduler_core::ewma::Ewma;
+use scheduler_core::node::admission::GpuReading;
 use scheduler_core::queue::{FlowEvent, FlowId, FlowState, MqfqQueue, Ticket};
 use scheduler_core::tiers::Tier;
 use scheduler_core::time::Time;
@@ -108,7 +109,7 @@ pub trait Policy {
         0
     }
     /// A sampling step: `(GPU, utilization, memory used in bytes)` for every GPU.
-    fn sample(&mut self, _samples: &[(u32, f64, u64)], _now: Time) {}
+    fn sample(&mut self, _samples: &[GpuReading], _now: Time) {}
     /// An invocation finished after holding its slot for `service_ms`.
     fn complete(&mut self, inv: usize, trace: &Trace, service_ms: f64, now: Time);
     /// Invocations waiting.

@@ -24,6 +24,8 @@ pub struct SimConfig {
     pub corun_gain_max: f64,
     /// Utilization sample period, ms.
     pub sample_ms: f64,
+    /// Whether the GPUs report SM activity (GPM, Hopper and later) besides busy-time.
+    pub gpm: bool,
     /// Profile of `mqfq-sticky` (T, TTL, α).
     pub profile: Profile,
     /// Overrides on the profile.
@@ -44,6 +46,7 @@ impl Default for SimConfig {
             corun_gain: 0.05,
             corun_gain_max: 0.15,
             sample_ms: 100.0,
+            gpm: true,
             profile: Profile::Balanced,
             overrides: Overrides::default(),
             tiers: TierConfig::default(),
@@ -131,6 +134,9 @@ pub struct SimOutput {
     pub mean_d: f64,
     /// Time-averaged slots held per GPU.
     pub mean_slots: f64,
+    /// GPU 0's limit in force over time: `(seconds since the first arrival, limit)` at each
+    /// change.
+    pub limits: Vec<(f64, u32)>,
 }
 
 /// Errors of a simulation run.

@@ -8,6 +8,22 @@
  *   FAKE_NVML_FAIL   if set, nvmlInit fails with NVML_ERROR_DRIVER_NOT_LOADED
  *   FAKE_NVML_PERSIST file that nvmlDeviceSetPersistenceMode appends "<index> <mode>" to
  *   FAKE_NVML_PERSIST_DENY  if set, nvmlDeviceSetPersistenceMode fails with NVML_ERROR_NO_PERMISSION
+ *
+ * GPU performance monitoring (GPM), the Hopper-and-later sampling API:
+ *
+ *   FAKE_NVML_GPM    if set and non-empty, every GPU supports GPM; otherwise
+ *                    nvmlGpmQueryDeviceSupport says no and sampling fails with NOT_SUPPORTED
+ *   FAKE_NVML_SM     file whose lines are each GPU's SM activity percent (GPM metric SM_UTIL;
+ *                    SM_OCCUPANCY reads half of it), read at every nvmlGpmMetricsGet; unset: 0
+ *   FAKE_NVML_DRAM   file whose lines are each GPU's DRAM bandwidth percent (DRAM_BW_UTIL),
+ *                    read the same way; unset: 0
+ *   FAKE_NVML_GPM_CALLS  file that each nvmlGpmSampleGet appends "<index>" to (and each
+ *                    nvmlGpmMigSampleGet "<index> <gpuInstanceId>"), one line per sample taken
+ *
+ * PCIE_TX_PER_SEC and PCIE_RX_PER_SEC are fixed at 1e6 and 2e6 bytes/s; every other metric
+ * answers NOT_SUPPORTED in its own nvmlReturn. Percent files hold numbers 0-100 (clamped), as
+ * real NVML reports them; the two samples given to nvmlGpmMetricsGet must come from the same GPU
+ * (and GPU instance), the second taken after the first.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,7 +34,9 @@ enum {
     NVML_SUCCESS = 0,
     NVML_ERROR_UNINITIALIZED = 1,
     NVML_ERROR_INVALID_ARGUMENT = 2,
+    NVML_ERROR_NOT_SUPPORTED = 3,
     NVML_ERROR_DRIVER_NOT_LOADED = 9,
+    NVML_ERROR_ARGUMENT_VERSION_MISMATCH = 25,
 };
 
 typedef struct { int index; } fake_device;
@@ -44,18 +62,23 @@ static int valid(nvmlDevice_t d) {
     return initialized && d && d >= devices && d < devices + count();
 }
 
-static unsigned int util_of(int index) {
-    const char *path = getenv("FAKE_NVML_UTIL");
-    unsigned int u = 0;
+/* Line `index` of the file named by environment variable `var`, as a percent in 0..100 (0 when
+ * the variable is unset, the file is missing or too short). */
+static double percent_of(const char *var, int index) {
+    const char *path = getenv(var);
+    double v = 0;
     if (!path) return 0;
     FILE *f = fopen(path, "r");
     if (!f) return 0;
     for (int i = 0; i <= index; i++) {
-        if (fscanf(f, "%u", &u) != 1) { u = 0; break; }
+        if (fscanf(f, "%lf", &v) != 1) { v = 0; break; }
     }
     fclose(f);
-    return u > 100 ? 100 : u;
+    if (!(v >= 0)) return 0; /* negative or NaN */
+    return v > 100 ? 100 : v;
 }
+
+static unsigned int util_of(int index) { return (unsigned int)percent_of("FAKE_NVML_UTIL", index); }
 
 nvmlReturn_t nvmlInit_v2(void) {
     if (getenv("FAKE_NVML_FAIL")) return NVML_ERROR_DRIVER_NOT_LOADED;
@@ -70,7 +93,9 @@ const char *nvmlErrorString(nvmlReturn_t r) {
     case NVML_SUCCESS: return "Success";
     case NVML_ERROR_UNINITIALIZED: return "Uninitialized";
     case NVML_ERROR_INVALID_ARGUMENT: return "Invalid Argument";
+    case NVML_ERROR_NOT_SUPPORTED: return "Not Supported";
     case NVML_ERROR_DRIVER_NOT_LOADED: return "Driver Not Loaded";
+    case NVML_ERROR_ARGUMENT_VERSION_MISMATCH: return "Argument Version Mismatch";
     default: return "Unknown Error";
     }
 }
@@ -151,6 +176,138 @@ nvmlReturn_t nvmlDeviceSetPersistenceMode(nvmlDevice_t d, int mode) {
         if (f) {
             fprintf(f, "%d %d\n", d->index, mode);
             fclose(f);
+        }
+    }
+    return NVML_SUCCESS;
+}
+
+/* GPM. A sample is a malloc'ed record of which GPU (and GPU instance) it was taken on and when,
+ * as a per-process sequence number; the metrics are read from the files when they are computed. */
+struct fake_gpm_sample {
+    int index;                /* -1 until taken */
+    unsigned int instance;    /* GPU instance for MIG samples, ~0u for whole-GPU ones */
+    unsigned long long seq;   /* 0 until taken */
+};
+typedef struct fake_gpm_sample *nvmlGpmSample_t;
+typedef struct { unsigned int version; unsigned int isSupportedDevice; } nvmlGpmSupport_t;
+typedef struct {
+    unsigned int metricId;
+    nvmlReturn_t nvmlReturn;
+    double value;
+    struct { char *shortName; char *longName; char *unit; } metricInfo;
+} nvmlGpmMetric_t;
+typedef struct {
+    unsigned int version;
+    unsigned int numMetrics;
+    nvmlGpmSample_t sample1;
+    nvmlGpmSample_t sample2;
+    nvmlGpmMetric_t metrics[98];
+} nvmlGpmMetricsGet_t;
+
+static unsigned long long gpm_seq = 0;
+
+static int gpm_on(void) {
+    const char *g = getenv("FAKE_NVML_GPM");
+    return g && *g;
+}
+
+nvmlReturn_t nvmlGpmQueryDeviceSupport(nvmlDevice_t d, nvmlGpmSupport_t *s) {
+    if (!initialized) return NVML_ERROR_UNINITIALIZED;
+    if (!valid(d) || !s) return NVML_ERROR_INVALID_ARGUMENT;
+    if (s->version != 1) return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+    s->isSupportedDevice = gpm_on() ? 1 : 0;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlGpmSampleAlloc(nvmlGpmSample_t *s) {
+    if (!initialized) return NVML_ERROR_UNINITIALIZED;
+    if (!s) return NVML_ERROR_INVALID_ARGUMENT;
+    *s = malloc(sizeof **s);
+    if (!*s) return 999; /* NVML_ERROR_UNKNOWN */
+    (*s)->index = -1;
+    (*s)->instance = ~0u;
+    (*s)->seq = 0;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlGpmSampleFree(nvmlGpmSample_t s) {
+    if (!s) return NVML_ERROR_INVALID_ARGUMENT;
+    free(s);
+    return NVML_SUCCESS;
+}
+
+static nvmlReturn_t gpm_take(nvmlDevice_t d, unsigned int instance, nvmlGpmSample_t s) {
+    if (!initialized) return NVML_ERROR_UNINITIALIZED;
+    if (!valid(d) || !s) return NVML_ERROR_INVALID_ARGUMENT;
+    if (!gpm_on()) return NVML_ERROR_NOT_SUPPORTED;
+    s->index = d->index;
+    s->instance = instance;
+    s->seq = __atomic_add_fetch(&gpm_seq, 1, __ATOMIC_SEQ_CST);
+    const char *path = getenv("FAKE_NVML_GPM_CALLS");
+    if (path) {
+        FILE *f = fopen(path, "a");
+        if (f) {
+            if (instance == ~0u) fprintf(f, "%d\n", d->index);
+            else fprintf(f, "%d %u\n", d->index, instance);
+            fclose(f);
+        }
+    }
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlGpmSampleGet(nvmlDevice_t d, nvmlGpmSample_t s) { return gpm_take(d, ~0u, s); }
+
+nvmlReturn_t nvmlGpmMigSampleGet(nvmlDevice_t d, unsigned int gpuInstanceId, nvmlGpmSample_t s) {
+    if (gpuInstanceId == ~0u) return NVML_ERROR_INVALID_ARGUMENT;
+    return gpm_take(d, gpuInstanceId, s);
+}
+
+nvmlReturn_t nvmlGpmMetricsGet(nvmlGpmMetricsGet_t *m) {
+    if (!initialized) return NVML_ERROR_UNINITIALIZED;
+    if (!m) return NVML_ERROR_INVALID_ARGUMENT;
+    if (m->version != 1) return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+    nvmlGpmSample_t a = m->sample1, b = m->sample2;
+    if (m->numMetrics > 98 || !a || !b) return NVML_ERROR_INVALID_ARGUMENT;
+    if (a->seq == 0 || b->seq <= a->seq || a->index != b->index || a->instance != b->instance)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    for (unsigned int i = 0; i < m->numMetrics; i++) {
+        nvmlGpmMetric_t *x = &m->metrics[i];
+        x->nvmlReturn = NVML_SUCCESS;
+        x->metricInfo.unit = "%";
+        switch (x->metricId) {
+        case 2: /* NVML_GPM_METRIC_SM_UTIL */
+            x->value = percent_of("FAKE_NVML_SM", a->index);
+            x->metricInfo.shortName = "SM_UTIL";
+            x->metricInfo.longName = "SM activity";
+            break;
+        case 3: /* NVML_GPM_METRIC_SM_OCCUPANCY */
+            x->value = percent_of("FAKE_NVML_SM", a->index) / 2;
+            x->metricInfo.shortName = "SM_OCCUPANCY";
+            x->metricInfo.longName = "SM occupancy";
+            break;
+        case 10: /* NVML_GPM_METRIC_DRAM_BW_UTIL */
+            x->value = percent_of("FAKE_NVML_DRAM", a->index);
+            x->metricInfo.shortName = "DRAM_BW_UTIL";
+            x->metricInfo.longName = "DRAM bandwidth utilization";
+            break;
+        case 20: /* NVML_GPM_METRIC_PCIE_TX_PER_SEC */
+            x->value = 1e6;
+            x->metricInfo.shortName = "PCIE_TX";
+            x->metricInfo.longName = "PCIe transmit bytes per second";
+            x->metricInfo.unit = "B/s";
+            break;
+        case 21: /* NVML_GPM_METRIC_PCIE_RX_PER_SEC */
+            x->value = 2e6;
+            x->metricInfo.shortName = "PCIE_RX";
+            x->metricInfo.longName = "PCIe receive bytes per second";
+            x->metricInfo.unit = "B/s";
+            break;
+        default:
+            x->nvmlReturn = NVML_ERROR_NOT_SUPPORTED;
+            x->value = 0;
+            x->metricInfo.shortName = NULL;
+            x->metricInfo.longName = NULL;
+            x->metricInfo.unit = NULL;
         }
     }
     return NVML_SUCCESS;

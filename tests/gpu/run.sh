@@ -13,7 +13,7 @@
 # answers for managed memory (IPC and dma-buf export, pointer attributes, address range), a
 # two-process IPC exchange without the interposer, with it and the native setting, and with it
 # by default (the export of converted memory refused, later allocations native), and pointer
-# queries on converted memory.
+# queries on converted memory; (6) load signals and burst cost under 1-8 concurrent invocations.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-$PWD/gpu-out}
@@ -168,5 +168,52 @@ if [ -x "$CC" ] && [ -f "$LIB" ]; then
         timeout 60 "$CC" attrs 2>&1 | tee -a "$R"
 else
     say "## compat: compatcheck or $LIB missing (run scripts/gpu-prepare.sh first)"
+fi
+# (6) Load signals under concurrency: 1, 2, 4 and 8 invocations of short bursts, as processes
+# (own contexts, time-sliced) and as streams of one context; one line each in results.txt and a
+# table per mode (conc-procs.csv, conc-streams.csv) for the simulator's controllers. Bounded to
+# about a minute: no new run starts once the step has taken 50 s.
+CB=$BIN/concbench
+if [ ! -x "$CB" ] && command -v cc >/dev/null; then
+    cc -O2 -o "$OUT/concbench" tests/gpu/concbench.c -ldl -lpthread && CB=$OUT/concbench
+fi
+if [ -x "$CB" ]; then
+    step_start=$SECONDS
+    for mode in procs streams; do
+        say "## concurrency, $mode: N invocations of 2 ms bursts with 2 ms gaps, 3 s each (fractions; nan: no GPM)"
+        csv="$OUT/conc-$mode.csv"
+        echo "streams,busy,sm,dram,bursts_per_s,burst_ms" > "$csv"
+        for n in 1 2 4 8; do
+            if [ $((SECONDS - step_start)) -ge 50 ]; then
+                say "concbench $mode $n: skipped (step over its time)"
+                continue
+            fi
+            line=$(timeout 15 "$CB" "$mode" "$n" 3 2> "$OUT/conc-$mode-$n.err")
+            rc=$?
+            if [ "${line%% *}" = conc ]; then
+                say "$line"
+                echo "$line" | awk -v n="$n" '{
+                    for (i = 2; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] }
+                    print n "," v["busy"] "," v["sm"] "," v["dram"] "," v["bursts_per_s"] "," v["burst_ms"]
+                }' >> "$csv"
+            else
+                say "concbench $mode $n: exit $rc: $(tail -n 1 "$OUT/conc-$mode-$n.err")"
+            fi
+        done
+    done
+    if [ -x "$BIN/mqfq-sim" ]; then
+        for mode in procs streams; do
+            if [ "$(wc -l < "$OUT/conc-$mode.csv")" -gt 1 ]; then
+                say "## controllers replayed in closed loop over the measured $mode table"
+                timeout 10 "$BIN/mqfq-sim" controllers --table "$OUT/conc-$mode.csv" 2>&1 | tee -a "$R"
+            else
+                say "## controllers, $mode: no measurements to replay"
+            fi
+        done
+    else
+        say "## mqfq-sim: no binary (run scripts/gpu-prepare.sh first): controllers not replayed"
+    fi
+else
+    say "## concurrency: concbench: no binary and no cc"
 fi
 say "# done $(date -u +%FT%TZ)"

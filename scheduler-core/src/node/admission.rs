@@ -12,7 +12,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use crate::concurrency::ConcurrencyController;
+use crate::concurrency::{ConcurrencyController, Reading, Signals};
 use crate::config::{ConcurrencyConfig, GpuMode, QueueConfig};
 use crate::queue::FlowEvent;
 use crate::{FlowId, FlowState, MqfqQueue, Ticket, Time};
@@ -68,6 +68,17 @@ pub struct GpuInfo {
     pub memory_total: u64,
     /// MIG device UUIDs (`MIG-…`) on this GPU.
     pub mig: Vec<String>,
+}
+
+/// One GPU's sample, as the monitor read it.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct GpuReading {
+    /// NVML index.
+    pub index: u32,
+    /// Busy-time and SM activity over the period.
+    pub signals: Signals,
+    /// Framebuffer bytes in use.
+    pub memory_used: u64,
 }
 
 /// What an admission is for: a task's start, its resume after a pause, or a burst of GPU work
@@ -228,8 +239,8 @@ pub struct GpuView {
     pub limit: u32,
     /// Leases held.
     pub running: u32,
-    /// Last utilization sample.
-    pub utilization: Option<f64>,
+    /// What its last sample saw (busy-time, SM activity, slowdown).
+    pub reading: Reading,
     /// Last memory sample.
     pub memory_used: u64,
     /// Its queue's V.
@@ -649,6 +660,8 @@ impl Core {
                     epoch: self.epoch,
                 },
             );
+            let function = &self.leases[&lease].function;
+            self.gpus[slot].conc.admitted(lease, function, true);
             grants.push(Grant {
                 key,
                 lease,
@@ -720,6 +733,7 @@ impl Core {
         let g = &mut self.gpus[slot];
         // The ticket is outstanding by construction; a failure here would be a bug in this file.
         let _ = g.queue.complete(&l.ticket, measured, now);
+        g.conc.released(lease, measured);
         g.running = g.running.saturating_sub(1);
         if l.long {
             g.long_running = g.long_running.saturating_sub(1);
@@ -738,20 +752,15 @@ impl Core {
         Ok(self.pump(slot, now))
     }
 
-    /// A utilization sample (0–1) and memory reading for a GPU; D moves, and a higher limit may
-    /// dispatch.
-    pub fn observe(
-        &mut self,
-        index: u32,
-        utilization: f64,
-        memory_used: u64,
-        now: Time,
-    ) -> Vec<Grant> {
+    /// The end of a sample period on one GPU: D moves on what it saw (and on the admissions
+    /// that ended since the last one), and a higher limit may dispatch.
+    pub fn observe(&mut self, reading: &GpuReading, now: Time) -> Vec<Grant> {
         self.tick(now);
-        let slot = self.slot(index);
+        let slot = self.slot(reading.index);
         let g = &mut self.gpus[slot];
-        g.conc.observe(utilization);
-        g.memory_used = memory_used;
+        let waiting = g.queue.queued() > 0;
+        g.conc.observe(reading.signals, waiting);
+        g.memory_used = reading.memory_used;
         self.pump(slot, now)
     }
 
@@ -806,7 +815,7 @@ impl Core {
                     d: g.conc.d(),
                     limit: self.limit_of(s),
                     running: g.running,
-                    utilization: g.conc.last_utilization(),
+                    reading: g.conc.last(),
                     memory_used: g.memory_used,
                     virtual_time: g.queue.virtual_time(),
                     queued: g.queue.queued(),

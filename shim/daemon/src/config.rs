@@ -14,7 +14,7 @@
 //!
 //! [queue]          # overrides of the profile: overrun_s | overrun_tau, ttl_s | ttl_iat,
 //!                  # fallback_charge_s, short_charge_s
-//! [concurrency]    # alpha, u_target, d_max, d_initial
+//! [concurrency]    # alpha, u_target (SM activity), d_max, d_initial, slowdown_target
 //! [simulated]      # gpus = 1, memory_gib = 80, utilization_per_lease = 0.3, mode = "plain"
 //! [nvidia]         # pre-created GPU state: edits = true, driver_root = "/",
 //!                  # cdi_dirs = ["/etc/cdi", "/var/run/cdi"],
@@ -102,12 +102,15 @@ pub struct QueueSection {
 pub struct ConcurrencySection {
     /// Gain α.
     pub alpha: Option<f64>,
-    /// Target utilization.
+    /// SM activity above which D stops growing (GPUs with GPM).
     pub u_target: Option<f64>,
     /// Ceiling of D (default from the GPU mode: 8 plain, 16 MPS, 1 MIG).
     pub d_max: Option<u32>,
     /// D at start.
     pub d_initial: Option<f64>,
+    /// The most co-runners should slow an admission against its function's baseline (default
+    /// 2); above it D is cut.
+    pub slowdown_target: Option<f64>,
 }
 
 /// The simulated GPUs (no NVIDIA GPU needed).
@@ -396,6 +399,9 @@ impl DaemonConfig {
             alpha: self.concurrency.alpha,
             u_target: self.concurrency.u_target,
             d_max: self.concurrency.d_max,
+            slowdown_target: self.concurrency.slowdown_target,
+            // mqfqd never drives D from busy-time: the law is not configurable.
+            law: None,
         }
     }
 

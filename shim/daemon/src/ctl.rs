@@ -44,13 +44,14 @@ pub fn render(s: &api::StatusResponse) -> String {
     );
     let _ = writeln!(
         o,
-        "\n{:>3} {:<7} {:>6} {:>5} {:>7} {:>6} {:>6} {:>15} {:>9}  NAME",
-        "GPU", "MODE", "D", "LIMIT", "RUNNING", "QUEUED", "UTIL", "MEMORY GiB", "V"
+        "\n{:>3} {:<7} {:>6} {:>5} {:>7} {:>6} {:>6} {:>6} {:>5} {:>15} {:>9}  NAME",
+        "GPU", "MODE", "D", "LIMIT", "RUNNING", "QUEUED", "BUSY", "SM", "SLOW", "MEMORY GiB", "V"
     );
+    let pct = |v: Option<f64>| v.map_or_else(|| "-".to_owned(), |v| format!("{:.0}%", v * 100.0));
     for g in &s.gpus {
         let _ = writeln!(
             o,
-            "{:>3} {:<7} {:>6.2} {:>5} {:>7} {:>6} {:>5.0}% {:>7.1}/{:<7.1} {:>9.3}  {}",
+            "{:>3} {:<7} {:>6.2} {:>5} {:>7} {:>6} {:>5.0}% {:>6} {:>5} {:>7.1}/{:<7.1} {:>9.3}  {}",
             g.index,
             g.mode,
             g.d,
@@ -58,6 +59,9 @@ pub fn render(s: &api::StatusResponse) -> String {
             g.running,
             g.queued,
             g.utilization * 100.0,
+            pct(g.sm_activity),
+            g.slowdown
+                .map_or_else(|| "-".to_owned(), |v| format!("{v:.2}")),
             gib(g.memory_used),
             gib(g.memory_total),
             g.virtual_time,
@@ -210,7 +214,8 @@ pub fn to_json(s: &api::StatusResponse) -> serde_json::Value {
         "gpus": s.gpus.iter().map(|g| json!({
             "index": g.index, "uuid": g.uuid, "name": g.name, "mode": g.mode, "d": g.d,
             "limit": g.limit, "running": g.running, "queued": g.queued,
-            "utilization": g.utilization, "memory_used": g.memory_used,
+            "utilization": g.utilization, "sm_activity": g.sm_activity,
+            "slowdown": g.slowdown, "pressure": g.pressure, "memory_used": g.memory_used,
             "memory_total": g.memory_total, "virtual_time": g.virtual_time,
         })).collect::<Vec<_>>(),
         "flows": s.flows.iter().map(|f| json!({

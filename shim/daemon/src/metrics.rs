@@ -43,6 +43,9 @@ pub struct Metrics {
     limit: Family<Labels, Gauge>,
     running: Family<Labels, Gauge>,
     utilization: Family<Labels, Gauge<f64, AtomicU64>>,
+    sm_activity: Family<Labels, Gauge<f64, AtomicU64>>,
+    dram_bandwidth: Family<Labels, Gauge<f64, AtomicU64>>,
+    slowdown: Family<Labels, Gauge<f64, AtomicU64>>,
     memory_used: Family<Labels, Gauge>,
     memory_total: Family<Labels, Gauge>,
     fail_open: Gauge,
@@ -97,6 +100,9 @@ impl Metrics {
             limit: Family::default(),
             running: Family::default(),
             utilization: Family::default(),
+            sm_activity: Family::default(),
+            dram_bandwidth: Family::default(),
+            slowdown: Family::default(),
             memory_used: Family::default(),
             memory_total: Family::default(),
             fail_open: Gauge::default(),
@@ -155,8 +161,23 @@ impl Metrics {
         registry.register("gpu_leases", "Leases held, per GPU", m.running.clone());
         registry.register(
             "gpu_utilization_ratio",
-            "Last utilization sample, per GPU",
+            "NVML busy-time (any kernel running) over the last sample, per GPU; reported, never what moves D",
             m.utilization.clone(),
+        );
+        registry.register(
+            "gpu_sm_activity_ratio",
+            "SM activity over the last sample (GPM, Hopper and later), per GPU",
+            m.sm_activity.clone(),
+        );
+        registry.register(
+            "gpu_dram_bandwidth_ratio",
+            "DRAM bandwidth used over the last sample (GPM), per GPU",
+            m.dram_bandwidth.clone(),
+        );
+        registry.register(
+            "gpu_slowdown_ratio",
+            "Slowdown of the admissions that ended in the last sample against their functions' baselines, per GPU",
+            m.slowdown.clone(),
         );
         registry.register(
             "gpu_memory_used_bytes",
@@ -383,7 +404,11 @@ impl Metrics {
             self.running.get_or_create(&l).set(i64::from(g.running));
             self.utilization
                 .get_or_create(&l)
-                .set(g.utilization.unwrap_or(0.0));
+                .set(g.reading.busy.unwrap_or(0.0));
+            // Last value seen: a sample in which no admission ended says nothing new.
+            if let Some(s) = g.reading.slowdown {
+                self.slowdown.get_or_create(&l).set(s);
+            }
             self.memory_used
                 .get_or_create(&l)
                 .set(i64::try_from(g.memory_used).unwrap_or(i64::MAX));
@@ -393,6 +418,26 @@ impl Metrics {
         }
         self.fail_open
             .set(i64::try_from(fail_open).unwrap_or(i64::MAX));
+    }
+
+    /// The GPM gauges from the monitor's samples; a GPU without GPM has no such series.
+    pub fn gpm(&self, samples: &[crate::monitor::Sample]) {
+        for s in samples {
+            let l = gpu(s.index);
+            for (family, v) in [
+                (&self.sm_activity, s.sm_activity),
+                (&self.dram_bandwidth, s.dram_bandwidth),
+            ] {
+                match v {
+                    Some(v) => {
+                        family.get_or_create(&l).set(v);
+                    }
+                    None => {
+                        family.remove(&l);
+                    }
+                }
+            }
+        }
     }
 
     /// The text exposition.

@@ -1,17 +1,22 @@
 //! GPU monitoring behind one trait: NVML on NVIDIA nodes, a simulated GPU elsewhere (demo, CI).
 //!
-//! The daemon samples every `sample_interval_ms` (≤ 100 ms) and feeds utilization to the
-//! concurrency controller of each GPU. The NVML backend loads `libnvidia-ml.so.1` at run time
-//! (nvml-wrapper), so a node without the driver still starts; the tests run it against a CPU-only
-//! double of the library.
+//! The daemon samples every `sample_interval_ms` (≤ 100 ms) and hands each GPU's reading to its
+//! concurrency controller. NVML's busy-time is read and reported but never moves D on its own
+//! (see `scheduler_core::concurrency`); where the GPU has GPM (Hopper and later), SM activity,
+//! DRAM bandwidth and PCIe rates come from two GPM samples a period apart — one new sample per
+//! GPU per period, the previous one kept. The NVML backend loads `libnvidia-ml.so.1` at run
+//! time (nvml-wrapper), so a node without the driver still starts; the tests run it against a
+//! CPU-only double of the library.
 
 use std::path::{Path, PathBuf};
 
-use nvml_wrapper::Nvml;
 use nvml_wrapper::enum_wrappers::device::PcieUtilCounter;
+use nvml_wrapper::enums::gpm::GpmMetricId;
+use nvml_wrapper::{GpmSample, Nvml};
+use scheduler_core::concurrency::Signals;
 use scheduler_core::config::GpuMode;
 
-use scheduler_core::node::admission::GpuInfo;
+use scheduler_core::node::admission::{GpuInfo, GpuReading};
 
 /// A monitor that cannot answer.
 #[derive(Debug, thiserror::Error)]
@@ -31,8 +36,12 @@ pub enum MonitorError {
 pub struct Sample {
     /// NVML index.
     pub index: u32,
-    /// Busy fraction over the last sample period, 0–1.
-    pub utilization: f64,
+    /// NVML busy-time over the last sample period (any kernel running), 0–1.
+    pub busy: f64,
+    /// SM activity over the period (GPM), 0–1, where the GPU has it.
+    pub sm_activity: Option<f64>,
+    /// DRAM bandwidth used over the period (GPM), 0–1, where the GPU has it.
+    pub dram_bandwidth: Option<f64>,
     /// Framebuffer bytes in use.
     pub memory_used: u64,
     /// PCIe TX throughput, KB/s, where known.
@@ -41,6 +50,21 @@ pub struct Sample {
     pub pcie_rx_kbps: Option<u32>,
     /// Power draw, milliwatts, where known.
     pub power_mw: Option<u32>,
+}
+
+impl Sample {
+    /// What the node's admission core is fed.
+    #[must_use]
+    pub fn reading(&self) -> GpuReading {
+        GpuReading {
+            index: self.index,
+            signals: Signals {
+                busy: Some(self.busy),
+                sm_activity: self.sm_activity,
+            },
+            memory_used: self.memory_used,
+        }
+    }
 }
 
 /// A source of GPU facts and samples.
@@ -68,8 +92,9 @@ pub trait GpuMonitor: Send {
     }
 }
 
-/// GPUs that exist only in the daemon: utilization grows with the leases held and saturates, so
-/// dynamic D behaves as on a GPU that is fully used at about `1 / per_lease` invocations.
+/// GPUs that exist only in the daemon: busy-time is 100 % while any lease is held (as NVML reads a
+/// GPU in use), and SM activity grows with the leases held and saturates at about
+/// `1 / per_lease` of them.
 #[derive(Debug)]
 pub struct SimulatedGpus {
     gpus: Vec<GpuInfo>,
@@ -108,10 +133,10 @@ impl GpuMonitor for SimulatedGpus {
             .enumerate()
             .map(|(i, g)| {
                 let n = f64::from(leases.get(i).copied().unwrap_or(0));
-                let u = (n * self.per_lease).min(1.0);
                 Sample {
                     index: g.index,
-                    utilization: u,
+                    busy: if n > 0.0 { 1.0 } else { 0.0 },
+                    sm_activity: Some((n * self.per_lease).min(1.0)),
                     // A nominal 2 GiB per running invocation, capped at the GPU's size.
                     memory_used: (leases.get(i).copied().unwrap_or(0) as u64 * (2 << 30))
                         .min(g.memory_total),
@@ -123,10 +148,70 @@ impl GpuMonitor for SimulatedGpus {
 }
 
 /// NVIDIA GPUs through NVML.
-#[derive(Debug)]
 pub struct NvmlGpus {
-    nvml: Nvml,
+    /// NVML stays loaded for the life of the process (mqfqd opens it once): GPM samples
+    /// borrow it from one period to the next.
+    nvml: &'static Nvml,
     mps_pipe_dir: PathBuf,
+    /// Per NVML index: whether the GPU has GPM, and the previous period's sample.
+    gpm: Vec<Gpm>,
+}
+
+#[derive(Default)]
+struct Gpm {
+    supported: Option<bool>,
+    last: Option<GpmSample<'static>>,
+}
+
+impl std::fmt::Debug for NvmlGpus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NvmlGpus")
+            .field("mps_pipe_dir", &self.mps_pipe_dir)
+            .field(
+                "gpm",
+                &self.gpm.iter().map(|g| g.supported).collect::<Vec<_>>(),
+            )
+            .finish_non_exhaustive()
+    }
+}
+
+/// What GPM measured over one period.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+struct GpmReading {
+    sm: Option<f64>,
+    dram: Option<f64>,
+    pcie_tx_bps: Option<f64>,
+    pcie_rx_bps: Option<f64>,
+}
+
+/// GPM's metrics between two samples; a metric the GPU refuses is `None`.
+fn gpm_metrics(nvml: &Nvml, a: &GpmSample<'_>, b: &GpmSample<'_>) -> Option<GpmReading> {
+    let ids = [
+        GpmMetricId::SmUtil,
+        GpmMetricId::DramBwUtil,
+        GpmMetricId::PcieTxPerSec,
+        GpmMetricId::PcieRxPerSec,
+    ];
+    let got = nvml_wrapper::gpm::gpm_metrics_get(nvml, a, b, &ids).ok()?;
+    let value = |i: usize| {
+        got.get(i)
+            .and_then(|r| r.as_ref().ok())
+            .map(|r| r.value)
+            .filter(|v| v.is_finite() && *v >= 0.0)
+    };
+    let percent = |i: usize| value(i).map(|v| (v / 100.0).clamp(0.0, 1.0));
+    Some(GpmReading {
+        sm: percent(0),
+        dram: percent(1),
+        pcie_tx_bps: value(2),
+        pcie_rx_bps: value(3),
+    })
+}
+
+/// Bytes per second to NVML's KB/s.
+#[expect(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+fn kbps(bps: f64) -> u32 {
+    (bps / 1024.0).min(f64::from(u32::MAX)) as u32
 }
 
 fn nvml_err(what: &'static str) -> impl FnOnce(nvml_wrapper::error::NvmlError) -> MonitorError {
@@ -144,8 +229,9 @@ impl NvmlGpus {
             .init()
             .map_err(nvml_err("init"))?;
         Ok(NvmlGpus {
-            nvml,
+            nvml: Box::leak(Box::new(nvml)),
             mps_pipe_dir: mps_pipe_dir.to_owned(),
+            gpm: Vec::new(),
         })
     }
 
@@ -157,7 +243,7 @@ impl NvmlGpus {
     /// Every GPU NVML lists, by index.
     fn each<T>(
         &self,
-        mut f: impl FnMut(u32, nvml_wrapper::Device<'_>) -> Result<T, MonitorError>,
+        mut f: impl FnMut(u32, nvml_wrapper::Device<'static>) -> Result<T, MonitorError>,
     ) -> Result<Vec<T>, MonitorError> {
         let n = self.nvml.device_count().map_err(nvml_err("device count"))?;
         (0..n)
@@ -211,19 +297,63 @@ impl GpuMonitor for NvmlGpus {
     }
 
     fn sample(&mut self, _leases: &[u32]) -> Result<Vec<Sample>, MonitorError> {
-        self.each(|i, d| {
+        let mut gpm = std::mem::take(&mut self.gpm);
+        let nvml = self.nvml;
+        let out = self.each(|i, d| {
             let u = d.utilization_rates().map_err(nvml_err("utilization"))?;
             let m = d.memory_info().map_err(nvml_err("memory info"))?;
+            let slot = i as usize;
+            if gpm.len() <= slot {
+                gpm.resize_with(slot + 1, Gpm::default);
+            }
+            let g = gpm_period(nvml, &d, &mut gpm[slot]).unwrap_or_default();
+            // GPM's PCIe rates where it has them: NVML's own counters block ~20 ms each.
+            let (tx, rx) = match (g.pcie_tx_bps, g.pcie_rx_bps) {
+                (Some(tx), Some(rx)) => (Some(kbps(tx)), Some(kbps(rx))),
+                _ => (
+                    d.pcie_throughput(PcieUtilCounter::Send).ok(),
+                    d.pcie_throughput(PcieUtilCounter::Receive).ok(),
+                ),
+            };
             Ok(Sample {
                 index: i,
-                utilization: f64::from(u.gpu.min(100)) / 100.0,
+                busy: f64::from(u.gpu.min(100)) / 100.0,
+                sm_activity: g.sm,
+                dram_bandwidth: g.dram,
                 memory_used: m.used,
-                pcie_tx_kbps: d.pcie_throughput(PcieUtilCounter::Send).ok(),
-                pcie_rx_kbps: d.pcie_throughput(PcieUtilCounter::Receive).ok(),
+                pcie_tx_kbps: tx,
+                pcie_rx_kbps: rx,
                 power_mw: d.power_usage().ok(),
             })
-        })
+        });
+        self.gpm = gpm;
+        out
     }
+}
+
+/// One GPM period on a GPU: a new sample, metrics against the previous one (none on the first
+/// period, on a GPU without GPM, or when sampling fails — which drops the kept sample).
+fn gpm_period(
+    nvml: &'static Nvml,
+    d: &nvml_wrapper::Device<'static>,
+    state: &mut Gpm,
+) -> Option<GpmReading> {
+    let supported = *state
+        .supported
+        .get_or_insert_with(|| d.gpm_support().unwrap_or(false));
+    if !supported {
+        return None;
+    }
+    let Ok(now) = d.gpm_sample() else {
+        state.last = None;
+        return None;
+    };
+    let got = state
+        .last
+        .as_ref()
+        .and_then(|last| gpm_metrics(nvml, last, &now));
+    state.last = Some(now);
+    got
 }
 
 #[cfg(test)]
@@ -234,9 +364,12 @@ mod tests {
     fn simulated_utilization_follows_leases_and_saturates() {
         let mut s = SimulatedGpus::new(2, 8 << 30, GpuMode::Plain, 0.3);
         assert_eq!(s.devices().unwrap().len(), 2);
-        let r = s.sample(&[1, 5]).unwrap();
-        assert!((r[0].utilization - 0.3).abs() < 1e-9);
-        assert_eq!(r[1].utilization, 1.0);
+        let r = s.sample(&[1, 5, 0]).unwrap();
+        assert_eq!((r[0].busy, r[1].busy), (1.0, 1.0));
+        assert!((r[0].sm_activity.unwrap() - 0.3).abs() < 1e-9);
+        assert_eq!(r[1].sm_activity, Some(1.0));
+        let idle = s.sample(&[]).unwrap();
+        assert_eq!((idle[0].busy, idle[0].sm_activity), (0.0, Some(0.0)));
         assert_eq!(r[1].memory_used, 8 << 30);
     }
 

@@ -15,11 +15,13 @@ use tokio::sync::oneshot;
 use ttrpc::r#async::TtrpcContext;
 
 use super::metrics::Metrics;
-use super::monitor::GpuMonitor;
+use super::monitor::{GpuMonitor, Sample};
 use super::policy::{Asked, FairnessSection};
 use mqfq_proto::api;
 use scheduler_core::node::ContainerKey;
-use scheduler_core::node::admission::{AdmitInfo, Core, CoreError, Grant, Kind, RunningInfo};
+use scheduler_core::node::admission::{
+    AdmitInfo, Core, CoreError, GpuReading, Grant, Kind, RunningInfo,
+};
 use scheduler_core::node::pool::{Action, Order, Pool};
 
 mod log;
@@ -407,11 +409,8 @@ impl Daemon {
             let host = pool::host_memory();
             let now = self.now();
             let mut inner = self.lock();
-            let samples: Vec<(u32, f64, u64)> = samples
-                .iter()
-                .map(|s| (s.index, s.utilization, s.memory_used))
-                .collect();
-            let grants = inner.core.sample(&samples, now);
+            let readings: Vec<GpuReading> = samples.iter().map(Sample::reading).collect();
+            let grants = inner.core.sample(&readings, now);
             self.settle(&mut inner, grants);
             let gpus = inner.core.gpus();
             for g in &gpus {
@@ -428,6 +427,7 @@ impl Daemon {
                 .map(|c| (c, inner.pool.memory_by_function()));
             drop(inner);
             self.metrics.gauges(&gpus, fail_open);
+            self.metrics.gpm(&samples);
             if let Some((c, memory)) = counts {
                 self.metrics.pool_gauges(&c);
                 self.metrics.pool_memory(&memory);
@@ -452,7 +452,10 @@ impl Daemon {
                 d: g.d,
                 limit: g.limit,
                 running: g.running,
-                utilization: g.utilization.unwrap_or(0.0),
+                utilization: g.reading.busy.unwrap_or(0.0),
+                sm_activity: g.reading.sm_activity,
+                slowdown: g.reading.slowdown,
+                pressure: g.reading.pressure,
                 memory_used: g.memory_used,
                 memory_total: g.info.memory_total,
                 virtual_time: g.virtual_time,

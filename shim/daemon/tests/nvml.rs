@@ -1,6 +1,8 @@
 //! The real NVML backend (nvml-wrapper) against the CPU-only `libnvidia-ml.so.1` double built
-//! from `tests/doubles/nvml.c`: the library API, then `mqfqd` with `backend = "nvml"` turning
-//! utilization into D. One test, because the double reads the process environment.
+//! from `tests/doubles/nvml.c`: the library API (GPM included), then `mqfqd` with
+//! `backend = "nvml"`: busy-time alone never moves D; SM activity under the target and
+//! admissions that keep their speed raise it. One test, because the double reads the process
+//! environment.
 #![expect(
     clippy::tests_outside_test_module,
     reason = "an integration-test crate is the test module"
@@ -11,6 +13,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use mqfq_daemon::monitor::{GpuMonitor, NvmlGpus};
+use mqfq_proto::api;
 use scheduler_core::GpuMode;
 use serde_json::Value;
 
@@ -58,6 +61,54 @@ fn stop(mut child: std::process::Child) {
     let _ = child.wait();
 }
 
+/// Admits as many admissions as the limit lets run, ends them all after the same service, and
+/// lets a few samples pass; again until D exceeds `d`. Returns the status then.
+async fn rounds_until_d_exceeds(sock: &Path, d: f64) -> Value {
+    let c = mqfq_daemon::ctl::connect(sock).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut n = 0u32;
+    loop {
+        let s = status(sock).unwrap();
+        if s["gpus"][0]["d"].as_f64().unwrap() > d {
+            return s;
+        }
+        assert!(Instant::now() < deadline, "D never rose: {s}");
+        let limit = s["gpus"][0]["limit"].as_u64().unwrap();
+        let mut leases = Vec::new();
+        for _ in 0..limit {
+            n += 1;
+            let r = c
+                .admit(
+                    ttrpc::context::with_timeout(5_000_000_000),
+                    &api::AdmitRequest {
+                        namespace: "t".into(),
+                        container_id: format!("c{n}"),
+                        function: "f".into(),
+                        shim_pid: std::process::id(),
+                        ..Default::default()
+                    },
+                )
+                .await
+                .unwrap();
+            leases.push(r.lease_id);
+        }
+        for lease_id in leases {
+            c.release(
+                ttrpc::context::with_timeout(5_000_000_000),
+                &api::ReleaseRequest {
+                    lease_id,
+                    service_ns: 50_000_000,
+                    reason: "idle".into(),
+                    ..Default::default()
+                },
+            )
+            .await
+            .unwrap();
+        }
+        tokio::time::sleep(Duration::from_millis(60)).await;
+    }
+}
+
 #[test]
 fn nvml_backend_reads_the_double_and_drives_d() {
     let dir = tempfile::tempdir_in("/tmp").unwrap();
@@ -88,7 +139,8 @@ fn nvml_backend_reads_the_double_and_drives_d() {
     assert_eq!(d[0].memory_total, 16 << 30);
     assert_eq!((d[0].mode, d[1].mode), (GpuMode::Plain, GpuMode::Mig));
     let s = m.sample(&[]).unwrap();
-    assert!((s[0].utilization - 0.37).abs() < 1e-9);
+    assert!((s[0].busy - 0.37).abs() < 1e-9);
+    assert_eq!(s[0].sm_activity, None, "no GPM on this double until asked");
     assert_eq!(s[0].memory_used, 37 * ((16u64 << 30) / 100));
     assert_eq!(
         (s[0].pcie_tx_kbps, s[0].pcie_rx_kbps),
@@ -103,7 +155,57 @@ fn nvml_backend_reads_the_double_and_drives_d() {
     assert_eq!(m2.devices().unwrap()[0].mode, GpuMode::Mps);
     drop((m, m2));
 
-    // The daemon on the double: GPU 0 busy → D falls; GPU 1 is a MIG GPU → D stays at 1.
+    // GPM: one new sample per GPU per period, metrics against the previous one; PCIe rates
+    // from GPM instead of NVML's blocking counters.
+    let sm = dir.path().join("sm");
+    std::fs::write(
+        &sm, "30
+55
+",
+    )
+    .unwrap();
+    let dram = dir.path().join("dram");
+    std::fs::write(
+        &dram, "12
+0
+",
+    )
+    .unwrap();
+    let calls = dir.path().join("gpm-calls");
+    // SAFETY: as above, no other thread reads the environment.
+    unsafe {
+        std::env::set_var("FAKE_NVML_GPM", "1");
+        std::env::set_var("FAKE_NVML_SM", &sm);
+        std::env::set_var("FAKE_NVML_DRAM", &dram);
+        std::env::set_var("FAKE_NVML_GPM_CALLS", &calls);
+    }
+    let mut g = NvmlGpus::open(lib_s, Path::new("/nonexistent-mps")).unwrap();
+    let first = g.sample(&[]).unwrap();
+    assert_eq!(first[0].sm_activity, None, "a period needs two samples");
+    let second = g.sample(&[]).unwrap();
+    assert_eq!(second[0].sm_activity, Some(0.30));
+    assert_eq!(second[1].sm_activity, Some(0.55));
+    assert_eq!(second[0].dram_bandwidth, Some(0.12));
+    assert_eq!(
+        (second[0].pcie_tx_kbps, second[0].pcie_rx_kbps),
+        (Some(976), Some(1953)),
+        "1e6 and 2e6 B/s from GPM"
+    );
+    assert!((second[0].busy - 0.37).abs() < 1e-9);
+    assert_eq!(
+        std::fs::read_to_string(&calls).unwrap(),
+        "0\n1\n0\n1\n",
+        "one GPM sample per GPU per period"
+    );
+    drop(g);
+    // SAFETY: as above.
+    unsafe {
+        std::env::remove_var("FAKE_NVML_GPM");
+        std::env::remove_var("FAKE_NVML_GPM_CALLS");
+    }
+
+    // The daemon on the double: GPU 0 reads 100 % busy, which never moves D by itself; GPU 1 is
+    // a MIG GPU, so D stays at 1.
     std::fs::write(&util, "100\n0\n").unwrap();
     let sock = dir.path().join("d.sock");
     let cfg = dir.path().join("mqfqd.toml");
@@ -111,56 +213,66 @@ fn nvml_backend_reads_the_double_and_drives_d() {
         &cfg,
         format!(
             "socket = \"{}\"\nmetrics_addr = \"\"\nbackend = \"nvml\"\nnvml_library = \"{lib_s}\"\n\
-             mps_pipe_dir = \"/nonexistent-mps\"\n[concurrency]\nd_initial = 4\n\
-             [nvidia]\nedits = false\n",
+             mps_pipe_dir = \"/nonexistent-mps\"\nsample_interval_ms = 20\n\
+             [concurrency]\nd_initial = 4\n[nvidia]\nedits = false\n",
             sock.display()
         ),
     )
     .unwrap();
     let persist = dir.path().join("persist");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_mqfqd"))
-        .arg("--config")
-        .arg(&cfg)
-        .env("FAKE_NVML_PERSIST", &persist)
-        .spawn()
-        .unwrap();
+    let log = dir.path().join("mqfqd.log");
+    let child = serving(
+        &cfg,
+        &sock,
+        &log,
+        &[("FAKE_NVML_PERSIST", persist.as_os_str())],
+    );
     let deadline = Instant::now() + Duration::from_secs(30);
     let s = loop {
         if let Some(s) = status(&sock)
-            && s["gpus"][0]["d"].as_f64().unwrap_or(9.0) < 3.0
+            && s["gpus"][0]["utilization"].as_f64() == Some(1.0)
         {
             break s;
         }
-        assert!(
-            Instant::now() < deadline,
-            "D never fell: {:?}",
-            status(&sock)
-        );
-        std::thread::sleep(Duration::from_millis(50));
+        assert!(Instant::now() < deadline, "no sample: {:?}", status(&sock));
+        std::thread::sleep(Duration::from_millis(20));
     };
     assert_eq!(s["backend"], "nvml");
-    assert_eq!(s["gpus"][0]["utilization"], 1.0);
+    assert_eq!(s["gpus"][0]["d"], 4.0, "busy-time alone moved D: {s}");
+    assert_eq!(s["gpus"][0]["sm_activity"], Value::Null, "no GPM here");
     assert_eq!(s["gpus"][1]["mode"], "mig");
     assert_eq!(s["gpus"][1]["d"], 1.0);
     // The warm driver: persistence mode asked for on both GPUs.
     assert_eq!(std::fs::read_to_string(&persist).unwrap(), "0 1\n1 1\n");
-    // Idle again: D climbs past where it started.
-    std::fs::write(&util, "0\n0\n").unwrap();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while status(&sock)
-        .and_then(|s| s["gpus"][0]["d"].as_f64())
-        .unwrap_or(0.0)
-        <= 4.0
-    {
-        assert!(
-            Instant::now() < deadline,
-            "D never rose: {:?}",
-            status(&sock)
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let _ = Command::new("kill").arg(child.id().to_string()).status();
-    let _ = child.wait();
+    stop(child);
+
+    // With GPM: busy-time 100 %, SM activity 30 %, and admissions that keep their solo speed:
+    // D rises from 1.
+    let cfg_gpm = dir.path().join("mqfqd-gpm.toml");
+    std::fs::write(
+        &cfg_gpm,
+        std::fs::read_to_string(&cfg)
+            .unwrap()
+            .replace("d_initial = 4", "d_initial = 1"),
+    )
+    .unwrap();
+    let child = serving(
+        &cfg_gpm,
+        &sock,
+        &log,
+        &[
+            ("FAKE_NVML_GPM", "1".as_ref()),
+            ("FAKE_NVML_GPUS", "1".as_ref()),
+        ],
+    );
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let s = rt.block_on(rounds_until_d_exceeds(&sock, 2.0));
+    assert_eq!(s["gpus"][0]["utilization"], 1.0);
+    assert_eq!(s["gpus"][0]["sm_activity"], 0.3);
+    stop(child);
 
     // Persistence mode refused: the daemon holds each GPU's primary CUDA context instead (through
     // the libcuda double), and releases them when it stops.

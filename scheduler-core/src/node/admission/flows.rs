@@ -4,7 +4,7 @@
 
 use crate::{FlowState, Time};
 
-use super::{Core, CoreError, Grant, invalid};
+use super::{Core, CoreError, GpuReading, Grant, invalid};
 
 impl Core {
     /// Tells every GPU's queue whether `function`'s memory is resident, and what serving it costs
@@ -51,12 +51,12 @@ impl Core {
 
     /// One sampling step of the node, as `mqfqd` runs it every `sample_interval_ms` (and the
     /// simulator every `sample_ms`): charges long-running bursts, expires sticky TTLs, then feeds
-    /// each GPU's `(index, utilization, memory used)`. Returns what it granted.
-    pub fn sample(&mut self, samples: &[(u32, f64, u64)], now: Time) -> Vec<Grant> {
+    /// each GPU's reading. Returns what it granted.
+    pub fn sample(&mut self, samples: &[GpuReading], now: Time) -> Vec<Grant> {
         self.charge_running(now);
         let mut grants = self.tick_all(now);
-        for &(index, utilization, memory_used) in samples {
-            grants.extend(self.observe(index, utilization, memory_used, now));
+        for r in samples {
+            grants.extend(self.observe(r, now));
         }
         grants
     }

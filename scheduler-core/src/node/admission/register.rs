@@ -148,6 +148,9 @@ impl Core {
                 epoch: self.epoch,
             },
         );
+        // Its run began before this daemon knew it: its measurement teaches no baseline.
+        let flow_key = &self.leases[&lease].function;
+        self.gpus[slot].conc.admitted(lease, flow_key, false);
         Ok((key, lease))
     }
 
@@ -163,6 +166,11 @@ impl Core {
         gone.dedup();
         // A key still known on another GPU keeps its series.
         gone.retain(|k| self.gpus.iter().all(|g| g.queue.lookup(k).is_none()));
+        for g in &mut self.gpus {
+            for k in &gone {
+                g.conc.forget(k);
+            }
+        }
         gone
     }
 }

@@ -36,10 +36,9 @@ fn qcfg() -> QueueConfig {
 
 fn core(n: u32, d: u32) -> Core {
     Core::new((0..n).map(gpu).collect(), &qcfg(), |_| ConcurrencyConfig {
-        alpha: 0.2,
-        u_target: 0.9,
         d_max: d,
         d_initial: f64::from(d),
+        ..ConcurrencyConfig::for_mode(GpuMode::Plain, 0.2)
     })
     .unwrap()
 }
@@ -344,22 +343,61 @@ fn function_keys_are_scoped_by_tenant_and_idle_flows_are_forgotten() {
     assert_eq!(c.flows().len(), 1);
 }
 
+fn reading(index: u32, busy: f64, sm: Option<f64>, memory_used: u64) -> GpuReading {
+    GpuReading {
+        index,
+        signals: Signals {
+            busy: Some(busy),
+            sm_activity: sm,
+        },
+        memory_used,
+    }
+}
+
 #[test]
-fn utilization_moves_the_limit() {
+fn admissions_that_keep_their_speed_raise_the_limit_whatever_busy_time_says() {
     let mut c = Core::new(vec![gpu(0)], &qcfg(), |_| ConcurrencyConfig {
         alpha: 0.5,
-        u_target: 0.9,
         d_max: 4,
         d_initial: 1.0,
+        ..ConcurrencyConfig::for_mode(GpuMode::Plain, 0.5)
     })
     .unwrap();
+    let lease = |c: &Core, id: &str| c.lease_of(&k(&format!("ns/{id}"))).unwrap();
+    // `a` runs alone: its baseline, 1 s.
     c.admit(&req("a", "f"), secs(0.0)).unwrap();
     assert!(c.admit(&req("b", "f"), secs(0.0)).unwrap().is_empty());
-    // Idle GPU: D grows (1 × (1 + 0.5 × 0.9) = 1.45, then 2.1) and `b` is let in.
-    assert!(c.observe(0, 0.0, 5, secs(0.1)).is_empty());
-    let g = c.observe(0, 0.0, 5, secs(0.2));
+    let g = c
+        .release(lease(&c, "a"), Some(1.0), "idle", secs(1.0))
+        .unwrap();
     assert_eq!(keys(&g), ["ns/b"]);
-    assert_eq!(c.gpus()[0].limit, 2);
+    // Busy-time 100 % and nothing measured since: D holds.
+    assert!(c.observe(&reading(0, 1.0, None, 5), secs(1.1)).is_empty());
+    assert_eq!(c.gpus()[0].d, 1.0);
+    // `b` ran at the limit in its baseline's time: pressure 1 / 2 (the slowdown target), D
+    // grows to 1 × (1 + 0.5 × (1 − ½)), and on with SM activity at 30 %, up to 2 and more.
+    c.admit(&req("c", "f"), secs(1.2)).unwrap();
+    c.admit(&req("d", "f"), secs(1.2)).unwrap();
+    let g = c
+        .release(lease(&c, "b"), Some(1.0), "idle", secs(2.0))
+        .unwrap();
+    assert_eq!(keys(&g), ["ns/c"]);
+    assert!(
+        c.observe(&reading(0, 1.0, Some(0.3), 5), secs(2.1))
+            .is_empty()
+    );
+    assert!((c.gpus()[0].d - 1.25).abs() < 1e-9);
+    for t in 0..8 {
+        let now = 2.2 + f64::from(t) * 0.1;
+        let l = c.leases().next().map(|(l, _)| l).unwrap();
+        c.release(l, Some(1.0), "idle", secs(now)).unwrap();
+        let again = format!("r{t}");
+        c.admit(&req(&again, "f"), secs(now)).unwrap();
+        c.observe(&reading(0, 1.0, Some(0.3), 5), secs(now + 0.05));
+    }
+    assert!(c.gpus()[0].limit >= 2, "{:?}", c.gpus()[0]);
+    let r = c.gpus()[0].reading;
+    assert_eq!((r.busy, r.sm_activity), (Some(1.0), Some(0.3)));
     assert_eq!(c.gpus()[0].memory_used, 5);
 }
 
@@ -408,7 +446,8 @@ proptest! {
                     c.cancel(&k(&format!("ns/c{id}")), "killed", now);
                 }
                 Op::Observe(u) => {
-                    c.observe(u32::from(u % 2), f64::from(u) / 10.0, 0, now);
+                    let sm = (u % 3 == 0).then(|| f64::from(u) / 10.0);
+                    c.observe(&reading(u32::from(u % 2), f64::from(u) / 10.0, sm, 0), now);
                 }
                 Op::ShimGone => {
                     c.shim_gone(1, now);
@@ -463,10 +502,9 @@ fn unknown_mig_uuids_go_to_the_gpus_in_mig_mode() {
     let mut g1 = gpu(1);
     g1.mode = GpuMode::Mig;
     let c = Core::new(vec![gpu(0), g1], &qcfg(), |_| ConcurrencyConfig {
-        alpha: 0.2,
-        u_target: 0.9,
         d_max: 1,
         d_initial: 1.0,
+        ..ConcurrencyConfig::for_mode(GpuMode::Plain, 0.2)
     })
     .unwrap();
     assert_eq!(c.resolve(&["MIG-unlisted".to_owned()]).unwrap(), [1]);
@@ -569,6 +607,12 @@ fn residency_reaches_every_queue_and_flow_state_and_sampling_answer_across_gpus(
         "a GPU the node lacks has no limit"
     );
     // A sampling step expires TTLs and feeds D on the GPUs it names.
-    assert!(c.sample(&[(0, 0.0, 0), (1, 0.0, 0)], secs(0.1)).is_empty());
-    assert_eq!(c.gpus()[1].utilization, Some(0.0));
+    assert!(
+        c.sample(
+            &[reading(0, 0.0, None, 0), reading(1, 0.0, None, 0)],
+            secs(0.1)
+        )
+        .is_empty()
+    );
+    assert_eq!(c.gpus()[1].reading.busy, Some(0.0));
 }
