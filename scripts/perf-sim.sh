@@ -17,7 +17,8 @@ echo '`mqfq-sim compare --trace mix.csv --plot docs/img/cdf-mix.svg`'
 echo
 "$sim" gen mix --load 0.8 --duration-s 1800 --seed 1 --out "$tmp/mix.csv" 2>/dev/null
 mkdir -p docs/img
-"$sim" compare --trace "$tmp/mix.csv" --plot docs/img/cdf-mix.svg 2>/dev/null | tail -n +3
+"$sim" compare --trace "$tmp/mix.csv" --plot docs/img/cdf-mix.svg --plot-d docs/img/d-mix.svg \
+    2>/dev/null | tail -n +3
 echo
 echo "### Profiles on the same trace (mqfq-sticky only)"
 echo
@@ -43,6 +44,42 @@ ablate "mqfq-sticky as built" "(none)"
 ablate "short-slot reserve off" "--short-charge-s 0" --short-charge-s 0
 ablate "published T = 5 s" "--overrun-s 5" --overrun-s 5
 ablate "D_max = 2 (of which one reserved)" "--d-max 2" --d-max 2
+echo
+echo "### What moves D: NVML busy-time against measured interference (issue 15)"
+echo
+echo "Same trace, then the same mix at loads 0.9 and 1.0 (seed 1); \`--d-law busy-time\` runs the published law on"
+echo "NVML busy-time, \`--gpm\` adds SM activity (a Hopper-class GPU) to ours."
+echo
+echo "| load | controller | flags | fcfs mean / p99 s | fcfs mean limit | mqfq-sticky mean / p99 / short s | mqfq-sticky mean limit | mqfq-sticky GPU busy |"
+echo "|---|---|---|---|---|---|---|---|"
+"$sim" compare --trace "$tmp/mix.csv" --d-law busy-time --plot-d docs/img/d-mix-busy-time.svg \
+    >/dev/null 2>&1
+for load in 0.8 0.9 1.0; do
+    if [ "$load" != 0.8 ]; then
+        "$sim" gen mix --load "$load" --duration-s 1800 --seed 1 --out "$tmp/mix.csv" 2>/dev/null
+    fi
+    for c in "interference (mqfqd)|" "interference + GPM|--gpm" "busy-time law|--d-law busy-time"; do
+        name=${c%%|*}
+        flags=${c#*|}
+        # shellcheck disable=SC2086
+        out=$("$sim" compare --trace "$tmp/mix.csv" $flags 2>/dev/null)
+        f=$(echo "$out" | grep '^| fcfs |' | awk -F'|' '{print $3" / "$5"|"$11}')
+        m=$(echo "$out" | grep '^| mqfq-sticky |' | awk -F'|' '{print $3" / "$5" / "$6"|"$11"|"$9}')
+        echo "| $load | $name | \`${flags:-(none)}\` |$f|$m|"
+    done
+done
+"$sim" gen mix --load 0.8 --duration-s 1800 --seed 1 --out "$tmp/mix.csv" 2>/dev/null
+echo
+echo "### The slowdown target on the headline trace"
+echo
+echo "| slowdown_target | fcfs mean / p99 s | fcfs mean limit | mqfq-sticky mean / p99 / short s | mqfq-sticky mean limit |"
+echo "|---|---|---|---|---|"
+for t in 1.2 1.5 2 3; do
+    out=$("$sim" compare --trace "$tmp/mix.csv" --slowdown-target "$t" 2>/dev/null)
+    f=$(echo "$out" | grep '^| fcfs |' | awk -F'|' '{print $3" / "$5"|"$11}')
+    m=$(echo "$out" | grep '^| mqfq-sticky |' | awk -F'|' '{print $3" / "$5" / "$6"|"$11}')
+    echo "| $t |$f|$m|"
+done
 echo
 echo "### Sweep: ratios of mqfq-sticky (balanced) to fcfs and to mqfq-paper"
 echo

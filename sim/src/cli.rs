@@ -29,6 +29,22 @@ enum Cmd {
     /// Generate a trace.
     #[command(subcommand)]
     Gen(GenCmd),
+    /// Each concurrency law in closed loop over a table measured on a GPU (the GPU check's
+    /// `conc-*.csv`): the limit each settles at.
+    Controllers(ControllersArgs),
+}
+
+#[derive(Debug, Args)]
+struct ControllersArgs {
+    /// `streams,busy,sm,dram,bursts_per_s,burst_ms` CSV.
+    #[arg(long)]
+    table: PathBuf,
+    /// Ceiling of D.
+    #[arg(long, default_value_t = 8)]
+    d_max: u32,
+    /// Sample periods to run.
+    #[arg(long, default_value_t = 600)]
+    samples: usize,
 }
 
 #[derive(Debug, Args)]
@@ -85,9 +101,10 @@ struct NodeArgs {
     /// Most slowdown a run should suffer from its co-runners.
     #[arg(long)]
     slowdown_target: Option<f64>,
-    /// The GPUs report no SM activity (pre-Hopper: no GPM).
+    /// The GPUs report SM activity (GPM: Hopper and later); without it, only busy-time and the
+    /// measured slowdown (the default A30-class GPU has no GPM).
     #[arg(long)]
-    no_gpm: bool,
+    gpm: bool,
     /// Fraction of GPU memory kept free.
     #[arg(long, default_value_t = 0.15)]
     headroom: f64,
@@ -124,7 +141,7 @@ impl NodeArgs {
                 slowdown_target: self.slowdown_target,
                 law: Some(self.d_law.parse()?),
             },
-            gpm: !self.no_gpm,
+            gpm: self.gpm,
             tiers: TierConfig {
                 headroom: self.headroom,
                 hot_ttl_s: self.hot_ttl_s,
@@ -265,6 +282,7 @@ impl Cli {
         match self.cmd {
             Cmd::Run(a) => run(&a),
             Cmd::Compare(a) => compare(&a),
+            Cmd::Controllers(a) => controllers(&a),
             Cmd::Gen(GenCmd::Mix(a)) => {
                 let t = design_mix(&MixSpec {
                     functions: a.functions,
@@ -323,12 +341,12 @@ fn fmt_s(ms: Option<f64>) -> String {
 #[must_use]
 pub fn table(sums: &[Summary]) -> String {
     let mut t = String::from(
-        "| policy | mean s | p50 s | p99 s | short mean s | long mean s | Jain | GPU busy | hot/warm/cold |\n|---|---|---|---|---|---|---|---|---|\n",
+        "| policy | mean s | p50 s | p99 s | short mean s | long mean s | Jain | GPU busy | hot/warm/cold | mean limit |\n|---|---|---|---|---|---|---|---|---|---|\n",
     );
     for s in sums {
         let _ = writeln!(
             t,
-            "| {} | {} | {} | {} | {} | {} | {:.3} | {:.0} % | {}/{}/{} |",
+            "| {} | {} | {} | {} | {} | {} | {:.3} | {:.0} % | {}/{}/{} | {:.2} |",
             s.policy,
             fmt_s(Some(s.mean_ms)),
             fmt_s(Some(s.p50_ms)),
@@ -339,7 +357,8 @@ pub fn table(sums: &[Summary]) -> String {
             s.gpu_busy * 100.0,
             s.tiers.hot,
             s.tiers.warm,
-            s.tiers.cold
+            s.tiers.cold,
+            s.mean_d
         );
     }
     let find = |n: &str| sums.iter().find(|s| s.policy == n);
@@ -368,6 +387,15 @@ pub fn table(sums: &[Summary]) -> String {
         );
     }
     t
+}
+
+fn controllers(a: &ControllersArgs) -> Result<()> {
+    let text = fs::read_to_string(&a.table).with_context(|| format!("{}", a.table.display()))?;
+    let rows =
+        crate::controllers::parse(&text).with_context(|| format!("{}", a.table.display()))?;
+    let out = crate::controllers::compare(&rows, a.d_max, a.samples.max(2))?;
+    print!("{}", crate::controllers::report(&rows, &out));
+    Ok(())
 }
 
 fn compare(a: &CompareArgs) -> Result<()> {

@@ -24,7 +24,8 @@ pub struct SimConfig {
     pub corun_gain_max: f64,
     /// Utilization sample period, ms.
     pub sample_ms: f64,
-    /// Whether the GPUs report SM activity (GPM, Hopper and later) besides busy-time.
+    /// Whether the GPUs report SM activity (GPM, Hopper and later) besides busy-time; off for
+    /// the default A30-class GPU.
     pub gpm: bool,
     /// Profile of `mqfq-sticky` (T, TTL, α).
     pub profile: Profile,
@@ -46,7 +47,7 @@ impl Default for SimConfig {
             corun_gain: 0.05,
             corun_gain_max: 0.15,
             sample_ms: 100.0,
-            gpm: true,
+            gpm: false,
             profile: Profile::Balanced,
             overrides: Overrides::default(),
             tiers: TierConfig::default(),

@@ -148,3 +148,64 @@ fn the_node_pool_evicts_and_reclaims_in_the_simulator() {
         "after the warm TTL: a cold start, {delay:?}"
     );
 }
+
+/// A steady stream of small kernels (each keeps 20 % of the SMs busy alone), offered at 2.5×
+/// what one-at-a-time can serve: busy-time reads ~100 % throughout.
+fn small_kernels() -> Trace {
+    Trace {
+        functions: (0..4)
+            .map(|i| Function {
+                name: format!("k{i}"),
+                mem_mb: 100.0,
+                cold_ms: Some(0.0),
+                tenant: None,
+                weight: 1.0,
+                util: 0.2,
+            })
+            .collect(),
+        invocations: (0..4000)
+            .map(|i| Invocation {
+                arrival_ms: f64::from(i) * 20.0,
+                func: (i % 4) as usize,
+                exec_ms: 50.0,
+            })
+            .collect(),
+    }
+}
+
+#[test]
+fn busy_time_pins_d_where_measured_interference_lets_it_grow() {
+    let t = small_kernels();
+    let mean = |policy: &str, law: &str, gpm: bool| {
+        let mut cfg = SimConfig {
+            gpm,
+            ..SimConfig::default()
+        };
+        cfg.overrides.law = Some(law.parse().unwrap());
+        let out = run_policy(policy, &t, &cfg).unwrap();
+        assert_eq!(out.audit.unfinished, 0);
+        let lat: f64 = t
+            .invocations
+            .iter()
+            .zip(&out.records)
+            .map(|(i, r)| r.end_ms - i.arrival_ms)
+            .sum::<f64>()
+            / t.invocations.len() as f64;
+        (out.mean_d, lat, out.limits)
+    };
+    for policy in ["fcfs", "mqfq-sticky"] {
+        let (d_busy, lat_busy, _) = mean(policy, "busy-time", true);
+        let (d_ours, lat_ours, limits) = mean(policy, "interference", true);
+        let (d_no_gpm, _, _) = mean(policy, "interference", false);
+        assert!(d_busy < 2.2, "{policy}: busy-time D {d_busy}");
+        assert!(
+            d_ours > 3.0 && d_no_gpm > 3.0,
+            "{policy}: {d_ours} {d_no_gpm}"
+        );
+        assert!(
+            lat_ours * 5.0 < lat_busy,
+            "{policy}: {lat_ours} vs {lat_busy}"
+        );
+        assert!(limits.len() > 1, "D over time is recorded");
+    }
+}

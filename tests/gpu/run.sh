@@ -180,7 +180,7 @@ fi
 if [ -x "$CB" ]; then
     step_start=$SECONDS
     for mode in procs streams; do
-        say "## concurrency, $mode: N invocations of 2 ms bursts with 2 ms gaps, 3 s each (fractions; nan: no GPM)"
+        say "## concurrency, $mode: N invocations of 2 ms bursts (GPU time, CONCBENCH_SPIN=ontime) with 2 ms gaps, 3 s each (fractions; nan: no GPM)"
         csv="$OUT/conc-$mode.csv"
         echo "streams,busy,sm,dram,bursts_per_s,burst_ms" > "$csv"
         for n in 1 2 4 8; do
@@ -188,7 +188,8 @@ if [ -x "$CB" ]; then
                 say "concbench $mode $n: skipped (step over its time)"
                 continue
             fi
-            line=$(timeout 15 "$CB" "$mode" "$n" 3 2> "$OUT/conc-$mode-$n.err")
+            # Fixed GPU time per burst, so time slicing shows as the slowdown it causes.
+            line=$(CONCBENCH_SPIN=ontime timeout 15 "$CB" "$mode" "$n" 3 2> "$OUT/conc-$mode-$n.err")
             rc=$?
             if [ "${line%% *}" = conc ]; then
                 say "$line"
