@@ -12,12 +12,15 @@
 //!   should slow a run. Overlap that fills idle SMs costs little; time slicing of busy kernels
 //!   costs k× at concurrency k.
 //! - **SM activity**, where the GPU reports it (GPM on Hopper and later), gates growth: D grows
-//!   only while the SMs are below `u_target`.
+//!   only while the SMs are below `u_target`. In a sample in which no admission ended (leases that
+//!   live long, long bursts), it alone may grow D; it never cuts it (the slowdown says what
+//!   saturation costs).
 //!
 //! Once per sample: pressure p > 1 cuts D by `max(½, 1/p)` (multiplicative decrease, as
 //! delay-based congestion control does); p ≤ 1 grows it by `1 + α (1 − p)`, capped by
 //! `1 + α (u* − sm)` and never below 1 — and only with evidence: a pressure measured this sample
-//! while the limit bound (it was in use, or admissions waited). After a cut, admissions granted
+//! (or, failing that, SM activity) while the limit bound (it was in use, or admissions waited).
+//! Without GPM and without an ended admission, D holds. After a cut, admissions granted
 //! before it no longer count (one cut per round of admissions), so the lag between a cut and its
 //! effect does not cut again. D stays in `[1, D_max]`; the limit is `⌊D⌋`.
 //!
@@ -210,17 +213,23 @@ impl ConcurrencyController {
         let pressure = slowdown.map(|s| s / self.cfg.slowdown_target);
         let factor = match self.cfg.law {
             Law::BusyTime => busy.map_or(1.0, |u| self.f_u(u)),
-            Law::Interference => match pressure {
-                Some(p) if p > 1.0 => {
-                    self.round += 1;
-                    (1.0 / p).max(1.0 - MAX_DECREASE)
+            Law::Interference => {
+                let binds = waiting || self.peak_running >= self.limit();
+                match (pressure, sm) {
+                    (Some(p), _) if p > 1.0 => {
+                        self.round += 1;
+                        (1.0 / p).max(1.0 - MAX_DECREASE)
+                    }
+                    (Some(p), _) if binds => {
+                        let grow = 1.0 + self.cfg.alpha * (1.0 - p);
+                        sm.map_or(grow, |u| grow.min(self.f_u(u))).max(1.0)
+                    }
+                    // No admission ended (long-lived leases, long bursts): SM activity alone
+                    // may grow D, where the GPU reports it.
+                    (None, Some(u)) if binds => self.f_u(u).max(1.0),
+                    _ => 1.0,
                 }
-                Some(p) if waiting || self.peak_running >= self.limit() => {
-                    let grow = 1.0 + self.cfg.alpha * (1.0 - p);
-                    sm.map_or(grow, |u| grow.min(self.f_u(u))).max(1.0)
-                }
-                _ => 1.0,
-            },
+            }
         };
         self.d = (self.d * factor).clamp(1.0, f64::from(self.cfg.d_max));
         self.last = Reading {

@@ -397,7 +397,10 @@ fn hostile_control_sockets_cannot_hold_or_steer_the_runtime() {
         &mqfq_testkit::daemon_program("mqfqctl"),
         c.dir(),
         &c.daemon_socket(),
-        "restart_grace_ms = 0\n[queue]\nttl_s = 0.3\n[pool]\nhot_ttl_s = 1.0\n",
+        // Four containers hold their Start leases for good: SM activity at 0.1 a lease lets D
+        // grow to four while nothing ends (no release, no slowdown to go on).
+        "restart_grace_ms = 0\n[queue]\nttl_s = 0.3\n[pool]\nhot_ttl_s = 1.0\n\
+         [simulated]\nutilization_per_lease = 0.1\n",
     );
     // A host socket a container would like the shim (root) to talk to.
     let host_sock = c.dir().join("host.sock");

@@ -205,9 +205,15 @@ fn sm_activity_gates_growth() {
     let d1 = c.d();
     at_limit(&mut c, &mut id, 5, 1.0, gpm(1.0, 1.0));
     assert_eq!(c.d(), d1);
-    // SM activity alone (no admission ended) never grows D.
-    c.observe(gpm(0.2, 0.1), true);
-    assert_eq!(c.d(), d1);
+    // No admission ended: SM activity alone grows D while the limit binds, and only then.
+    c.observe(gpm(0.2, 0.1), false);
+    assert_eq!(c.d(), d1, "the limit did not bind");
+    c.observe(gpm(1.0, 0.4), true);
+    assert!((c.d() - d1 * (1.0 + 0.2 * 0.5)).abs() < 1e-9);
+    // Without GPM, nothing to go on: D holds.
+    let d2 = c.d();
+    c.observe(busy(1.0), true);
+    assert_eq!(c.d(), d2);
 }
 
 #[test]
