@@ -597,3 +597,55 @@ fn a_shim_that_goes_away_mid_burst_does_not_take_the_process_down() {
     let status = c.child.wait().unwrap();
     assert!(status.success(), "{status:?}: {}", c.stderr());
 }
+
+/// The GPU check's concurrency step (`tests/gpu/concbench.c`) over the doubles: worker processes
+/// and streams run their bursts (the libcuda double sleeps a `spin` kernel's time), and the
+/// sampler reads NVML busy-time and GPM SM activity (the NVML double's files) into the line
+/// `tests/gpu/run.sh` turns into the table `mqfq-sim controllers` replays.
+#[test]
+fn the_gpu_checks_concurrency_program_reads_the_doubles() {
+    let dir = tempfile::tempdir().unwrap();
+    for double in ["cuda", "nvml"] {
+        if let Err(e) = mqfq_testkit::build_double(double, dir.path()) {
+            assert!(std::env::var_os("MQFQ_REQUIRE_CONTAINERD").is_none(), "{e}");
+            return;
+        }
+    }
+    let bench = common::gpu_program(dir.path(), "concbench");
+    let (util, sm) = (dir.path().join("util"), dir.path().join("sm"));
+    std::fs::write(&util, "100\n").unwrap();
+    std::fs::write(&sm, "30\n").unwrap();
+    for mode in ["procs", "streams"] {
+        let o = Command::new(&bench)
+            .args([mode, "2", "1", "4", "2000", "2000"])
+            .env("LD_LIBRARY_PATH", dir.path())
+            .env("FAKE_NVML_GPUS", "1")
+            .env("FAKE_NVML_UTIL", &util)
+            .env("FAKE_NVML_GPM", "1")
+            .env("FAKE_NVML_SM", &sm)
+            .output()
+            .unwrap();
+        let out = String::from_utf8_lossy(&o.stdout);
+        assert!(
+            o.status.success(),
+            "{mode}: {out}{}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        let line = out.lines().next().unwrap_or_default();
+        assert!(
+            line.starts_with(&format!(
+                "conc mode={mode} n=2 busy=1.000 sm=0.300 dram=0.000 "
+            )),
+            "{line}"
+        );
+        let field = |k: &str| -> f64 {
+            line.split_whitespace()
+                .find_map(|kv| kv.strip_prefix(&format!("{k}=")))
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(f64::NAN)
+        };
+        // Two workers of 2 ms bursts and 2 ms gaps for the 0.5 s after the warm-up.
+        assert!(field("bursts_per_s") > 0.0, "{line}");
+        assert!(field("burst_ms") >= 2.0, "{line}");
+    }
+}

@@ -234,3 +234,35 @@ fn azure_converter_end_to_end() {
         .arg(&per));
     assert!(o.status.success(), "{}", stderr(&o));
 }
+
+/// `controllers` over a table in the GPU check's format (as `tests/gpu/run.sh` writes it from
+/// concbench's lines, `nan` where a GPU has no GPM): one row per law, busy-time pinned at 1.
+#[test]
+fn controllers_replays_each_law_over_a_measured_table() {
+    let dir = tmp("controllers");
+    let table = dir.path().join("conc-procs.csv");
+    fs::write(
+        &table,
+        "streams,busy,sm,dram,bursts_per_s,burst_ms\n1,0.980,nan,nan,240.0,2.10\n\
+         2,1.000,nan,nan,470.0,2.15\n4,1.000,nan,nan,520.0,3.90\n8,1.000,nan,nan,520.0,7.80\n",
+    )
+    .unwrap();
+    let o = run(bin()
+        .args(["controllers", "--table"])
+        .arg(&table)
+        .args(["--samples", "400"]));
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("| busy-time | 1.00 | 1–1 |"), "{out}");
+    assert!(out.contains("| interference |"), "{out}");
+    assert!(!out.contains("interference+gpm"), "no SM column: {out}");
+    // A table without the one-invocation row is refused with a message.
+    fs::write(
+        &table,
+        "streams,busy,sm,dram,bursts_per_s,burst_ms\n2,1,nan,nan,1,1\n",
+    )
+    .unwrap();
+    let o = run(bin().args(["controllers", "--table"]).arg(&table));
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("streams = 1"), "{}", stderr(&o));
+}

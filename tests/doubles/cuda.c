@@ -11,8 +11,10 @@
  *                   same clock in every container), cuCtxSynchronize waits for the timeline to
  *                   drain and cuStreamQuery says 600 (not ready) until then
  *
- * It runs one kernel for real, on the host: `inc` from any module (p[i] += 1), so programs can
- * check their results. Copies are memcpy (device memory is host memory here).
+ * It runs two kernels for real, on the host: `inc` from any module (p[i] += 1), so programs can
+ * check their results, and `spin(ns, ...)`, which sleeps ns nanoseconds (the GPU check's
+ * concurrency program). Streams exist only as handles; cuStreamSynchronize waits like
+ * cuCtxSynchronize. Copies are memcpy (device memory is host memory here).
  *
  * Side channel for tests: fake_cuda_kind(ptr) (0 unknown, 1 native, 2 managed, 3 imported
  * through IPC) and fake_cuda_location(ptr) (1 device, 2 host).
@@ -150,6 +152,20 @@ CUresult cuCtxSynchronize(void) {
     return 0;
 }
 CUresult cuStreamQuery(CUstream s) { (void)s; return pending_us() > 0 ? 600 : 0; }
+CUresult cuStreamCreate(CUstream *s, unsigned flags) {
+    (void)flags;
+    if (!s) return 1;
+    *s = malloc(1);
+    note("stream create", 0, 0);
+    return *s ? 0 : 2;
+}
+CUresult cuStreamDestroy_v2(CUstream s) { free(s); return 0; }
+CUresult cuStreamSynchronize(CUstream s) {
+    (void)s;
+    long long left = pending_us();
+    if (left > 0) usleep((useconds_t)left);
+    return 0;
+}
 
 /* Native memory is a shared mapping of a memfd (exportable); managed memory is malloc'd. */
 static void *obtain(size_t size, int kind, int *fd) {
@@ -245,8 +261,9 @@ CUresult cuMemPrefetchAsync_v2(CUdeviceptr p, size_t n, CUmemLocation loc, unsig
     if (ms > 0) usleep((useconds_t)ms * 1000);
     return 0;
 }
-/* A module is any data; its only function is "inc". */
+/* A module is any data; its functions are "inc" and "spin". */
 static int inc_kernel;
+static int spin_kernel;
 CUresult cuModuleLoadData(void **m, const void *image) {
     (void)image;
     *m = &inc_kernel;
@@ -255,8 +272,13 @@ CUresult cuModuleLoadData(void **m, const void *image) {
 }
 CUresult cuModuleGetFunction(CUfunction *f, void *m, const char *name) {
     (void)m;
-    if (strcmp(name, "inc") != 0) return 500;
-    *f = &inc_kernel;
+    if (strcmp(name, "inc") == 0) {
+        *f = &inc_kernel;
+    } else if (strcmp(name, "spin") == 0) {
+        *f = &spin_kernel;
+    } else {
+        return 500;
+    }
     return 0;
 }
 CUresult cuMemAllocHost_v2(void **p, size_t size) {
@@ -283,6 +305,12 @@ CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, uns
         unsigned *p = *(unsigned **)params[0];
         unsigned n = *(unsigned *)params[1];
         for (unsigned i = 0; i < n; i++) p[i]++;
+    }
+    if (f == (CUfunction)&spin_kernel && params) {
+        /* spin(ns, ...): the time, slept. */
+        unsigned long long ns = *(unsigned long long *)params[0];
+        struct timespec t = {(time_t)(ns / 1000000000ULL), (long)(ns % 1000000000ULL)};
+        nanosleep(&t, NULL);
     }
     return 0;
 }

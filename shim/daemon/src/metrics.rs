@@ -604,6 +604,29 @@ mod tests {
     }
 
     #[test]
+    fn gpm_series_exist_only_for_gpus_that_report_them() {
+        let m = Metrics::new();
+        let sample = |index: u32, sm: Option<f64>| crate::monitor::Sample {
+            index,
+            busy: 1.0,
+            sm_activity: sm,
+            dram_bandwidth: sm.map(|v| v / 2.0),
+            ..Default::default()
+        };
+        m.gpm(&[sample(0, Some(0.3)), sample(1, None)]);
+        let text = m.render();
+        assert!(
+            text.contains("mqfq_gpu_sm_activity_ratio{gpu=\"0\"} 0.3"),
+            "{text}"
+        );
+        assert!(text.contains("mqfq_gpu_dram_bandwidth_ratio{gpu=\"0\"} 0.15"));
+        assert!(!text.contains("sm_activity_ratio{gpu=\"1\"}"), "{text}");
+        // GPM lost (a sampling failure): the series leaves rather than freezing.
+        m.gpm(&[sample(0, None)]);
+        assert!(!m.render().contains("sm_activity_ratio{gpu="));
+    }
+
+    #[test]
     fn forgotten_functions_leave_the_exposition() {
         let m = Metrics::new();
         for f in ["a", "b"] {
