@@ -7,20 +7,24 @@
 //!
 //! - Each function's **baseline** service time is learned at the lowest concurrency it has run at
 //!   (the most admissions in flight on the GPU during its run). An admission's **slowdown** is
-//!   the service it measured (Release carries it) over that baseline; the sample's is their mean
-//!   weighted by GPU time, and its **pressure** that over `slowdown_target`, the most co-runners
-//!   should slow a run. Overlap that fills idle SMs costs little; time slicing of busy kernels
+//!   the service it measured (Release carries it) over that baseline, bounded to `[1, k]` at
+//!   concurrency k (fair sharing slows no run more; measurements under 1 ms teach nothing). The
+//!   sample's slowdown is each tenant's mean weighted by GPU time, averaged over the tenants —
+//!   a tenant's reports come from its own containers, so one tenant moves D by its share of the
+//!   tenants — and its **pressure** that over `slowdown_target`, the most co-runners should slow
+//!   a run. Overlap that fills idle SMs costs little; time slicing of busy kernels
 //!   costs k× at concurrency k.
 //! - **SM activity**, where the GPU reports it (GPM on Hopper and later), gates growth: D grows
-//!   only while the SMs are below `u_target`. In a sample in which no admission ended (leases that
-//!   live long, long bursts), it alone may grow D; it never cuts it (the slowdown says what
-//!   saturation costs).
+//!   only while the SMs are below `u_target`. In a sample in which no measured admission ended
+//!   (leases that live long, long bursts), it alone may let D grow — without GPM busy-time, which
+//!   is never below SM activity, does — while under `u_target`. Neither ever cuts D (the
+//!   slowdown says what saturation costs), so busy-time reading 100 % leaves D where it is.
 //!
 //! Once per sample: pressure p > 1 cuts D by `max(½, 1/p)` (multiplicative decrease, as
 //! delay-based congestion control does); p ≤ 1 grows it by `1 + α (1 − p)`, capped by
 //! `1 + α (u* − sm)` and never below 1 — and only with evidence: a pressure measured this sample
-//! (or, failing that, SM activity) while the limit bound (it was in use, or admissions waited).
-//! Without GPM and without an ended admission, D holds. After a cut, admissions granted
+//! (or, when nothing ended, SM activity or busy-time under `u*`) while the limit bound (it was in
+//! use, or admissions waited). After a cut, admissions granted
 //! before it no longer count (one cut per round of admissions), so the lag between a cut and its
 //! effect does not cut again. D stays in `[1, D_max]`; the limit is `⌊D⌋`.
 //!
@@ -40,6 +44,9 @@ const MAX_DECREASE: f64 = 0.5;
 const BASELINE_ALPHA: f64 = 0.2;
 /// Functions whose baselines are kept; past it, the least recently used is dropped.
 const MAX_BASELINES: usize = 4096;
+/// A measurement shorter than this teaches nothing: releases that carry no real service (a grant
+/// nobody used, a burst whose processes were gone) arrive as microseconds.
+const MIN_MEASURED_S: f64 = 1e-3;
 
 /// What the monitor read of a GPU over one sample period; `None`: not available.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
@@ -66,6 +73,8 @@ pub struct Reading {
 #[derive(Clone, Debug, Serialize)]
 struct InFlight {
     function: String,
+    /// Whose: the operator's unit of isolation (empty: none).
+    tenant: String,
     /// Most admissions in flight on this GPU while this one was.
     peak: u32,
     /// The decrease round it was granted in.
@@ -92,8 +101,10 @@ pub struct ConcurrencyController {
     last: Reading,
     inflight: BTreeMap<u64, InFlight>,
     baselines: BTreeMap<String, Baseline>,
-    /// Σ service × slowdown and Σ service of this sample's counted releases.
-    window: (f64, f64),
+    /// Per tenant, Σ service × slowdown and Σ service of this sample's counted releases.
+    window: BTreeMap<String, (f64, f64)>,
+    /// A measured admission ended in this sample (counted or not).
+    ended: bool,
     round: u64,
     releases: u64,
     /// Most admissions in flight during this sample.
@@ -114,17 +125,18 @@ impl ConcurrencyController {
             last: Reading::default(),
             inflight: BTreeMap::new(),
             baselines: BTreeMap::new(),
-            window: (0.0, 0.0),
+            window: BTreeMap::new(),
+            ended: false,
             round: 0,
             releases: 0,
             peak_running: 0,
         })
     }
 
-    /// An admission of `function` began (`id` unique among those in flight). `measurable`:
-    /// its release will carry the service of its whole run (false for one adopted after a
-    /// restart).
-    pub fn admitted(&mut self, id: u64, function: &str, measurable: bool) {
+    /// An admission of `function` of `tenant` (empty: none) began (`id` unique among those in
+    /// flight). `measurable`: its release will carry the service of its whole run (false for one
+    /// adopted after a restart, or one whose release will say nothing of its service).
+    pub fn admitted(&mut self, id: u64, function: &str, tenant: &str, measurable: bool) {
         let running = u32::try_from(self.inflight.len() + 1).unwrap_or(u32::MAX);
         for f in self.inflight.values_mut() {
             f.peak = f.peak.max(running);
@@ -133,6 +145,7 @@ impl ConcurrencyController {
             id,
             InFlight {
                 function: function.to_owned(),
+                tenant: tenant.to_owned(),
                 peak: running,
                 round: self.round,
                 measurable,
@@ -146,25 +159,30 @@ impl ConcurrencyController {
         let Some(f) = self.inflight.remove(&id) else {
             return;
         };
-        let Some(s) = measured.filter(|s| s.is_finite() && *s > 0.0) else {
+        let Some(s) = measured.filter(|s| s.is_finite() && *s >= MIN_MEASURED_S) else {
             return;
         };
         if !f.measurable {
             return;
         }
+        self.ended = true;
         self.releases += 1;
         let used = self.releases;
         let counted = f.round == self.round;
         match self.baselines.get_mut(&f.function) {
             Some(b) if f.peak >= b.level => {
-                let slowdown = s / b.service_s;
+                // k runs sharing a GPU fairly slow each other k× at most, and none runs faster
+                // than alone: a measurement that says otherwise (a lying container, a poisoned
+                // baseline) counts as the bound it crossed.
+                let slowdown = (s / b.service_s).clamp(1.0, f64::from(f.peak.max(1)));
                 if f.peak == b.level {
                     b.service_s += BASELINE_ALPHA * (s - b.service_s);
                 }
                 b.used = used;
                 if counted {
-                    self.window.0 += s * slowdown;
-                    self.window.1 += s;
+                    let w = self.window.entry(f.tenant).or_insert((0.0, 0.0));
+                    w.0 += s * slowdown;
+                    w.1 += s;
                 }
             }
             _ => {
@@ -196,11 +214,6 @@ impl ConcurrencyController {
         }
     }
 
-    /// Forgets a function's baseline (its flow was forgotten).
-    pub fn forget(&mut self, function: &str) {
-        self.baselines.remove(function);
-    }
-
     /// Ends a sample period: D moves on what it saw (see the module docs) and is returned.
     /// `waiting`: admissions waited for a slot (the limit bound even if not all of it was in
     /// use, as when a slot is held for short work).
@@ -208,8 +221,17 @@ impl ConcurrencyController {
         let unit = |v: Option<f64>| v.filter(|v| !v.is_nan()).map(|v| v.clamp(0.0, 1.0));
         let busy = unit(signals.busy);
         let sm = unit(signals.sm_activity);
-        let (sum_s, weight) = self.window;
-        let slowdown = (weight > 0.0).then(|| sum_s / weight);
+        // Each tenant's slowdown weighted by its GPU time, then every tenant alike: one tenant's
+        // reports move the GPU's D by its share of the tenants, whatever it claims.
+        let per_tenant: Vec<f64> = self
+            .window
+            .values()
+            .filter(|(_, w)| *w > 0.0)
+            .map(|(sw, w)| sw / w)
+            .collect();
+        #[expect(clippy::cast_precision_loss, reason = "a count of tenants")]
+        let slowdown = (!per_tenant.is_empty())
+            .then(|| per_tenant.iter().sum::<f64>() / per_tenant.len() as f64);
         let pressure = slowdown.map(|s| s / self.cfg.slowdown_target);
         let factor = match self.cfg.law {
             Law::BusyTime => busy.map_or(1.0, |u| self.f_u(u)),
@@ -224,9 +246,12 @@ impl ConcurrencyController {
                         let grow = 1.0 + self.cfg.alpha * (1.0 - p);
                         sm.map_or(grow, |u| grow.min(self.f_u(u))).max(1.0)
                     }
-                    // No admission ended (long-lived leases, long bursts): SM activity alone
-                    // may grow D, where the GPU reports it.
-                    (None, Some(u)) if binds => self.f_u(u).max(1.0),
+                    // No admission ended (long-lived leases, long bursts): SM activity — or,
+                    // without GPM, busy-time, which is never below it — may let D grow while
+                    // it is under the target. Neither ever cuts D.
+                    (None, _) if binds && !self.ended => {
+                        sm.or(busy).map_or(1.0, |u| self.f_u(u).max(1.0))
+                    }
                     _ => 1.0,
                 }
             }
@@ -238,7 +263,8 @@ impl ConcurrencyController {
             slowdown,
             pressure,
         };
-        self.window = (0.0, 0.0);
+        self.window.clear();
+        self.ended = false;
         self.peak_running = u32::try_from(self.inflight.len()).unwrap_or(u32::MAX);
         self.d
     }

@@ -394,8 +394,11 @@ impl<'t> Engine<'t> {
         let g = run.gpu;
         self.exec_start[inv] = self.now;
         if self.admission != Admission::Node {
-            let name = &self.trace.functions[self.trace.invocations[inv].func].name;
-            self.gpus[g].conc.admitted(inv as u64, name, true);
+            let f = &self.trace.functions[self.trace.invocations[inv].func];
+            let tenant = f.tenant.as_deref().unwrap_or_default();
+            self.gpus[g]
+                .conc
+                .admitted(inv as u64, &f.name, tenant, true);
         }
     }
 

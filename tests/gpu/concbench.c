@@ -13,7 +13,7 @@
  * Every worker repeats for SECONDS: launch a kernel of BLOCKS blocks of 128 threads that spins
  * for SPIN_US microseconds of %globaltimer, wait for it (cuStreamSynchronize) and record that
  * launch-to-completion time as one burst, then sleep GAP_US on the CPU (defaults 4, 2000, 2000).
- * Meanwhile the parent samples NVML on the workers' GPU every 100 ms: busy time
+ * Meanwhile the parent samples NVML on the workers' GPU every 200 ms: busy time
  * (nvmlDeviceGetUtilizationRates().gpu) and, where GPM is supported, SM activity (SM_UTIL) and
  * DRAM bandwidth (DRAM_BW_UTIL) between consecutive GPM samples. Samples and bursts of the
  * first 0.5 s are warm-up and left out. Prints one line to stdout:
@@ -120,7 +120,7 @@ static nvmlReturn_t (*nvmlGpmSampleGet)(nvmlDevice_t, nvmlGpmSample_t);
 static nvmlReturn_t (*nvmlGpmMetricsGet)(nvmlGpmMetricsGet_t *);
 
 #define WARMUP_MS 500.0
-#define TICK_MS 100.0
+#define TICK_MS 200.0 /* NVML wants two GPM samples more than 100 ms apart */
 #define MAX_N 64
 
 /* The run's parameters. */
@@ -244,7 +244,7 @@ static int work(CUfunction f, CUstream s, double go, long long *bursts, double *
     }
 }
 
-/* The sampler: NVML busy time and GPM metrics every 100 ms from `go` for `seconds`. */
+/* The sampler: NVML busy time and GPM metrics every 200 ms from `go` for `seconds`. */
 struct signals {
     double busy, sm, dram;
 };

@@ -26,7 +26,7 @@ fn round(c: &mut ConcurrencyController, next: &mut u64, n: u32, f: &str, service
     let ids: Vec<u64> = (0..n)
         .map(|_| {
             *next += 1;
-            c.admitted(*next, f, true);
+            c.admitted(*next, f, "", true);
             *next
         })
         .collect();
@@ -66,19 +66,23 @@ fn the_busy_time_law_is_the_published_one() {
 }
 
 #[test]
-fn busy_time_alone_never_moves_d() {
+fn busy_time_never_cuts_d_and_lets_it_grow_only_while_the_gpu_is_visibly_idle() {
     let mut c = plain();
     assert_eq!(
         c.observe(gpm(1.0, 0.95), true),
         2.0,
-        "nor does SM activity alone"
+        "SM activity over the target: D holds"
     );
     for _ in 0..100 {
-        assert_eq!(c.observe(busy(1.0), true), 2.0);
+        assert_eq!(c.observe(busy(1.0), true), 2.0, "100 % busy: D holds");
     }
     for _ in 0..100 {
-        assert_eq!(c.observe(busy(0.0), false), 2.0);
+        assert_eq!(c.observe(busy(0.0), false), 2.0, "the limit does not bind");
     }
+    // Nothing ended, admissions wait, busy-time at 40 %: the GPU is visibly idle part of the
+    // time, and D may grow.
+    c.observe(busy(0.4), true);
+    assert!((c.d() - 2.0 * (1.0 + 0.2 * 0.5)).abs() < 1e-9, "{}", c.d());
 }
 
 #[test]
@@ -143,7 +147,7 @@ fn waiting_admissions_count_as_the_limit_in_use() {
     let mut id = 0;
     round(&mut c, &mut id, 1, "f", 1.0, busy(0.5));
     // One runs under a limit of 2 (the other slot held for short work) while others wait.
-    c.admitted(50, "f", true);
+    c.admitted(50, "f", "", true);
     c.released(50, Some(1.0));
     let d0 = c.d();
     c.observe(busy(1.0), true);
@@ -159,7 +163,7 @@ fn one_cut_per_round_of_admissions() {
     let d0 = c.d();
     // Four admissions granted before the cut; two end slowed before the sample, two after.
     for k in 1..=4 {
-        c.admitted(100 + k, "f", true);
+        c.admitted(100 + k, "f", "", true);
     }
     c.released(101, Some(6.0));
     c.released(102, Some(6.0));
@@ -217,30 +221,97 @@ fn sm_activity_gates_growth() {
 }
 
 #[test]
+fn a_lying_function_cannot_push_d_below_the_target() {
+    let mut c = plain();
+    let mut id = 0;
+    // Its first run, alone, "took" 2 ms; every later one takes a second.
+    round(&mut c, &mut id, 1, "liar", 2e-3, busy(0.5));
+    for _ in 0..200 {
+        let n = c.limit();
+        round(&mut c, &mut id, n, "liar", 1.0, busy(1.0));
+    }
+    // Each run counts as slowed k× at concurrency k: D settles where k meets the target (2).
+    assert_eq!(c.limit(), 2, "{}", c.d());
+}
+
+#[test]
+fn each_tenant_counts_once_whatever_it_reports() {
+    // At concurrency 4, tenant `evil`'s two runs claim the most slowdown there is (4×) while
+    // tenants `a` and `b` keep their speed.
+    let run = |tenants: [&str; 3]| {
+        let mut cfg = ConcurrencyConfig::for_mode(GpuMode::Plain, 0.2);
+        cfg.d_initial = 4.0;
+        let mut c = ConcurrencyController::new(cfg).unwrap();
+        for (i, (f, t)) in [("x", tenants[0]), ("y", tenants[1]), ("z", tenants[2])]
+            .into_iter()
+            .enumerate()
+        {
+            c.admitted(i as u64, f, t, true);
+            c.released(i as u64, Some(1.0));
+        }
+        let ids = [
+            (10, "x", tenants[0]),
+            (11, "x", tenants[0]),
+            (12, "y", tenants[1]),
+            (13, "z", tenants[2]),
+        ];
+        for (id, f, t) in ids {
+            c.admitted(id, f, t, true);
+        }
+        for (id, f, _) in ids {
+            c.released(id, Some(if f == "x" { 4.0 } else { 1.0 }));
+        }
+        c.observe(busy(1.0), true);
+        c
+    };
+    // Three tenants: (4 + 1 + 1) / 3 = 2, at the target: D holds.
+    let isolated = run(["evil", "a", "b"]);
+    assert!((isolated.last().slowdown.unwrap() - 2.0).abs() < 1e-9);
+    assert_eq!(isolated.d(), 4.0);
+    // One tenant for all (no isolation configured): GPU time decides, (2 · 4 s · 4 + 1 + 1) / 10 s
+    // = 3.4, and D is cut.
+    let flat = run(["", "", ""]);
+    assert!((flat.last().slowdown.unwrap() - 3.4).abs() < 1e-9);
+    assert!(flat.d() < 4.0);
+}
+
+#[test]
+fn releases_that_say_nothing_of_a_run_teach_nothing() {
+    let mut c = plain();
+    c.admitted(1, "f", "", true);
+    c.released(1, Some(1e-6));
+    assert_eq!(c.baseline("f"), None, "a microsecond is no run");
+    c.admitted(2, "f", "", true);
+    c.released(2, Some(f64::INFINITY));
+    assert_eq!(c.baseline("f"), None);
+    c.admitted(3, "f", "", true);
+    c.released(3, Some(0.5));
+    assert_eq!(c.baseline("f"), Some((1, 0.5)));
+}
+
+#[test]
 fn baselines_follow_the_lowest_concurrency_seen_and_adopted_runs_teach_nothing() {
     let mut c = plain();
-    c.admitted(1, "f", true);
-    c.admitted(2, "f", true);
+    c.admitted(1, "f", "", true);
+    c.admitted(2, "f", "", true);
     c.released(1, Some(2.0));
     c.released(2, Some(2.0));
     assert_eq!(c.baseline("f"), Some((2, 2.0)));
-    c.admitted(3, "f", true);
+    c.admitted(3, "f", "", true);
     c.released(3, Some(1.0));
     assert_eq!(
         c.baseline("f"),
         Some((1, 1.0)),
         "a lower concurrency replaces it"
     );
-    c.admitted(4, "g", false);
+    c.admitted(4, "g", "", false);
     c.released(4, Some(1.0));
     assert_eq!(c.baseline("g"), None);
     c.released(99, Some(1.0));
-    c.admitted(5, "h", true);
+    c.admitted(5, "h", "", true);
     c.released(5, None);
     assert_eq!(c.baseline("h"), None);
     assert_eq!(c.in_flight(), 0);
-    c.forget("f");
-    assert_eq!(c.baseline("f"), None);
 }
 
 #[test]
@@ -289,7 +360,7 @@ fn op() -> impl Strategy<Value = Op> {
 fn play(c: &mut ConcurrencyController, ops: &[Op]) {
     for o in ops {
         match *o {
-            Op::Admit(i, f, m) => c.admitted(u64::from(i), &format!("f{f}"), m),
+            Op::Admit(i, f, m) => c.admitted(u64::from(i), &format!("f{f}"), "", m),
             Op::Release(i, s) => c.released(u64::from(i), s),
             Op::Sample(b, s, w) => {
                 c.observe(
@@ -335,7 +406,7 @@ proptest! {
         let (u_lo, u_hi) = (u1.min(u2), u1.max(u2));
         let end = |s: f64, u: f64| {
             let mut c = base.clone();
-            c.admitted(1000, "f0", true);
+            c.admitted(1000, "f0", "", true);
             c.released(1000, Some(s));
             c.observe(Signals { busy: Some(1.0), sm_activity: Some(u) }, true)
         };

@@ -200,6 +200,7 @@ struct Waiting {
     gpu: u32,
     flow: FlowId,
     function: String,
+    tenant: Option<String>,
     shim_pid: u32,
     kind: Kind,
 }
@@ -546,6 +547,7 @@ impl Core {
                 gpu,
                 flow,
                 function: flow_key,
+                tenant: info.tenant.clone(),
                 shim_pid: info.shim_pid,
                 kind: info.kind,
             },
@@ -622,10 +624,10 @@ impl Core {
             let running = g.running;
             let dval = g.conc.d();
             let key = d.item;
-            let (function, shim_pid, kind) = self
+            let (function, tenant, shim_pid, kind) = self
                 .waiting_remove(&key)
-                .map_or((String::new(), 0, Kind::Start), |w| {
-                    (w.function, w.shim_pid, w.kind)
+                .map_or((String::new(), None, 0, Kind::Start), |w| {
+                    (w.function, w.tenant, w.shim_pid, w.kind)
                 });
             let lease = self.next_lease;
             self.next_lease += 1;
@@ -661,7 +663,8 @@ impl Core {
                 },
             );
             let function = &self.leases[&lease].function;
-            self.gpus[slot].conc.admitted(lease, function, true);
+            let tenant = tenant.as_deref().unwrap_or_default();
+            self.gpus[slot].conc.admitted(lease, function, tenant, true);
             grants.push(Grant {
                 key,
                 lease,
@@ -731,9 +734,16 @@ impl Core {
         self.lease_of.remove(&l.key);
         let slot = self.slot(l.gpu);
         let g = &mut self.gpus[slot];
+        // What a shim reports comes from its container (a burst's end is the interposer's word):
+        // no run took longer than its lease was held.
+        let held_s = now.secs_since(l.since).max(0.0);
+        let measured = measured.map(|m| m.min(held_s));
         // The ticket is outstanding by construction; a failure here would be a bug in this file.
         let _ = g.queue.complete(&l.ticket, measured, now);
-        g.conc.released(lease, measured);
+        // Only a run that ended as runs do says how long it took (not a kill, a delete, a start
+        // that failed, a shim that went away).
+        let ran = matches!(reason, "exit" | "pause" | "idle");
+        g.conc.released(lease, measured.filter(|_| ran));
         g.running = g.running.saturating_sub(1);
         if l.long {
             g.long_running = g.long_running.saturating_sub(1);

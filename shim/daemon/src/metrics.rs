@@ -608,7 +608,7 @@ mod tests {
         let m = Metrics::new();
         let sample = |index: u32, sm: Option<f64>| crate::monitor::Sample {
             index,
-            busy: 1.0,
+            busy: Some(1.0),
             sm_activity: sm,
             dram_bandwidth: sm.map(|v| v / 2.0),
             ..Default::default()

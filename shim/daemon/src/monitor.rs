@@ -9,6 +9,7 @@
 //! CPU-only double of the library.
 
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use nvml_wrapper::enum_wrappers::device::PcieUtilCounter;
 use nvml_wrapper::enums::gpm::GpmMetricId;
@@ -36,8 +37,9 @@ pub enum MonitorError {
 pub struct Sample {
     /// NVML index.
     pub index: u32,
-    /// NVML busy-time over the last sample period (any kernel running), 0–1.
-    pub busy: f64,
+    /// NVML busy-time over the last sample period (any kernel running), 0–1, where NVML gives it
+    /// (not on a GPU in MIG mode).
+    pub busy: Option<f64>,
     /// SM activity over the period (GPM), 0–1, where the GPU has it.
     pub sm_activity: Option<f64>,
     /// DRAM bandwidth used over the period (GPM), 0–1, where the GPU has it.
@@ -59,7 +61,7 @@ impl Sample {
         GpuReading {
             index: self.index,
             signals: Signals {
-                busy: Some(self.busy),
+                busy: self.busy,
                 sm_activity: self.sm_activity,
             },
             memory_used: self.memory_used,
@@ -135,7 +137,7 @@ impl GpuMonitor for SimulatedGpus {
                 let n = f64::from(leases.get(i).copied().unwrap_or(0));
                 Sample {
                     index: g.index,
-                    busy: if n > 0.0 { 1.0 } else { 0.0 },
+                    busy: Some(if n > 0.0 { 1.0 } else { 0.0 }),
                     sm_activity: Some((n * self.per_lease).min(1.0)),
                     // A nominal 2 GiB per running invocation, capped at the GPU's size.
                     memory_used: (leases.get(i).copied().unwrap_or(0) as u64 * (2 << 30))
@@ -157,10 +159,17 @@ pub struct NvmlGpus {
     gpm: Vec<Gpm>,
 }
 
+/// NVML wants the two samples of a GPM period more than 100 ms apart (its counters refresh at
+/// that rate); between new periods the last reading stands.
+const GPM_PERIOD: Duration = Duration::from_millis(150);
+
 #[derive(Default)]
 struct Gpm {
     supported: Option<bool>,
-    last: Option<GpmSample<'static>>,
+    /// The sample the next period is measured from, and when it was taken.
+    last: Option<(GpmSample<'static>, Instant)>,
+    /// The last period's metrics.
+    reading: Option<GpmReading>,
 }
 
 impl std::fmt::Debug for NvmlGpus {
@@ -300,7 +309,11 @@ impl GpuMonitor for NvmlGpus {
         let mut gpm = std::mem::take(&mut self.gpm);
         let nvml = self.nvml;
         let out = self.each(|i, d| {
-            let u = d.utilization_rates().map_err(nvml_err("utilization"))?;
+            // Busy-time is only reported: a GPU that has none (MIG mode) still samples.
+            let busy = d
+                .utilization_rates()
+                .ok()
+                .map(|u| f64::from(u.gpu.min(100)) / 100.0);
             let m = d.memory_info().map_err(nvml_err("memory info"))?;
             let slot = i as usize;
             if gpm.len() <= slot {
@@ -317,7 +330,7 @@ impl GpuMonitor for NvmlGpus {
             };
             Ok(Sample {
                 index: i,
-                busy: f64::from(u.gpu.min(100)) / 100.0,
+                busy,
                 sm_activity: g.sm,
                 dram_bandwidth: g.dram,
                 memory_used: m.used,
@@ -331,8 +344,9 @@ impl GpuMonitor for NvmlGpus {
     }
 }
 
-/// One GPM period on a GPU: a new sample, metrics against the previous one (none on the first
-/// period, on a GPU without GPM, or when sampling fails — which drops the kept sample).
+/// GPM on a GPU: once a period has passed since the kept sample, a new one and the metrics
+/// between them; in between, the last period's reading. None on a GPU without GPM, before the
+/// first period, or when sampling fails (which drops the kept sample; support is asked again).
 fn gpm_period(
     nvml: &'static Nvml,
     d: &nvml_wrapper::Device<'static>,
@@ -344,15 +358,22 @@ fn gpm_period(
     if !supported {
         return None;
     }
+    if let Some((_, at)) = &state.last
+        && at.elapsed() < GPM_PERIOD
+    {
+        return state.reading;
+    }
     let Ok(now) = d.gpm_sample() else {
-        state.last = None;
+        *state = Gpm::default();
         return None;
     };
+    let taken = Instant::now();
     let got = state
         .last
         .as_ref()
-        .and_then(|last| gpm_metrics(nvml, last, &now));
-    state.last = Some(now);
+        .and_then(|(last, _)| gpm_metrics(nvml, last, &now));
+    state.last = Some((now, taken));
+    state.reading = got;
     got
 }
 
@@ -365,11 +386,11 @@ mod tests {
         let mut s = SimulatedGpus::new(2, 8 << 30, GpuMode::Plain, 0.3);
         assert_eq!(s.devices().unwrap().len(), 2);
         let r = s.sample(&[1, 5, 0]).unwrap();
-        assert_eq!((r[0].busy, r[1].busy), (1.0, 1.0));
+        assert_eq!((r[0].busy, r[1].busy), (Some(1.0), Some(1.0)));
         assert!((r[0].sm_activity.unwrap() - 0.3).abs() < 1e-9);
         assert_eq!(r[1].sm_activity, Some(1.0));
         let idle = s.sample(&[]).unwrap();
-        assert_eq!((idle[0].busy, idle[0].sm_activity), (0.0, Some(0.0)));
+        assert_eq!((idle[0].busy, idle[0].sm_activity), (Some(0.0), Some(0.0)));
         assert_eq!(r[1].memory_used, 8 << 30);
     }
 

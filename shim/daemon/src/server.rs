@@ -400,7 +400,9 @@ impl Daemon {
                 }
                 Err(e) => {
                     if !failing {
-                        tracing::warn!("GPU sampling failed: {e}; D keeps its value");
+                        tracing::warn!(
+                            "GPU sampling failed: {e}; D follows the admissions' slowdown alone"
+                        );
                         failing = true;
                     }
                     Vec::new()
@@ -409,6 +411,18 @@ impl Daemon {
             let host = pool::host_memory();
             let now = self.now();
             let mut inner = self.lock();
+            // A GPU the monitor did not read still ends its sample period (the releases since
+            // the last one move D), with its last memory figure and no GPU signal.
+            let mut samples = samples;
+            for g in inner.core.gpus() {
+                if !samples.iter().any(|s| s.index == g.info.index) {
+                    samples.push(Sample {
+                        index: g.info.index,
+                        memory_used: g.memory_used,
+                        ..Sample::default()
+                    });
+                }
+            }
             let readings: Vec<GpuReading> = samples.iter().map(Sample::reading).collect();
             let grants = inner.core.sample(&readings, now);
             self.settle(&mut inner, grants);

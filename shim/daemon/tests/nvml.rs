@@ -92,6 +92,8 @@ async fn rounds_until_d_exceeds(sock: &Path, d: f64) -> Value {
                 .unwrap();
             leases.push(r.lease_id);
         }
+        // Held longer than the service reported (mqfqd clamps a report to the time held).
+        tokio::time::sleep(Duration::from_millis(60)).await;
         for lease_id in leases {
             c.release(
                 ttrpc::context::with_timeout(5_000_000_000),
@@ -139,7 +141,7 @@ fn nvml_backend_reads_the_double_and_drives_d() {
     assert_eq!(d[0].memory_total, 16 << 30);
     assert_eq!((d[0].mode, d[1].mode), (GpuMode::Plain, GpuMode::Mig));
     let s = m.sample(&[]).unwrap();
-    assert!((s[0].busy - 0.37).abs() < 1e-9);
+    assert!((s[0].busy.unwrap() - 0.37).abs() < 1e-9);
     assert_eq!(s[0].sm_activity, None, "no GPM on this double until asked");
     assert_eq!(s[0].memory_used, 37 * ((16u64 << 30) / 100));
     assert_eq!(
@@ -182,6 +184,8 @@ fn nvml_backend_reads_the_double_and_drives_d() {
     let mut g = NvmlGpus::open(lib_s, Path::new("/nonexistent-mps")).unwrap();
     let first = g.sample(&[]).unwrap();
     assert_eq!(first[0].sm_activity, None, "a period needs two samples");
+    // NVML wants them more than 100 ms apart.
+    std::thread::sleep(Duration::from_millis(160));
     let second = g.sample(&[]).unwrap();
     assert_eq!(second[0].sm_activity, Some(0.30));
     assert_eq!(second[1].sm_activity, Some(0.55));
@@ -191,7 +195,10 @@ fn nvml_backend_reads_the_double_and_drives_d() {
         (Some(976), Some(1953)),
         "1e6 and 2e6 B/s from GPM"
     );
-    assert!((second[0].busy - 0.37).abs() < 1e-9);
+    assert!((second[0].busy.unwrap() - 0.37).abs() < 1e-9);
+    // Sampled again at once: the period's reading stands, no new GPM sample is taken.
+    let third = g.sample(&[]).unwrap();
+    assert_eq!(third[0].sm_activity, Some(0.30));
     assert_eq!(
         std::fs::read_to_string(&calls).unwrap(),
         "0\n1\n0\n1\n",

@@ -638,7 +638,8 @@ impl Gate for Arc<DaemonGate> {
         let service = h.service.unwrap_or_else(|| h.since.elapsed());
         let req = api::ReleaseRequest {
             lease_id: h.lease,
-            service_ns: u64::try_from(service.as_nanos()).unwrap_or(u64::MAX).max(1),
+            // A grant nobody used reports no service (0: unknown to mqfqd), not a nanosecond.
+            service_ns: u64::try_from(service.as_nanos()).unwrap_or(u64::MAX),
             reason: reason.to_owned(),
             managed_bytes: held.managed,
             native: Some(crate::memory::to_proto(&held.native)).into(),

@@ -15,8 +15,9 @@
 //! container's pool lock) before the first call of the burst runs.
 //!
 //! Bounds: at most [`MAX_CONNS`] connections per container, requests of at most [`MAX_LINE`]
-//! bytes, one request at a time per connection; a flood or a lie only ever concerns this
-//! container's own lease.
+//! bytes, one request at a time per connection; a flood or a lie concerns this container's own
+//! lease, and the service it implies moves the GPU's D only within the bounds mqfqd puts on one
+//! tenant's reports (docs/SECURITY.md §10).
 
 use std::collections::HashSet;
 use std::path::Path;

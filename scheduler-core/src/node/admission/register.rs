@@ -150,7 +150,10 @@ impl Core {
         );
         // Its run began before this daemon knew it: its measurement teaches no baseline.
         let flow_key = &self.leases[&lease].function;
-        self.gpus[slot].conc.admitted(lease, flow_key, false);
+        let tenant = r.info.tenant.as_deref().unwrap_or_default();
+        self.gpus[slot]
+            .conc
+            .admitted(lease, flow_key, tenant, false);
         Ok((key, lease))
     }
 
@@ -166,11 +169,8 @@ impl Core {
         gone.dedup();
         // A key still known on another GPU keeps its series.
         gone.retain(|k| self.gpus.iter().all(|g| g.queue.lookup(k).is_none()));
-        for g in &mut self.gpus {
-            for k in &gone {
-                g.conc.forget(k);
-            }
-        }
+        // Baselines stay (bounded, least recently used dropped first): a function that comes back
+        // after a quiet spell is still measured against its run alone.
         gone
     }
 }

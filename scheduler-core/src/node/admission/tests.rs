@@ -78,10 +78,12 @@ fn admits_up_to_the_limit_then_queues_and_release_dispatches_fairly() {
     // The light function is one flood invocation ahead of FCFS's sixth place.
     let mut lease = g[0].lease;
     let mut order = Vec::new();
-    while let Ok(next) = c.release(lease, Some(1.0), "exit", secs(1.0)) {
+    let mut t = 1.0;
+    while let Ok(next) = c.release(lease, Some(1.0), "exit", secs(t)) {
         let Some(n) = next.first() else { break };
         order.push(n.key.clone());
         lease = n.lease;
+        t += 1.0;
     }
     assert_eq!(order.len(), 6);
     let light = order.iter().position(|k| k == "ns/l0").unwrap();
@@ -615,4 +617,24 @@ fn residency_reaches_every_queue_and_flow_state_and_sampling_answer_across_gpus(
         .is_empty()
     );
     assert_eq!(c.gpus()[1].reading.busy, Some(0.0));
+}
+
+#[test]
+fn a_report_is_bounded_by_the_time_held_and_only_a_run_s_end_teaches_the_controller() {
+    let mut c = core(1, 4);
+    let g = c.admit(&req("a", "f"), secs(0.0)).unwrap();
+    c.drain_log();
+    // Held one second, "served" a hundred.
+    c.release(g[0].lease, Some(100.0), "idle", secs(1.0))
+        .unwrap();
+    let measured = c.drain_log().into_iter().find_map(|r| match r {
+        Record::Release { measured_s, .. } => Some(measured_s),
+        _ => None,
+    });
+    assert_eq!(measured, Some(Some(1.0)));
+    assert_eq!(c.gpus[0].conc.baseline("f"), Some((1, 1.0)));
+    // A kill says nothing of how long a run takes.
+    let g = c.admit(&req("b", "g"), secs(2.0)).unwrap();
+    c.release(g[0].lease, Some(0.5), "kill", secs(3.0)).unwrap();
+    assert_eq!(c.gpus[0].conc.baseline("g"), None);
 }
