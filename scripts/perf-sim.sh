@@ -13,7 +13,7 @@ trap 'rm -rf "$tmp"' EXIT
 echo "### Headline: design-style mix, load 0.8, 30 min, seed 1, profile balanced"
 echo
 echo '`mqfq-sim gen mix --load 0.8 --duration-s 1800 --seed 1 --out mix.csv`'
-echo '`mqfq-sim compare --trace mix.csv --plot docs/img/cdf-mix.svg`'
+echo '`mqfq-sim compare --trace mix.csv --plot docs/img/cdf-mix.svg --plot-d docs/img/d-mix.svg`'
 echo
 "$sim" gen mix --load 0.8 --duration-s 1800 --seed 1 --out "$tmp/mix.csv" 2>/dev/null
 mkdir -p docs/img

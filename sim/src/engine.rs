@@ -25,16 +25,16 @@ use std::collections::VecDeque;
 
 mod memory;
 mod pool;
+mod sampling;
 
 pub use pool::pool_config;
 
 use crate::policy::{Admission, MemoryStyle, Policy, PoolView, Signal};
 use crate::trace::Trace;
 use crate::types::{Audit, Record, SimConfig, SimError, SimOutput};
-use scheduler_core::concurrency::{ConcurrencyController, Signals};
+use scheduler_core::concurrency::ConcurrencyController;
 use scheduler_core::config::ConfigError;
 use scheduler_core::ewma::Ewma;
-use scheduler_core::node::admission::GpuReading;
 use scheduler_core::tiers::{Tier, TierPolicy};
 use scheduler_core::time::Time;
 
@@ -493,59 +493,6 @@ struct Clock {
 }
 
 impl Engine<'_> {
-    /// Idle until the next arrival: skips to the sample just before it, feeding the controllers
-    /// the idle samples they would have seen (capped; D saturates long before).
-    #[expect(
-        clippy::cast_possible_truncation,
-        clippy::cast_sign_loss,
-        clippy::cast_precision_loss
-    )]
-    fn skip_idle(&mut self, clock: &mut Clock, t_arr: f64, policy: &mut dyn Policy) {
-        let skipped = ((t_arr - clock.next_sample) / self.cfg.sample_ms).floor();
-        let n = (skipped as u64).min(64);
-        let idle = self.monitor(0.0, 0.0);
-        for g in &mut self.gpus {
-            for _ in 0..n {
-                g.conc.observe(idle, false);
-            }
-            g.util_smooth *= 0.4f64.powf(skipped.min(64.0));
-            g.busy_at_sample = g.busy_ms;
-            g.any_at_sample = g.any_ms;
-        }
-        let resume = clock.next_sample + skipped * self.cfg.sample_ms;
-        if self.admission == Admission::Node && n > 0 {
-            // The node's core and pool sample through the gap (at most 64 times, spread over
-            // it), so the pool's TTLs move containers one tier at a time as they would.
-            let (from, step) = (clock.next_sample, (resume - clock.next_sample) / n as f64);
-            for j in 0..n {
-                self.advance(from + step * j as f64);
-                let readings: Vec<GpuReading> = (0..self.gpus.len())
-                    .map(|g| GpuReading {
-                        index: gpu_index(g),
-                        signals: idle,
-                        memory_used: self.used_bytes(g),
-                    })
-                    .collect();
-                policy.sample(&readings, ms(self.now));
-                self.pool_sample(policy);
-            }
-        }
-        clock.next_sample = resume;
-    }
-
-    /// What the monitor reads: busy-time always, SM activity where the GPUs have GPM.
-    fn monitor(&self, busy: f64, sm: f64) -> Signals {
-        Signals {
-            busy: Some(busy.clamp(0.0, 1.0)),
-            sm_activity: self.cfg.gpm.then_some(sm.clamp(0.0, 1.0)),
-        }
-    }
-
-    #[expect(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
-    fn used_bytes(&self, g: usize) -> u64 {
-        (self.gpus[g].used_mb.max(0.0) * 1024.0 * 1024.0) as u64
-    }
-
     /// Hands the policy every invocation that has arrived by now.
     fn arrivals(&mut self, clock: &mut Clock, policy: &mut dyn Policy) {
         let trace = self.trace;
@@ -565,47 +512,6 @@ impl Engine<'_> {
             policy.arrive(clock.next_arrival, trace, ms(self.now), &view);
             clock.next_arrival += 1;
         }
-    }
-
-    /// A utilization sample on every GPU (D moves; the published gate's estimate every 500 ms);
-    /// housekeeping every tenth.
-    fn sample(&mut self, clock: &mut Clock, policy: &mut dyn Policy, mem: MemoryStyle) {
-        clock.samples += 1;
-        let waiting = policy.queued() > 0;
-        if !self.gpus.is_empty() {
-            let limit = self.limit(0, self.admission);
-            if self.limits.last().is_none_or(|&(_, l)| l != limit) {
-                self.limits.push(((self.now - clock.first) / 1e3, limit));
-            }
-        }
-        let mut samples = Vec::with_capacity(self.gpus.len());
-        for g in 0..self.gpus.len() {
-            let used = self.used_bytes(g);
-            let gpu = &self.gpus[g];
-            let u = (gpu.busy_ms - gpu.busy_at_sample) / self.cfg.sample_ms;
-            let any = (gpu.any_ms - gpu.any_at_sample) / self.cfg.sample_ms;
-            let signals = self.monitor(any, u);
-            let gpu = &mut self.gpus[g];
-            gpu.busy_at_sample = gpu.busy_ms;
-            gpu.any_at_sample = gpu.any_ms;
-            gpu.conc.observe(signals, waiting);
-            if clock.samples.is_multiple_of(clock.paper_every) {
-                gpu.util_smooth = 0.6 * u + 0.4 * gpu.util_smooth;
-                gpu.gate_est = gpu.util_smooth;
-            }
-            samples.push(GpuReading {
-                index: gpu_index(g),
-                signals,
-                memory_used: used,
-            });
-        }
-        if self.admission == Admission::Node {
-            policy.sample(&samples, ms(self.now));
-            self.pool_sample(policy);
-        } else if clock.samples.is_multiple_of(10) {
-            self.housekeeping(policy, mem);
-        }
-        clock.next_sample += self.cfg.sample_ms;
     }
 
     /// Acts on the policy's flow signals: prefetch on activation; the eager style evicts a
