@@ -29,7 +29,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef int nvmlReturn_t;
+#include "../gpu/nvml_gpm.h"
+
 enum {
     NVML_SUCCESS = 0,
     NVML_ERROR_UNINITIALIZED = 1,
@@ -183,26 +184,11 @@ nvmlReturn_t nvmlDeviceSetPersistenceMode(nvmlDevice_t d, int mode) {
 
 /* GPM. A sample is a malloc'ed record of which GPU (and GPU instance) it was taken on and when,
  * as a per-process sequence number; the metrics are read from the files when they are computed. */
-struct fake_gpm_sample {
+struct nvmlGpmSample_st {
     int index;                /* -1 until taken */
     unsigned int instance;    /* GPU instance for MIG samples, ~0u for whole-GPU ones */
     unsigned long long seq;   /* 0 until taken */
 };
-typedef struct fake_gpm_sample *nvmlGpmSample_t;
-typedef struct { unsigned int version; unsigned int isSupportedDevice; } nvmlGpmSupport_t;
-typedef struct {
-    unsigned int metricId;
-    nvmlReturn_t nvmlReturn;
-    double value;
-    struct { char *shortName; char *longName; char *unit; } metricInfo;
-} nvmlGpmMetric_t;
-typedef struct {
-    unsigned int version;
-    unsigned int numMetrics;
-    nvmlGpmSample_t sample1;
-    nvmlGpmSample_t sample2;
-    nvmlGpmMetric_t metrics[98];
-} nvmlGpmMetricsGet_t;
 
 static unsigned long long gpm_seq = 0;
 
@@ -262,6 +248,20 @@ nvmlReturn_t nvmlGpmMigSampleGet(nvmlDevice_t d, unsigned int gpuInstanceId, nvm
     return gpm_take(d, gpuInstanceId, s);
 }
 
+/* The metrics the double answers: a percent read from `file` (times `scale`), or `scale` itself. */
+static const struct gpm_metric {
+    unsigned int id;
+    const char *file;
+    double scale;
+    const char *short_name, *long_name, *unit;
+} GPM_METRICS[] = {
+    {NVML_GPM_METRIC_SM_UTIL, "FAKE_NVML_SM", 1, "SM_UTIL", "SM activity", "%"},
+    {NVML_GPM_METRIC_SM_OCCUPANCY, "FAKE_NVML_SM", 0.5, "SM_OCCUPANCY", "SM occupancy", "%"},
+    {NVML_GPM_METRIC_DRAM_BW_UTIL, "FAKE_NVML_DRAM", 1, "DRAM_BW_UTIL", "DRAM bandwidth utilization", "%"},
+    {NVML_GPM_METRIC_PCIE_TX_PER_SEC, NULL, 1e6, "PCIE_TX", "PCIe transmit bytes per second", "B/s"},
+    {NVML_GPM_METRIC_PCIE_RX_PER_SEC, NULL, 2e6, "PCIE_RX", "PCIe receive bytes per second", "B/s"},
+};
+
 nvmlReturn_t nvmlGpmMetricsGet(nvmlGpmMetricsGet_t *m) {
     if (!initialized) return NVML_ERROR_UNINITIALIZED;
     if (!m) return NVML_ERROR_INVALID_ARGUMENT;
@@ -272,43 +272,20 @@ nvmlReturn_t nvmlGpmMetricsGet(nvmlGpmMetricsGet_t *m) {
         return NVML_ERROR_INVALID_ARGUMENT;
     for (unsigned int i = 0; i < m->numMetrics; i++) {
         nvmlGpmMetric_t *x = &m->metrics[i];
-        x->nvmlReturn = NVML_SUCCESS;
-        x->metricInfo.unit = "%";
-        switch (x->metricId) {
-        case 2: /* NVML_GPM_METRIC_SM_UTIL */
-            x->value = percent_of("FAKE_NVML_SM", a->index);
-            x->metricInfo.shortName = "SM_UTIL";
-            x->metricInfo.longName = "SM activity";
-            break;
-        case 3: /* NVML_GPM_METRIC_SM_OCCUPANCY */
-            x->value = percent_of("FAKE_NVML_SM", a->index) / 2;
-            x->metricInfo.shortName = "SM_OCCUPANCY";
-            x->metricInfo.longName = "SM occupancy";
-            break;
-        case 10: /* NVML_GPM_METRIC_DRAM_BW_UTIL */
-            x->value = percent_of("FAKE_NVML_DRAM", a->index);
-            x->metricInfo.shortName = "DRAM_BW_UTIL";
-            x->metricInfo.longName = "DRAM bandwidth utilization";
-            break;
-        case 20: /* NVML_GPM_METRIC_PCIE_TX_PER_SEC */
-            x->value = 1e6;
-            x->metricInfo.shortName = "PCIE_TX";
-            x->metricInfo.longName = "PCIe transmit bytes per second";
-            x->metricInfo.unit = "B/s";
-            break;
-        case 21: /* NVML_GPM_METRIC_PCIE_RX_PER_SEC */
-            x->value = 2e6;
-            x->metricInfo.shortName = "PCIE_RX";
-            x->metricInfo.longName = "PCIe receive bytes per second";
-            x->metricInfo.unit = "B/s";
-            break;
-        default:
+        const struct gpm_metric *d = NULL;
+        for (size_t k = 0; k < sizeof GPM_METRICS / sizeof GPM_METRICS[0]; k++)
+            if (GPM_METRICS[k].id == x->metricId) d = &GPM_METRICS[k];
+        if (!d) {
             x->nvmlReturn = NVML_ERROR_NOT_SUPPORTED;
             x->value = 0;
-            x->metricInfo.shortName = NULL;
-            x->metricInfo.longName = NULL;
-            x->metricInfo.unit = NULL;
+            x->metricInfo.shortName = x->metricInfo.longName = x->metricInfo.unit = NULL;
+            continue;
         }
+        x->nvmlReturn = NVML_SUCCESS;
+        x->value = d->file ? percent_of(d->file, a->index) * d->scale : d->scale;
+        x->metricInfo.shortName = (char *)d->short_name;
+        x->metricInfo.longName = (char *)d->long_name;
+        x->metricInfo.unit = (char *)d->unit;
     }
     return NVML_SUCCESS;
 }

@@ -88,25 +88,10 @@ static const char PTX[] =
     "DONE:\n  ret;\n}\n";
 
 /* NVML, as much of it as the sampler needs. */
-typedef int nvmlReturn_t;
+#include "nvml_gpm.h"
 typedef void *nvmlDevice_t;
 typedef struct { unsigned int gpu; unsigned int memory; } nvmlUtilization_t;
-typedef void *nvmlGpmSample_t;
-typedef struct { unsigned int version; unsigned int isSupportedDevice; } nvmlGpmSupport_t;
-typedef struct {
-    unsigned int metricId;
-    nvmlReturn_t nvmlReturn;
-    double value;
-    struct { char *shortName; char *longName; char *unit; } metricInfo;
-} nvmlGpmMetric_t;
-typedef struct {
-    unsigned int version;
-    unsigned int numMetrics;
-    nvmlGpmSample_t sample1;
-    nvmlGpmSample_t sample2;
-    nvmlGpmMetric_t metrics[98];
-} nvmlGpmMetricsGet_t;
-enum { GPM_SM_UTIL = 2, GPM_DRAM_BW_UTIL = 10 };
+enum { GPM_SM_UTIL = NVML_GPM_METRIC_SM_UTIL, GPM_DRAM_BW_UTIL = NVML_GPM_METRIC_DRAM_BW_UTIL };
 
 static nvmlReturn_t (*nvmlInit_v2)(void);
 static nvmlReturn_t (*nvmlShutdown)(void);
