@@ -81,6 +81,27 @@ for t in 1.2 1.5 2 3; do
     echo "| $t |$f|$m|"
 done
 echo
+echo "### Memory pressure: 40 functions whose footprints add up to 2× and 3× the GPU's memory, load 0.8"
+echo
+echo '`mqfq-sim gen mix --functions 40 --memory-factor F --load 0.8 --duration-s 1800 --seed S --out mp.csv`'
+echo
+echo "| memory factor | seed | fcfs mean / p99 s | mqfq-sticky mean / p99 / short s | mean / fcfs | p99 / fcfs | short / fcfs | GPU busy fcfs / ours |"
+echo "|---|---|---|---|---|---|---|---|"
+for f in 2 3; do
+    for seed in 1 2 3; do
+        "$sim" gen mix --functions 40 --memory-factor "$f" --load 0.8 --duration-s 1800 --seed "$seed" \
+            --out "$tmp/mp.csv" 2>/dev/null
+        out=$("$sim" compare --trace "$tmp/mp.csv" 2>/dev/null)
+        fl=$(echo "$out" | grep '^| fcfs |')
+        ml=$(echo "$out" | grep '^| mqfq-sticky |')
+        fr=$(echo "$fl" | awk -F'|' '{print $3" / "$5}')
+        mr=$(echo "$ml" | awk -F'|' '{print $3" / "$5" / "$6}')
+        r=$(echo "$out" | grep '^mqfq-sticky / fcfs' | sed -E 's/.*mean ([0-9.]+)×, p99 ([0-9.]+)×, short-function mean ([0-9.]+)×.*/\1 | \2 | \3/')
+        b=$(echo "$fl" | awk -F'|' '{print $9}')" /"$(echo "$ml" | awk -F'|' '{print $9}')
+        echo "| $f | $seed |$fr |$mr | $r |$b |"
+    done
+done
+echo
 echo "### Sweep: ratios of mqfq-sticky (balanced) to fcfs and to mqfq-paper"
 echo
 echo "| load | burst | seed | mean / fcfs | p99 / fcfs | short / fcfs | mean / paper | p99 / paper | short / paper |"

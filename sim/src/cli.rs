@@ -222,6 +222,12 @@ struct MixArgs {
     burst_window_s: f64,
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// Memory pressure: footprints scaled to add up to this many times the GPUs' memory.
+    #[arg(long)]
+    memory_factor: Option<f64>,
+    /// Memory of one GPU, MB, for `--memory-factor` (use the same with `compare`).
+    #[arg(long, default_value_t = 24_576.0)]
+    gpu_mem_mb: f64,
 }
 
 #[derive(Debug, Args)]
@@ -293,6 +299,8 @@ impl Cli {
                     burst: a.burst,
                     burst_window_s: a.burst_window_s,
                     seed: a.seed,
+                    memory_factor: a.memory_factor,
+                    gpu_mem_mb: a.gpu_mem_mb,
                 })?;
                 save_trace(&a.out, &t)
             }

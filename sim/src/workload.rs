@@ -70,6 +70,11 @@ pub struct MixSpec {
     pub burst_window_s: f64,
     /// Seed.
     pub seed: u64,
+    /// Memory pressure: scale the footprints so that they add up to this many times the GPUs'
+    /// memory (`None`: the design's 2 / 3 / 4 GB).
+    pub memory_factor: Option<f64>,
+    /// Memory of one GPU, MB (what `memory_factor` is relative to).
+    pub gpu_mem_mb: f64,
 }
 
 impl Default for MixSpec {
@@ -83,6 +88,8 @@ impl Default for MixSpec {
             burst: 1.0,
             burst_window_s: 30.0,
             seed: 1,
+            memory_factor: None,
+            gpu_mem_mb: 24_576.0,
         }
     }
 }
@@ -124,6 +131,15 @@ pub fn design_mix(spec: &MixSpec) -> Result<Trace, TraceError> {
     }
     if !(spec.burst_window_s.is_finite() && spec.burst_window_s > 0.0) {
         return Err(spec_err("burst-window-s", "must be > 0"));
+    }
+    if spec
+        .memory_factor
+        .is_some_and(|f| !(f.is_finite() && f > 0.0 && f <= 100.0))
+    {
+        return Err(spec_err("memory-factor", "must be in (0, 100]"));
+    }
+    if !(spec.gpu_mem_mb.is_finite() && spec.gpu_mem_mb > 0.0) {
+        return Err(spec_err("gpu-mem-mb", "must be > 0"));
     }
     let classes = design_classes();
     let shorts: Vec<&Class> = classes.iter().filter(|c| c.short).collect();
@@ -172,12 +188,17 @@ pub fn design_mix(spec: &MixSpec) -> Result<Trace, TraceError> {
         }
     }
     invs.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+    // Memory pressure: every footprint scaled alike, so the classes keep their proportions.
+    let scale = spec.memory_factor.map_or(1.0, |f| {
+        let total: f64 = functions.iter().map(|(_, c)| c.mem_mb).sum();
+        f * spec.gpu_mem_mb * spec.gpus as f64 / total
+    });
     Ok(Trace {
         functions: functions
             .iter()
             .map(|(name, c)| Function {
                 name: name.clone(),
-                mem_mb: c.mem_mb,
+                mem_mb: (c.mem_mb * scale).round(),
                 cold_ms: None,
                 tenant: None,
                 weight: 1.0,
@@ -477,6 +498,36 @@ mod tests {
         })
         .unwrap_err();
         assert!(e.message.contains("--load"), "{e}");
+    }
+
+    #[test]
+    fn memory_pressure_scales_footprints_to_the_asked_multiple() {
+        let spec = MixSpec {
+            functions: 40,
+            memory_factor: Some(2.5),
+            gpu_mem_mb: 20_000.0,
+            gpus: 2,
+            duration_s: 60.0,
+            ..MixSpec::default()
+        };
+        let t = design_mix(&spec).unwrap();
+        let total: f64 = t.functions.iter().map(|f| f.mem_mb).sum();
+        assert!((total - 100_000.0).abs() <= 40.0, "{total}");
+        // The classes keep their proportions: a video function is twice a matrix one.
+        let of = |p: &str| {
+            t.functions
+                .iter()
+                .find(|f| f.name.starts_with(p))
+                .unwrap()
+                .mem_mb
+        };
+        assert!((of("video") / of("matrix") - 2.0).abs() < 0.01);
+        let e = design_mix(&MixSpec {
+            memory_factor: Some(0.0),
+            ..MixSpec::default()
+        })
+        .unwrap_err();
+        assert!(e.message.contains("--memory-factor"), "{e}");
     }
 
     #[test]
