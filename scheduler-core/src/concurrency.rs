@@ -72,9 +72,6 @@ pub struct Reading {
 
 #[derive(Clone, Debug, Serialize)]
 struct InFlight {
-    function: String,
-    /// Whose: the operator's unit of isolation (empty: none).
-    tenant: String,
     /// Most admissions in flight on this GPU while this one was.
     peak: u32,
     /// The decrease round it was granted in.
@@ -133,10 +130,9 @@ impl ConcurrencyController {
         })
     }
 
-    /// An admission of `function` of `tenant` (empty: none) began (`id` unique among those in
-    /// flight). `measurable`: its release will carry the service of its whole run (false for one
-    /// adopted after a restart, or one whose release will say nothing of its service).
-    pub fn admitted(&mut self, id: u64, function: &str, tenant: &str, measurable: bool) {
+    /// An admission began (`id` unique among those in flight). `measurable`: its release will
+    /// carry the service of its whole run (false for one adopted after a restart).
+    pub fn admitted(&mut self, id: u64, measurable: bool) {
         let running = u32::try_from(self.inflight.len() + 1).unwrap_or(u32::MAX);
         for f in self.inflight.values_mut() {
             f.peak = f.peak.max(running);
@@ -144,8 +140,6 @@ impl ConcurrencyController {
         self.inflight.insert(
             id,
             InFlight {
-                function: function.to_owned(),
-                tenant: tenant.to_owned(),
                 peak: running,
                 round: self.round,
                 measurable,
@@ -154,8 +148,9 @@ impl ConcurrencyController {
         self.peak_running = self.peak_running.max(running);
     }
 
-    /// An admission ended after `measured` seconds of service (when known).
-    pub fn released(&mut self, id: u64, measured: Option<f64>) {
+    /// Admission `id`, of `function` of `tenant` (empty: none; the operator's unit of isolation),
+    /// ended after `measured` seconds of service (when known).
+    pub fn released(&mut self, id: u64, function: &str, tenant: &str, measured: Option<f64>) {
         let Some(f) = self.inflight.remove(&id) else {
             return;
         };
@@ -169,7 +164,7 @@ impl ConcurrencyController {
         self.releases += 1;
         let used = self.releases;
         let counted = f.round == self.round;
-        match self.baselines.get_mut(&f.function) {
+        match self.baselines.get_mut(function) {
             Some(b) if f.peak >= b.level => {
                 // k runs sharing a GPU fairly slow each other k× at most, and none runs faster
                 // than alone: a measurement that says otherwise (a lying container, a poisoned
@@ -180,15 +175,19 @@ impl ConcurrencyController {
                 }
                 b.used = used;
                 if counted {
-                    let w = self.window.entry(f.tenant).or_insert((0.0, 0.0));
-                    w.0 += s * slowdown;
-                    w.1 += s;
+                    let add = (s * slowdown, s);
+                    match self.window.get_mut(tenant) {
+                        Some(w) => *w = (w.0 + add.0, w.1 + add.1),
+                        None => {
+                            self.window.insert(tenant.to_owned(), add);
+                        }
+                    }
                 }
             }
             _ => {
                 // First seen, or seen at a lower concurrency than before: the new baseline.
                 self.baselines.insert(
-                    f.function,
+                    function.to_owned(),
                     Baseline {
                         level: f.peak,
                         service_s: s,
@@ -223,15 +222,12 @@ impl ConcurrencyController {
         let sm = unit(signals.sm_activity);
         // Each tenant's slowdown weighted by its GPU time, then every tenant alike: one tenant's
         // reports move the GPU's D by its share of the tenants, whatever it claims.
-        let per_tenant: Vec<f64> = self
+        let (sum, tenants) = self
             .window
             .values()
             .filter(|(_, w)| *w > 0.0)
-            .map(|(sw, w)| sw / w)
-            .collect();
-        #[expect(clippy::cast_precision_loss, reason = "a count of tenants")]
-        let slowdown = (!per_tenant.is_empty())
-            .then(|| per_tenant.iter().sum::<f64>() / per_tenant.len() as f64);
+            .fold((0.0, 0u32), |(sum, n), (sw, w)| (sum + sw / w, n + 1));
+        let slowdown = (tenants > 0).then(|| sum / f64::from(tenants));
         let pressure = slowdown.map(|s| s / self.cfg.slowdown_target);
         let factor = match self.cfg.law {
             Law::BusyTime => busy.map_or(1.0, |u| self.f_u(u)),

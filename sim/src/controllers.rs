@@ -164,10 +164,10 @@ pub fn closed_loop(
     for _ in 0..samples {
         let r = at(rows, n);
         for k in 0..n {
-            c.admitted(id + u64::from(k), "f", "", true);
+            c.admitted(id + u64::from(k), true);
         }
         for k in 0..n {
-            c.released(id + u64::from(k), Some(r.burst_ms / 1e3));
+            c.released(id + u64::from(k), "f", "", Some(r.burst_ms / 1e3));
         }
         id += u64::from(n);
         let signals = Signals {

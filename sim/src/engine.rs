@@ -394,11 +394,7 @@ impl<'t> Engine<'t> {
         let g = run.gpu;
         self.exec_start[inv] = self.now;
         if self.admission != Admission::Node {
-            let f = &self.trace.functions[self.trace.invocations[inv].func];
-            let tenant = f.tenant.as_deref().unwrap_or_default();
-            self.gpus[g]
-                .conc
-                .admitted(inv as u64, &f.name, tenant, true);
+            self.gpus[g].conc.admitted(inv as u64, true);
         }
     }
 
@@ -408,9 +404,11 @@ impl<'t> Engine<'t> {
         // What the daemon measures of a burst: its execution, co-runners' slowdown included.
         let service_ms = self.now - self.exec_start[inv];
         if self.admission != Admission::Node {
+            let f = &self.trace.functions[self.trace.invocations[inv].func];
+            let tenant = f.tenant.as_deref().unwrap_or_default();
             self.gpus[g]
                 .conc
-                .released(inv as u64, Some(service_ms / 1e3));
+                .released(inv as u64, &f.name, tenant, Some(service_ms / 1e3));
         }
         if self.records[inv].is_some() {
             self.audit.double_completions += 1;

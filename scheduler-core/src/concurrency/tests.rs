@@ -26,12 +26,12 @@ fn round(c: &mut ConcurrencyController, next: &mut u64, n: u32, f: &str, service
     let ids: Vec<u64> = (0..n)
         .map(|_| {
             *next += 1;
-            c.admitted(*next, f, "", true);
+            c.admitted(*next, true);
             *next
         })
         .collect();
     for id in ids {
-        c.released(id, Some(service));
+        c.released(id, f, "", Some(service));
     }
     c.observe(s, false);
 }
@@ -147,8 +147,8 @@ fn waiting_admissions_count_as_the_limit_in_use() {
     let mut id = 0;
     round(&mut c, &mut id, 1, "f", 1.0, busy(0.5));
     // One runs under a limit of 2 (the other slot held for short work) while others wait.
-    c.admitted(50, "f", "", true);
-    c.released(50, Some(1.0));
+    c.admitted(50, true);
+    c.released(50, "f", "", Some(1.0));
     let d0 = c.d();
     c.observe(busy(1.0), true);
     assert!(c.d() > d0);
@@ -163,17 +163,17 @@ fn one_cut_per_round_of_admissions() {
     let d0 = c.d();
     // Four admissions granted before the cut; two end slowed before the sample, two after.
     for k in 1..=4 {
-        c.admitted(100 + k, "f", "", true);
+        c.admitted(100 + k, true);
     }
-    c.released(101, Some(6.0));
-    c.released(102, Some(6.0));
+    c.released(101, "f", "", Some(6.0));
+    c.released(102, "f", "", Some(6.0));
     let cut = c.observe(busy(1.0), false);
     assert!(
         (cut - d0 * 0.5).abs() < 1e-9,
         "cut at most by half: {cut} vs {d0}"
     );
-    c.released(103, Some(6.0));
-    c.released(104, Some(6.0));
+    c.released(103, "f", "", Some(6.0));
+    c.released(104, "f", "", Some(6.0));
     assert_eq!(
         c.observe(busy(1.0), false),
         cut,
@@ -246,8 +246,8 @@ fn each_tenant_counts_once_whatever_it_reports() {
             .into_iter()
             .enumerate()
         {
-            c.admitted(i as u64, f, t, true);
-            c.released(i as u64, Some(1.0));
+            c.admitted(i as u64, true);
+            c.released(i as u64, f, t, Some(1.0));
         }
         let ids = [
             (10, "x", tenants[0]),
@@ -255,11 +255,11 @@ fn each_tenant_counts_once_whatever_it_reports() {
             (12, "y", tenants[1]),
             (13, "z", tenants[2]),
         ];
-        for (id, f, t) in ids {
-            c.admitted(id, f, t, true);
+        for (id, _, _) in ids {
+            c.admitted(id, true);
         }
-        for (id, f, _) in ids {
-            c.released(id, Some(if f == "x" { 4.0 } else { 1.0 }));
+        for (id, f, t) in ids {
+            c.released(id, f, t, Some(if f == "x" { 4.0 } else { 1.0 }));
         }
         c.observe(busy(1.0), true);
         c
@@ -278,38 +278,38 @@ fn each_tenant_counts_once_whatever_it_reports() {
 #[test]
 fn releases_that_say_nothing_of_a_run_teach_nothing() {
     let mut c = plain();
-    c.admitted(1, "f", "", true);
-    c.released(1, Some(1e-6));
+    c.admitted(1, true);
+    c.released(1, "f", "", Some(1e-6));
     assert_eq!(c.baseline("f"), None, "a microsecond is no run");
-    c.admitted(2, "f", "", true);
-    c.released(2, Some(f64::INFINITY));
+    c.admitted(2, true);
+    c.released(2, "f", "", Some(f64::INFINITY));
     assert_eq!(c.baseline("f"), None);
-    c.admitted(3, "f", "", true);
-    c.released(3, Some(0.5));
+    c.admitted(3, true);
+    c.released(3, "f", "", Some(0.5));
     assert_eq!(c.baseline("f"), Some((1, 0.5)));
 }
 
 #[test]
 fn baselines_follow_the_lowest_concurrency_seen_and_adopted_runs_teach_nothing() {
     let mut c = plain();
-    c.admitted(1, "f", "", true);
-    c.admitted(2, "f", "", true);
-    c.released(1, Some(2.0));
-    c.released(2, Some(2.0));
+    c.admitted(1, true);
+    c.admitted(2, true);
+    c.released(1, "f", "", Some(2.0));
+    c.released(2, "f", "", Some(2.0));
     assert_eq!(c.baseline("f"), Some((2, 2.0)));
-    c.admitted(3, "f", "", true);
-    c.released(3, Some(1.0));
+    c.admitted(3, true);
+    c.released(3, "f", "", Some(1.0));
     assert_eq!(
         c.baseline("f"),
         Some((1, 1.0)),
         "a lower concurrency replaces it"
     );
-    c.admitted(4, "g", "", false);
-    c.released(4, Some(1.0));
+    c.admitted(4, false);
+    c.released(4, "g", "", Some(1.0));
     assert_eq!(c.baseline("g"), None);
-    c.released(99, Some(1.0));
-    c.admitted(5, "h", "", true);
-    c.released(5, None);
+    c.released(99, "f", "", Some(1.0));
+    c.admitted(5, true);
+    c.released(5, "h", "", None);
     assert_eq!(c.baseline("h"), None);
     assert_eq!(c.in_flight(), 0);
 }
@@ -357,11 +357,18 @@ fn op() -> impl Strategy<Value = Op> {
     ]
 }
 
-fn play(c: &mut ConcurrencyController, ops: &[Op]) {
+/// Plays `ops`; `funcs` remembers each admission's function for its release.
+fn play(c: &mut ConcurrencyController, funcs: &mut [u8; 256], ops: &[Op]) {
     for o in ops {
         match *o {
-            Op::Admit(i, f, m) => c.admitted(u64::from(i), &format!("f{f}"), "", m),
-            Op::Release(i, s) => c.released(u64::from(i), s),
+            Op::Admit(i, f, m) => {
+                funcs[usize::from(i)] = f;
+                c.admitted(u64::from(i), m);
+            }
+            Op::Release(i, s) => {
+                let f = funcs[usize::from(i)];
+                c.released(u64::from(i), &format!("f{f}"), "", s);
+            }
             Op::Sample(b, s, w) => {
                 c.observe(
                     Signals {
@@ -383,8 +390,9 @@ proptest! {
             cfg.law = Law::BusyTime;
         }
         let mut c = ConcurrencyController::new(cfg).unwrap();
+        let mut funcs = [0; 256];
         for o in &ops {
-            play(&mut c, std::slice::from_ref(o));
+            play(&mut c, &mut funcs, std::slice::from_ref(o));
             prop_assert!((1.0..=8.0).contains(&c.d()), "{}", c.d());
             prop_assert!((1..=8).contains(&c.limit()));
         }
@@ -401,13 +409,13 @@ proptest! {
         u2 in 0.0f64..1.0,
     ) {
         let mut base = plain();
-        play(&mut base, &ops);
+        play(&mut base, &mut [0; 256], &ops);
         let (slow_lo, slow_hi) = (s1.min(s2), s1.max(s2));
         let (u_lo, u_hi) = (u1.min(u2), u1.max(u2));
         let end = |s: f64, u: f64| {
             let mut c = base.clone();
-            c.admitted(1000, "f0", "", true);
-            c.released(1000, Some(s));
+            c.admitted(1000, true);
+            c.released(1000, "f0", "", Some(s));
             c.observe(Signals { busy: Some(1.0), sm_activity: Some(u) }, true)
         };
         prop_assert!(end(slow_lo, u_lo) >= end(slow_hi, u_lo));

@@ -212,6 +212,8 @@ pub struct Lease {
     pub key: ContainerKey,
     /// Function.
     pub function: String,
+    /// Its tenant, if any.
+    pub tenant: Option<String>,
     /// GPU.
     pub gpu: u32,
     /// Holder shim's pid.
@@ -652,6 +654,7 @@ impl Core {
                 Lease {
                     key: key.clone(),
                     function,
+                    tenant,
                     gpu,
                     shim_pid,
                     since: now,
@@ -662,9 +665,7 @@ impl Core {
                     epoch: self.epoch,
                 },
             );
-            let function = &self.leases[&lease].function;
-            let tenant = tenant.as_deref().unwrap_or_default();
-            self.gpus[slot].conc.admitted(lease, function, tenant, true);
+            self.gpus[slot].conc.admitted(lease, true);
             grants.push(Grant {
                 key,
                 lease,
@@ -743,7 +744,9 @@ impl Core {
         // Only a run that ended as runs do says how long it took (not a kill, a delete, a start
         // that failed, a shim that went away).
         let ran = matches!(reason, "exit" | "pause" | "idle");
-        g.conc.released(lease, measured.filter(|_| ran));
+        let tenant = l.tenant.as_deref().unwrap_or_default();
+        g.conc
+            .released(lease, &l.function, tenant, measured.filter(|_| ran));
         g.running = g.running.saturating_sub(1);
         if l.long {
             g.long_running = g.long_running.saturating_sub(1);

@@ -411,18 +411,23 @@ impl Daemon {
             let host = pool::host_memory();
             let now = self.now();
             let mut inner = self.lock();
-            // A GPU the monitor did not read still ends its sample period (the releases since
-            // the last one move D), with its last memory figure and no GPU signal.
-            let mut samples = samples;
-            for g in inner.core.gpus() {
-                if !samples.iter().any(|s| s.index == g.info.index) {
-                    samples.push(Sample {
+            // A monitor reads every GPU or fails: after a failure each GPU still ends its sample
+            // period (the releases since the last one move D), with its last memory figure and
+            // no GPU signal.
+            let samples = if samples.is_empty() {
+                inner
+                    .core
+                    .gpus()
+                    .into_iter()
+                    .map(|g| Sample {
                         index: g.info.index,
                         memory_used: g.memory_used,
                         ..Sample::default()
-                    });
-                }
-            }
+                    })
+                    .collect()
+            } else {
+                samples
+            };
             let readings: Vec<GpuReading> = samples.iter().map(Sample::reading).collect();
             let grants = inner.core.sample(&readings, now);
             self.settle(&mut inner, grants);

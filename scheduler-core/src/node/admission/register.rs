@@ -138,6 +138,7 @@ impl Core {
             Lease {
                 key: key.clone(),
                 function: flow_key,
+                tenant: r.info.tenant.clone(),
                 gpu,
                 shim_pid,
                 since: now,
@@ -149,11 +150,7 @@ impl Core {
             },
         );
         // Its run began before this daemon knew it: its measurement teaches no baseline.
-        let flow_key = &self.leases[&lease].function;
-        let tenant = r.info.tenant.as_deref().unwrap_or_default();
-        self.gpus[slot]
-            .conc
-            .admitted(lease, flow_key, tenant, false);
+        self.gpus[slot].conc.admitted(lease, false);
         Ok((key, lease))
     }
 
