@@ -284,13 +284,6 @@ impl ConcurrencyController {
         (self.d.floor() as u32).max(1)
     }
 
-    /// `⌊D⌋` raised to `floor` (but never above D_max): the dispatcher's floor of 2 while the
-    /// short-slot reserve is in force.
-    #[must_use]
-    pub fn limit_at_least(&self, floor: u32) -> u32 {
-        self.limit().max(floor.min(self.cfg.d_max))
-    }
-
     /// What the last sample saw.
     #[must_use]
     pub fn last(&self) -> Reading {

@@ -119,8 +119,9 @@ pub struct QueueConfig {
     /// Flow selection rule (`selection`).
     pub selection: Selection,
     /// Flows whose charge is at most this are "short" (`short_charge_s`; 0 turns the short-slot
-    /// reserve off). While any short flow is Active, the last free slot of a GPU goes only to a
-    /// short flow, so short functions never wait behind a full set of long ones.
+    /// reserve off). While any short flow is Active, a GPU whose slots under D are all taken
+    /// keeps one more slot for short flows only, so short functions never wait behind a full set
+    /// of long ones; the reserve never holds a slot under D empty while work waits.
     pub short_charge_s: f64,
 }
 

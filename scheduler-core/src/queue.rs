@@ -653,27 +653,25 @@ impl<T> MqfqQueue<T> {
         self.dispatch_slot(now, u32::MAX)
     }
 
-    /// Like [`dispatch`](Self::dispatch), told how many slots are free on the GPU: the last free
-    /// slot is kept for short flows while any short flow is Active (see
-    /// [`QueueConfig::short_charge_s`]); it goes to the lowest-`S` eligible short flow, or to
-    /// nobody (`None`: the long head waits for another slot). Pass `u32::MAX` where D is 1,
-    /// so that a single slot is never reserved.
+    /// Like [`dispatch`](Self::dispatch), told how many slots are free on the GPU under its
+    /// concurrency limit. `0` means only the short-slot reserve's slot is free (the dispatcher
+    /// grants it above the limit while a short flow is Active, see
+    /// [`QueueConfig::short_charge_s`]): it goes to the lowest-`S` eligible short flow, or to
+    /// nobody. Any other count serves the flow [`select`](Self::peek) picks, short or long, so a
+    /// slot under the limit never stays empty while work is queued (work conservation).
     pub fn dispatch_slot(&mut self, now: Time, free_slots: u32) -> Option<Dispatched<T>> {
-        let mut id = self.select()?;
-        let charge = self.charge_of(&self.flows[id.ix()]);
-        if free_slots == 1
-            && self.cfg.short_charge_s > 0.0
-            && charge > self.cfg.short_charge_s
-            && self.active_short > 0
-        {
-            // The reserved slot: the lowest-S eligible short flow, or nobody.
+        let id = if free_slots == 0 {
+            if self.cfg.short_charge_s <= 0.0 {
+                return None;
+            }
             let limit = self.v + self.overrun();
-            id = self
-                .short_backlog
+            self.short_backlog
                 .first()
                 .filter(|&&(Vt(s), _)| s <= limit)
-                .map(|&(_, id)| id)?;
-        }
+                .map(|&(_, id)| id)?
+        } else {
+            self.select()?
+        };
         let charge = self.charge_of(&self.flows[id.ix()]);
         let was_short = self.counts_short(id);
         let v = self.v;

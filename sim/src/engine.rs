@@ -35,6 +35,7 @@ use crate::types::{Audit, Record, SimConfig, SimError, SimOutput};
 use scheduler_core::concurrency::ConcurrencyController;
 use scheduler_core::config::ConfigError;
 use scheduler_core::ewma::Ewma;
+use scheduler_core::node::admission::Limits;
 use scheduler_core::tiers::{Tier, TierPolicy};
 use scheduler_core::time::Time;
 
@@ -112,8 +113,8 @@ struct Engine<'t> {
     d_integral: f64,
     slot_integral: f64,
     admission: Admission,
-    /// Under [`Admission::Node`]: the limit in force per GPU, as the node's core last said.
-    node_limits: Vec<u32>,
+    /// Under [`Admission::Node`]: the limits in force per GPU, as the node's core last said.
+    node_limits: Vec<Limits>,
     /// Under [`Admission::Node`]: the node's pool, deciding memory.
     pool: Option<pool::NodePool>,
 }
@@ -137,7 +138,7 @@ impl<'t> Engine<'t> {
         let gpu = &self.gpus[g];
         match admission {
             Admission::Dynamic => gpu.slots < gpu.conc.limit(),
-            Admission::Node => gpu.slots < self.node_limits[g],
+            Admission::Node => gpu.slots < self.node_limits[g].slots,
             Admission::Gated { d, util_limit } => {
                 gpu.slots < d.min(gpu.conc.config().d_max) && gpu.gate_est <= util_limit
             }
@@ -147,7 +148,7 @@ impl<'t> Engine<'t> {
     fn limit(&self, g: usize, admission: Admission) -> u32 {
         match admission {
             Admission::Dynamic => self.gpus[g].conc.limit(),
-            Admission::Node => self.node_limits[g],
+            Admission::Node => self.node_limits[g].slots,
             Admission::Gated { d, .. } => d.min(self.gpus[g].conc.config().d_max),
         }
     }
@@ -546,17 +547,9 @@ impl Engine<'_> {
     fn dispatch(&mut self, policy: &mut dyn Policy) {
         let admission = self.admission;
         while policy.queued() > 0 {
-            // A GPU held at one slot (MIG) never reserves its only slot.
             let Some(free) = (0..self.gpus.len())
                 .filter(|&g| self.slots_free(g, admission))
-                .map(|g| {
-                    let limit = self.limit(g, admission);
-                    if limit < 2 {
-                        u32::MAX
-                    } else {
-                        limit.saturating_sub(self.gpus[g].slots)
-                    }
-                })
+                .map(|g| self.limit(g, admission).saturating_sub(self.gpus[g].slots))
                 .max()
             else {
                 break;
@@ -598,7 +591,28 @@ impl Engine<'_> {
             self.start_run(g, vec![inv], policy);
         }
         for g in 0..self.gpus.len() {
-            self.node_limits[g] = policy.node_limit(g);
+            self.node_limits[g] = policy.node_limits(g);
+        }
+    }
+
+    /// Work conservation, checked after every step: no GPU may hold a slot free under the limit
+    /// any work may take while work waits for it. A run waiting for memory holds its slot, so
+    /// memory never shows here as an idle slot.
+    fn check_work_conserving(&mut self, policy: &dyn Policy) {
+        let idle = match self.admission {
+            Admission::Node => self
+                .node_limits
+                .iter()
+                .zip(&self.gpus)
+                .any(|(l, g)| l.queued > 0 && g.slots < l.any),
+            Admission::Dynamic => {
+                policy.queued() > 0 && self.gpus.iter().any(|g| g.slots < g.conc.limit())
+            }
+            // The published gate waits on its utilization estimate by design.
+            Admission::Gated { .. } => false,
+        };
+        if idle {
+            self.audit.idle_with_backlog += 1;
         }
     }
 
@@ -729,7 +743,14 @@ fn engine<'t>(
         d_integral: 0.0,
         slot_integral: 0.0,
         admission,
-        node_limits: vec![0; cfg.gpus],
+        node_limits: vec![
+            Limits {
+                any: 0,
+                slots: 0,
+                queued: 0,
+            };
+            cfg.gpus
+        ],
         pool: match admission {
             Admission::Node => Some(pool::NodePool::new(trace, cfg)?),
             _ => None,
@@ -753,7 +774,7 @@ pub fn simulate(
     let mut e = engine(trace, cfg, admission)?;
     if admission == Admission::Node {
         for g in 0..e.gpus.len() {
-            e.node_limits[g] = policy.node_limit(g);
+            e.node_limits[g] = policy.node_limits(g);
         }
     }
     let first = e.now;
@@ -799,6 +820,7 @@ pub fn simulate(
         } else {
             e.dispatch(policy);
         }
+        e.check_work_conserving(policy);
     }
     Err(SimError::Stuck(e.now))
 }

@@ -14,7 +14,7 @@ use std::collections::{HashMap, VecDeque};
 
 use scheduler_core::config::{ConcurrencyConfig, ConfigError, GpuMode, QueueConfig};
 use scheduler_core::node::admission::{
-    AdmitInfo, Core, CoreError, GpuInfo, GpuReading, Grant, Kind, Record,
+    AdmitInfo, Core, CoreError, GpuInfo, GpuReading, Grant, Kind, Limits, Record,
 };
 use scheduler_core::{FlowState, Time};
 
@@ -261,8 +261,14 @@ impl Policy for NodeMqfq {
     fn admission(&self) -> Admission {
         Admission::Node
     }
-    fn node_limit(&self, gpu: usize) -> u32 {
-        self.core.limit(u32::try_from(gpu).unwrap_or(u32::MAX))
+    fn node_limits(&self, gpu: usize) -> Limits {
+        self.core
+            .limits(u32::try_from(gpu).unwrap_or(u32::MAX))
+            .unwrap_or(Limits {
+                any: 0,
+                slots: 0,
+                queued: 0,
+            })
     }
     fn memory(&self) -> MemoryStyle {
         MemoryStyle::LazyPrefetch

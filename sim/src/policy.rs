@@ -17,7 +17,7 @@ use crate::trace::Trace;
 use crate::types::SimConfig;
 use scheduler_core::config::{ConfigError, Overrun, QueueConfig, Selection, StickyTtl};
 use scheduler_core::ewma::Ewma;
-use scheduler_core::node::admission::GpuReading;
+use scheduler_core::node::admission::{GpuReading, Limits};
 use scheduler_core::queue::{FlowEvent, FlowId, FlowState, MqfqQueue, Ticket};
 use scheduler_core::tiers::Tier;
 use scheduler_core::time::Time;
@@ -104,9 +104,13 @@ pub trait Policy {
     fn granted(&mut self) -> Option<(usize, usize)> {
         None
     }
-    /// Under [`Admission::Node`]: the limit in force on a GPU.
-    fn node_limit(&self, _gpu: usize) -> u32 {
-        0
+    /// Under [`Admission::Node`]: the limits in force on a GPU and the work waiting for it.
+    fn node_limits(&self, _gpu: usize) -> Limits {
+        Limits {
+            any: 0,
+            slots: 0,
+            queued: 0,
+        }
     }
     /// A sampling step: `(GPU, utilization, memory used in bytes)` for every GPU.
     fn sample(&mut self, _samples: &[GpuReading], _now: Time) {}

@@ -112,6 +112,10 @@ pub struct Audit {
     pub max_slots_held: u32,
     /// Batches admitted over the memory budget because nothing else could free memory.
     pub over_budget_admissions: u64,
+    /// Steps that ended with a GPU holding a slot free under the limit any work may take while
+    /// work waited for it (0 for a work-conserving policy; the published utilization gate of
+    /// `mqfq-paper` is not checked).
+    pub idle_with_backlog: u64,
 }
 
 /// Result of one run.

@@ -321,7 +321,7 @@ fn mig_is_one() {
     round(&mut c, &mut id, 1, "f", 1.0, gpm(0.0, 0.0));
     round(&mut c, &mut id, 1, "f", 1.0, gpm(0.0, 0.0));
     assert_eq!(c.limit(), 1);
-    assert_eq!(c.limit_at_least(2), 1);
+    assert_eq!(c.config().d_max, 1);
 }
 
 #[test]

@@ -252,6 +252,18 @@ pub struct GpuView {
     pub queued: usize,
 }
 
+/// A GPU's limits in force (see [`Core::limits`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// Any admission is granted while fewer leases than this are held (⌊D⌋, one less at D_max
+    /// while the short-slot reserve is in force).
+    pub any: u32,
+    /// No admission is granted at or above this many leases (`any` plus the reserve's slot).
+    pub slots: u32,
+    /// Admissions waiting for this GPU.
+    pub queued: usize,
+}
+
 /// The daemon's admission state.
 #[derive(Debug)]
 pub struct Core {
@@ -579,15 +591,21 @@ impl Core {
         Ok(flow)
     }
 
-    /// The limit in force on a GPU: ⌊D⌋, but while short flows are active never below the long
-    /// invocations running plus the reserved short slot.
-    fn limit_of(&self, slot: usize) -> u32 {
+    /// The limits in force on a GPU: `(any, slots)`. Any work may take a slot while fewer than
+    /// `any` run; `slots` bounds everything. Without the short-slot reserve both are ⌊D⌋. While
+    /// a short flow is Active, the reserve adds a slot for short flows only above the long
+    /// invocations running (and at least a second slot); it lives under D_max, so there `any`
+    /// is at most D_max − 1. A GPU limited to one slot (MIG) has no reserve.
+    fn limits_of(&self, slot: usize) -> (u32, u32) {
         let g = &self.gpus[slot];
-        let reserve = self.queue_cfg.short_charge_s > 0.0 && g.queue.active_short_flows() > 0;
+        let d = g.conc.limit();
+        let d_max = g.conc.config().d_max;
+        let reserve =
+            self.queue_cfg.short_charge_s > 0.0 && d_max >= 2 && g.queue.active_short_flows() > 0;
         if reserve {
-            g.conc.limit_at_least((g.long_running + 1).max(2))
+            (d.min(d_max - 1), d.max(g.long_running + 1).clamp(2, d_max))
         } else {
-            g.conc.limit()
+            (d, d)
         }
     }
 
@@ -604,16 +622,13 @@ impl Core {
             return grants;
         }
         loop {
-            let limit = self.limit_of(slot);
+            let (d_limit, limit) = self.limits_of(slot);
             let g = &mut self.gpus[slot];
             if g.running >= limit {
                 break;
             }
-            let free = if limit < 2 {
-                u32::MAX
-            } else {
-                limit - g.running
-            };
+            // 0: only the reserve's slot above ⌊D⌋ is free.
+            let free = d_limit.saturating_sub(g.running);
             let Some(d) = g.queue.dispatch_slot(now, free) else {
                 break;
             };
@@ -826,7 +841,7 @@ impl Core {
                 GpuView {
                     info: g.info.clone(),
                     d: g.conc.d(),
-                    limit: self.limit_of(s),
+                    limit: self.limits_of(s).1,
                     running: g.running,
                     reading: g.conc.last(),
                     memory_used: g.memory_used,

@@ -4,7 +4,7 @@
 
 use crate::{FlowState, Time};
 
-use super::{Core, CoreError, GpuReading, Grant, invalid};
+use super::{Core, CoreError, GpuReading, Grant, Limits, invalid};
 
 impl Core {
     /// Tells every GPU's queue whether `function`'s memory is resident, and what serving it costs
@@ -67,12 +67,16 @@ impl Core {
         self.gpus.iter().filter_map(|g| g.queue.next_expiry()).min()
     }
 
-    /// The limit in force on GPU `index` (see [`Core::gpus`]); 0 for a GPU the node lacks.
+    /// The limits in force on GPU `index` and the admissions waiting for it; `None` for a GPU
+    /// the node lacks.
     #[must_use]
-    pub fn limit(&self, index: u32) -> u32 {
-        self.gpus
-            .iter()
-            .position(|g| g.info.index == index)
-            .map_or(0, |s| self.limit_of(s))
+    pub fn limits(&self, index: u32) -> Option<Limits> {
+        let s = self.gpus.iter().position(|g| g.info.index == index)?;
+        let (any, slots) = self.limits_of(s);
+        Some(Limits {
+            any,
+            slots,
+            queued: self.gpus[s].queue.queued(),
+        })
     }
 }

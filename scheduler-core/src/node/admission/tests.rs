@@ -605,7 +605,7 @@ fn residency_reaches_every_queue_and_flow_state_and_sampling_answer_across_gpus(
     );
     assert_eq!(resident(&c), [true, true], "a refused cost changes nothing");
     assert!(
-        c.limit(0) >= 1 && c.limit(7) == 0,
+        c.limits(0).is_some_and(|l| l.slots >= 1) && c.limits(7).is_none(),
         "a GPU the node lacks has no limit"
     );
     // A sampling step expires TTLs and feeds D on the GPUs it names.
@@ -637,4 +637,78 @@ fn a_report_is_bounded_by_the_time_held_and_only_a_run_s_end_teaches_the_control
     let g = c.admit(&req("b", "g"), secs(2.0)).unwrap();
     c.release(g[0].lease, Some(0.5), "kill", secs(3.0)).unwrap();
     assert_eq!(c.gpus[0].conc.baseline("g"), None);
+}
+
+/// The short-slot reserve is a slot above ⌊D⌋ for short flows only: long work still gets every
+/// slot under ⌊D⌋ while a short flow is Active with nothing waiting (work conservation; before,
+/// the last slot under D stayed empty for it), and a short admission still finds a slot while
+/// ⌊D⌋ long ones run.
+#[test]
+fn the_short_slot_reserve_sits_above_d_and_never_idles_a_slot_under_it() {
+    let cfg = QueueConfig {
+        short_charge_s: 0.5,
+        ..qcfg()
+    };
+    let mut c = Core::new(vec![gpu(0)], &cfg, |_| ConcurrencyConfig {
+        d_max: 4,
+        d_initial: 2.0,
+        ..ConcurrencyConfig::for_mode(GpuMode::Plain, 0.2)
+    })
+    .unwrap();
+    let s0 = c.admit(&req("s0", "short"), secs(0.0)).unwrap();
+    c.release(s0[0].lease, Some(0.01), "exit", secs(0.05))
+        .unwrap();
+    // "short" is Active (its TTL runs) and waits for nothing; two long heads take both slots.
+    assert_eq!(
+        keys(&c.admit(&req("l0", "long"), secs(0.1)).unwrap()),
+        ["ns/l0"]
+    );
+    assert_eq!(
+        keys(&c.admit(&req("l1", "long"), secs(0.1)).unwrap()),
+        ["ns/l1"]
+    );
+    assert!(c.admit(&req("l2", "long"), secs(0.1)).unwrap().is_empty());
+    let l = c.limits(0).unwrap();
+    assert_eq!((l.any, l.slots, l.queued), (2, 3, 1));
+    // The reserve's slot goes to the short flow, not to the long one waiting.
+    assert_eq!(
+        keys(&c.admit(&req("s1", "short"), secs(0.2)).unwrap()),
+        ["ns/s1"]
+    );
+    assert!(c.admit(&req("s2", "short"), secs(0.2)).unwrap().is_empty());
+    assert_eq!(c.waiting(), 2);
+}
+
+/// At D_max the reserve stays under it: long work gets D_max − 1 slots while a short flow is
+/// Active, and a GPU limited to one slot has no reserve at all.
+#[test]
+fn the_reserve_lives_under_d_max() {
+    let cfg = QueueConfig {
+        short_charge_s: 0.5,
+        ..qcfg()
+    };
+    for d_max in [1, 2] {
+        let mut c = Core::new(vec![gpu(0)], &cfg, |_| ConcurrencyConfig {
+            d_max,
+            d_initial: f64::from(d_max),
+            ..ConcurrencyConfig::for_mode(GpuMode::Plain, 0.2)
+        })
+        .unwrap();
+        let s0 = c.admit(&req("s0", "short"), secs(0.0)).unwrap();
+        c.release(s0[0].lease, Some(0.01), "exit", secs(0.05))
+            .unwrap();
+        assert_eq!(
+            keys(&c.admit(&req("l0", "long"), secs(0.1)).unwrap()),
+            ["ns/l0"]
+        );
+        assert!(c.admit(&req("l1", "long"), secs(0.1)).unwrap().is_empty());
+        let l = c.limits(0).unwrap();
+        assert_eq!((l.any, l.slots), (1, d_max), "d_max {d_max}");
+        let s1 = c.admit(&req("s1", "short"), secs(0.2)).unwrap();
+        assert_eq!(
+            s1.len(),
+            usize::try_from(d_max - 1).unwrap(),
+            "d_max {d_max}"
+        );
+    }
 }
