@@ -349,12 +349,12 @@ fn fmt_s(ms: Option<f64>) -> String {
 #[must_use]
 pub fn table(sums: &[Summary]) -> String {
     let mut t = String::from(
-        "| policy | mean s | p50 s | p99 s | short mean s | long mean s | Jain | GPU busy | hot/warm/cold | mean limit |\n|---|---|---|---|---|---|---|---|---|---|\n",
+        "| policy | mean s | p50 s | p99 s | short mean s | long mean s | Jain | GPU busy | hot/warm/cold | mean limit | share Jain | worst/best slowdown |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n",
     );
     for s in sums {
         let _ = writeln!(
             t,
-            "| {} | {} | {} | {} | {} | {} | {:.3} | {:.0} % | {}/{}/{} | {:.2} |",
+            "| {} | {} | {} | {} | {} | {} | {:.3} | {:.1} % | {}/{}/{} | {:.2} | {:.3} | {:.1} |",
             s.policy,
             fmt_s(Some(s.mean_ms)),
             fmt_s(Some(s.p50_ms)),
@@ -366,7 +366,9 @@ pub fn table(sums: &[Summary]) -> String {
             s.tiers.hot,
             s.tiers.warm,
             s.tiers.cold,
-            s.mean_d
+            s.mean_d,
+            s.share.jain,
+            s.slowdown_spread
         );
     }
     let find = |n: &str| sums.iter().find(|s| s.policy == n);

@@ -11,6 +11,7 @@
 pub mod cli;
 pub mod controllers;
 pub mod engine;
+pub mod fairness;
 pub mod node;
 pub mod plot;
 pub mod policy;

@@ -6,6 +6,7 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
+use crate::fairness::{Share, gpu_share};
 use crate::trace::Trace;
 use crate::types::{Audit, SimOutput};
 use scheduler_core::tiers::Tier;
@@ -59,6 +60,10 @@ pub struct Summary {
     pub short_threshold_ms: f64,
     /// Jain's index over per-function mean slowdown (1 = perfectly even).
     pub jain_slowdown: f64,
+    /// The worst function's mean slowdown over the best one's.
+    pub slowdown_spread: f64,
+    /// GPU-time share against the weighted fair share while backlogged (see [`crate::fairness`]).
+    pub share: Share,
     /// Fraction of GPU capacity in use over the makespan (∫U dt / (makespan × GPUs)).
     pub gpu_busy: f64,
     /// Completed invocations per second of makespan.
@@ -181,6 +186,9 @@ pub fn summarize(trace: &Trace, out: &SimOutput, short_threshold_ms: f64) -> Sum
         long_mean_ms: mean(&long),
         short_threshold_ms,
         jain_slowdown: jain(&slowdowns),
+        slowdown_spread: slowdowns.iter().copied().fold(f64::NAN, f64::max)
+            / slowdowns.iter().copied().fold(f64::NAN, f64::min),
+        share: gpu_share(trace, &out.records),
         gpu_busy: if out.makespan_ms > 0.0 {
             out.busy_ms / (out.makespan_ms * out.gpus as f64)
         } else {
