@@ -99,6 +99,54 @@ pub enum Selection {
     Sticky,
     /// Lowest S only (plain MQFQ).
     LowestStart,
+    /// The oldest queued item first, whatever its flow: FCFS, for `policy = "fcfs"`. Flows, tags
+    /// and events are kept (the pool, the controller and the metrics see the same flows); only
+    /// the order changes, and T does not apply.
+    Fifo,
+}
+
+/// The order the node grants admissions in (`policy` in mqfqd.toml): the A/B switch that lets
+/// an operator compare the queue with plain FCFS on the same gate, the same D and the same pool.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Order {
+    /// MQFQ-Sticky with the profile's knobs.
+    #[default]
+    MqfqSticky,
+    /// First come, first served across functions; no short-slot reserve.
+    Fcfs,
+}
+
+impl Order {
+    /// The order a queue configuration grants in.
+    #[must_use]
+    pub fn of(queue: &QueueConfig) -> Order {
+        if queue.selection == Selection::Fifo {
+            Order::Fcfs
+        } else {
+            Order::MqfqSticky
+        }
+    }
+
+    /// The name in the config file.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Order::MqfqSticky => "mqfq-sticky",
+            Order::Fcfs => "fcfs",
+        }
+    }
+}
+
+impl std::str::FromStr for Order {
+    type Err = ConfigError;
+    fn from_str(s: &str) -> Result<Self, ConfigError> {
+        match s {
+            "mqfq-sticky" => Ok(Order::MqfqSticky),
+            "fcfs" => Ok(Order::Fcfs),
+            _ => Err(reject("policy", s, "must be mqfq-sticky or fcfs")),
+        }
+    }
 }
 
 /// Knobs of the MQFQ-Sticky queue.
@@ -404,6 +452,8 @@ pub struct Overrides {
     pub slowdown_target: Option<f64>,
     /// What moves D.
     pub law: Option<Law>,
+    /// The order admissions are granted in.
+    pub order: Option<Order>,
 }
 
 impl Overrides {
@@ -463,6 +513,17 @@ impl Overrides {
         }
         if let Some(l) = self.law {
             conc.law = l;
+        }
+        if self.order == Some(Order::Fcfs) {
+            if self.short_charge_s.is_some_and(|c| c > 0.0) {
+                return Err(reject(
+                    "short_charge_s",
+                    "set with policy = \"fcfs\"",
+                    "the short-slot reserve is part of mqfq-sticky; fcfs has none",
+                ));
+            }
+            queue.selection = Selection::Fifo;
+            queue.short_charge_s = 0.0;
         }
         queue.validate()?;
         conc.validate()?;

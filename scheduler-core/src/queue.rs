@@ -172,6 +172,8 @@ pub struct Dispatched<T> {
 struct Pending<T> {
     item: T,
     at: Time,
+    /// Arrival order across flows (FIFO selection).
+    seq: u64,
 }
 
 #[derive(Debug)]
@@ -209,6 +211,9 @@ pub struct MqfqQueue<T> {
     resident_backlog: BTreeSet<(Vt, FlowId)>,
     penalized: BTreeSet<(Vt, FlowId)>,
     short_backlog: BTreeSet<(Vt, FlowId)>,
+    /// Backlogged flows by their head's arrival order (kept under FIFO selection only).
+    fifo: BTreeSet<(u64, FlowId)>,
+    next_seq: u64,
     active_short: usize,
     expiries: BTreeSet<(Time, FlowId)>,
     v: f64,
@@ -257,6 +262,8 @@ impl<T> MqfqQueue<T> {
             resident_backlog: BTreeSet::new(),
             penalized: BTreeSet::new(),
             short_backlog: BTreeSet::new(),
+            fifo: BTreeSet::new(),
+            next_seq: 0,
             active_short: 0,
             expiries: BTreeSet::new(),
             v: 0.0,
@@ -531,6 +538,11 @@ impl<T> MqfqQueue<T> {
             self.penalized
                 .insert((Vt(f.start + f.switch_cost / f.weight), id));
         }
+        if self.cfg.selection == Selection::Fifo
+            && let Some(head) = f.pending.front()
+        {
+            self.fifo.insert((head.seq, id));
+        }
     }
 
     /// Removes the flow from the indexes; call before changing its start, cost, weight or charge.
@@ -547,6 +559,9 @@ impl<T> MqfqQueue<T> {
         } else {
             self.penalized
                 .remove(&(Vt(f.start + f.switch_cost / f.weight), id));
+        }
+        if let Some(head) = f.pending.front() {
+            self.fifo.remove(&(head.seq, id));
         }
     }
 
@@ -582,7 +597,12 @@ impl<T> MqfqQueue<T> {
             f.iat.observe(now.secs_since(last));
         }
         f.last_arrival = Some(now);
-        f.pending.push_back(Pending { item, at: now });
+        f.pending.push_back(Pending {
+            item,
+            at: now,
+            seq: self.next_seq,
+        });
+        self.next_seq += 1;
         self.queued += 1;
         if f.pending.len() == 1 {
             f.start = v.max(f.finish);
@@ -604,6 +624,9 @@ impl<T> MqfqQueue<T> {
     }
 
     fn select(&self) -> Option<FlowId> {
+        if self.cfg.selection == Selection::Fifo {
+            return self.fifo.first().map(|&(_, id)| id);
+        }
         let limit = self.v + self.overrun();
         let sticky_first = matches!(
             self.cfg.selection,
@@ -850,7 +873,11 @@ impl<T> MqfqQueue<T> {
         let f = self.flows.get(id.ix()).filter(|f| !f.vacant)?;
         Some(match f.phase {
             Phase::Inactive => FlowState::Inactive,
-            Phase::Backlogged if f.start - self.v > self.overrun() => FlowState::Throttled,
+            Phase::Backlogged
+                if self.cfg.selection != Selection::Fifo && f.start - self.v > self.overrun() =>
+            {
+                FlowState::Throttled
+            }
             _ => FlowState::Active,
         })
     }

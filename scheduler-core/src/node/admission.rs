@@ -609,6 +609,12 @@ impl Core {
         }
     }
 
+    /// The order admissions are granted in (`policy` in mqfqd.toml).
+    #[must_use]
+    pub fn order(&self) -> crate::config::Order {
+        crate::config::Order::of(&self.queue_cfg)
+    }
+
     /// Dispatches nothing before `until`: a restarted daemon first lets the shims re-register
     /// the containers that are running, so that it does not hand their slots out again.
     pub fn hold_until(&mut self, until: Time) {

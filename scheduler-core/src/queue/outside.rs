@@ -66,11 +66,12 @@ impl<T> MqfqQueue<T> {
         let f = self.flows.get(id.ix()).filter(|f| !f.vacant)?;
         let pos = f.pending.iter().position(|p| pred(&p.item))?;
         let was_short = self.counts_short(id);
+        // Out of the indexes while the head is still there (the FIFO index is keyed by it).
+        self.index_remove(id);
         let f = &mut self.flows[id.ix()];
         let item = f.pending.remove(pos)?.item;
         self.queued -= 1;
         if f.pending.is_empty() {
-            self.index_remove(id);
             self.leave(id);
             let f = &mut self.flows[id.ix()];
             if f.in_flight > 0 {
@@ -84,6 +85,8 @@ impl<T> MqfqQueue<T> {
                 self.expiries.insert((until, id));
             }
             self.update_v();
+        } else {
+            self.index_insert(id);
         }
         self.recount(id, was_short);
         Some(item)

@@ -325,3 +325,31 @@ fn a_running_invocation_is_charged_as_it_runs_and_completes_to_the_same_tags() {
     q.complete(&d.ticket, Some(1.0), secs(1.0)).unwrap();
     q.charge_running(&d.ticket, 3.0).unwrap_err();
 }
+
+/// FIFO selection serves the oldest item whatever its flow, however far ahead of V its flow
+/// is; withdrawing a head (or a flow's only item) keeps the order of the rest.
+#[test]
+fn fifo_serves_in_arrival_order_across_flows() {
+    let mut q = MqfqQueue::new(fixed(0.0, 1.0, Selection::Fifo)).unwrap();
+    let hog = q.flow("hog");
+    let light = q.flow("light");
+    q.set_charge_hint(hog, Some(5.0)).unwrap();
+    q.enqueue(hog, "h0", secs(0.0)).unwrap();
+    q.enqueue(hog, "h1", secs(0.1)).unwrap();
+    q.enqueue(light, "l0", secs(0.2)).unwrap();
+    q.enqueue(hog, "h2", secs(0.3)).unwrap();
+    q.enqueue(light, "l1", secs(0.4)).unwrap();
+    q.enqueue(hog, "h3", secs(0.5)).unwrap();
+    let first = q.dispatch(secs(1.0)).unwrap();
+    assert_eq!(first.item, "h0");
+    // hog is now 5 s ahead of V with T = 0, and still next: FIFO knows no T.
+    assert_eq!(q.state(hog), Some(FlowState::Active));
+    assert_eq!(q.withdraw(hog, |i| *i == "h1"), Some("h1"));
+    assert_eq!(q.withdraw(light, |i| *i == "l1"), Some("l1"));
+    let mut order = Vec::new();
+    while let Some(d) = q.dispatch(secs(1.0)) {
+        order.push(d.item);
+    }
+    assert_eq!(order, ["l0", "h2", "h3"]);
+    assert_eq!(q.queued(), 0);
+}

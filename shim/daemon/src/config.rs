@@ -5,6 +5,8 @@
 //! socket = "/run/mqfq/mqfqd.sock"   # root-only ttrpc socket the shims call
 //! metrics_addr = "127.0.0.1:9464"   # Prometheus /metrics; "" turns it off
 //! profile = "balanced"              # light | balanced | throughput (the design's profiles)
+//! policy = "mqfq-sticky"            # mqfq-sticky | fcfs: the order admissions are granted in
+//!                                   # (fcfs: same gate, D and pool, FIFO across functions)
 //! backend = "auto"                  # auto (NVML, else simulated) | nvml | simulated
 //! nvml_library = "libnvidia-ml.so.1"
 //! mps_pipe_dir = "/tmp/nvidia-mps"  # an MPS control daemon here puts GPUs in MPS mode
@@ -30,7 +32,7 @@
 
 use std::path::{Path, PathBuf};
 
-use scheduler_core::config::{ConcurrencyConfig, GpuMode, Overrides, Profile, QueueConfig};
+use scheduler_core::config::{ConcurrencyConfig, GpuMode, Order, Overrides, Profile, QueueConfig};
 use serde::Deserialize;
 
 /// Where `mqfqd` listens by default (also the shim's default).
@@ -221,6 +223,8 @@ pub struct DaemonConfig {
     pub metrics_addr: String,
     /// light, balanced or throughput.
     pub profile: String,
+    /// mqfq-sticky or fcfs.
+    pub policy: String,
     /// GPU monitor.
     pub backend: Backend,
     /// NVML library to load.
@@ -256,6 +260,7 @@ impl Default for DaemonConfig {
             socket: PathBuf::from(DEFAULT_SOCKET),
             metrics_addr: "127.0.0.1:9464".into(),
             profile: "balanced".into(),
+            policy: Order::MqfqSticky.as_str().into(),
             backend: Backend::Auto,
             nvml_library: "libnvidia-ml.so.1".into(),
             mps_pipe_dir: PathBuf::from("/tmp/nvidia-mps"),
@@ -310,6 +315,7 @@ impl DaemonConfig {
 
     fn check(&self) -> Result<(), scheduler_core::ConfigError> {
         self.profile()?;
+        self.policy.parse::<Order>()?;
         self.queue_config()?;
         for mode in [GpuMode::Plain, GpuMode::Mps, GpuMode::Mig] {
             self.concurrency_config(mode)?;
@@ -402,6 +408,8 @@ impl DaemonConfig {
             slowdown_target: self.concurrency.slowdown_target,
             // mqfqd never drives D from busy-time: the law is not configurable.
             law: None,
+            // Checked by `check`; a bad name falls back to the default only here.
+            order: self.policy.parse::<Order>().ok(),
         }
     }
 
@@ -528,10 +536,29 @@ mod tests {
     }
 
     #[test]
+    fn policy_fcfs_is_fifo_without_the_reserve_on_the_same_d() {
+        let ours = parse("").unwrap();
+        let fcfs = parse("policy = \"fcfs\"").unwrap();
+        let q = fcfs.queue_config().unwrap();
+        assert_eq!(q.selection, scheduler_core::config::Selection::Fifo);
+        assert_eq!(q.short_charge_s, 0.0);
+        assert_eq!(Order::of(&ours.queue_config().unwrap()), Order::MqfqSticky);
+        assert_eq!(
+            fcfs.concurrency_config(GpuMode::Plain).unwrap(),
+            ours.concurrency_config(GpuMode::Plain).unwrap()
+        );
+    }
+
+    #[test]
     fn every_bad_key_or_value_is_named() {
         let cases = [
             ("sockt = \"/x\"", "sockt"),
             ("profile = \"fast\"", "profile"),
+            ("policy = \"sjf\"", "policy"),
+            (
+                "policy = \"fcfs\"\n[queue]\nshort_charge_s = 1",
+                "short_charge_s",
+            ),
             ("sample_interval_ms = 500", "sample_interval_ms"),
             ("metrics_addr = \"nowhere\"", "metrics_addr"),
             ("[queue]\noverrun_s = -1", "overrun_s"),

@@ -35,8 +35,9 @@ pub fn render(s: &api::StatusResponse) -> String {
     let mut o = String::new();
     let _ = writeln!(
         o,
-        "mqfqd {} · backend {} · {} waiting · {} leases · {} fail-open starts reported",
+        "mqfqd {} · policy {} · backend {} · {} waiting · {} leases · {} fail-open starts reported",
         s.boot_id,
+        s.policy,
         s.backend,
         s.waiting,
         s.leases.len(),
@@ -209,6 +210,7 @@ pub fn to_json(s: &api::StatusResponse) -> serde_json::Value {
     json!({
         "boot_id": s.boot_id,
         "backend": s.backend,
+        "policy": s.policy,
         "waiting": s.waiting,
         "fail_open_starts": s.fail_open_starts,
         "gpus": s.gpus.iter().map(|g| json!({

@@ -539,6 +539,7 @@ impl Daemon {
             pool,
             boot_id: self.boot_id.clone(),
             backend: self.backend.into(),
+            policy: core.order().as_str().into(),
             gpus,
             flows,
             leases,

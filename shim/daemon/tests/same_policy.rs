@@ -141,3 +141,49 @@ fn the_simulator_pools_memory_with_mqfqd_s_default_tier_knobs() {
     assert_eq!(sim.tiers, daemon.tiers);
     assert!(sim.reclaim && !daemon.reclaim);
 }
+
+/// `policy = "fcfs"` is the A/B switch: the same daemon core, granting in arrival order. A flood
+/// of six then one light admission on one slot: FCFS serves the light one last, mqfq-sticky
+/// second.
+#[test]
+fn policy_fcfs_grants_in_arrival_order_and_mqfq_sticky_does_not() {
+    use scheduler_core::Time;
+    use scheduler_core::node::admission::{AdmitInfo, Kind};
+    let req = |id: &str, function: &str| AdmitInfo {
+        namespace: "ns".into(),
+        container_id: id.into(),
+        function: function.into(),
+        tenant: None,
+        tenant_weight: 0.0,
+        weight: 0.0,
+        gpus: vec![],
+        kind: Kind::Burst,
+        shim_pid: 7,
+    };
+    let order = |toml: &str| {
+        let mut core = daemon_core(
+            &format!("{toml}restart_grace_ms = 0\n[concurrency]\nd_max = 1\nd_initial = 1\n"),
+            &SimConfig::default(),
+        );
+        let mut granted = core.admit(&req("f0", "flood"), Time::ZERO).unwrap();
+        for i in 1..6 {
+            core.admit(&req(&format!("f{i}"), "flood"), Time::from_secs_f64(0.1))
+                .unwrap();
+        }
+        core.admit(&req("light", "light"), Time::from_secs_f64(0.2))
+            .unwrap();
+        let mut order = Vec::new();
+        let mut t = 1.0;
+        while let Some(g) = granted.pop() {
+            order.push(g.key.to_string());
+            granted = core
+                .release(g.lease, Some(1.0), "exit", Time::from_secs_f64(t))
+                .unwrap();
+            t += 1.0;
+        }
+        assert_eq!(order.len(), 7, "{order:?}");
+        order.iter().position(|k| k == "ns/light").unwrap()
+    };
+    assert_eq!(order("policy = \"fcfs\"\n"), 6);
+    assert!(order("policy = \"mqfq-sticky\"\n") <= 2);
+}
