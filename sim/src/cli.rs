@@ -117,6 +117,11 @@ struct NodeArgs {
     /// Functions with mean exec below this are "short" in reports, ms.
     #[arg(long, default_value_t = 1000.0)]
     short_ms: f64,
+    /// How fcfs, batch, sjf and paella run: `strong` (our dynamic D, evict under pressure) or
+    /// `paper` (as the seed compared against: D = 2 behind the published utilization gate,
+    /// memory pushed to the host after every use).
+    #[arg(long, default_value = "strong")]
+    baselines: String,
 }
 
 impl NodeArgs {
@@ -140,6 +145,7 @@ impl NodeArgs {
                 d_max: self.d_max,
                 slowdown_target: self.slowdown_target,
                 law: Some(self.d_law.parse()?),
+                order: None,
             },
             gpm: self.gpm,
             tiers: TierConfig {
@@ -148,6 +154,7 @@ impl NodeArgs {
                 warm_ttl_s: self.warm_ttl_s,
                 ..TierConfig::default()
             },
+            baselines: self.baselines.parse()?,
             ..SimConfig::default()
         };
         cfg.validate()?;
@@ -430,14 +437,15 @@ fn compare(a: &CompareArgs) -> Result<()> {
         sums.push(s);
     }
     println!(
-        "trace: {} ({} invocations, {} functions); {} GPU(s), {} MB, {:?}, profile {:?}\n",
+        "trace: {} ({} invocations, {} functions); {} GPU(s), {} MB, {:?}, profile {:?}, baselines {:?}\n",
         a.trace.display(),
         trace.invocations.len(),
         trace.functions.len(),
         cfg.gpus,
         cfg.gpu_mem_mb,
         cfg.mode,
-        cfg.profile
+        cfg.profile,
+        cfg.baselines
     );
     print!("{}", table(&sums));
     if let Some(j) = &a.json {

@@ -29,9 +29,9 @@ mod sampling;
 
 pub use pool::pool_config;
 
-use crate::policy::{Admission, MemoryStyle, Policy, PoolView, Signal};
+use crate::policy::{Admission, MemoryStyle, PUBLISHED_GATE, Policy, PoolView, Signal};
 use crate::trace::Trace;
-use crate::types::{Audit, Record, SimConfig, SimError, SimOutput};
+use crate::types::{Audit, Baselines, Record, SimConfig, SimError, SimOutput};
 use scheduler_core::concurrency::ConcurrencyController;
 use scheduler_core::config::ConfigError;
 use scheduler_core::ewma::Ewma;
@@ -468,7 +468,9 @@ impl<'t> Engine<'t> {
                         gpu.slots -= 1;
                         if admission == Admission::Node {
                             self.pool_release(c, policy);
-                        } else if mem == MemoryStyle::EagerPrefetch && !policy.active(f) {
+                        } else if mem == MemoryStyle::EvictAfterUse
+                            || (mem == MemoryStyle::EagerPrefetch && !policy.active(f))
+                        {
                             self.evict(c, policy);
                         }
                         self.refresh(f, policy);
@@ -676,6 +678,7 @@ impl Engine<'_> {
             policy: policy.name().to_owned(),
             records,
             busy_ms: self.gpus.iter().map(|g| g.busy_ms).sum(),
+            busy_time_ms: self.gpus.iter().map(|g| g.any_ms).sum(),
             makespan_ms: last_end - first,
             gpus: self.cfg.gpus,
             audit: self.audit,
@@ -769,8 +772,11 @@ pub fn simulate(
     cfg: &SimConfig,
 ) -> Result<SimOutput, SimError> {
     cfg.validate()?;
-    let admission = policy.admission();
-    let mem_style = policy.memory();
+    let (admission, mem_style) = match (cfg.baselines, policy.admission()) {
+        // A baseline as the seed ran it.
+        (Baselines::Paper, Admission::Dynamic) => (PUBLISHED_GATE, MemoryStyle::EvictAfterUse),
+        (_, a) => (a, policy.memory()),
+    };
     let mut e = engine(trace, cfg, admission)?;
     if admission == Admission::Node {
         for g in 0..e.gpus.len() {

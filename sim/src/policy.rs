@@ -49,6 +49,12 @@ pub enum Admission {
     },
 }
 
+/// The published implementation's admission: fixed D = 2 and its utilization gate.
+pub const PUBLISHED_GATE: Admission = Admission::Gated {
+    d: 2,
+    util_limit: 0.95,
+};
+
 /// How a policy manages container memory.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum MemoryStyle {
@@ -58,6 +64,8 @@ pub enum MemoryStyle {
     LazyPrefetch,
     /// Evict a flow's memory as soon as it is not Active; prefetch on activation.
     EagerPrefetch,
+    /// Push a container's memory to the host after every use (the seed's baselines).
+    EvictAfterUse,
 }
 
 /// What the executor tells a policy about memory.
@@ -520,10 +528,7 @@ impl Policy for Mqfq {
             .set_residency(self.flows[func], resident, switch_ms.max(0.0) / 1e3);
     }
     fn admission(&self) -> Admission {
-        Admission::Gated {
-            d: 2,
-            util_limit: 0.95,
-        }
+        PUBLISHED_GATE
     }
     fn memory(&self) -> MemoryStyle {
         MemoryStyle::EagerPrefetch

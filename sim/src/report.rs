@@ -66,6 +66,9 @@ pub struct Summary {
     pub share: Share,
     /// Fraction of GPU capacity in use over the makespan (∫U dt / (makespan × GPUs)).
     pub gpu_busy: f64,
+    /// Fraction of the makespan in which anything executed (NVML's `utilization.gpu`, what
+    /// `nvidia-smi` shows as GPU utilization).
+    pub gpu_busy_time: f64,
     /// Completed invocations per second of makespan.
     pub throughput_per_s: f64,
     /// Tier counts.
@@ -191,6 +194,11 @@ pub fn summarize(trace: &Trace, out: &SimOutput, short_threshold_ms: f64) -> Sum
         share: gpu_share(trace, &out.records),
         gpu_busy: if out.makespan_ms > 0.0 {
             out.busy_ms / (out.makespan_ms * out.gpus as f64)
+        } else {
+            0.0
+        },
+        gpu_busy_time: if out.makespan_ms > 0.0 {
+            out.busy_time_ms / (out.makespan_ms * out.gpus as f64)
         } else {
             0.0
         },

@@ -5,6 +5,31 @@ use serde::Serialize;
 use scheduler_core::config::{ConfigError, GpuMode, Overrides, Profile, TierConfig};
 use scheduler_core::tiers::Tier;
 
+/// How the baseline policies (fcfs, batch, sjf, paella) run.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Baselines {
+    /// As strong as we can make them: the same dynamic D as ours, memory evicted only under
+    /// pressure.
+    #[default]
+    Strong,
+    /// As the seed's comparison ran them (the reference implementation's serial queues with
+    /// hints on): the published gate (fixed D = 2, utilization estimate ≤ 0.95) and each
+    /// container's memory pushed to the host after every use, so the next call restores it.
+    Paper,
+}
+
+impl std::str::FromStr for Baselines {
+    type Err = ConfigError;
+    fn from_str(s: &str) -> Result<Self, ConfigError> {
+        match s {
+            "strong" => Ok(Baselines::Strong),
+            "paper" => Ok(Baselines::Paper),
+            _ => Err(ConfigError::new("baselines", s, "must be strong or paper")),
+        }
+    }
+}
+
 /// Simulator knobs.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct SimConfig {
@@ -34,6 +59,8 @@ pub struct SimConfig {
     pub overrides: Overrides,
     /// Tier knobs.
     pub tiers: TierConfig,
+    /// How the baselines run.
+    pub baselines: Baselines,
 }
 
 impl Default for SimConfig {
@@ -51,6 +78,7 @@ impl Default for SimConfig {
             profile: Profile::Balanced,
             overrides: Overrides::default(),
             tiers: TierConfig::default(),
+            baselines: Baselines::Strong,
         }
     }
 }
@@ -127,6 +155,8 @@ pub struct SimOutput {
     pub records: Vec<Record>,
     /// ∫ utilization dt over all GPUs, ms.
     pub busy_ms: f64,
+    /// Time in which anything executed, summed over GPUs (NVML's busy-time), ms.
+    pub busy_time_ms: f64,
     /// First arrival to last completion, ms.
     pub makespan_ms: f64,
     /// GPUs simulated.

@@ -213,3 +213,47 @@ fn busy_time_pins_d_where_measured_interference_lets_it_grow() {
         assert!(limits.len() > 1, "D over time is recorded");
     }
 }
+
+/// `baselines = paper`: the baselines run behind the published gate (never more than two slots)
+/// and push a container's memory to the host after every use, so each later call of a function
+/// restores it (Warm); the strong baselines find it Hot. mqfq-sticky is not affected.
+#[test]
+fn paper_baselines_restore_every_call_behind_the_published_gate() {
+    use mqfq_sim::Baselines;
+    use scheduler_core::tiers::Tier;
+    let mut csv = String::from("time_ms,function,exec_ms,mem_mb,cold_ms\n");
+    for i in 0..4 {
+        csv.push_str(&format!("{},f,50,1200,2000\n", i * 5000));
+    }
+    for _ in 0..6 {
+        csv.push_str("30000,g,400,100,10\n");
+    }
+    let t = Trace::parse(&csv).unwrap();
+    let paper = SimConfig {
+        baselines: Baselines::Paper,
+        ..SimConfig::default()
+    };
+    let tiers = |cfg: &SimConfig, p: &str| {
+        let out = run_policy(p, &t, cfg).unwrap();
+        let f: Vec<Tier> = out.records[..4].iter().map(|r| r.tier).collect();
+        (f, out.audit.max_slots_held)
+    };
+    for p in ["fcfs", "sjf", "paella"] {
+        let (strong, _) = tiers(&SimConfig::default(), p);
+        assert_eq!(strong, [Tier::Cold, Tier::Hot, Tier::Hot, Tier::Hot], "{p}");
+        let (weak, weak_slots) = tiers(&paper, p);
+        assert_eq!(
+            weak,
+            [Tier::Cold, Tier::Warm, Tier::Warm, Tier::Warm],
+            "{p}"
+        );
+        assert!(
+            weak_slots <= 2,
+            "{p}: {weak_slots} slots behind the published gate"
+        );
+    }
+    assert_eq!(
+        tiers(&paper, "mqfq-sticky"),
+        tiers(&SimConfig::default(), "mqfq-sticky")
+    );
+}
