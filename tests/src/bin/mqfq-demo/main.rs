@@ -1,27 +1,21 @@
 //! The README demo: a private containerd with containerd-shim-mqfq-v2, a private `mqfqd` on a
 //! simulated GPU, and a mixed workload of annotated busybox "GPU functions" (sleep-based
-//! service) submitted through `ctr`. Prints per-function queue wait, latency and fairness, and
-//! the daemon's view. Then, when the CUDA interposer was built (`libmqfq_cuda.so` beside the
+//! service) submitted through `ctr`, once under `policy = "fcfs"` and once under
+//! `"mqfq-sticky"`. Prints per-function queue wait, latency and fairness under both side by
+//! side, and the daemon's view. Then, when the CUDA interposer was built (`libmqfq_cuda.so` beside the
 //! binaries) and `cc` exists, the pool: two paused containers of a CUDA client (over the CPU-only
 //! libcuda double) evicted by mqfqd, one resumed and restored, the other prefetched; and five
 //! long-running GPU servers that are never paused, sharing the GPU a burst of work at a time.
 //! Usage: `mqfq-demo <dir with containerd-shim-mqfq-v2, mqfqd, mqfqctl[, libmqfq_cuda.so]>`.
 
-use std::collections::HashMap;
 use std::path::PathBuf;
 use std::process::{Command, ExitCode};
 use std::time::{Duration, Instant};
 
-use mqfq_testkit::{BUSYBOX, Containerd, MQFQ};
+use mqfq_testkit::{Containerd, MQFQ};
 
+mod mix;
 mod servers;
-
-/// (function, service seconds, invocations, seconds between arrivals)
-const MIX: [(&str, f64, usize, f64); 3] = [
-    ("thumbnail", 0.3, 16, 0.3),
-    ("bert", 1.0, 6, 0.8),
-    ("train-batch", 3.0, 4, 0.0),
-];
 
 fn main() -> ExitCode {
     let Some(bin) = std::env::args().nth(1).map(PathBuf::from) else {
@@ -33,45 +27,6 @@ fn main() -> ExitCode {
         return ExitCode::FAILURE;
     };
     let sock = c.daemon_socket();
-    let log = c.dir().join("dispatch.jsonl");
-    let cfg = c.dir().join("mqfqd.toml");
-    let toml = format!(
-        "socket = \"{}\"\nmetrics_addr = \"127.0.0.1:9464\"\nbackend = \"auto\"\ndispatch_log = \"{}\"\n\
-         restart_grace_ms = 0\n[concurrency]\nd_max = 3\n[simulated]\nutilization_per_lease = 0.3\n\
-         [pool]\nhot_ttl_s = 2.0\n[nvidia]\nedits_file = \"{}\"\n",
-        sock.display(),
-        log.display(),
-        c.edits_file().display()
-    );
-    if let Err(e) = std::fs::write(&cfg, toml) {
-        eprintln!("write {}: {e}", cfg.display());
-        return ExitCode::FAILURE;
-    }
-    let daemon_log = c.dir().join("mqfqd.log");
-    let mut daemon = match Command::new(bin.join("mqfqd"))
-        .arg("--config")
-        .arg(&cfg)
-        .stderr(std::fs::File::create(&daemon_log).expect("daemon log"))
-        .spawn()
-    {
-        Ok(d) => d,
-        Err(e) => {
-            eprintln!("start mqfqd: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while std::os::unix::net::UnixStream::connect(&sock).is_err() {
-        if Instant::now() > deadline {
-            eprintln!(
-                "mqfqd did not start:\n{}",
-                std::fs::read_to_string(&daemon_log).unwrap_or_default()
-            );
-            let _ = daemon.kill();
-            return ExitCode::FAILURE;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
     println!(
         "containerd {} · mqfqd {} · metrics http://127.0.0.1:9464/metrics",
         c.socket().display(),
@@ -82,114 +37,41 @@ fn main() -> ExitCode {
         bin.join("mqfqctl").display(),
         sock.display()
     );
-
-    let started = Instant::now();
-    let mut runs = Vec::new();
-    for (f, service, n, gap) in MIX {
-        for i in 0..n {
-            let args: Vec<String> = vec![
-                "-a".into(),
-                c.socket().display().to_string(),
-                "-n".into(),
-                c.ns.clone(),
-                "run".into(),
-                "--rm".into(),
-                "--snapshotter".into(),
-                "native".into(),
-                "--runtime".into(),
-                MQFQ.into(),
-                "--env".into(),
-                "NVIDIA_VISIBLE_DEVICES=0".into(),
-                "--annotation".into(),
-                format!("io.mqfq.function={f}"),
-                BUSYBOX.into(),
-                format!("{f}-{i}"),
-                "sleep".into(),
-                format!("{service}"),
-            ];
-            let delay = Duration::from_secs_f64(gap * i as f64);
-            runs.push((
-                f,
-                service,
-                std::thread::spawn(move || {
-                    std::thread::sleep(delay);
-                    let t = Instant::now();
-                    let ok = mqfq_testkit::ctr_command()
-                        .args(&args)
-                        .output()
-                        .is_ok_and(|o| o.status.success());
-                    (ok, t.elapsed().as_secs_f64())
-                }),
-            ));
-        }
-    }
-    let mut lat: HashMap<&str, Vec<f64>> = HashMap::new();
-    let mut failed = 0;
-    for (f, _, h) in runs {
-        match h.join() {
-            Ok((true, s)) => lat.entry(f).or_default().push(s),
-            _ => failed += 1,
-        }
-    }
-    let wall = started.elapsed().as_secs_f64();
-    let mut wait: HashMap<String, Vec<f64>> = HashMap::new();
-    for line in std::fs::read_to_string(&log).unwrap_or_default().lines() {
-        let Ok(r) = serde_json::from_str::<serde_json::Value>(line) else {
-            continue;
-        };
-        if r["event"] == "dispatch" {
-            #[expect(clippy::cast_precision_loss)]
-            let w = r["waited_ns"].as_u64().unwrap_or(0) as f64 / 1e9;
-            wait.entry(r["function"].as_str().unwrap_or("").to_owned())
-                .or_default()
-                .push(w);
-        }
-    }
     println!(
-        "{} invocations in {wall:.1} s ({failed} failed); GPU concurrency limit D ≤ 3\n",
-        MIX.iter().map(|m| m.2).sum::<usize>()
+        "The same workload twice through `ctr run`, mqfqd restarted in between: policy = \"fcfs\"\n\
+         (first come, first served) then \"mqfq-sticky\"; same gate, same D (≤ {}), same pool.\n",
+        mix::D_MAX
     );
-    println!(
-        "{:<12} {:>4} {:>9} {:>10} {:>10} {:>12} {:>12} {:>9}",
-        "function",
-        "n",
-        "service",
-        "wait mean",
-        "wait p95",
-        "latency mean",
-        "latency p95",
-        "slowdown"
-    );
-    let mut slowdowns = Vec::new();
-    for (f, service, _, _) in MIX {
-        let mut l = lat.remove(f).unwrap_or_default();
-        let mut w = wait.remove(f).unwrap_or_default();
-        if l.is_empty() {
-            continue;
+    let fcfs_log = c.dir().join("dispatch-fcfs.jsonl");
+    let fcfs = match mix::start_daemon(&c, &bin, "fcfs", &fcfs_log) {
+        Ok(d) => {
+            let o = mix::run(&c, "fcfs", &fcfs_log);
+            mix::stop_daemon(d);
+            o
         }
-        let sd = mqfq_testkit::mean(&l) / service;
-        slowdowns.push(sd);
-        println!(
-            "{f:<12} {:>4} {service:>8.1}s {:>9.2}s {:>9.2}s {:>11.2}s {:>11.2}s {sd:>8.2}×",
-            l.len(),
-            mqfq_testkit::mean(&w),
-            if w.is_empty() {
-                0.0
-            } else {
-                mqfq_testkit::percentile(&mut w, 0.95)
-            },
-            mqfq_testkit::mean(&l),
-            mqfq_testkit::percentile(&mut l, 0.95),
-        );
-    }
-    #[expect(clippy::cast_precision_loss)]
-    let jain = slowdowns.iter().sum::<f64>().powi(2)
-        / (slowdowns.len() as f64 * slowdowns.iter().map(|x| x * x).sum::<f64>());
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let log = c.dir().join("dispatch.jsonl");
+    let daemon = match mix::start_daemon(&c, &bin, "mqfq-sticky", &log) {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let ours = mix::run(&c, "mqfq", &log);
+    let failed = fcfs.failed + ours.failed;
     println!(
-        "\nJain's fairness over per-function mean slowdown: {jain:.2} (1 = every function slowed alike)"
+        "{} invocations per run ({failed} failed)\n",
+        mix::MIX.iter().map(|m| m.2).sum::<usize>()
     );
+    mix::print_side_by_side(&fcfs, &ours);
     println!(
-        "latency = `ctr run --rm` wall time (create + queue wait + run + delete); wait = time queued in mqfqd\n"
+        "\nlatency = `ctr run --rm` wall time (create + queue wait + run + delete), mean; wait = time\n\
+         queued in mqfqd, mean; slowdown = latency / service; latency × = mqfq-sticky / fcfs\n"
     );
     if let Ok(o) = Command::new(bin.join("mqfqctl"))
         .arg("--socket")
@@ -199,13 +81,16 @@ fn main() -> ExitCode {
     {
         print!("{}", String::from_utf8_lossy(&o.stdout));
     }
-    println!("\ndispatch record: {}", log.display());
+    println!(
+        "\ndispatch records: {} and {}",
+        fcfs_log.display(),
+        log.display()
+    );
     let pool_ok = match install_cuda(&c, &bin) {
         Some(cuda) => pool_demo(&c, &bin, &cuda) && servers::servers_demo(&c, &cuda, &log, 8),
         None => true,
     };
-    let _ = Command::new("kill").arg(daemon.id().to_string()).status();
-    let _ = daemon.wait();
+    mix::stop_daemon(daemon);
     if failed == 0 && pool_ok {
         ExitCode::SUCCESS
     } else {
