@@ -235,6 +235,10 @@ struct MixArgs {
     /// Memory of one GPU, MB, for `--memory-factor` (use the same with `compare`).
     #[arg(long, default_value_t = 24_576.0)]
     gpu_mem_mb: f64,
+    /// A flood: the first long function offers this much load (fraction of the GPUs' capacity)
+    /// on its own, on top of `--load`.
+    #[arg(long)]
+    flood: Option<f64>,
 }
 
 #[derive(Debug, Args)]
@@ -308,6 +312,7 @@ impl Cli {
                     seed: a.seed,
                     memory_factor: a.memory_factor,
                     gpu_mem_mb: a.gpu_mem_mb,
+                    flood: a.flood,
                 })?;
                 save_trace(&a.out, &t)
             }
@@ -356,12 +361,12 @@ fn fmt_s(ms: Option<f64>) -> String {
 #[must_use]
 pub fn table(sums: &[Summary]) -> String {
     let mut t = String::from(
-        "| policy | mean s | p50 s | p99 s | short mean s | long mean s | Jain | GPU busy | hot/warm/cold | mean limit | share Jain | worst/best slowdown |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+        "| policy | mean s | p50 s | p99 s | short mean s | long mean s | Jain | GPU busy | busy time | hot/warm/cold | mean limit | share Jain | worst/best slowdown |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
     );
     for s in sums {
         let _ = writeln!(
             t,
-            "| {} | {} | {} | {} | {} | {} | {:.3} | {:.1} % | {}/{}/{} | {:.2} | {:.3} | {:.1} |",
+            "| {} | {} | {} | {} | {} | {} | {:.3} | {:.1} % | {:.1} % | {}/{}/{} | {:.2} | {:.3} | {:.1} |",
             s.policy,
             fmt_s(Some(s.mean_ms)),
             fmt_s(Some(s.p50_ms)),
@@ -370,6 +375,7 @@ pub fn table(sums: &[Summary]) -> String {
             fmt_s(s.long_mean_ms),
             s.jain_slowdown,
             s.gpu_busy * 100.0,
+            s.gpu_busy_time * 100.0,
             s.tiers.hot,
             s.tiers.warm,
             s.tiers.cold,
@@ -397,6 +403,9 @@ pub fn table(sums: &[Summary]) -> String {
             "\nmqfq-sticky / fcfs: mean {mean:.3}×, p99 {p99:.3}×, short-function mean {short:.3}× ({:.1}× faster)",
             1.0 / short
         );
+        if let Some((name, r)) = heaviest_ratio(ours, fcfs) {
+            let _ = writeln!(t, "heaviest function ({name}) mean / fcfs: {r:.3}×");
+        }
         let (mean, p99, short) = ratios(ours, paper);
         let _ = writeln!(
             t,
@@ -404,6 +413,18 @@ pub fn table(sums: &[Summary]) -> String {
         );
     }
     t
+}
+
+/// The function offering the most GPU time (invocations × solo exec) and its mean latency under
+/// `a` over its mean under `b`.
+#[expect(clippy::cast_precision_loss, reason = "invocation counts")]
+fn heaviest_ratio<'a>(a: &'a Summary, b: &Summary) -> Option<(&'a str, f64)> {
+    let heavy = a
+        .per_function
+        .iter()
+        .max_by(|x, y| (x.count as f64 * x.exec_ms).total_cmp(&(y.count as f64 * y.exec_ms)))?;
+    let other = b.per_function.iter().find(|f| f.name == heavy.name)?;
+    Some((&heavy.name, heavy.mean_ms / other.mean_ms))
 }
 
 fn controllers(a: &ControllersArgs) -> Result<()> {

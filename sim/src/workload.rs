@@ -75,6 +75,9 @@ pub struct MixSpec {
     pub memory_factor: Option<f64>,
     /// Memory of one GPU, MB (what `memory_factor` is relative to).
     pub gpu_mem_mb: f64,
+    /// A flood: the first long function offers this much load on its own, on top of its share
+    /// of `load` (`None`: no flood).
+    pub flood: Option<f64>,
 }
 
 impl Default for MixSpec {
@@ -90,6 +93,7 @@ impl Default for MixSpec {
             seed: 1,
             memory_factor: None,
             gpu_mem_mb: 24_576.0,
+            flood: None,
         }
     }
 }
@@ -141,6 +145,12 @@ pub fn design_mix(spec: &MixSpec) -> Result<Trace, TraceError> {
     if !(spec.gpu_mem_mb.is_finite() && spec.gpu_mem_mb > 0.0) {
         return Err(spec_err("gpu-mem-mb", "must be > 0"));
     }
+    if spec
+        .flood
+        .is_some_and(|f| !(f.is_finite() && f > 0.0 && f <= 10.0))
+    {
+        return Err(spec_err("flood", "must be in (0, 10]"));
+    }
     let classes = design_classes();
     let shorts: Vec<&Class> = classes.iter().filter(|c| c.short).collect();
     let longs: Vec<&Class> = classes.iter().filter(|c| !c.short).collect();
@@ -170,7 +180,12 @@ pub fn design_mix(spec: &MixSpec) -> Result<Trace, TraceError> {
     let mut invs: Vec<(f64, usize, f64)> = Vec::new();
     let windows = (spec.duration_s / spec.burst_window_s).ceil() as usize;
     for (fi, ((_, c), share)) in functions.iter().zip(&shares).enumerate() {
-        let rate = total_rate * share;
+        let mut rate = total_rate * share;
+        if let Some(f) = spec.flood
+            && fi == n_short
+        {
+            rate += f * spec.gpus as f64 / (c.exec_ms / 1e3 * c.util);
+        }
         for w in 0..windows {
             let w0 = w as f64 * spec.burst_window_s;
             let w1 = (w0 + spec.burst_window_s).min(spec.duration_s);
@@ -528,6 +543,43 @@ mod tests {
         })
         .unwrap_err();
         assert!(e.message.contains("--memory-factor"), "{e}");
+    }
+
+    #[test]
+    fn flood_adds_its_load_to_one_function_only() {
+        let base = MixSpec {
+            duration_s: 3600.0,
+            ..MixSpec::default()
+        };
+        let demand_of = |t: &Trace| {
+            let mut per = vec![0.0; t.functions.len()];
+            for i in &t.invocations {
+                per[i.func] += i.exec_ms / 1e3 * t.functions[i.func].util / 3600.0;
+            }
+            per
+        };
+        let calm = demand_of(&design_mix(&base).unwrap());
+        let flooded = demand_of(
+            &design_mix(&MixSpec {
+                flood: Some(1.0),
+                ..base.clone()
+            })
+            .unwrap(),
+        );
+        // The first long function (index 6 of 12) carries the flood; the others keep their load.
+        let extra = flooded[6] - calm[6];
+        assert!((extra - 1.0).abs() < 0.08, "flood adds {extra}");
+        for (i, (a, b)) in calm.iter().zip(&flooded).enumerate() {
+            if i != 6 {
+                assert!((a - b).abs() < 0.05, "function {i}: {a} vs {b}");
+            }
+        }
+        let e = design_mix(&MixSpec {
+            flood: Some(-1.0),
+            ..MixSpec::default()
+        })
+        .unwrap_err();
+        assert!(e.message.contains("--flood"), "{e}");
     }
 
     #[test]
