@@ -10,6 +10,8 @@
 //! - [`tiers`]: Hot / Warm / Cold container tiers and the eviction and prefetch decisions.
 //! - [`node`]: the node's policy built from them — per-GPU admission (limit in force, short-slot
 //!   reserve, leases, adoption) and the pool's decisions (make room, victims, prefetch, tick).
+//! - [`placement`]: which GPU a container gets — measured function features, GPU models,
+//!   fitness under peak / off-peak weights, failed and overloaded GPUs.
 //! - [`native`]: which functions keep their GPU allocations native (learned from refused exports).
 //! - [`config`]: knobs, the design's profiles, validation.
 //!
@@ -22,6 +24,7 @@ pub mod config;
 pub mod ewma;
 pub mod native;
 pub mod node;
+pub mod placement;
 pub mod queue;
 pub mod tiers;
 pub mod time;

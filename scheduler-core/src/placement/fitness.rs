@@ -1,0 +1,373 @@
+//! Which GPU a container gets: fitness for the function's class, combined with locality, queue,
+//! balance, energy and affinity in a weighted score.
+//!
+//! The second design's two fitness formulas: a compute-bound function wants free FLOPS,
+//! `FLOPS × (1 − utilization)`; a memory-bound one wants free bandwidth and room,
+//! `bandwidth × (1 − memory used fraction)`, less what moving its data costs. The design writes
+//! the transfer cost as a subtraction of a time from a bandwidth; here it is the share of a
+//! burst the copies would take over the GPU's host link (none where the function's memory is
+//! already resident), and the bandwidth is multiplied by what is left, so the units agree. Each
+//! term is normalized over the candidates (the best is 1), so only ratios between GPUs matter.
+//!
+//! A function still being probed goes where its measurement is cleanest: the least busy
+//! candidate, among the operator's probe GPUs if any is a candidate. A failed GPU is never
+//! chosen; an overloaded one only when no healthy candidate is left, because placement must
+//! never keep a pod from starting.
+
+use serde::Serialize;
+
+use super::features::{Bound, Class, FunctionFeatures, Length};
+use super::models::GpuModel;
+use crate::config::{ConfigError, reject};
+
+/// A GPU's condition for new containers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Health {
+    /// Usable.
+    Healthy,
+    /// Saturated for a while: used only when nothing healthy is left.
+    Overloaded,
+    /// NVML errors or an Xid: never chosen until it recovers.
+    Failed,
+}
+
+/// One candidate GPU as the daemon sees it at the moment of choice.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct GpuView {
+    /// NVML index.
+    pub index: u32,
+    /// Its model's figures (see [`super::models::lookup`]).
+    pub model: GpuModel,
+    /// Utilization, 0..=1 (SM activity where the GPU has GPM, else busy-time).
+    pub utilization: f64,
+    /// Standard deviation of utilization over recent samples (how unstable it is).
+    pub utilization_stddev: f64,
+    /// Fraction of its memory in use, 0..=1.
+    pub memory_used: f64,
+    /// Admissions holding or waiting for a slot on it.
+    pub queue: u32,
+    /// Power draw over its limit, 0..=1, where NVML reports power.
+    pub power: Option<f64>,
+    /// Its condition.
+    pub health: Health,
+    /// The function's memory is already there (an idle container of it in the pool).
+    pub resident: bool,
+    /// A function this one names as a partner runs there.
+    pub partner: bool,
+}
+
+/// How much each term counts.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Weights {
+    /// Fitness for the function's class.
+    pub fitness: f64,
+    /// The function's memory already on the GPU.
+    pub locality: f64,
+    /// A short queue.
+    pub queue: f64,
+    /// Short functions packed onto busy GPUs, long ones spread to free and stable ones.
+    pub balance: f64,
+    /// Low power draw.
+    pub energy: f64,
+    /// Next to the functions it names as partners.
+    pub affinity: f64,
+}
+
+impl Default for Weights {
+    fn default() -> Self {
+        Weights {
+            fitness: 1.0,
+            locality: 0.5,
+            queue: 0.5,
+            balance: 0.3,
+            energy: 0.0,
+            affinity: 0.3,
+        }
+    }
+}
+
+impl Weights {
+    /// Checks every weight (finite, ≥ 0, not all 0), naming the first bad one.
+    ///
+    /// # Errors
+    /// A bad weight; `prefix` names the table it came from.
+    pub fn validate(&self, prefix: &'static str) -> Result<(), ConfigError> {
+        for v in [
+            self.fitness,
+            self.locality,
+            self.queue,
+            self.balance,
+            self.energy,
+            self.affinity,
+        ] {
+            if !(v.is_finite() && v >= 0.0) {
+                return Err(reject(
+                    prefix,
+                    v,
+                    "every weight must be a finite number >= 0",
+                ));
+            }
+        }
+        if self.fitness + self.locality + self.queue + self.balance + self.energy + self.affinity
+            <= 0.0
+        {
+            return Err(reject(prefix, 0, "at least one weight must be > 0"));
+        }
+        Ok(())
+    }
+}
+
+/// Peak and off-peak weights by minute of the day.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct WeightSchedule {
+    /// Weights during peak hours.
+    pub peak: Weights,
+    /// Weights outside them.
+    pub off_peak: Weights,
+    /// Peak starts at this minute of the day (0..1440).
+    pub peak_start_min: u32,
+    /// And ends at this one (exclusive; before the start means it wraps past midnight; equal to
+    /// the start means never).
+    pub peak_end_min: u32,
+}
+
+impl Default for WeightSchedule {
+    fn default() -> Self {
+        // Off peak, energy counts and queue length less: consolidate rather than spread.
+        let peak = Weights::default();
+        let off_peak = Weights {
+            energy: 0.5,
+            queue: 0.25,
+            ..peak
+        };
+        WeightSchedule {
+            peak,
+            off_peak,
+            peak_start_min: 8 * 60,
+            peak_end_min: 20 * 60,
+        }
+    }
+}
+
+impl WeightSchedule {
+    /// Checks both weight sets and the hours.
+    ///
+    /// # Errors
+    /// A bad weight or a minute past the day.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        self.peak.validate("placement.peak")?;
+        self.off_peak.validate("placement.off_peak")?;
+        for (knob, m) in [
+            ("placement.peak_start_min", self.peak_start_min),
+            ("placement.peak_end_min", self.peak_end_min),
+        ] {
+            if m >= 1440 {
+                return Err(reject(knob, m, "must be a minute of the day, 0-1439"));
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether `minute_of_day` (taken modulo a day) is in the peak.
+    #[must_use]
+    pub fn is_peak(&self, minute_of_day: u32) -> bool {
+        let m = minute_of_day % 1440;
+        let (s, e) = (self.peak_start_min, self.peak_end_min);
+        match s.cmp(&e) {
+            std::cmp::Ordering::Less => s <= m && m < e,
+            std::cmp::Ordering::Greater => m >= s || m < e,
+            std::cmp::Ordering::Equal => false,
+        }
+    }
+
+    /// The weights in force at `minute_of_day`.
+    #[must_use]
+    pub fn at(&self, minute_of_day: u32) -> &Weights {
+        if self.is_peak(minute_of_day) {
+            &self.peak
+        } else {
+            &self.off_peak
+        }
+    }
+}
+
+/// Each term of a choice's score, weighted.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct Breakdown {
+    /// Fitness.
+    pub fitness: f64,
+    /// Locality.
+    pub locality: f64,
+    /// Queue.
+    pub queue: f64,
+    /// Balance.
+    pub balance: f64,
+    /// Energy.
+    pub energy: f64,
+    /// Affinity.
+    pub affinity: f64,
+}
+
+impl Breakdown {
+    /// The score: the sum of the terms.
+    #[must_use]
+    pub fn total(&self) -> f64 {
+        self.fitness + self.locality + self.queue + self.balance + self.energy + self.affinity
+    }
+}
+
+/// A GPU chosen, and why.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Choice {
+    /// Its NVML index.
+    pub gpu: u32,
+    /// Its score (0 for a probe's choice).
+    pub score: f64,
+    /// The terms (all 0 for a probe's choice).
+    pub breakdown: Breakdown,
+    /// `probe`, `fitness`, or `overloaded` (no healthy candidate was left).
+    pub reason: &'static str,
+}
+
+/// Why no GPU was chosen.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum PlacementError {
+    /// No candidate, or every candidate failed.
+    #[error("no usable GPU among the container's candidates")]
+    NoUsableGpu,
+}
+
+/// What a choice needs to know about the function.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Need<'a> {
+    /// Its class.
+    pub class: Class,
+    /// Its measured features (for the transfer cost), if any.
+    pub features: Option<&'a FunctionFeatures>,
+}
+
+fn clamp01(v: f64) -> f64 {
+    if v.is_finite() {
+        v.clamp(0.0, 1.0)
+    } else {
+        0.0
+    }
+}
+
+/// Raw fitness of `g` for a function of `bound` (higher is better; compared across GPUs only).
+fn raw_fitness(g: &GpuView, bound: Bound, features: Option<&FunctionFeatures>) -> f64 {
+    match bound {
+        Bound::Compute => g.model.tflops * (1.0 - clamp01(g.utilization)),
+        Bound::Memory => {
+            let transfer_share = match features {
+                Some(f) if !g.resident => {
+                    let copy_ms = f.transfer_bytes.mean() / (g.model.pcie_gbps * 1e9) * 1e3;
+                    let burst = f.burst_ms.mean();
+                    if copy_ms + burst > 0.0 {
+                        copy_ms / (copy_ms + burst)
+                    } else {
+                        0.0
+                    }
+                }
+                _ => 0.0,
+            };
+            g.model.mem_gbps * (1.0 - clamp01(g.memory_used)) * (1.0 - clamp01(transfer_share))
+        }
+    }
+}
+
+/// Chooses a GPU among `gpus` for a function with `need`, under `weights`. `probe_gpus` are the
+/// operator's GPUs for probing new functions (empty: any).
+///
+/// # Errors
+/// [`PlacementError::NoUsableGpu`] when `gpus` is empty or every one has failed.
+pub fn choose(
+    gpus: &[GpuView],
+    need: &Need<'_>,
+    weights: &Weights,
+    probe_gpus: &[u32],
+) -> Result<Choice, PlacementError> {
+    let healthy: Vec<&GpuView> = gpus
+        .iter()
+        .filter(|g| g.health == Health::Healthy)
+        .collect();
+    let (pool, overloaded) = if healthy.is_empty() {
+        let o: Vec<&GpuView> = gpus
+            .iter()
+            .filter(|g| g.health == Health::Overloaded)
+            .collect();
+        (o, true)
+    } else {
+        (healthy, false)
+    };
+    if pool.is_empty() {
+        return Err(PlacementError::NoUsableGpu);
+    }
+    let Class::Known { bound, length, .. } = need.class else {
+        let probes: Vec<&GpuView> = pool
+            .iter()
+            .copied()
+            .filter(|g| probe_gpus.contains(&g.index))
+            .collect();
+        let among = if probes.is_empty() { &pool } else { &probes };
+        let best = among
+            .iter()
+            .min_by(|a, b| {
+                (a.queue, clamp01(a.utilization), a.index)
+                    .partial_cmp(&(b.queue, clamp01(b.utilization), b.index))
+                    .unwrap_or(std::cmp::Ordering::Equal)
+            })
+            .ok_or(PlacementError::NoUsableGpu)?;
+        return Ok(Choice {
+            gpu: best.index,
+            score: 0.0,
+            breakdown: Breakdown::default(),
+            reason: if overloaded { "overloaded" } else { "probe" },
+        });
+    };
+    let top = pool
+        .iter()
+        .map(|g| raw_fitness(g, bound, need.features))
+        .fold(0.0_f64, f64::max);
+    let mut best: Option<(&GpuView, Breakdown)> = None;
+    for g in &pool {
+        let u = clamp01(g.utilization);
+        let balance = match length {
+            Length::Short => u,
+            Length::Long => (1.0 - u) * (1.0 - clamp01(g.utilization_stddev * 4.0)),
+        };
+        let b = Breakdown {
+            fitness: weights.fitness
+                * if top > 0.0 {
+                    raw_fitness(g, bound, need.features) / top
+                } else {
+                    0.0
+                },
+            locality: weights.locality * f64::from(u8::from(g.resident)),
+            queue: weights.queue / (1.0 + f64::from(g.queue)),
+            balance: weights.balance * balance,
+            energy: weights.energy * g.power.map_or(0.5, |p| 1.0 - clamp01(p)),
+            affinity: weights.affinity * f64::from(u8::from(g.partner)),
+        };
+        // Highest score; ties to the lower index, so a choice is reproducible.
+        let better = match &best {
+            None => true,
+            Some((bg, bb)) => {
+                b.total() > bb.total() + 1e-12
+                    || ((b.total() - bb.total()).abs() <= 1e-12 && g.index < bg.index)
+            }
+        };
+        if better {
+            best = Some((g, b));
+        }
+    }
+    let (g, b) = best.ok_or(PlacementError::NoUsableGpu)?;
+    Ok(Choice {
+        gpu: g.index,
+        score: b.total(),
+        breakdown: b,
+        reason: if overloaded { "overloaded" } else { "fitness" },
+    })
+}

@@ -1,0 +1,137 @@
+//! Whether a GPU should take new containers: failed (NVML errors, an Xid) or overloaded
+//! (saturated sample after sample) GPUs are avoided until they recover.
+//!
+//! The daemon feeds one [`HealthSample`] per GPU per sampling period; the tracker is a small
+//! state machine with explicit transitions, and reports each change so it can be logged,
+//! counted and shown by `mqfqctl`.
+
+use serde::Serialize;
+
+use super::fitness::Health;
+use crate::config::{ConfigError, reject};
+
+/// One sampling period's evidence about a GPU.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct HealthSample {
+    /// Utilization, 0..=1.
+    pub utilization: f64,
+    /// NVML failed to read the GPU, or reported an Xid, in this period.
+    pub error: bool,
+}
+
+/// Knobs of the tracker.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct HealthConfig {
+    /// Utilization at or above this is saturated.
+    pub overload_utilization: f64,
+    /// Consecutive saturated samples that make a GPU overloaded.
+    pub overload_samples: u32,
+    /// Consecutive clean samples that bring a failed or overloaded GPU back.
+    pub recover_samples: u32,
+}
+
+impl Default for HealthConfig {
+    fn default() -> Self {
+        // At 100 ms samples: overloaded after 30 s saturated, back after 60 s clean.
+        HealthConfig {
+            overload_utilization: 0.98,
+            overload_samples: 300,
+            recover_samples: 600,
+        }
+    }
+}
+
+impl HealthConfig {
+    /// Checks the knobs, naming the first bad one.
+    ///
+    /// # Errors
+    /// A knob out of range.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let u = self.overload_utilization;
+        if !(u.is_finite() && u > 0.0 && u <= 1.0) {
+            return Err(reject(
+                "placement.overload_utilization",
+                u,
+                "must be in (0, 1]",
+            ));
+        }
+        if self.overload_samples == 0 {
+            return Err(reject(
+                "placement.overload_samples",
+                0,
+                "must be at least 1",
+            ));
+        }
+        if self.recover_samples == 0 {
+            return Err(reject("placement.recover_samples", 0, "must be at least 1"));
+        }
+        Ok(())
+    }
+}
+
+/// One GPU's health over time.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct HealthTracker {
+    state: Health,
+    saturated_run: u32,
+    clean_run: u32,
+    errors: u64,
+}
+
+impl Default for HealthTracker {
+    fn default() -> Self {
+        HealthTracker {
+            state: Health::Healthy,
+            saturated_run: 0,
+            clean_run: 0,
+            errors: 0,
+        }
+    }
+}
+
+impl HealthTracker {
+    /// Its condition now.
+    #[must_use]
+    pub fn state(&self) -> Health {
+        self.state
+    }
+
+    /// Periods with an error seen so far.
+    #[must_use]
+    pub fn errors(&self) -> u64 {
+        self.errors
+    }
+
+    /// Takes one period's sample; returns `(from, to)` when the condition changed.
+    pub fn observe(&mut self, s: HealthSample, cfg: &HealthConfig) -> Option<(Health, Health)> {
+        let from = self.state;
+        let saturated = s.utilization.is_finite() && s.utilization >= cfg.overload_utilization;
+        if s.error {
+            self.errors += 1;
+            self.clean_run = 0;
+            self.saturated_run = 0;
+            self.state = Health::Failed;
+        } else {
+            self.saturated_run = if saturated { self.saturated_run + 1 } else { 0 };
+            // Clean: no error, and (to leave overload) not saturated.
+            let clean = match self.state {
+                Health::Failed => true,
+                Health::Overloaded | Health::Healthy => !saturated,
+            };
+            self.clean_run = if clean {
+                self.clean_run.saturating_add(1)
+            } else {
+                0
+            };
+            self.state = match self.state {
+                Health::Healthy if self.saturated_run >= cfg.overload_samples => Health::Overloaded,
+                Health::Failed | Health::Overloaded if self.clean_run >= cfg.recover_samples => {
+                    self.clean_run = 0;
+                    Health::Healthy
+                }
+                other => other,
+            };
+        }
+        (from != self.state).then_some((from, self.state))
+    }
+}

@@ -1,0 +1,388 @@
+use super::features::SampleError;
+use super::models::{builtin, lookup};
+use super::*;
+use crate::time::Time;
+
+fn sample(burst_ms: f64, sm: f64, dram: f64) -> Sample {
+    Sample {
+        burst_ms,
+        sm,
+        dram,
+        footprint_mib: 2048.0,
+        transfer_bytes: 0.0,
+    }
+}
+
+fn feed(f: &mut Features, name: &str, s: &[Sample]) {
+    for (i, x) in s.iter().enumerate() {
+        f.observe(name, x, Time::from_secs_f64(i as f64)).unwrap();
+    }
+}
+
+#[test]
+fn a_function_is_probing_until_its_probe_runs_then_classified() {
+    let mut f = Features::new(FeatureConfig::default());
+    assert_eq!(f.class("resnet"), Class::Probing { runs_left: 3 });
+    feed(&mut f, "resnet", &[sample(40.0, 0.9, 0.2); 2]);
+    assert_eq!(f.class("resnet"), Class::Probing { runs_left: 1 });
+    feed(&mut f, "resnet", &[sample(40.0, 0.9, 0.2)]);
+    assert_eq!(
+        f.class("resnet"),
+        Class::Known {
+            bound: Bound::Compute,
+            length: Length::Short,
+            stability: Stability::Steady
+        }
+    );
+    // Long, memory-bound, and varying widely from burst to burst.
+    let varying: Vec<Sample> = (0..20)
+        .map(|i| sample(if i % 2 == 0 { 1500.0 } else { 6000.0 }, 0.3, 0.8))
+        .collect();
+    feed(&mut f, "stream", &varying);
+    assert_eq!(
+        f.class("stream"),
+        Class::Known {
+            bound: Bound::Memory,
+            length: Length::Long,
+            stability: Stability::Fluctuating
+        }
+    );
+    let g = f.get("stream").unwrap();
+    assert!(g.burst_ms.stddev() > 1000.0, "{:?}", g.burst_ms);
+    assert!((g.dram.mean() - 0.8).abs() < 1e-9);
+}
+
+#[test]
+fn a_bad_reading_is_refused_naming_the_field_and_changes_nothing() {
+    let mut f = Features::new(FeatureConfig::default());
+    for (s, field) in [
+        (sample(f64::NAN, 0.5, 0.5), "burst_ms"),
+        (sample(10.0, 1.5, 0.5), "sm"),
+        (sample(10.0, 0.5, -0.1), "dram"),
+    ] {
+        assert_eq!(
+            f.observe("x", &s, Time::ZERO),
+            Err(SampleError::OutOfRange(field))
+        );
+    }
+    assert!(f.is_empty());
+}
+
+#[test]
+fn the_registry_is_bounded_and_forgets_the_function_seen_least_recently() {
+    let mut f = Features::new(FeatureConfig {
+        max_functions: 2,
+        ..FeatureConfig::default()
+    });
+    f.observe("a", &sample(1.0, 0.1, 0.1), Time::from_secs_f64(1.0))
+        .unwrap();
+    f.observe("b", &sample(1.0, 0.1, 0.1), Time::from_secs_f64(2.0))
+        .unwrap();
+    f.observe("a", &sample(1.0, 0.1, 0.1), Time::from_secs_f64(3.0))
+        .unwrap();
+    f.observe("c", &sample(1.0, 0.1, 0.1), Time::from_secs_f64(4.0))
+        .unwrap();
+    assert_eq!(f.len(), 2);
+    assert!(f.get("b").is_none(), "b was seen least recently");
+    assert!(f.get("a").is_some() && f.get("c").is_some());
+}
+
+#[test]
+fn feature_and_schedule_knobs_are_checked_by_name() {
+    let e = FeatureConfig {
+        alpha: 0.0,
+        ..FeatureConfig::default()
+    }
+    .validate()
+    .unwrap_err();
+    assert_eq!(e.knob, "features.alpha");
+    let e = WeightSchedule {
+        peak_end_min: 1440,
+        ..WeightSchedule::default()
+    }
+    .validate()
+    .unwrap_err();
+    assert_eq!(e.knob, "placement.peak_end_min");
+    let mut s = WeightSchedule::default();
+    s.off_peak.energy = -1.0;
+    assert_eq!(s.validate().unwrap_err().knob, "placement.off_peak");
+    WeightSchedule::default().validate().unwrap();
+    HealthConfig::default().validate().unwrap();
+    for m in builtin() {
+        m.validate().unwrap();
+    }
+}
+
+#[test]
+fn models_are_looked_up_by_nvml_name_longest_pattern_first() {
+    let t = builtin();
+    assert_eq!(lookup(&t, "NVIDIA A100-SXM4-40GB").mem_gbps, 1555.0);
+    assert_eq!(lookup(&t, "NVIDIA A100-SXM4-80GB").mem_gbps, 2039.0);
+    assert_eq!(lookup(&t, "NVIDIA A10G").tflops, 31.2);
+    assert_eq!(lookup(&t, "NVIDIA L40S").tflops, 91.6);
+    assert_eq!(lookup(&t, "NVIDIA L40").tflops, 90.5);
+    assert_eq!(lookup(&t, "NVIDIA L4").tflops, 30.3);
+    assert_eq!(lookup(&t, "NVIDIA H100 PCIe").mem_gbps, 2000.0);
+    assert_eq!(lookup(&t, "NVIDIA H100 80GB HBM3").mem_gbps, 3350.0);
+    assert_eq!(lookup(&t, "Tesla T4").tflops, 8.1);
+    assert_eq!(lookup(&t, "mqfq simulated GPU").pattern, "(unknown)");
+}
+
+fn gpu(index: u32, name: &str) -> GpuView {
+    GpuView {
+        index,
+        model: lookup(&builtin(), name),
+        utilization: 0.0,
+        utilization_stddev: 0.0,
+        memory_used: 0.0,
+        queue: 0,
+        power: None,
+        health: Health::Healthy,
+        resident: false,
+        partner: false,
+    }
+}
+
+fn known(bound: Bound, length: Length) -> Class {
+    Class::Known {
+        bound,
+        length,
+        stability: Stability::Steady,
+    }
+}
+
+fn pick(gpus: &[GpuView], class: Class, w: &Weights) -> Choice {
+    choose(
+        gpus,
+        &Need {
+            class,
+            features: None,
+        },
+        w,
+        &[],
+    )
+    .unwrap()
+}
+
+const FITNESS_ONLY: Weights = Weights {
+    fitness: 1.0,
+    locality: 0.0,
+    queue: 0.0,
+    balance: 0.0,
+    energy: 0.0,
+    affinity: 0.0,
+};
+
+#[test]
+fn on_a_heterogeneous_node_fitness_follows_free_flops_or_free_bandwidth() {
+    let mut node = vec![gpu(0, "NVIDIA A30"), gpu(1, "NVIDIA H100 80GB HBM3")];
+    let compute = known(Bound::Compute, Length::Long);
+    let memory = known(Bound::Memory, Length::Long);
+    assert_eq!(pick(&node, compute, &FITNESS_ONLY).gpu, 1);
+    assert_eq!(pick(&node, memory, &FITNESS_ONLY).gpu, 1);
+    // The H100 90 % busy: 67 × 0.1 = 6.7 free TFLOPS against the idle A30's 10.3.
+    node[1].utilization = 0.9;
+    assert_eq!(pick(&node, compute, &FITNESS_ONLY).gpu, 0);
+    // Bandwidth does not care about SM load, but about room: 3350 × 0.2 < 933 × 1.
+    assert_eq!(pick(&node, memory, &FITNESS_ONLY).gpu, 1);
+    node[1].memory_used = 0.8;
+    assert_eq!(pick(&node, memory, &FITNESS_ONLY).gpu, 0);
+    let c = pick(&node, memory, &FITNESS_ONLY);
+    assert!(
+        (c.breakdown.fitness - 1.0).abs() < 1e-9,
+        "the best is normalized to 1"
+    );
+    assert_eq!(c.reason, "fitness");
+}
+
+#[test]
+fn a_memory_bound_function_with_heavy_copies_stays_where_its_memory_is() {
+    let mut f = Features::new(FeatureConfig::default());
+    for i in 0..5 {
+        let s = Sample {
+            burst_ms: 10.0,
+            sm: 0.2,
+            dram: 0.9,
+            footprint_mib: 8192.0,
+            transfer_bytes: 8e9, // 8 GB a burst: 125 ms over a 64 GB/s link, 250 ms at 32 GB/s
+        };
+        f.observe("etl", &s, Time::from_secs_f64(f64::from(i)))
+            .unwrap();
+    }
+    let mut node = vec![gpu(0, "NVIDIA A30"), gpu(1, "NVIDIA H100 80GB HBM3")];
+    node[0].resident = true;
+    let need = Need {
+        class: f.class("etl"),
+        features: f.get("etl"),
+    };
+    // Without residency it would go to the H100 (3350 GB/s); the copies cost 93 % of a burst
+    // there, none on the A30 that holds its memory.
+    let c = choose(&node, &need, &FITNESS_ONLY, &[]).unwrap();
+    assert_eq!(c.gpu, 0, "{c:?}");
+    node[0].resident = false;
+    assert_eq!(choose(&node, &need, &FITNESS_ONLY, &[]).unwrap().gpu, 1);
+}
+
+#[test]
+fn peak_and_off_peak_weights_change_the_choice() {
+    let s = WeightSchedule {
+        peak: Weights {
+            energy: 0.0,
+            ..FITNESS_ONLY
+        },
+        off_peak: Weights {
+            energy: 3.0,
+            ..FITNESS_ONLY
+        },
+        peak_start_min: 22 * 60,
+        peak_end_min: 6 * 60, // wraps past midnight
+    };
+    assert!(s.is_peak(23 * 60) && s.is_peak(60) && !s.is_peak(12 * 60));
+    let mut node = vec![gpu(0, "NVIDIA A30"), gpu(1, "NVIDIA H100 80GB HBM3")];
+    node[0].power = Some(0.2);
+    node[1].power = Some(0.9);
+    let class = known(Bound::Compute, Length::Long);
+    assert_eq!(pick(&node, class, s.at(23 * 60)).gpu, 1, "peak: FLOPS");
+    assert_eq!(
+        pick(&node, class, s.at(12 * 60)).gpu,
+        0,
+        "off peak: the GPU drawing less"
+    );
+}
+
+#[test]
+fn failed_gpus_are_never_chosen_and_overloaded_ones_only_as_a_last_resort() {
+    let mut node = vec![gpu(0, "NVIDIA A30"), gpu(1, "NVIDIA H100 80GB HBM3")];
+    node[1].health = Health::Failed;
+    let class = known(Bound::Compute, Length::Long);
+    assert_eq!(pick(&node, class, &Weights::default()).gpu, 0);
+    node[0].health = Health::Overloaded;
+    let c = pick(&node, class, &Weights::default());
+    assert_eq!((c.gpu, c.reason), (0, "overloaded"));
+    node[0].health = Health::Failed;
+    let need = Need {
+        class,
+        features: None,
+    };
+    assert_eq!(
+        choose(&node, &need, &Weights::default(), &[]),
+        Err(PlacementError::NoUsableGpu)
+    );
+    assert_eq!(
+        choose(&[], &need, &Weights::default(), &[]),
+        Err(PlacementError::NoUsableGpu)
+    );
+}
+
+#[test]
+fn a_probing_function_runs_where_its_measurement_is_clean() {
+    let mut node = vec![
+        gpu(0, "NVIDIA A30"),
+        gpu(1, "NVIDIA A30"),
+        gpu(2, "NVIDIA H100"),
+    ];
+    node[0].queue = 2;
+    node[2].utilization = 0.4;
+    let need = Need {
+        class: Class::Probing { runs_left: 3 },
+        features: None,
+    };
+    let c = choose(&node, &need, &Weights::default(), &[]).unwrap();
+    assert_eq!((c.gpu, c.reason), (1, "probe"));
+    // The operator's probe GPUs come first when one is a candidate.
+    assert_eq!(
+        choose(&node, &need, &Weights::default(), &[2]).unwrap().gpu,
+        2
+    );
+    assert_eq!(
+        choose(&node, &need, &Weights::default(), &[7]).unwrap().gpu,
+        1
+    );
+}
+
+#[test]
+fn short_functions_pack_long_ones_spread_to_free_and_stable_gpus() {
+    let balance = Weights {
+        balance: 1.0,
+        ..FITNESS_ONLY
+    };
+    let balance = Weights {
+        fitness: 0.0,
+        ..balance
+    };
+    let mut node = vec![
+        gpu(0, "NVIDIA A30"),
+        gpu(1, "NVIDIA A30"),
+        gpu(2, "NVIDIA A30"),
+    ];
+    node[0].utilization = 0.6;
+    node[1].utilization = 0.1;
+    node[1].utilization_stddev = 0.2; // free but jumpy
+    node[2].utilization = 0.2;
+    assert_eq!(
+        pick(&node, known(Bound::Compute, Length::Short), &balance).gpu,
+        0
+    );
+    assert_eq!(
+        pick(&node, known(Bound::Compute, Length::Long), &balance).gpu,
+        2
+    );
+}
+
+#[test]
+fn locality_queue_and_partners_count_with_their_weights() {
+    let mut node = vec![gpu(0, "NVIDIA A30"), gpu(1, "NVIDIA A30")];
+    let class = known(Bound::Compute, Length::Long);
+    node[1].resident = true;
+    assert_eq!(pick(&node, class, &Weights::default()).gpu, 1);
+    node[1].queue = 20;
+    node[0].partner = true;
+    let c = pick(&node, class, &Weights::default());
+    assert_eq!(c.gpu, 0, "{c:?}");
+    assert!((c.score - c.breakdown.total()).abs() < 1e-12);
+}
+
+#[test]
+fn health_moves_through_failed_and_overloaded_and_back() {
+    let cfg = HealthConfig {
+        overload_utilization: 0.95,
+        overload_samples: 3,
+        recover_samples: 2,
+    };
+    let mut h = HealthTracker::default();
+    let busy = HealthSample {
+        utilization: 1.0,
+        error: false,
+    };
+    let calm = HealthSample {
+        utilization: 0.5,
+        error: false,
+    };
+    assert_eq!(h.observe(busy, &cfg), None);
+    assert_eq!(h.observe(busy, &cfg), None);
+    assert_eq!(
+        h.observe(busy, &cfg),
+        Some((Health::Healthy, Health::Overloaded))
+    );
+    assert_eq!(h.observe(calm, &cfg), None);
+    assert_eq!(
+        h.observe(calm, &cfg),
+        Some((Health::Overloaded, Health::Healthy))
+    );
+    let err = HealthSample {
+        utilization: 0.0,
+        error: true,
+    };
+    assert_eq!(
+        h.observe(err, &cfg),
+        Some((Health::Healthy, Health::Failed))
+    );
+    assert_eq!(h.observe(calm, &cfg), None);
+    assert_eq!(h.observe(err, &cfg), None, "an error restarts recovery");
+    assert_eq!(h.observe(calm, &cfg), None);
+    assert_eq!(
+        h.observe(calm, &cfg),
+        Some((Health::Failed, Health::Healthy))
+    );
+    assert_eq!(h.errors(), 2);
+}
