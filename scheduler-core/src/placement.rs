@@ -20,6 +20,7 @@ pub mod features;
 pub mod fitness;
 pub mod health;
 pub mod models;
+pub mod node;
 
 pub use features::{
     Bound, Class, FeatureConfig, Features, FunctionFeatures, Length, Sample, Stability,
@@ -27,6 +28,7 @@ pub use features::{
 pub use fitness::{Choice, GpuView, Health, Need, PlacementError, WeightSchedule, Weights, choose};
 pub use health::{HealthConfig, HealthSample, HealthTracker};
 pub use models::GpuModel;
+pub use node::{Placement, PlacementConfig};
 
 #[cfg(test)]
 mod tests;

@@ -674,3 +674,101 @@ fn the_built_ld_cache_lets_glibc_find_driver_libraries() {
         "{listed}"
     );
 }
+
+/// Issue 17: a container granted every GPU of a two-GPU node gets the one mqfqd chooses — here
+/// a new function, probed on the GPU with nothing running — and only that one's device node.
+#[test]
+fn a_container_given_every_gpu_gets_the_one_mqfqd_places_it_on() {
+    let dir = tempfile::tempdir_in("/tmp").unwrap();
+    let Some(root) = root_or_skip(dir.path()) else {
+        return;
+    };
+    let shim = Path::new(env!("CARGO_BIN_EXE_containerd-shim-mqfq-v2"));
+    let Some(c) = Containerd::start(
+        &format!("it-{}-place", std::process::id()),
+        shim.parent().unwrap(),
+    ) else {
+        return;
+    };
+    let cfg = c.dir().join("mqfqd.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "socket = \"{}\"\nmetrics_addr = \"\"\nbackend = \"simulated\"\nrestart_grace_ms = 0\n\
+             mps_pipe_dir = \"{}\"\n[simulated]\ngpus = 2\n[nvidia]\ndriver_root = \"{}\"\ncdi_dirs = []\n\
+             edits_file = \"{}\"\nrefresh_interval_ms = 100\n",
+            c.daemon_socket().display(),
+            dir.path().join("mps").display(),
+            root.display(),
+            c.edits_file().display()
+        ),
+    )
+    .unwrap();
+    let _daemon = Reaped(
+        Command::new(mqfq_testkit::daemon_program("mqfqd"))
+            .arg("--config")
+            .arg(&cfg)
+            .spawn()
+            .unwrap(),
+    );
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !c.edits_file().exists() {
+        assert!(Instant::now() < deadline, "mqfqd wrote no edits");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // GPU 0 busy: a container given it alone holds its lease while it runs (static busybox:
+    // no interposer, so its Start is what is admitted).
+    let o = c.ctr(&[
+        "run",
+        "-d",
+        "--snapshotter",
+        "native",
+        "--runtime",
+        MQFQ,
+        "--env",
+        "NVIDIA_VISIBLE_DEVICES=0",
+        "--annotation",
+        "io.mqfq.function=hog",
+        mqfq_testkit::BUSYBOX,
+        "hog",
+        "sleep",
+        "120",
+    ]);
+    assert!(
+        o.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&o.stderr),
+        c.log()
+    );
+    assert!(c.wait_status("hog", "RUNNING"), "{}", c.log());
+    let look = "for n in 0 1; do test -e /dev/nvidia$n && echo has-nvidia$n; done; echo vis=$NVIDIA_VISIBLE_DEVICES";
+    let o = c.run(
+        MQFQ,
+        "placed",
+        &[
+            "--env",
+            "NVIDIA_VISIBLE_DEVICES=all",
+            "--annotation",
+            "io.mqfq.function=fresh",
+        ],
+        &["sh", "-c", look],
+    );
+    let out = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(
+        o.status.success(),
+        "{out}{}\n{}",
+        String::from_utf8_lossy(&o.stderr),
+        c.log()
+    );
+    assert!(out.contains("has-nvidia1"), "{out}\n{}", c.log());
+    assert!(
+        !out.contains("has-nvidia0"),
+        "GPU 0 was not chosen, so not given:\n{out}"
+    );
+    assert!(
+        c.log().contains("mqfqd placed the container on one GPU"),
+        "{}",
+        c.log()
+    );
+    c.remove("hog");
+}

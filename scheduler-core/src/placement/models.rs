@@ -10,7 +10,8 @@ use serde::Serialize;
 use crate::config::{ConfigError, reject};
 
 /// One GPU model's capabilities.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct GpuModel {
     /// Matched as a case-insensitive substring of NVML's device name; the longest match wins.
     pub pattern: String,
@@ -90,12 +91,14 @@ pub fn fallback() -> GpuModel {
 }
 
 /// The row of `table` whose pattern is the longest case-insensitive substring of `name`
-/// (`A100-SXM4-40GB` before `A100`), else [`fallback`].
+/// (`A100-SXM4-40GB` before `A100`; among equally long ones, the first, so an operator's rows
+/// put before the built-in table override it), else [`fallback`].
 #[must_use]
 pub fn lookup(table: &[GpuModel], name: &str) -> GpuModel {
     let name = name.to_ascii_lowercase();
     table
         .iter()
+        .rev()
         .filter(|m| name.contains(&m.pattern.to_ascii_lowercase()))
         .max_by_key(|m| m.pattern.len())
         .cloned()

@@ -386,3 +386,78 @@ fn health_moves_through_failed_and_overloaded_and_back() {
     );
     assert_eq!(h.errors(), 2);
 }
+
+fn core_gpu(index: u32, name: &str, running: u32, busy: f64) -> crate::node::admission::GpuView {
+    crate::node::admission::GpuView {
+        info: crate::node::admission::GpuInfo {
+            index,
+            uuid: format!("GPU-{index}"),
+            name: name.into(),
+            mode: crate::config::GpuMode::Plain,
+            memory_total: 24 << 30,
+            mig: Vec::new(),
+        },
+        d: 2.0,
+        limit: 2,
+        running,
+        reading: crate::concurrency::Reading {
+            busy: Some(busy),
+            ..Default::default()
+        },
+        memory_used: 1 << 30,
+        virtual_time: 0.0,
+        queued: 0,
+    }
+}
+
+#[test]
+fn the_node_probes_new_functions_then_places_them_by_fitness_and_avoids_failed_gpus() {
+    let mut p = Placement::new(PlacementConfig::default()).unwrap();
+    let gpus = [
+        core_gpu(0, "NVIDIA A30", 0, 0.0),
+        core_gpu(1, "NVIDIA H100 80GB HBM3", 1, 0.5),
+    ];
+    let none = std::collections::BTreeSet::new();
+    // New: probed on the idle GPU.
+    let c = p.choose(&gpus, &[0, 1], "bert", &none, 600).unwrap();
+    assert_eq!((c.gpu, c.reason), (0, "probe"));
+    for i in 0..3 {
+        p.observe_burst(
+            "bert",
+            &sample(3000.0, 0.9, 0.1),
+            Time::from_secs_f64(f64::from(i)),
+        )
+        .unwrap();
+    }
+    // Known, compute-bound and long: the H100's free half (33.5 TFLOPS) beats the idle A30.
+    let c = p.choose(&gpus, &[0, 1], "bert", &none, 600).unwrap();
+    assert_eq!((c.gpu, c.reason), (1, "fitness"), "{c:?}");
+    // Only the candidates the container was given count.
+    assert_eq!(p.choose(&gpus, &[0], "bert", &none, 600).unwrap().gpu, 0);
+    // GPU 1 fails: avoided until it recovers.
+    let err = HealthSample {
+        utilization: 0.0,
+        error: true,
+    };
+    assert_eq!(
+        p.observe_gpu(1, err),
+        Some((Health::Healthy, Health::Failed))
+    );
+    assert_eq!(p.choose(&gpus, &[0, 1], "bert", &none, 600).unwrap().gpu, 0);
+    assert_eq!(
+        p.choose(&gpus, &[1], "bert", &none, 600),
+        Err(PlacementError::NoUsableGpu)
+    );
+    assert_eq!(
+        p.choose(&gpus, &[9], "bert", &none, 600),
+        Err(PlacementError::NoUsableGpu),
+        "a GPU the core does not know is no candidate"
+    );
+}
+
+#[test]
+fn an_operators_model_row_overrides_the_builtin_one() {
+    let mut table = vec![GpuModel::new("A30", 1.0, 1.0, 1.0)];
+    table.extend(builtin());
+    assert_eq!(lookup(&table, "NVIDIA A30").tflops, 1.0);
+}

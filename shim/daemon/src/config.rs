@@ -252,6 +252,8 @@ pub struct DaemonConfig {
     pub fairness: super::policy::FairnessSection,
     /// Per-shim caps and forgetting.
     pub limits: super::policy::LimitsSection,
+    /// Which GPU a container given several gets.
+    pub placement: super::placement::PlacementSection,
 }
 
 impl Default for DaemonConfig {
@@ -274,6 +276,7 @@ impl Default for DaemonConfig {
             pool: PoolSection::default(),
             fairness: super::policy::FairnessSection::default(),
             limits: super::policy::LimitsSection::default(),
+            placement: super::placement::PlacementSection::default(),
         }
     }
 }
@@ -370,6 +373,7 @@ impl DaemonConfig {
         })?;
         self.fairness.check()?;
         self.limits.check()?;
+        self.placement.check()?;
         if self.nvidia.refresh_interval_ms < 100 {
             return Err(reject(
                 "nvidia.refresh_interval_ms",
@@ -585,6 +589,18 @@ mod tests {
             (
                 "[limits]\ncontainers_per_shim = 0",
                 "limits.containers_per_shim",
+            ),
+            ("[placement]\nprobe_runs = 0", "placement.probe_runs"),
+            ("[placement]\npeak_end_min = 1440", "placement.peak_end_min"),
+            ("[placement.off_peak]\nenergy = -1.0", "placement.off_peak"),
+            ("[placement.peak]\nspeed = 1.0", "speed"),
+            (
+                "[[placement.models]]\npattern = \"X1\"\ntflops = 0.0\nmem_gbps = 1.0\npcie_gbps = 1.0",
+                "placement.models.tflops",
+            ),
+            (
+                "[placement]\noverload_utilization = 2.0",
+                "placement.overload_utilization",
             ),
         ];
         for (text, key) in cases {

@@ -23,6 +23,7 @@ pub mod logging;
 pub mod metrics;
 pub mod monitor;
 pub mod nvidia;
+pub mod placement;
 pub mod policy;
 pub mod server;
 pub mod warm;
@@ -166,6 +167,11 @@ pub async fn run(
         cfg.limits.flow_idle_s,
     )
     .map_err(io("open dispatch_log"))?;
+    if cfg.placement.enabled {
+        daemon.set_placement(Some(scheduler_core::placement::Placement::new(
+            cfg.placement.config(),
+        )?));
+    }
     let mut server = server::bind(&cfg.socket)
         .map_err(io(format!("listen on {}", cfg.socket.display())))?
         .register_service(mqfq_proto::api::create_admission(Arc::new(

@@ -58,6 +58,8 @@ pub struct Metrics {
     pool_function_containers: Family<Labels, Gauge>,
     pool_function_memory: Family<Labels, Gauge>,
     pool_function_refused: Family<Labels, Gauge>,
+    placements: Family<Labels, Counter>,
+    gpu_health: Family<Labels, Gauge>,
 }
 
 fn labels(pairs: &[(&str, &str)]) -> Labels {
@@ -116,8 +118,20 @@ impl Metrics {
             pool_function_containers: Family::default(),
             pool_function_memory: Family::default(),
             pool_function_refused: Family::default(),
+            placements: Family::default(),
+            gpu_health: Family::default(),
             registry: Registry::default(),
         };
+        registry.register(
+            "placements",
+            "GPU choices for containers given several, per chosen GPU and reason (probe, fitness, overloaded)",
+            m.placements.clone(),
+        );
+        registry.register(
+            "gpu_health",
+            "Per GPU: 0 healthy, 1 overloaded, 2 failed (avoided for new containers)",
+            m.gpu_health.clone(),
+        );
         registry.register(
             "queue_length",
             "Admissions waiting, per function",
@@ -507,6 +521,25 @@ pub async fn serve(listener: tokio::net::TcpListener, metrics: Arc<Metrics>) {
             };
             let _ = tokio::time::timeout(EXCHANGE_DEADLINE, exchange).await;
         });
+    }
+}
+
+impl Metrics {
+    /// A placement choice.
+    pub fn placed(&self, gpu_index: u32, reason: &str) {
+        let mut l = gpu(gpu_index);
+        l.push(("reason".into(), reason.into()));
+        self.placements.get_or_create(&l).inc();
+    }
+
+    /// A GPU's health for new containers.
+    pub fn set_gpu_health(&self, gpu_index: u32, h: scheduler_core::placement::Health) {
+        let v = match h {
+            scheduler_core::placement::Health::Healthy => 0,
+            scheduler_core::placement::Health::Overloaded => 1,
+            scheduler_core::placement::Health::Failed => 2,
+        };
+        self.gpu_health.get_or_create(&gpu(gpu_index)).set(v);
     }
 }
 

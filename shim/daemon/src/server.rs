@@ -25,6 +25,7 @@ use scheduler_core::node::admission::{
 use scheduler_core::node::pool::{Action, Order, Pool};
 
 mod log;
+mod place;
 mod pool;
 mod socket;
 
@@ -54,6 +55,8 @@ struct Inner {
     orders: HashMap<u32, Vec<Order>>,
     waiters: HashMap<ContainerKey, Waiter>,
     watched: HashSet<u32>,
+    /// Which GPU a container given several gets (None: off).
+    placement: Option<scheduler_core::placement::Placement>,
 }
 
 /// The daemon's shared state.
@@ -231,6 +234,7 @@ impl Daemon {
                 orders: HashMap::new(),
                 waiters: HashMap::new(),
                 watched: HashSet::new(),
+                placement: None,
             }),
             started: Instant::now(),
             boot_id,
@@ -428,6 +432,7 @@ impl Daemon {
             } else {
                 samples
             };
+            self.placement_sample(&mut inner, &samples, failing);
             let readings: Vec<GpuReading> = samples.iter().map(Sample::reading).collect();
             let grants = inner.core.sample(&readings, now);
             self.settle(&mut inner, grants);
@@ -632,11 +637,18 @@ impl api::Admission for Service {
         };
         let now = d.now();
         let mut inner = d.lock();
-        let key = inner.core.lease(req.lease_id).map(|l| l.key.clone());
+        let (key, function) = inner
+            .core
+            .lease(req.lease_id)
+            .map(|l| (l.key.clone(), l.function.clone()))
+            .unzip();
         let grants = inner
             .core
             .release(req.lease_id, measured, reason, now)
             .map_err(|e| to_ttrpc(&e))?;
+        if let (Some(f), Some(m)) = (function, measured) {
+            Daemon::placement_learn(&mut inner, &f, m, now);
+        }
         if let Some(key) = key
             && inner.pooled.contains_key(&key)
         {
@@ -827,6 +839,14 @@ impl api::Admission for Service {
         req: api::AdmitRequest,
     ) -> ttrpc::Result<api::AdviseResponse> {
         pool::advise(&self.0, &req, true)
+    }
+
+    async fn place(
+        &self,
+        _ctx: &TtrpcContext,
+        req: api::AdmitRequest,
+    ) -> ttrpc::Result<api::PlaceResponse> {
+        place::place(&self.0, &req)
     }
 }
 

@@ -490,6 +490,17 @@ impl Gate for Arc<DaemonGate> {
         (!r.native_alloc.is_empty()).then_some(r.native_alloc)
     }
 
+    async fn place(&self, ns: &str, id: &str, work: &GpuWork) -> Option<String> {
+        let ask = async {
+            let c = self.client().await.ok()?;
+            let req = admit_request(ns, id, work, Kind::Start, false);
+            let ms = i64::try_from(ADVISE_DEADLINE.as_nanos()).unwrap_or(i64::MAX);
+            c.place(ttrpc::context::with_timeout(ms), &req).await.ok()
+        };
+        let r = tokio::time::timeout(ADVISE_DEADLINE, ask).await.ok()??;
+        (!r.device.is_empty()).then_some(r.device)
+    }
+
     async fn exported(&self, ns: &str, id: &str, work: &GpuWork) -> bool {
         let tell = async {
             let c = self.client().await?;

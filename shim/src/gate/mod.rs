@@ -88,6 +88,13 @@ pub trait Gate: Send + Sync + std::fmt::Debug {
         let _ = (ns, id, work);
         None
     }
+    /// mqfqd's GPU for a container being created that may use several (`work.gpus` names its
+    /// candidates, empty = all): one of them, as named, or `None` (no choice, or no answer within
+    /// the short deadline: the container keeps what it was given).
+    async fn place(&self, ns: &str, id: &str, work: &GpuWork) -> Option<String> {
+        let _ = (ns, id, work);
+        None
+    }
     /// Tells mqfqd a CUDA process of the container had an export of converted memory refused
     /// (bounded by the same short deadline as [`Gate::advise`]); whether the daemon took it.
     async fn exported(&self, ns: &str, id: &str, work: &GpuWork) -> bool {

@@ -212,23 +212,69 @@ impl TaskService {
             .map_err(|e| Error::io(format!("read {}", spec_path.display()), e))?;
         let mut spec: serde_json::Value = serde_json::from_str(&text)
             .map_err(|e| Error::InvalidArgument(format!("{}: {e}", spec_path.display())))?;
-        let gpu = gpu::classify(&spec, id, gpu::GpuAccess::from_env()?)?;
-        let Classification::Gpu(w) = &gpu else {
+        let mut gpu = gpu::classify(&spec, id, gpu::GpuAccess::from_env()?)?;
+        let Classification::Gpu(w) = &mut gpu else {
             return Ok((spec, gpu, None));
         };
-        let nvidia =
-            crate::nvidia::prepare(&mut spec, w, &crate::nvidia::edits_file()).map_err(|e| {
-                let msg = format!("GPU container {id}: {e}");
-                if e.is_callers() {
-                    Error::InvalidArgument(msg)
-                } else {
-                    Error::FailedPrecondition(format!("{msg} (the node's NVIDIA setup)"))
-                }
-            })?;
+        let nvidia = self.placed_edits(&mut spec, id, w).await;
+        let nvidia = nvidia.map_err(|e| {
+            let msg = format!("GPU container {id}: {e}");
+            if e.is_callers() {
+                Error::InvalidArgument(msg)
+            } else {
+                Error::FailedPrecondition(format!("{msg} (the node's NVIDIA setup)"))
+            }
+        })?;
         // Still before anything is mounted: a bad interposer annotation fails with nothing to
         // undo.
         self.native_advice(&mut spec, id, w).await?;
         Ok((spec, gpu, nvidia))
+    }
+
+    /// The node's NVIDIA edits for the container, for the one GPU mqfqd chooses when the
+    /// shim grants it several (issue 17): the grant and the routing narrow to that device. An
+    /// answer that is not one of the candidates, or that the edits cannot give, is ignored and
+    /// the container gets what it was granted: placement never fails a Create.
+    async fn placed_edits(
+        &self,
+        spec: &mut serde_json::Value,
+        id: &str,
+        w: &mut gpu::GpuWork,
+    ) -> std::result::Result<Option<Prepared>, crate::nvidia::edits::EditError> {
+        let file = crate::nvidia::edits_file();
+        let several = match &w.grant {
+            Some(gpu::GpuSelection::All) => true,
+            Some(gpu::GpuSelection::Devices(d)) => d.len() > 1,
+            None => false,
+        };
+        if several && let Some(device) = self.gate.place(&self.namespace, id, w).await {
+            let among = match &w.grant {
+                Some(gpu::GpuSelection::Devices(d)) => d.contains(&device),
+                _ => gpu::is_device_name(&device),
+            };
+            if among {
+                let narrowed = gpu::GpuWork {
+                    grant: Some(gpu::GpuSelection::Devices(vec![device.clone()])),
+                    gpus: gpu::GpuSelection::Devices(vec![device.clone()]),
+                    ..w.clone()
+                };
+                let mut trial = spec.clone();
+                match crate::nvidia::prepare(&mut trial, &narrowed, &file) {
+                    Ok(p) => {
+                        tracing::info!(container = %id, %device, "mqfqd placed the container on one GPU");
+                        *spec = trial;
+                        *w = narrowed;
+                        return Ok(p);
+                    }
+                    Err(e) => tracing::warn!(container = %id, %device,
+                        "mqfqd's placement cannot be applied ({e}): the container keeps its grant"),
+                }
+            } else {
+                tracing::warn!(container = %id, %device,
+                    "mqfqd placed the container on a GPU it was not given: ignored");
+            }
+        }
+        crate::nvidia::prepare(spec, w, &file)
     }
 
     /// Records a created container and announces it (`TaskCreate`).

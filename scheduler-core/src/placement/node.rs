@@ -1,0 +1,173 @@
+//! The node's placement state: what mqfqd keeps between choices (functions' features, each
+//! GPU's health) and the choice itself over the admission core's view of its GPUs.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::Serialize;
+
+use super::features::{FeatureConfig, Features, Sample, SampleError};
+use super::fitness::{Choice, GpuView, Health, Need, PlacementError, WeightSchedule, choose};
+use super::health::{HealthConfig, HealthSample, HealthTracker};
+use super::models::{GpuModel, builtin, lookup};
+use crate::config::{ConfigError, reject};
+use crate::node::admission;
+use crate::time::Time;
+
+/// Everything placement is configured with.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct PlacementConfig {
+    /// Peak / off-peak weights.
+    pub schedule: WeightSchedule,
+    /// GPU models: the operator's first, then the built-in table.
+    pub models: Vec<GpuModel>,
+    /// GPUs new functions are probed on (empty: the least busy candidate).
+    pub probe_gpus: Vec<u32>,
+    /// Measurement and classification.
+    pub features: FeatureConfig,
+    /// Failed and overloaded GPUs.
+    pub health: HealthConfig,
+}
+
+impl Default for PlacementConfig {
+    fn default() -> Self {
+        PlacementConfig {
+            schedule: WeightSchedule::default(),
+            models: builtin(),
+            probe_gpus: Vec::new(),
+            features: FeatureConfig::default(),
+            health: HealthConfig::default(),
+        }
+    }
+}
+
+impl PlacementConfig {
+    /// Checks every part, naming the first bad knob.
+    ///
+    /// # Errors
+    /// A bad knob.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        self.schedule.validate()?;
+        for m in &self.models {
+            m.validate()?;
+        }
+        if self.probe_gpus.len() > 64 {
+            return Err(reject(
+                "placement.probe_gpus",
+                self.probe_gpus.len(),
+                "at most 64 GPUs",
+            ));
+        }
+        self.features.validate()?;
+        self.health.validate()
+    }
+}
+
+/// The node's placement state.
+#[derive(Clone, Debug)]
+pub struct Placement {
+    cfg: PlacementConfig,
+    features: Features,
+    health: BTreeMap<u32, HealthTracker>,
+}
+
+impl Placement {
+    /// Placement under `cfg`.
+    ///
+    /// # Errors
+    /// A bad knob.
+    pub fn new(cfg: PlacementConfig) -> Result<Self, ConfigError> {
+        cfg.validate()?;
+        Ok(Placement {
+            features: Features::new(cfg.features),
+            cfg,
+            health: BTreeMap::new(),
+        })
+    }
+
+    /// The configuration in force.
+    #[must_use]
+    pub fn config(&self) -> &PlacementConfig {
+        &self.cfg
+    }
+
+    /// The functions' features.
+    #[must_use]
+    pub fn features(&self) -> &Features {
+        &self.features
+    }
+
+    /// One ended burst of `function`'s work.
+    ///
+    /// # Errors
+    /// A reading out of range (dropped).
+    pub fn observe_burst(
+        &mut self,
+        function: &str,
+        sample: &Sample,
+        now: Time,
+    ) -> Result<(), SampleError> {
+        self.features.observe(function, sample, now)
+    }
+
+    /// One sampling period of GPU `index`; the change of its health, if any.
+    pub fn observe_gpu(&mut self, index: u32, s: HealthSample) -> Option<(Health, Health)> {
+        let cfg = self.cfg.health;
+        self.health.entry(index).or_default().observe(s, &cfg)
+    }
+
+    /// GPU `index`'s health (healthy until a sample says otherwise).
+    #[must_use]
+    pub fn health(&self, index: u32) -> Health {
+        self.health
+            .get(&index)
+            .map_or(Health::Healthy, HealthTracker::state)
+    }
+
+    /// Chooses among `candidates` (NVML indices) for `function`, from the core's view of its
+    /// GPUs, the GPUs where the function's memory is `resident`, and the minute of the day.
+    ///
+    /// # Errors
+    /// No usable candidate (none, unknown to the core, or all failed).
+    pub fn choose(
+        &self,
+        gpus: &[admission::GpuView],
+        candidates: &[u32],
+        function: &str,
+        resident: &BTreeSet<u32>,
+        minute_of_day: u32,
+    ) -> Result<Choice, PlacementError> {
+        let views: Vec<GpuView> = candidates
+            .iter()
+            .filter_map(|&c| gpus.iter().find(|g| g.info.index == c))
+            .map(|g| {
+                let total = g.info.memory_total.max(1);
+                #[expect(clippy::cast_precision_loss, reason = "memory sizes as fractions")]
+                let memory_used = g.memory_used as f64 / total as f64;
+                GpuView {
+                    index: g.info.index,
+                    model: lookup(&self.cfg.models, &g.info.name),
+                    utilization: g.reading.sm_activity.or(g.reading.busy).unwrap_or(0.0),
+                    utilization_stddev: 0.0,
+                    memory_used,
+                    queue: g
+                        .running
+                        .saturating_add(u32::try_from(g.queued).unwrap_or(u32::MAX)),
+                    power: None,
+                    health: self.health(g.info.index),
+                    resident: resident.contains(&g.info.index),
+                    partner: false,
+                }
+            })
+            .collect();
+        let need = Need {
+            class: self.features.class(function),
+            features: self.features.get(function),
+        };
+        choose(
+            &views,
+            &need,
+            self.cfg.schedule.at(minute_of_day),
+            &self.cfg.probe_gpus,
+        )
+    }
+}

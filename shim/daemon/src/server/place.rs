@@ -1,0 +1,139 @@
+//! Placement's side of the service: `Place` answers which GPU a container that may use several
+//! should get; ended bursts teach the functions' features and every sample each GPU's health.
+//! The decisions are `scheduler_core::placement`'s.
+
+use std::collections::BTreeSet;
+
+use scheduler_core::Time;
+use scheduler_core::node::admission::Kind;
+use scheduler_core::placement::{HealthSample, Placement, Sample as BurstSample};
+use scheduler_core::tiers::Tier;
+
+use super::{Daemon, Inner, admit_info, check_asked, status, to_ttrpc};
+use crate::monitor::Sample;
+use mqfq_proto::api;
+
+impl Daemon {
+    /// Turns placement on with `p`, or off with `None` (containers keep what they were given).
+    pub fn set_placement(&self, p: Option<Placement>) {
+        self.lock().placement = p;
+    }
+
+    /// An ended admission of `function` that measured `service_s` of GPU time teaches its
+    /// features (per-process SM and bandwidth shares are not read yet: it counts as
+    /// compute-bound until they are).
+    pub(super) fn placement_learn(inner: &mut Inner, function: &str, service_s: f64, now: Time) {
+        if let Some(p) = inner.placement.as_mut() {
+            let s = BurstSample {
+                burst_ms: service_s * 1e3,
+                ..BurstSample::default()
+            };
+            if let Err(e) = p.observe_burst(function, &s, now) {
+                tracing::debug!(%function, "placement sample dropped: {e}");
+            }
+        }
+    }
+
+    /// One sampling period: each GPU's health moves on its reading, or on the failure.
+    pub(super) fn placement_sample(&self, inner: &mut Inner, samples: &[Sample], failed: bool) {
+        let Some(p) = inner.placement.as_mut() else {
+            return;
+        };
+        for s in samples {
+            let r = s.reading();
+            let h = HealthSample {
+                utilization: r.signals.sm_activity.or(r.signals.busy).unwrap_or(0.0),
+                error: failed,
+            };
+            if let Some((from, to)) = p.observe_gpu(s.index, h) {
+                tracing::warn!(
+                    gpu = s.index,
+                    ?from,
+                    ?to,
+                    "GPU health for new containers changed"
+                );
+            }
+            self.metrics.set_gpu_health(s.index, p.health(s.index));
+        }
+    }
+}
+
+/// `Place`: the GPU a container being created should get among those it was given.
+pub(super) fn place(d: &Daemon, req: &api::AdmitRequest) -> ttrpc::Result<api::PlaceResponse> {
+    check_asked(req.weight, &req.tenant, &req.pod_namespace).map_err(|e| to_ttrpc(&e))?;
+    let info = admit_info(&d.policy, req, Kind::Start);
+    info.key().map_err(|e| to_ttrpc(&e))?;
+    if req.gpus.len() > 64 {
+        return Err(status(
+            ttrpc::Code::INVALID_ARGUMENT,
+            format!("invalid `gpus`: {} entries (at most 64)", req.gpus.len()),
+        ));
+    }
+    let flow = info.flow_key();
+    let now = d.now();
+    let inner = d.lock();
+    let Some(p) = inner.placement.as_ref() else {
+        return Ok(api::PlaceResponse::default());
+    };
+    // Candidates as the request named them; a name that stands for several GPUs (a MIG UUID
+    // NVML does not list) makes no choice: the container keeps what it was given.
+    let mut named: Vec<(String, u32)> = Vec::new();
+    if req.gpus.is_empty() {
+        named = inner
+            .core
+            .gpus()
+            .iter()
+            .map(|g| (g.info.index.to_string(), g.info.index))
+            .collect();
+    } else {
+        for n in &req.gpus {
+            let idx = inner
+                .core
+                .resolve(std::slice::from_ref(n))
+                .map_err(|e| to_ttrpc(&e))?;
+            let [i] = idx[..] else {
+                return Ok(api::PlaceResponse::default());
+            };
+            if !named.iter().any(|(_, j)| *j == i) {
+                named.push((n.clone(), i));
+            }
+        }
+    }
+    if named.len() < 2 {
+        return Ok(api::PlaceResponse::default());
+    }
+    let candidates: Vec<u32> = named.iter().map(|(_, i)| *i).collect();
+    let resident: BTreeSet<u32> = inner
+        .pool
+        .entries(now)
+        .into_iter()
+        .filter(|e| e.function == flow && e.tier == Tier::Hot)
+        .map(|e| e.gpu)
+        .collect();
+    let gpus = inner.core.gpus();
+    let minute = crate::placement::minute_of_day_utc();
+    let choice = p.choose(&gpus, &candidates, &flow, &resident, minute);
+    drop(inner);
+    match choice {
+        Ok(c) => {
+            let device = named
+                .iter()
+                .find(|(_, i)| *i == c.gpu)
+                .map(|(n, _)| n.clone())
+                .unwrap_or_default();
+            tracing::info!(container = %req.container_id, function = %flow, gpu = c.gpu,
+                reason = c.reason, score = c.score, "placed");
+            d.metrics.placed(c.gpu, c.reason);
+            Ok(api::PlaceResponse {
+                device,
+                reason: c.reason.into(),
+                ..Default::default()
+            })
+        }
+        Err(e) => {
+            tracing::warn!(container = %req.container_id, function = %flow,
+                "no placement: {e}; the container keeps the GPUs it was given");
+            Ok(api::PlaceResponse::default())
+        }
+    }
+}
