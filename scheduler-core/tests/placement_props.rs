@@ -45,6 +45,7 @@ fn gpu() -> impl Strategy<Value = GpuView> {
                 utilization_stddev: sd,
                 memory_used: mem,
                 queue: q,
+                limit: q % 4,
                 power: p,
                 health,
                 resident,

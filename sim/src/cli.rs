@@ -32,6 +32,18 @@ enum Cmd {
     /// Each concurrency law in closed loop over a table measured on a GPU (the GPU check's
     /// `conc-*.csv`): the limit each settles at.
     Controllers(ControllersArgs),
+    /// mqfq-sticky under every placement on a (heterogeneous) node: fitness, least-loaded,
+    /// round-robin, random.
+    Placements(PlacementsArgs),
+}
+
+#[derive(Debug, Args)]
+struct PlacementsArgs {
+    /// Trace CSV.
+    #[arg(long)]
+    trace: PathBuf,
+    #[command(flatten)]
+    node: NodeArgs,
 }
 
 #[derive(Debug, Args)]
@@ -114,6 +126,13 @@ struct NodeArgs {
     /// Warm containers are dropped after this long, s.
     #[arg(long, default_value_t = 7200.0)]
     warm_ttl_s: f64,
+    /// Each GPU's model, NVML-style names separated by commas (`NVIDIA A30,NVIDIA H100`), one
+    /// per GPU; default: every GPU the reference A30.
+    #[arg(long, value_delimiter = ',')]
+    gpu_models: Vec<String>,
+    /// Where mqfq-sticky places each invocation: least-loaded, fitness, round-robin or random.
+    #[arg(long, default_value = "least-loaded")]
+    placement: String,
     /// Functions with mean exec below this are "short" in reports, ms.
     #[arg(long, default_value_t = 1000.0)]
     short_ms: f64,
@@ -155,6 +174,8 @@ impl NodeArgs {
                 ..TierConfig::default()
             },
             baselines: self.baselines.parse()?,
+            gpu_models: self.gpu_models.clone(),
+            placement: self.placement.parse()?,
             ..SimConfig::default()
         };
         cfg.validate()?;
@@ -239,6 +260,10 @@ struct MixArgs {
     /// on its own, on top of `--load`.
     #[arg(long)]
     flood: Option<f64>,
+    /// Fraction of each kind's functions that are memory-bound (trace column `bw` 0.8, the
+    /// others 0.1), for heterogeneous nodes (`--gpu-models`).
+    #[arg(long, default_value_t = 0.0)]
+    memory_bound: f64,
 }
 
 #[derive(Debug, Args)]
@@ -300,6 +325,12 @@ impl Cli {
             Cmd::Run(a) => run(&a),
             Cmd::Compare(a) => compare(&a),
             Cmd::Controllers(a) => controllers(&a),
+            Cmd::Placements(a) => {
+                let cfg = a.node.config()?;
+                let trace = load_trace(&a.trace)?;
+                print!("{}", crate::hetero::report(&trace, &cfg, a.node.short_ms)?);
+                Ok(())
+            }
             Cmd::Gen(GenCmd::Mix(a)) => {
                 let t = design_mix(&MixSpec {
                     functions: a.functions,
@@ -313,6 +344,7 @@ impl Cli {
                     memory_factor: a.memory_factor,
                     gpu_mem_mb: a.gpu_mem_mb,
                     flood: a.flood,
+                    memory_bound: a.memory_bound,
                 })?;
                 save_trace(&a.out, &t)
             }

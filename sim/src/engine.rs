@@ -117,6 +117,8 @@ struct Engine<'t> {
     node_limits: Vec<Limits>,
     /// Under [`Admission::Node`]: the node's pool, deciding memory.
     pool: Option<pool::NodePool>,
+    /// `[gpu][function]`: solo run time on that GPU's model over the reference's.
+    exec_factor: Vec<Vec<f64>>,
 }
 
 fn ms(t: f64) -> Time {
@@ -390,7 +392,7 @@ impl<'t> Engine<'t> {
     fn begin_exec(&mut self, r: usize, inv: usize) {
         let run = self.runs[r].as_mut().expect("run");
         run.phase = Phase::Exec {
-            remaining: self.trace.invocations[inv].exec_ms,
+            remaining: self.trace.invocations[inv].exec_ms * self.exec_factor[run.gpu][run.func],
         };
         let g = run.gpu;
         self.exec_start[inv] = self.now;
@@ -758,6 +760,7 @@ fn engine<'t>(
             Admission::Node => Some(pool::NodePool::new(trace, cfg)?),
             _ => None,
         },
+        exec_factor: crate::hetero::exec_factors(&cfg.gpu_models, cfg.gpus, trace),
     })
 }
 

@@ -10,7 +10,7 @@
 //! Every call into the core can be kept ([`NodeMqfq::inputs`]), so a test can feed the same
 //! calls to a core built the way `mqfqd` builds it and compare the dispatch records.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 
 use scheduler_core::config::{ConcurrencyConfig, ConfigError, GpuMode, QueueConfig};
 use scheduler_core::node::admission::{
@@ -18,7 +18,9 @@ use scheduler_core::node::admission::{
 };
 use scheduler_core::{FlowState, Time};
 
+use crate::hetero::PlacementMode;
 use crate::policy::{Admission, MemoryStyle, Policy, PoolView, Signal};
+use crate::rng::SplitMix64;
 use crate::trace::Trace;
 
 /// The containerd namespace the simulator's containers are named in.
@@ -120,6 +122,10 @@ pub struct NodeMqfq {
     granted: VecDeque<(usize, usize)>,
     inputs: Option<Vec<Input>>,
     records: Vec<Record>,
+    placement: PlacementMode,
+    placer: Option<scheduler_core::placement::Placement>,
+    turn: usize,
+    rng: SplitMix64,
 }
 
 fn config_error(e: CoreError) -> ConfigError {
@@ -155,7 +161,56 @@ impl NodeMqfq {
             granted: VecDeque::new(),
             inputs: keep_inputs.then(Vec::new),
             records: Vec::new(),
+            placement: PlacementMode::LeastLoaded,
+            placer: None,
+            turn: 0,
+            rng: SplitMix64::new(0x9e37_79b9),
         })
+    }
+
+    /// Places each invocation by `mode` (default: the core's least-loaded routing).
+    ///
+    /// # Errors
+    /// The placement defaults are refused (they are not).
+    pub fn set_placement(&mut self, mode: PlacementMode) -> Result<(), ConfigError> {
+        self.placement = mode;
+        self.placer = match mode {
+            PlacementMode::Fitness => Some(scheduler_core::placement::Placement::new(
+                scheduler_core::placement::PlacementConfig::default(),
+            )?),
+            _ => None,
+        };
+        Ok(())
+    }
+
+    /// The GPU `placement` puts `func`'s invocation on; `None`: the core routes it.
+    fn place(&mut self, func: usize) -> Option<u32> {
+        let gpus = self.core.gpus();
+        let n = gpus.len();
+        if n < 2 {
+            return None;
+        }
+        let pick = match self.placement {
+            PlacementMode::LeastLoaded => return None,
+            PlacementMode::RoundRobin => {
+                self.turn = self.turn.wrapping_add(1);
+                self.turn % n
+            }
+            PlacementMode::Random => self.rng.below(n),
+            PlacementMode::Fitness => {
+                let all: Vec<u32> = gpus.iter().map(|g| g.info.index).collect();
+                // The peak weights (minute 720, noon): the simulator has no time of day.
+                let c = self.placer.as_ref()?.choose(
+                    &gpus,
+                    &all,
+                    &self.names[func],
+                    &BTreeSet::new(),
+                    720,
+                );
+                return c.ok().map(|c| c.gpu);
+            }
+        };
+        Some(gpus[pick].info.index)
     }
 
     /// Every call made into the core so far (when kept).
@@ -196,7 +251,10 @@ impl Policy for NodeMqfq {
         "mqfq-sticky"
     }
     fn arrive(&mut self, inv: usize, trace: &Trace, now: Time, _: &PoolView<'_>) {
-        let info = admit_info(trace, inv);
+        let mut info = admit_info(trace, inv);
+        if let Some(g) = self.place(trace.invocations[inv].func) {
+            info.gpus = vec![g.to_string()];
+        }
         // Names, weights and GPUs come from a validated trace: the core accepts them.
         let grants = self.core.admit(&info, now).unwrap_or_default();
         self.keep(Input::Admit(info, now));
@@ -208,10 +266,22 @@ impl Policy for NodeMqfq {
     fn granted(&mut self) -> Option<(usize, usize)> {
         self.granted.pop_front()
     }
-    fn complete(&mut self, inv: usize, _: &Trace, service_ms: f64, now: Time) {
+    fn complete(&mut self, inv: usize, trace: &Trace, service_ms: f64, now: Time) {
         let Some(lease) = self.leases.remove(&inv) else {
             return;
         };
+        if let Some(p) = self.placer.as_mut() {
+            // What NVML's per-process samples would say of the burst: its SM and bandwidth shares.
+            let f = &trace.functions[trace.invocations[inv].func];
+            let s = scheduler_core::placement::Sample {
+                burst_ms: service_ms,
+                sm: f.util * (1.0 - f.bw),
+                dram: f.util * f.bw,
+                footprint_mib: f.mem_mb,
+                transfer_bytes: 0.0,
+            };
+            let _ = p.observe_burst(&self.names[trace.invocations[inv].func], &s, now);
+        }
         let measured_s = service_ms / 1e3;
         let grants = self
             .core

@@ -191,8 +191,13 @@ pub fn build(name: &str, trace: &Trace, cfg: &SimConfig) -> Result<Box<dyn Polic
             let mut q = cfg.profile.queue();
             let mut c = cfg.profile.concurrency(cfg.mode);
             cfg.overrides.apply(&mut q, &mut c)?;
-            let gpus = crate::node::gpu_infos(cfg.gpus, cfg.gpu_mem_mb, cfg.mode);
-            Box::new(crate::node::NodeMqfq::new(trace, gpus, &q, &c, false)?)
+            let mut gpus = crate::node::gpu_infos(cfg.gpus, cfg.gpu_mem_mb, cfg.mode);
+            for (g, name) in gpus.iter_mut().zip(&cfg.gpu_models) {
+                g.name.clone_from(name);
+            }
+            let mut p = crate::node::NodeMqfq::new(trace, gpus, &q, &c, false)?;
+            p.set_placement(cfg.placement)?;
+            Box::new(p)
         }
         other => {
             return Err(ConfigError {

@@ -1,5 +1,5 @@
 //! The trace format: CSV with header `time_ms,function,exec_ms,mem_mb` and optional columns
-//! `cold_ms,tenant,weight,util`, one row per invocation, sorted by `time_ms`.
+//! `cold_ms,tenant,weight,util,bw`, one row per invocation, sorted by `time_ms`.
 //!
 //! - `exec_ms`: the invocation's solo, warm GPU time (> 0).
 //! - `mem_mb`: the function container's GPU memory footprint (the largest value seen per function
@@ -8,6 +8,9 @@
 //! - `tenant`, `weight`: per function (first row that gives them wins; a later row that disagrees
 //!   is an error, since it is almost surely a mistake in the trace).
 //! - `util`: fraction of the GPU's compute one solo invocation keeps busy, in (0, 1] (default 1).
+//! - `bw`: fraction of a solo invocation's time bound by memory bandwidth rather than compute, in
+//!   [0, 1] (default 0): on a GPU model other than the reference, that share scales with memory
+//!   bandwidth and the rest with FLOPS (`--gpu-models`).
 //!
 //! Parsing takes text and never panics: every problem is a [`TraceError`] with its line number.
 
@@ -46,6 +49,8 @@ pub struct Function {
     pub weight: f64,
     /// Solo GPU utilization in (0, 1] (default 1).
     pub util: f64,
+    /// Share of its time bound by memory bandwidth, in [0, 1] (default 0).
+    pub bw: f64,
 }
 
 /// One invocation.
@@ -69,7 +74,7 @@ pub struct Trace {
 }
 
 const REQUIRED: [&str; 4] = ["time_ms", "function", "exec_ms", "mem_mb"];
-const OPTIONAL: [&str; 4] = ["cold_ms", "tenant", "weight", "util"];
+const OPTIONAL: [&str; 5] = ["cold_ms", "tenant", "weight", "util", "bw"];
 
 fn number(line: usize, col: &str, raw: &str) -> Result<f64, TraceError> {
     let v: f64 = raw
@@ -185,6 +190,12 @@ impl Trace {
             {
                 return Err(err(ln, format!("column `util`: {u} must be in (0, 1]")));
             }
+            let bw = opt_num("bw")?;
+            if let Some(b) = bw
+                && !(0.0..=1.0).contains(&b)
+            {
+                return Err(err(ln, format!("column `bw`: {b} must be in [0, 1]")));
+            }
             let tenant = get("tenant").filter(|s| !s.is_empty()).map(str::to_owned);
             let func = match by_name.get(name) {
                 Some(&i) => {
@@ -195,6 +206,7 @@ impl Trace {
                     }
                     check_same(ln, name, "weight", weight, f.weight, 1.0)?;
                     check_same(ln, name, "util", util, f.util, 1.0)?;
+                    check_same(ln, name, "bw", bw, f.bw, 0.0)?;
                     if tenant.is_some() && f.tenant.is_some() && tenant != f.tenant {
                         return Err(err(
                             ln,
@@ -210,6 +222,9 @@ impl Trace {
                     if let Some(u) = util {
                         f.util = u;
                     }
+                    if let Some(b) = bw {
+                        f.bw = b;
+                    }
                     i
                 }
                 None => {
@@ -220,6 +235,7 @@ impl Trace {
                         tenant,
                         weight: weight.unwrap_or(1.0),
                         util: util.unwrap_or(1.0),
+                        bw: bw.unwrap_or(0.0),
                     });
                     by_name.insert(name.to_owned(), trace.functions.len() - 1);
                     trace.functions.len() - 1
@@ -240,13 +256,14 @@ impl Trace {
     /// Writes the trace back as CSV (all columns), e.g. for generated traces.
     #[must_use]
     pub fn to_csv(&self) -> String {
-        let mut out = String::from("time_ms,function,exec_ms,mem_mb,cold_ms,tenant,weight,util\n");
+        let mut out =
+            String::from("time_ms,function,exec_ms,mem_mb,cold_ms,tenant,weight,util,bw\n");
         for inv in &self.invocations {
             let f = &self.functions[inv.func];
             let cold = f.cold_ms.map(|c| format!("{c}")).unwrap_or_default();
             let _ = writeln!(
                 out,
-                "{:.3},{},{:.3},{},{},{},{},{}",
+                "{:.3},{},{:.3},{},{},{},{},{},{}",
                 inv.arrival_ms,
                 f.name,
                 inv.exec_ms,
@@ -254,7 +271,8 @@ impl Trace {
                 cold,
                 f.tenant.as_deref().unwrap_or(""),
                 f.weight,
-                f.util
+                f.util,
+                f.bw
             );
         }
         out

@@ -61,6 +61,10 @@ pub struct SimConfig {
     pub tiers: TierConfig,
     /// How the baselines run.
     pub baselines: Baselines,
+    /// Each GPU's model, NVML-style (`NVIDIA H100`); empty: every GPU the reference A30.
+    pub gpu_models: Vec<String>,
+    /// Where `mqfq-sticky` places each invocation.
+    pub placement: crate::hetero::PlacementMode,
 }
 
 impl Default for SimConfig {
@@ -79,6 +83,8 @@ impl Default for SimConfig {
             overrides: Overrides::default(),
             tiers: TierConfig::default(),
             baselines: Baselines::Strong,
+            gpu_models: Vec::new(),
+            placement: crate::hetero::PlacementMode::LeastLoaded,
         }
     }
 }
@@ -112,6 +118,13 @@ impl SimConfig {
         nonneg("corun-gain", self.corun_gain)?;
         nonneg("corun-gain-max", self.corun_gain_max)?;
         pos("sample-ms", self.sample_ms)?;
+        if !self.gpu_models.is_empty() && self.gpu_models.len() != self.gpus {
+            return Err(ConfigError::new(
+                "gpu-models",
+                self.gpu_models.join(","),
+                "must name one model per GPU (--gpus)",
+            ));
+        }
         self.tiers.validate()
     }
 }

@@ -78,6 +78,9 @@ pub struct MixSpec {
     /// A flood: the first long function offers this much load on its own, on top of its share
     /// of `load` (`None`: no flood).
     pub flood: Option<f64>,
+    /// Fraction of each kind's functions that are memory-bound (`bw` 0.8; the others 0.1), for
+    /// heterogeneous nodes (0: every function compute-bound, `bw` 0).
+    pub memory_bound: f64,
 }
 
 impl Default for MixSpec {
@@ -94,6 +97,7 @@ impl Default for MixSpec {
             memory_factor: None,
             gpu_mem_mb: 24_576.0,
             flood: None,
+            memory_bound: 0.0,
         }
     }
 }
@@ -145,6 +149,9 @@ pub fn design_mix(spec: &MixSpec) -> Result<Trace, TraceError> {
     if !(spec.gpu_mem_mb.is_finite() && spec.gpu_mem_mb > 0.0) {
         return Err(spec_err("gpu-mem-mb", "must be > 0"));
     }
+    if !(0.0..=1.0).contains(&spec.memory_bound) {
+        return Err(spec_err("memory-bound", "must be in [0, 1]"));
+    }
     if spec
         .flood
         .is_some_and(|f| !(f.is_finite() && f > 0.0 && f <= 10.0))
@@ -159,15 +166,30 @@ pub fn design_mix(spec: &MixSpec) -> Result<Trace, TraceError> {
     let mut functions = Vec::new();
     // (class, share of all invocations)
     let mut shares = Vec::new();
+    // Memory-bound functions spread evenly through each kind (`memory_bound` of them).
+    let bound = |i: usize| {
+        if spec.memory_bound <= 0.0 {
+            0.0
+        } else if ((i + 1) as f64 * spec.memory_bound).floor()
+            > (i as f64 * spec.memory_bound).floor()
+        {
+            0.8
+        } else {
+            0.1
+        }
+    };
+    let mut bws = Vec::new();
     for i in 0..n_short {
         let c = shorts[i % shorts.len()];
         functions.push((format!("{}-{i}", c.name), c));
         shares.push(spec.short_frac / n_short as f64);
+        bws.push(bound(i));
     }
     for i in 0..n_long {
         let c = longs[i % longs.len()];
         functions.push((format!("{}-{i}", c.name), c));
         shares.push((1.0 - spec.short_frac) / n_long as f64);
+        bws.push(bound(i));
     }
     // Demand per invocation, averaged by share: Σ share × exec × util (in GPU-seconds).
     let demand: f64 = functions
@@ -211,13 +233,15 @@ pub fn design_mix(spec: &MixSpec) -> Result<Trace, TraceError> {
     Ok(Trace {
         functions: functions
             .iter()
-            .map(|(name, c)| Function {
+            .zip(&bws)
+            .map(|((name, c), &bw)| Function {
                 name: name.clone(),
                 mem_mb: (c.mem_mb * scale).round(),
                 cold_ms: None,
                 tenant: None,
                 weight: 1.0,
                 util: c.util,
+                bw,
             })
             .collect(),
         invocations: invs
@@ -435,6 +459,7 @@ pub fn azure(
             tenant: Some(r.app.chars().take(10).collect()),
             weight: 1.0,
             util: 1.0,
+            bw: 0.0,
         });
         for (m, &c) in r.counts.iter().enumerate() {
             for _ in 0..c {

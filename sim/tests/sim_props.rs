@@ -30,6 +30,7 @@ fn trace() -> impl Strategy<Value = Trace> {
                         tenant: None,
                         weight: w,
                         util,
+                        bw: 0.0,
                     })
                     .collect(),
                 invocations: invs
@@ -165,6 +166,7 @@ fn small_kernels() -> Trace {
                 tenant: None,
                 weight: 1.0,
                 util: 0.2,
+                bw: 0.0,
             })
             .collect(),
         invocations: (0..4000)

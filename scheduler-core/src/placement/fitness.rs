@@ -47,6 +47,8 @@ pub struct GpuView {
     pub memory_used: f64,
     /// Admissions holding or waiting for a slot on it.
     pub queue: u32,
+    /// How many it runs at once (its concurrency limit in force; at least 1 counts).
+    pub limit: u32,
     /// Power draw over its limit, 0..=1, where NVML reports power.
     pub power: Option<f64>,
     /// Its condition.
@@ -65,7 +67,8 @@ pub struct Weights {
     pub fitness: f64,
     /// The function's memory already on the GPU.
     pub locality: f64,
-    /// A short queue.
+    /// A short expected completion: `(1 + queue / limit)` runs of the function at the GPU's
+    /// speed for its kind of work, against the best candidate's.
     pub queue: f64,
     /// Short functions packed onto busy GPUs, long ones spread to free and stable ones.
     pub balance: f64,
@@ -331,6 +334,19 @@ pub fn choose(
         .iter()
         .map(|g| raw_fitness(g, bound, need.features))
         .fold(0.0_f64, f64::max);
+    // Expected completion in units of one run on a unit-speed GPU: the work ahead of it
+    // (rounds of `limit` at a time) plus its own, at the GPU's speed for its kind of work.
+    let completion = |g: &GpuView| {
+        let speed = match bound {
+            Bound::Compute => g.model.tflops,
+            Bound::Memory => g.model.mem_gbps,
+        };
+        (1.0 + f64::from(g.queue) / f64::from(g.limit.max(1))) / speed.max(f64::MIN_POSITIVE)
+    };
+    let soonest = pool
+        .iter()
+        .map(|g| completion(g))
+        .fold(f64::INFINITY, f64::min);
     let mut best: Option<(&GpuView, Breakdown)> = None;
     for g in &pool {
         let u = clamp01(g.utilization);
@@ -346,7 +362,7 @@ pub fn choose(
                     0.0
                 },
             locality: weights.locality * f64::from(u8::from(g.resident)),
-            queue: weights.queue / (1.0 + f64::from(g.queue)),
+            queue: weights.queue * clamp01(soonest / completion(g)),
             balance: weights.balance * balance,
             energy: weights.energy * g.power.map_or(0.5, |p| 1.0 - clamp01(p)),
             affinity: weights.affinity * f64::from(u8::from(g.partner)),

@@ -146,12 +146,18 @@ impl Placement {
                 GpuView {
                     index: g.info.index,
                     model: lookup(&self.cfg.models, &g.info.name),
-                    utilization: g.reading.sm_activity.or(g.reading.busy).unwrap_or(0.0),
+                    // SM activity where the GPU has it; else the share of its slots in use:
+                    // busy-time reads 100 % with one small kernel and says nothing of room.
+                    utilization: g
+                        .reading
+                        .sm_activity
+                        .unwrap_or_else(|| f64::from(g.running) / f64::from(g.limit.max(1))),
                     utilization_stddev: 0.0,
                     memory_used,
                     queue: g
                         .running
                         .saturating_add(u32::try_from(g.queued).unwrap_or(u32::MAX)),
+                    limit: g.limit,
                     power: None,
                     health: self.health(g.info.index),
                     resident: resident.contains(&g.info.index),

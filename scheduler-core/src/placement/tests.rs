@@ -136,6 +136,7 @@ fn gpu(index: u32, name: &str) -> GpuView {
         utilization_stddev: 0.0,
         memory_used: 0.0,
         queue: 0,
+        limit: 2,
         power: None,
         health: Health::Healthy,
         resident: false,
@@ -460,4 +461,28 @@ fn an_operators_model_row_overrides_the_builtin_one() {
     let mut table = vec![GpuModel::new("A30", 1.0, 1.0, 1.0)];
     table.extend(builtin());
     assert_eq!(lookup(&table, "NVIDIA A30").tflops, 1.0);
+}
+
+#[test]
+fn a_queue_on_a_faster_gpu_weighs_less() {
+    let queue_only = Weights {
+        queue: 1.0,
+        fitness: 0.0,
+        ..FITNESS_ONLY
+    };
+    let mut node = vec![gpu(0, "NVIDIA A30"), gpu(1, "NVIDIA H100 80GB HBM3")];
+    node[0].queue = 2;
+    node[1].queue = 4;
+    // Two rounds ahead on a GPU 6.5× faster (3 / 67) finish before one round on the A30 (2 / 10.3).
+    let c = pick(&node, known(Bound::Compute, Length::Long), &queue_only);
+    assert_eq!(c.gpu, 1, "{c:?}");
+    assert!(
+        (c.breakdown.queue - 1.0).abs() < 1e-12,
+        "the soonest scores 1"
+    );
+    node[1].queue = 40;
+    assert_eq!(
+        pick(&node, known(Bound::Compute, Length::Long), &queue_only).gpu,
+        0
+    );
 }

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Regenerates the placement figures of docs/PERFORMANCE.md §1b: mqfq-sticky on a heterogeneous
+# node (an A30 and an H100) under each placement — fitness (scheduler-core's, what mqfqd runs),
+# least-loaded (the node core's routing), round-robin, random — on the design mix with half of
+# each kind's functions memory-bound. Prints Markdown.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PATH="$HOME/.cargo/bin:$PATH"
+cargo build --release --locked -q -p mqfq-sim
+sim=target/release/mqfq-sim
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+models="NVIDIA A30,NVIDIA H100 80GB HBM3"
+
+echo "### Placement on an A30 + H100 node, seed 1"
+echo
+echo '`mqfq-sim gen mix --gpus 2 --load L --memory-bound 0.5 --duration-s 1800 --seed 1 --out het.csv`'
+echo "\`mqfq-sim placements --trace het.csv --gpus 2 --gpu-models \"$models\"\`"
+echo
+for load in 0.8 1.2 1.6; do
+    "$sim" gen mix --gpus 2 --load "$load" --memory-bound 0.5 --duration-s 1800 --seed 1 \
+        --out "$tmp/h.csv" 2>/dev/null
+    echo "Load $load (of two A30s' capacity):"
+    echo
+    "$sim" placements --trace "$tmp/h.csv" --gpus 2 --gpu-models "$models" | tail -n +3
+    echo
+done
+echo "### Seeds 1-3: least-loaded and round-robin against fitness (mean / std of completion time)"
+echo
+echo "| load | seed | least-loaded mean / fitness | least-loaded std / fitness | round-robin mean / fitness | round-robin std / fitness |"
+echo "|---|---|---|---|---|---|"
+for load in 0.8 1.2 1.6; do
+    for seed in 1 2 3; do
+        "$sim" gen mix --gpus 2 --load "$load" --memory-bound 0.5 --duration-s 1800 --seed "$seed" \
+            --out "$tmp/h.csv" 2>/dev/null
+        out=$("$sim" placements --trace "$tmp/h.csv" --gpus 2 --gpu-models "$models")
+        ll=$(echo "$out" | grep '^| least-loaded |' | awk -F'|' '{print $9" |"$10}')
+        rr=$(echo "$out" | grep '^| round-robin |' | awk -F'|' '{print $9" |"$10}')
+        echo "| $load | $seed |$ll |$rr |"
+    done
+done

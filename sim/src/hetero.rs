@@ -1,0 +1,274 @@
+//! Heterogeneous nodes: GPUs of different models, functions that differ in how compute- or
+//! memory-bound they are, and where each invocation is placed.
+//!
+//! A trace's `exec_ms` is measured on the reference model (an A30, the simulator's default
+//! GPU). On another model the share `bw` of it that is bound by memory bandwidth scales with the
+//! ratio of bandwidths and the rest with the ratio of FLOPS (the table of
+//! `scheduler_core::placement::models`). Placement applies to `mqfq-sticky`, whose node core
+//! admits an invocation on the GPU placement chose: `least-loaded` (the core's own routing),
+//! `fitness` (`scheduler_core::placement`, what `mqfqd` runs at Create, fed each burst's time
+//! and the function's SM and bandwidth shares as NVML's per-process samples would give them),
+//! `round-robin` and `random`.
+
+use scheduler_core::config::ConfigError;
+use scheduler_core::placement::GpuModel;
+use scheduler_core::placement::models::{builtin, lookup};
+use serde::Serialize;
+
+use crate::trace::Trace;
+
+/// The model a trace's `exec_ms` is measured on.
+pub const REFERENCE: &str = "NVIDIA A30";
+
+/// Where `mqfq-sticky` places each invocation on a node of several GPUs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PlacementMode {
+    /// The node core's routing: the GPU with the least work over its limit.
+    #[default]
+    LeastLoaded,
+    /// Fitness for the function's measured class (`scheduler_core::placement`).
+    Fitness,
+    /// GPUs in turn.
+    RoundRobin,
+    /// Uniformly at random (seeded).
+    Random,
+}
+
+/// Every placement, in report order.
+pub const PLACEMENTS: [PlacementMode; 4] = [
+    PlacementMode::Fitness,
+    PlacementMode::LeastLoaded,
+    PlacementMode::RoundRobin,
+    PlacementMode::Random,
+];
+
+impl PlacementMode {
+    /// Its name on the command line.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PlacementMode::LeastLoaded => "least-loaded",
+            PlacementMode::Fitness => "fitness",
+            PlacementMode::RoundRobin => "round-robin",
+            PlacementMode::Random => "random",
+        }
+    }
+}
+
+impl std::str::FromStr for PlacementMode {
+    type Err = ConfigError;
+    fn from_str(s: &str) -> Result<Self, ConfigError> {
+        PLACEMENTS
+            .into_iter()
+            .find(|p| p.as_str() == s)
+            .ok_or_else(|| {
+                ConfigError::new(
+                    "placement",
+                    s,
+                    "must be fitness, least-loaded, round-robin or random",
+                )
+            })
+    }
+}
+
+/// The models of `names` (NVML-style names; unknown ones stand in as the reference).
+#[must_use]
+pub fn models(names: &[String]) -> Vec<GpuModel> {
+    let table = builtin();
+    names.iter().map(|n| lookup(&table, n)).collect()
+}
+
+/// `[gpu][function]`: how much longer (or shorter) each function's solo run is on each GPU
+/// than on the reference model; all 1 on a node without models.
+#[must_use]
+pub fn exec_factors(names: &[String], gpus: usize, trace: &Trace) -> Vec<Vec<f64>> {
+    let reference = lookup(&builtin(), REFERENCE);
+    let models = models(names);
+    (0..gpus)
+        .map(|g| {
+            trace
+                .functions
+                .iter()
+                .map(|f| {
+                    models.get(g).map_or(1.0, |m| {
+                        (1.0 - f.bw) * reference.tflops / m.tflops
+                            + f.bw * reference.mem_gbps / m.mem_gbps
+                    })
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// Latency mean and standard deviation (s) of a run.
+fn spread(trace: &Trace, out: &crate::SimOutput) -> (f64, f64) {
+    let lat: Vec<f64> = trace
+        .invocations
+        .iter()
+        .zip(&out.records)
+        .map(|(i, r)| (r.end_ms - i.arrival_ms) / 1e3)
+        .filter(|x| x.is_finite())
+        .collect();
+    #[expect(clippy::cast_precision_loss, reason = "invocation counts")]
+    let n = lat.len().max(1) as f64;
+    let mean = lat.iter().sum::<f64>() / n;
+    let var = lat.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / n;
+    (mean, var.sqrt())
+}
+
+/// `mqfq-sticky` under every placement: a Markdown table with each one's mean, P99 and
+/// standard deviation of completion time (arrival to end), GPU busy, and ratios to `fitness`.
+///
+/// # Errors
+/// A bad knob.
+pub fn report(
+    trace: &Trace,
+    cfg: &crate::SimConfig,
+    short_ms: f64,
+) -> Result<String, crate::SimError> {
+    use std::fmt::Write as _;
+    let mut rows = Vec::new();
+    for p in PLACEMENTS {
+        let c = crate::SimConfig {
+            placement: p,
+            ..cfg.clone()
+        };
+        let out = crate::run_policy("mqfq-sticky", trace, &c)?;
+        let s = crate::summarize(trace, &out, short_ms);
+        let (mean, std) = spread(trace, &out);
+        rows.push((p, s, mean, std));
+    }
+    let models = if cfg.gpu_models.is_empty() {
+        format!("{} × reference ({REFERENCE})", cfg.gpus)
+    } else {
+        cfg.gpu_models.join(" + ")
+    };
+    let mut t = format!(
+        "node: {models}; {} invocations, {} functions\n\n\
+         | placement | mean s | p99 s | std s | short mean s | GPU busy | busy time | mean / fitness | std / fitness |\n\
+         |---|---|---|---|---|---|---|---|---|\n",
+        trace.invocations.len(),
+        trace.functions.len()
+    );
+    let (fm, fs) = rows
+        .iter()
+        .find(|r| r.0 == PlacementMode::Fitness)
+        .map_or((f64::NAN, f64::NAN), |r| (r.2, r.3));
+    for (p, s, mean, std) in &rows {
+        let _ = writeln!(
+            t,
+            "| {} | {:.2} | {:.2} | {:.2} | {} | {:.1} % | {:.1} % | {:.2} | {:.2} |",
+            p.as_str(),
+            mean,
+            s.p99_ms / 1e3,
+            std,
+            s.short_mean_ms
+                .map_or_else(|| "-".into(), |v| format!("{:.2}", v / 1e3)),
+            s.gpu_busy * 100.0,
+            s.gpu_busy_time * 100.0,
+            mean / fm,
+            std / fs
+        );
+    }
+    Ok(t)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::trace::{Function, Invocation};
+
+    fn trace_of(bws: &[f64]) -> Trace {
+        Trace {
+            functions: bws
+                .iter()
+                .enumerate()
+                .map(|(i, &bw)| Function {
+                    name: format!("f{i}"),
+                    mem_mb: 100.0,
+                    cold_ms: Some(0.0),
+                    tenant: None,
+                    weight: 1.0,
+                    util: 0.5,
+                    bw,
+                })
+                .collect(),
+            invocations: vec![Invocation {
+                arrival_ms: 0.0,
+                func: 0,
+                exec_ms: 10.0,
+            }],
+        }
+    }
+
+    #[test]
+    fn a_run_scales_with_flops_or_bandwidth_by_its_bound_share() {
+        let t = trace_of(&[0.0, 1.0, 0.5]);
+        let names = vec!["NVIDIA A30".to_owned(), "NVIDIA H100 80GB HBM3".to_owned()];
+        let f = exec_factors(&names, 2, &t);
+        assert_eq!(f[0], vec![1.0, 1.0, 1.0], "the reference runs as measured");
+        assert!(
+            (f[1][0] - 10.3 / 67.0).abs() < 1e-12,
+            "compute-bound: FLOPS"
+        );
+        assert!(
+            (f[1][1] - 933.0 / 3350.0).abs() < 1e-12,
+            "memory-bound: bandwidth"
+        );
+        assert!((f[1][2] - (f[1][0] + f[1][1]) / 2.0).abs() < 1e-12);
+        assert_eq!(exec_factors(&[], 2, &t), vec![vec![1.0; 3]; 2]);
+    }
+
+    #[test]
+    fn placements_parse_and_a_model_list_must_match_the_gpus() {
+        for p in PLACEMENTS {
+            assert_eq!(p.as_str().parse::<PlacementMode>().unwrap(), p);
+        }
+        assert_eq!(
+            "best".parse::<PlacementMode>().unwrap_err().knob,
+            "placement"
+        );
+        let cfg = crate::SimConfig {
+            gpus: 2,
+            gpu_models: vec!["NVIDIA A30".into()],
+            ..crate::SimConfig::default()
+        };
+        assert_eq!(cfg.validate().unwrap_err().knob, "gpu-models");
+    }
+
+    #[test]
+    fn on_an_a30_and_an_h100_fitness_beats_blind_placement() {
+        let spec = crate::workload::MixSpec {
+            gpus: 2,
+            load: 0.8,
+            memory_bound: 0.5,
+            duration_s: 900.0,
+            ..crate::workload::MixSpec::default()
+        };
+        let t = crate::workload::design_mix(&spec).unwrap();
+        let cfg = crate::SimConfig {
+            gpus: 2,
+            gpu_models: vec!["NVIDIA A30".into(), "NVIDIA H100 80GB HBM3".into()],
+            ..crate::SimConfig::default()
+        };
+        let mean = |p: PlacementMode| {
+            let c = crate::SimConfig {
+                placement: p,
+                ..cfg.clone()
+            };
+            let out = crate::run_policy("mqfq-sticky", &t, &c).unwrap();
+            assert_eq!(out.audit.double_completions, 0);
+            spread(&t, &out).0
+        };
+        let fit = mean(PlacementMode::Fitness);
+        for other in [PlacementMode::RoundRobin, PlacementMode::Random] {
+            let m = mean(other);
+            assert!(
+                fit * 1.5 < m,
+                "fitness {fit} s against {} {m} s",
+                other.as_str()
+            );
+        }
+    }
+}
