@@ -390,32 +390,7 @@ fn a_gpu_container_gets_the_cached_edits_without_a_hook() {
         return;
     };
     // mqfqd builds the edits from the fake root and publishes them where the shims look.
-    let cfg = c.dir().join("mqfqd.toml");
-    std::fs::write(
-        &cfg,
-        format!(
-            "socket = \"{}\"\nmetrics_addr = \"\"\nbackend = \"simulated\"\nrestart_grace_ms = 0\n\
-             mps_pipe_dir = \"{}\"\n[simulated]\ngpus = 2\n[nvidia]\ndriver_root = \"{}\"\ncdi_dirs = []\n\
-             edits_file = \"{}\"\nrefresh_interval_ms = 100\n",
-            c.daemon_socket().display(),
-            dir.path().join("mps").display(),
-            root.display(),
-            c.edits_file().display()
-        ),
-    )
-    .unwrap();
-    let daemon = Reaped(
-        Command::new(mqfq_testkit::daemon_program("mqfqd"))
-            .arg("--config")
-            .arg(&cfg)
-            .spawn()
-            .unwrap(),
-    );
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !c.edits_file().exists() {
-        assert!(Instant::now() < deadline, "mqfqd wrote no edits");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let daemon = edits_daemon(&c, dir.path(), &root);
     // The interposer, installed where this containerd's shims look, and an image with a glibc
     // it loads into.
     std::fs::copy(
@@ -564,6 +539,38 @@ fn a_gpu_container_gets_the_cached_edits_without_a_hook() {
 }
 
 /// A child killed and reaped when dropped, panics included.
+/// mqfqd on two simulated GPUs, building its edits from the fake driver `root`; returns once
+/// it has published them where the shims look.
+fn edits_daemon(c: &Containerd, dir: &Path, root: &Path) -> Reaped {
+    let cfg = c.dir().join("mqfqd.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "socket = \"{}\"\nmetrics_addr = \"\"\nbackend = \"simulated\"\nrestart_grace_ms = 0\n\
+             mps_pipe_dir = \"{}\"\n[simulated]\ngpus = 2\n[nvidia]\ndriver_root = \"{}\"\ncdi_dirs = []\n\
+             edits_file = \"{}\"\nrefresh_interval_ms = 100\n",
+            c.daemon_socket().display(),
+            dir.join("mps").display(),
+            root.display(),
+            c.edits_file().display()
+        ),
+    )
+    .unwrap();
+    let daemon = Reaped(
+        Command::new(mqfq_testkit::daemon_program("mqfqd"))
+            .arg("--config")
+            .arg(&cfg)
+            .spawn()
+            .unwrap(),
+    );
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !c.edits_file().exists() {
+        assert!(Instant::now() < deadline, "mqfqd wrote no edits");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    daemon
+}
+
 struct Reaped(std::process::Child);
 
 impl Drop for Reaped {
@@ -690,32 +697,7 @@ fn a_container_given_every_gpu_gets_the_one_mqfqd_places_it_on() {
     ) else {
         return;
     };
-    let cfg = c.dir().join("mqfqd.toml");
-    std::fs::write(
-        &cfg,
-        format!(
-            "socket = \"{}\"\nmetrics_addr = \"\"\nbackend = \"simulated\"\nrestart_grace_ms = 0\n\
-             mps_pipe_dir = \"{}\"\n[simulated]\ngpus = 2\n[nvidia]\ndriver_root = \"{}\"\ncdi_dirs = []\n\
-             edits_file = \"{}\"\nrefresh_interval_ms = 100\n",
-            c.daemon_socket().display(),
-            dir.path().join("mps").display(),
-            root.display(),
-            c.edits_file().display()
-        ),
-    )
-    .unwrap();
-    let _daemon = Reaped(
-        Command::new(mqfq_testkit::daemon_program("mqfqd"))
-            .arg("--config")
-            .arg(&cfg)
-            .spawn()
-            .unwrap(),
-    );
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !c.edits_file().exists() {
-        assert!(Instant::now() < deadline, "mqfqd wrote no edits");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let _daemon = edits_daemon(&c, dir.path(), &root);
     // GPU 0 busy: a container given it alone holds its lease while it runs (static busybox:
     // no interposer, so its Start is what is admitted).
     let o = c.ctr(&[
