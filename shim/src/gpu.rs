@@ -297,20 +297,6 @@ fn legacy_hook(spec: &Value) -> bool {
         })
 }
 
-/// Whether `name` reads as one GPU of a selection: an index, or a `GPU-` / `MIG-` UUID. Used to
-/// check a device the daemon chose among all of a node's GPUs; the edits then decide whether
-/// the node has it.
-#[must_use]
-pub fn is_device_name(name: &str) -> bool {
-    let index = !name.is_empty() && name.len() <= 3 && name.bytes().all(|b| b.is_ascii_digit());
-    let uuid = (name.starts_with("GPU-") || name.starts_with("MIG-"))
-        && name.len() <= 128
-        && name[4..]
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'/');
-    index || uuid
-}
-
 fn selection(names: Vec<String>) -> GpuSelection {
     if names.is_empty() || names.iter().any(|n| n == "all") {
         GpuSelection::All

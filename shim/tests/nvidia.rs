@@ -548,7 +548,7 @@ fn edits_daemon(c: &Containerd, dir: &Path, root: &Path) -> Reaped {
         format!(
             "socket = \"{}\"\nmetrics_addr = \"\"\nbackend = \"simulated\"\nrestart_grace_ms = 0\n\
              mps_pipe_dir = \"{}\"\n[simulated]\ngpus = 2\n[nvidia]\ndriver_root = \"{}\"\ncdi_dirs = []\n\
-             edits_file = \"{}\"\nrefresh_interval_ms = 100\n",
+             edits_file = \"{}\"\nrefresh_interval_ms = 100\n[placement]\nenabled = true\n",
             c.daemon_socket().display(),
             dir.join("mps").display(),
             root.display(),

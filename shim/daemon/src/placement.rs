@@ -13,7 +13,9 @@ use serde::Deserialize;
 #[derive(Clone, Debug, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct PlacementSection {
-    /// Choose a GPU for containers given several; off: they keep all they were given.
+    /// Choose a GPU for containers given several (opt-in: only for nodes whose multi-GPU grants
+    /// come from `NVIDIA_VISIBLE_DEVICES`, not from a device plugin or CDI); off: they keep all
+    /// they were given.
     pub enabled: bool,
     /// GPUs new functions are probed on (empty: the least busy candidate).
     pub probe_gpus: Vec<u32>,
@@ -43,7 +45,7 @@ impl Default for PlacementSection {
         let s = WeightSchedule::default();
         let h = HealthConfig::default();
         PlacementSection {
-            enabled: true,
+            enabled: false,
             probe_gpus: Vec::new(),
             probe_runs: FeatureConfig::default().probe_runs,
             peak_start_min: s.peak_start_min,

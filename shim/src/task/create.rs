@@ -250,7 +250,12 @@ impl TaskService {
         if several && let Some(device) = self.gate.place(&self.namespace, id, w).await {
             let among = match &w.grant {
                 Some(gpu::GpuSelection::Devices(d)) => d.contains(&device),
-                _ => gpu::is_device_name(&device),
+                // All: only an index (a MIG name could add devices `all` never gave).
+                _ => {
+                    !device.is_empty()
+                        && device.len() <= 3
+                        && device.bytes().all(|b| b.is_ascii_digit())
+                }
             };
             if among {
                 let narrowed = gpu::GpuWork {
@@ -260,12 +265,14 @@ impl TaskService {
                 };
                 let mut trial = spec.clone();
                 match crate::nvidia::prepare(&mut trial, &narrowed, &file) {
-                    Ok(p) => {
+                    Ok(Some(p)) => {
                         tracing::info!(container = %id, %device, "mqfqd placed the container on one GPU");
                         *spec = trial;
                         *w = narrowed;
-                        return Ok(p);
+                        return Ok(Some(p));
                     }
+                    Ok(None) => tracing::warn!(container = %id, %device,
+                        "no NVIDIA edits to narrow: the container keeps its grant"),
                     Err(e) => tracing::warn!(container = %id, %device,
                         "mqfqd's placement cannot be applied ({e}): the container keeps its grant"),
                 }
