@@ -524,66 +524,6 @@ impl<T> MqfqQueue<T> {
         self.cfg.short_charge_s > 0.0 && self.charge_of(f) <= self.cfg.short_charge_s
     }
 
-    fn index_insert(&mut self, id: FlowId) {
-        let f = &self.flows[id.ix()];
-        let key = (Vt(f.start), id);
-        if self.is_short(f) {
-            self.short_backlog.insert(key);
-        } else {
-            self.long_backlog.insert(key);
-        }
-        if f.resident {
-            self.resident_backlog.insert(key);
-        } else {
-            self.penalized
-                .insert((Vt(f.start + f.switch_cost / f.weight), id));
-        }
-        if self.cfg.selection == Selection::Fifo
-            && let Some(head) = f.pending.front()
-        {
-            self.fifo.insert((head.seq, id));
-        }
-    }
-
-    /// Removes the flow from the indexes; call before changing its start, cost, weight or charge.
-    fn index_remove(&mut self, id: FlowId) {
-        let f = &self.flows[id.ix()];
-        let key = (Vt(f.start), id);
-        if self.is_short(f) {
-            self.short_backlog.remove(&key);
-        } else {
-            self.long_backlog.remove(&key);
-        }
-        if f.resident {
-            self.resident_backlog.remove(&key);
-        } else {
-            self.penalized
-                .remove(&(Vt(f.start + f.switch_cost / f.weight), id));
-        }
-        if let Some(head) = f.pending.front() {
-            self.fifo.remove(&(head.seq, id));
-        }
-    }
-
-    /// The backlogged flow with the lowest start tag (short and long flows are kept apart so each
-    /// flow sits in one of them; the minimum is the lower of the two heads).
-    fn lowest(&self) -> Option<(f64, FlowId)> {
-        let s = self.short_backlog.first().map(|&(Vt(v), id)| (v, id));
-        let l = self.long_backlog.first().map(|&(Vt(v), id)| (v, id));
-        match (s, l) {
-            (Some(a), Some(b)) => Some(if (b.0, b.1) < (a.0, a.1) { b } else { a }),
-            (a, b) => a.or(b),
-        }
-    }
-
-    fn update_v(&mut self) {
-        if let Some((min, _)) = self.lowest()
-            && min > self.v
-        {
-            self.v = min;
-        }
-    }
-
     /// Queues `item` on flow `id` at time `now`.
     ///
     /// # Errors
@@ -621,47 +561,6 @@ impl<T> MqfqQueue<T> {
         }
         self.recount(id, was_short);
         Ok(())
-    }
-
-    fn select(&self) -> Option<FlowId> {
-        if self.cfg.selection == Selection::Fifo {
-            return self.fifo.first().map(|&(_, id)| id);
-        }
-        let limit = self.v + self.overrun();
-        let sticky_first = matches!(
-            self.cfg.selection,
-            Selection::Sticky | Selection::StickyResident
-        );
-        if sticky_first && let Some(s) = self.sticky {
-            let f = &self.flows[s.ix()];
-            // Stickiness exists to reuse resident memory: with residency-aware selection a
-            // sticky flow whose memory is gone (or whose containers are all busy) gets no
-            // precedence.
-            let resident_ok = self.cfg.selection == Selection::Sticky || f.resident;
-            if f.phase == Phase::Backlogged && f.start <= limit && resident_ok {
-                return Some(s);
-            }
-        }
-        if self.cfg.selection == Selection::StickyResident {
-            let resident = self
-                .resident_backlog
-                .first()
-                .filter(|&&(Vt(s), _)| s <= limit)
-                .map(|&(Vt(s), id)| (s, id));
-            let other = self
-                .penalized
-                .first()
-                .filter(|&&(_, id)| self.flows[id.ix()].start <= limit)
-                .map(|&(Vt(s), id)| (s, id));
-            let best = match (resident, other) {
-                (Some(r), Some(o)) => Some(if o.0 < r.0 { o } else { r }),
-                (r, o) => r.or(o),
-            };
-            if let Some((_, id)) = best {
-                return Some(id);
-            }
-        }
-        self.lowest().map(|(_, id)| id)
     }
 
     /// The flow [`dispatch`](Self::dispatch) would serve now, without serving it.
@@ -892,6 +791,7 @@ impl<T> MqfqQueue<T> {
     }
 }
 
+mod index;
 mod outside;
 mod snapshot;
 mod tenants;
