@@ -478,13 +478,7 @@ fn compare(a: &CompareArgs) -> Result<()> {
         let out = run_policy(p, &trace, &cfg)?;
         limits.push((p, out.limits.clone()));
         let s = summarize(&trace, &out, a.node.short_ms);
-        let mut lat: Vec<f64> = trace
-            .invocations
-            .iter()
-            .zip(&out.records)
-            .map(|(i, r)| (r.end_ms - i.arrival_ms) / 1e3)
-            .filter(|x| x.is_finite())
-            .collect();
+        let mut lat = crate::report::latencies_s(&trace, &out);
         lat.sort_by(f64::total_cmp);
         cdfs.push((p, lat));
         sums.push(s);

@@ -103,13 +103,7 @@ pub fn exec_factors(names: &[String], gpus: usize, trace: &Trace) -> Vec<Vec<f64
 
 /// Latency mean and standard deviation (s) of a run.
 fn spread(trace: &Trace, out: &crate::SimOutput) -> (f64, f64) {
-    let lat: Vec<f64> = trace
-        .invocations
-        .iter()
-        .zip(&out.records)
-        .map(|(i, r)| (r.end_ms - i.arrival_ms) / 1e3)
-        .filter(|x| x.is_finite())
-        .collect();
+    let lat = crate::report::latencies_s(trace, out);
     #[expect(clippy::cast_precision_loss, reason = "invocation counts")]
     let n = lat.len().max(1) as f64;
     let mean = lat.iter().sum::<f64>() / n;

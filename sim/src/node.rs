@@ -185,6 +185,9 @@ impl NodeMqfq {
 
     /// The GPU `placement` puts `func`'s invocation on; `None`: the core routes it.
     fn place(&mut self, func: usize) -> Option<u32> {
+        if self.placement == PlacementMode::LeastLoaded {
+            return None;
+        }
         let gpus = self.core.gpus();
         let n = gpus.len();
         if n < 2 {

@@ -121,6 +121,18 @@ fn mean(xs: &[f64]) -> Option<f64> {
     (!xs.is_empty()).then(|| xs.iter().sum::<f64>() / xs.len() as f64)
 }
 
+/// Each completed invocation's latency (arrival to end), seconds, in trace order.
+#[must_use]
+pub fn latencies_s(trace: &Trace, out: &SimOutput) -> Vec<f64> {
+    trace
+        .invocations
+        .iter()
+        .zip(&out.records)
+        .map(|(i, r)| (r.end_ms - i.arrival_ms) / 1e3)
+        .filter(|x| x.is_finite())
+        .collect()
+}
+
 /// Summarizes a run; `short_threshold_ms` splits short from long functions by mean exec time.
 #[must_use]
 #[expect(clippy::cast_precision_loss)]

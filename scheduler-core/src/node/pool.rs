@@ -788,6 +788,16 @@ impl Pool {
             .collect()
     }
 
+    /// The GPUs holding an idle Hot container of `function` (its memory is there).
+    #[must_use]
+    pub fn hot_gpus(&self, function: &str) -> BTreeSet<u32> {
+        self.entries
+            .values()
+            .filter(|e| e.function == function && e.tier == Tier::Hot)
+            .map(|e| e.gpu)
+            .collect()
+    }
+
     /// Every pooled container.
     #[must_use]
     pub fn entries(&self, now: Time) -> Vec<EntryView> {

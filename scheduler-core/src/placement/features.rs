@@ -312,7 +312,7 @@ impl Features {
             let oldest = self
                 .by_function
                 .iter()
-                .min_by_key(|(name, f)| (f.last_seen, (*name).clone()))
+                .min_by(|a, b| (a.1.last_seen, a.0).cmp(&(b.1.last_seen, b.0)))
                 .map(|(name, _)| name.clone());
             if let Some(name) = oldest {
                 self.by_function.remove(&name);

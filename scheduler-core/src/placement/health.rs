@@ -112,7 +112,11 @@ impl HealthTracker {
             self.saturated_run = 0;
             self.state = Health::Failed;
         } else {
-            self.saturated_run = if saturated { self.saturated_run + 1 } else { 0 };
+            self.saturated_run = if saturated {
+                self.saturated_run.saturating_add(1)
+            } else {
+                0
+            };
             // Clean: no error, and (to leave overload) not saturated.
             let clean = match self.state {
                 Health::Failed => true,

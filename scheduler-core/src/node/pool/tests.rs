@@ -493,3 +493,23 @@ fn a_function_whose_last_container_left_reads_not_resident_until_its_flow_is_for
     p.forget_functions(&["f".to_owned()]);
     assert!(p.residency().is_empty());
 }
+
+#[test]
+fn hot_gpus_are_where_the_functions_idle_hot_containers_are() {
+    let mut p = pool(1000.0, false);
+    for (key, f, gpu) in [("ns/a", "f", 0), ("ns/b", "f", 1), ("ns/c", "g", 1)] {
+        p.granted(&k(key), f, gpu, 7, t(1.0));
+        p.released(&k(key), true, GIB, t(2.0));
+    }
+    let by_entries = |f: &str| -> BTreeSet<u32> {
+        p.entries(t(3.0))
+            .into_iter()
+            .filter(|e| e.function == f && e.tier == Tier::Hot)
+            .map(|e| e.gpu)
+            .collect()
+    };
+    assert_eq!(p.hot_gpus("f"), by_entries("f"));
+    assert_eq!(p.hot_gpus("g"), by_entries("g"));
+    assert_eq!(p.hot_gpus("f"), BTreeSet::from([0, 1]));
+    assert!(p.hot_gpus("nobody").is_empty());
+}

@@ -2,12 +2,9 @@
 //! should get; ended bursts teach the functions' features and every sample each GPU's health.
 //! The decisions are `scheduler_core::placement`'s.
 
-use std::collections::BTreeSet;
-
 use scheduler_core::Time;
 use scheduler_core::node::admission::Kind;
 use scheduler_core::placement::{HealthSample, Placement, Sample as BurstSample};
-use scheduler_core::tiers::Tier;
 
 use super::{Daemon, Inner, admit_info, check_asked, status, to_ttrpc};
 use crate::monitor::Sample;
@@ -70,7 +67,6 @@ pub(super) fn place(d: &Daemon, req: &api::AdmitRequest) -> ttrpc::Result<api::P
         ));
     }
     let flow = info.flow_key();
-    let now = d.now();
     let inner = d.lock();
     let Some(p) = inner.placement.as_ref() else {
         return Ok(api::PlaceResponse::default());
@@ -103,13 +99,7 @@ pub(super) fn place(d: &Daemon, req: &api::AdmitRequest) -> ttrpc::Result<api::P
         return Ok(api::PlaceResponse::default());
     }
     let candidates: Vec<u32> = named.iter().map(|(_, i)| *i).collect();
-    let resident: BTreeSet<u32> = inner
-        .pool
-        .entries(now)
-        .into_iter()
-        .filter(|e| e.function == flow && e.tier == Tier::Hot)
-        .map(|e| e.gpu)
-        .collect();
+    let resident = inner.pool.hot_gpus(&flow);
     let gpus = inner.core.gpus();
     let minute = crate::placement::minute_of_day_utc();
     let choice = p.choose(&gpus, &candidates, &flow, &resident, minute);
