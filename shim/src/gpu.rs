@@ -72,6 +72,11 @@ pub struct GpuWork {
     /// The GPUs the shim may give it (device nodes and driver files), from a trusted source
     /// only; `None`: the shim gives none (the platform or a legacy hook does, or nobody).
     pub grant: Option<GpuSelection>,
+    /// mqfqd may narrow the grant to one GPU (placement): it came from
+    /// `NVIDIA_VISIBLE_DEVICES`, and the container does not pick GPUs itself with
+    /// `CUDA_VISIBLE_DEVICES` (whose indices would then name other devices, or none). A grant
+    /// from a device plugin, a DRA claim or CDI is the platform's and stays whole.
+    pub placeable: bool,
 }
 
 /// Where the shim accepts GPU grants from, beyond what the platform put in the spec
@@ -364,11 +369,13 @@ pub fn classify(spec: &Value, id: &str, access: GpuAccess) -> Result<Classificat
     let mounted = volume_mount_devices(spec);
 
     // Trusted sources only, in the order NVIDIA's toolkit prefers them.
+    let mut placeable = false;
     let grant = if !mounted.is_empty() {
         Some(selection(mounted))
     } else if !cdi.is_empty() && (!cri || access.cdi_annotations) {
         Some(selection(cdi.clone()))
     } else if let Some(v) = nvidia.filter(|_| access.env || privileged(spec)) {
+        placeable = cuda.is_none();
         Some(parse_list(v))
     } else if !dev_nodes.is_empty() {
         Some(GpuSelection::Devices(dev_nodes.clone()))
@@ -420,6 +427,7 @@ pub fn classify(spec: &Value, id: &str, access: GpuAccess) -> Result<Classificat
             .to_owned(),
         gpus,
         grant,
+        placeable,
     }))
 }
 
@@ -505,6 +513,10 @@ mod tests {
         )
         .unwrap();
         assert_eq!(w.grant, Some(GpuSelection::All));
+        assert!(
+            !w.placeable,
+            "a CDI grant is the platform's: never narrowed"
+        );
         // io.mqfq.gpu classifies, never grants; under CRI, without a GPU from the platform, it
         // does not even take a queue slot.
         let ask = json!({"annotations": {"io.mqfq.gpu": "true"},
@@ -517,6 +529,12 @@ mod tests {
         // The explicit switch (ctr / Docker hosts) and privileged containers take the env.
         let env = json!({"process": {"env": ["NVIDIA_VISIBLE_DEVICES=0,GPU-abc"]}});
         assert_eq!(with(&env, GpuAccess::default()), None);
+        assert!(with(&env, ENV).unwrap().placeable);
+        // One that picks its GPUs by CUDA index keeps the whole grant: narrowed, its indices
+        // would name other devices.
+        let picks =
+            json!({"process": {"env": ["NVIDIA_VISIBLE_DEVICES=all", "CUDA_VISIBLE_DEVICES=1"]}});
+        assert!(!with(&picks, ENV).unwrap().placeable);
         assert_eq!(
             with(&env, ENV).unwrap().grant,
             Some(devs(&["0", "GPU-abc"]))

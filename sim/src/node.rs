@@ -184,7 +184,7 @@ impl NodeMqfq {
     }
 
     /// The GPU `placement` puts `func`'s invocation on; `None`: the core routes it.
-    fn place(&mut self, func: usize) -> Option<u32> {
+    fn place(&mut self, func: usize, now: Time) -> Option<u32> {
         if self.placement == PlacementMode::LeastLoaded {
             return None;
         }
@@ -209,6 +209,7 @@ impl NodeMqfq {
                     &self.names[func],
                     &BTreeSet::new(),
                     720,
+                    now,
                 );
                 return c.ok().map(|c| c.gpu);
             }
@@ -255,7 +256,7 @@ impl Policy for NodeMqfq {
     }
     fn arrive(&mut self, inv: usize, trace: &Trace, now: Time, _: &PoolView<'_>) {
         let mut info = admit_info(trace, inv);
-        if let Some(g) = self.place(trace.invocations[inv].func) {
+        if let Some(g) = self.place(trace.invocations[inv].func, now) {
             info.gpus = vec![g.to_string()];
         }
         // Names, weights and GPUs come from a validated trace: the core accepts them.

@@ -6,6 +6,8 @@
  *   FAKE_NVML_MIG    index of a GPU that reports MIG mode on (unset: none)
  *   FAKE_NVML_UTIL   file whose lines are each GPU's utilization percent, read at every call
  *   FAKE_NVML_FAIL   if set, nvmlInit fails with NVML_ERROR_DRIVER_NOT_LOADED
+ *   FAKE_NVML_LOST   file whose lines are indices of GPUs that have fallen off the bus, read at
+ *                    every call: their memory queries answer NVML_ERROR_GPU_IS_LOST
  *   FAKE_NVML_PERSIST file that nvmlDeviceSetPersistenceMode appends "<index> <mode>" to
  *   FAKE_NVML_PERSIST_DENY  if set, nvmlDeviceSetPersistenceMode fails with NVML_ERROR_NO_PERMISSION
  *
@@ -97,6 +99,7 @@ const char *nvmlErrorString(nvmlReturn_t r) {
     case NVML_ERROR_NOT_SUPPORTED: return "Not Supported";
     case NVML_ERROR_DRIVER_NOT_LOADED: return "Driver Not Loaded";
     case NVML_ERROR_ARGUMENT_VERSION_MISMATCH: return "Argument Version Mismatch";
+    case 15: return "GPU is lost";
     default: return "Unknown Error";
     }
 }
@@ -133,8 +136,21 @@ nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t d, char *buf, unsigned int len) {
     return NVML_SUCCESS;
 }
 
+/* Whether GPU `index` is listed in the FAKE_NVML_LOST file. */
+static int lost(int index) {
+    const char *path = getenv("FAKE_NVML_LOST");
+    int i, found = 0;
+    if (!path) return 0;
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    while (!found && fscanf(f, "%d", &i) == 1) found = i == index;
+    fclose(f);
+    return found;
+}
+
 nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t d, nvmlMemory_v2_t *m) {
     if (!valid(d) || !m) return NVML_ERROR_INVALID_ARGUMENT;
+    if (lost(d->index)) return 15; /* NVML_ERROR_GPU_IS_LOST */
     m->total = 16ULL << 30;
     m->reserved = 0;
     m->used = (unsigned long long)util_of(d->index) * (m->total / 100);

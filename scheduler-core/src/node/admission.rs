@@ -444,7 +444,12 @@ impl Core {
             .unwrap_or(0)
     }
 
-    fn validate(info: &AdmitInfo) -> Result<f64, CoreError> {
+    /// The checks an admission's fields get (for callers that use them before admitting,
+    /// such as placement); the weight in force.
+    ///
+    /// # Errors
+    /// The first invalid field, named.
+    pub fn validate(info: &AdmitInfo) -> Result<f64, CoreError> {
         info.key()?;
         if !is_key(&info.function) {
             return Err(invalid(
@@ -762,9 +767,7 @@ impl Core {
         let measured = measured.map(|m| m.min(held_s));
         // The ticket is outstanding by construction; a failure here would be a bug in this file.
         let _ = g.queue.complete(&l.ticket, measured, now);
-        // Only a run that ended as runs do says how long it took (not a kill, a delete, a start
-        // that failed, a shim that went away).
-        let ran = matches!(reason, "exit" | "pause" | "idle");
+        let ran = charge::ended_as_runs_do(reason);
         let tenant = l.tenant.as_deref().unwrap_or_default();
         g.conc
             .released(lease, &l.function, tenant, measured.filter(|_| ran));

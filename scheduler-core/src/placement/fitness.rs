@@ -32,6 +32,18 @@ pub enum Health {
     Failed,
 }
 
+impl Health {
+    /// `healthy`, `overloaded` or `failed` (as status and logs show it).
+    #[must_use]
+    pub fn name(self) -> &'static str {
+        match self {
+            Health::Healthy => "healthy",
+            Health::Overloaded => "overloaded",
+            Health::Failed => "failed",
+        }
+    }
+}
+
 /// One candidate GPU as the daemon sees it at the moment of choice.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct GpuView {

@@ -13,9 +13,13 @@ use crate::config::{ConfigError, reject};
 /// One sampling period's evidence about a GPU.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
 pub struct HealthSample {
-    /// Utilization, 0..=1.
-    pub utilization: f64,
-    /// NVML failed to read the GPU, or reported an Xid, in this period.
+    /// SM activity, 0..=1, where the GPU measures it (GPM); `None` judges no overload.
+    /// Busy-time is no measure of overload: it reads 100 % while any one kernel runs, which
+    /// is what a GPU admitting work under a concurrency limit is meant to look like.
+    pub utilization: Option<f64>,
+    /// NVML failed to read this GPU, or reported an Xid for it, in this period. A period in
+    /// which NVML itself could not be reached is evidence against no GPU in particular: the
+    /// daemon sends no sample for it.
     pub error: bool,
 }
 
@@ -105,7 +109,9 @@ impl HealthTracker {
     /// Takes one period's sample; returns `(from, to)` when the condition changed.
     pub fn observe(&mut self, s: HealthSample, cfg: &HealthConfig) -> Option<(Health, Health)> {
         let from = self.state;
-        let saturated = s.utilization.is_finite() && s.utilization >= cfg.overload_utilization;
+        let saturated = s
+            .utilization
+            .is_some_and(|u| u.is_finite() && u >= cfg.overload_utilization);
         if s.error {
             self.errors += 1;
             self.clean_run = 0;

@@ -95,12 +95,17 @@ pub fn fallback() -> GpuModel {
 /// put before the built-in table override it), else [`fallback`].
 #[must_use]
 pub fn lookup(table: &[GpuModel], name: &str) -> GpuModel {
-    let name = name.to_ascii_lowercase();
     table
         .iter()
         .rev()
-        .filter(|m| name.contains(&m.pattern.to_ascii_lowercase()))
+        .filter(|m| contains_ignore_case(name, &m.pattern))
         .max_by_key(|m| m.pattern.len())
         .cloned()
         .unwrap_or_else(fallback)
+}
+
+/// `needle` in `hay`, ASCII case ignored, without allocating (asked per candidate per choice).
+fn contains_ignore_case(hay: &str, needle: &str) -> bool {
+    let (h, n) = (hay.as_bytes(), needle.as_bytes());
+    n.is_empty() || h.windows(n.len()).any(|w| w.eq_ignore_ascii_case(n))
 }

@@ -1,7 +1,7 @@
 //! The node's placement state: what mqfqd keeps between choices (functions' features, each
 //! GPU's health) and the choice itself over the admission core's view of its GPUs.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use serde::Serialize;
 
@@ -62,12 +62,22 @@ impl PlacementConfig {
     }
 }
 
+/// How long a placement counts as work on its GPU: the container being created asks for its
+/// slot at Start, and until then the core's queue does not show it, so Creates in a burst
+/// would all choose the same GPU.
+const PLACED_HOLD_S: f64 = 10.0;
+
+/// At most this many recent placements are kept (a Create storm is bounded, not remembered).
+const PLACED_MAX: usize = 1024;
+
 /// The node's placement state.
 #[derive(Clone, Debug)]
 pub struct Placement {
     cfg: PlacementConfig,
     features: Features,
     health: BTreeMap<u32, HealthTracker>,
+    /// Recent choices, oldest first: (GPU, when).
+    recent: VecDeque<(u32, Time)>,
 }
 
 impl Placement {
@@ -81,6 +91,7 @@ impl Placement {
             features: Features::new(cfg.features),
             cfg,
             health: BTreeMap::new(),
+            recent: VecDeque::new(),
         })
     }
 
@@ -123,8 +134,39 @@ impl Placement {
             .map_or(Health::Healthy, HealthTracker::state)
     }
 
+    /// A container was placed on `gpu` at `now`: for [`PLACED_HOLD_S`] it counts as one more
+    /// admission there, so the next choices see it before its Start reaches the queue.
+    pub fn placed(&mut self, gpu: u32, now: Time) {
+        self.forget_placed(now);
+        if self.recent.len() >= PLACED_MAX {
+            self.recent.pop_front();
+        }
+        self.recent.push_back((gpu, now));
+    }
+
+    fn forget_placed(&mut self, now: Time) {
+        while self
+            .recent
+            .front()
+            .is_some_and(|&(_, at)| now.secs_since(at) >= PLACED_HOLD_S)
+        {
+            self.recent.pop_front();
+        }
+    }
+
+    /// Placements on `gpu` still held at `now`.
+    fn pending(&self, gpu: u32, now: Time) -> u32 {
+        let n = self
+            .recent
+            .iter()
+            .filter(|&&(g, at)| g == gpu && now.secs_since(at) < PLACED_HOLD_S)
+            .count();
+        u32::try_from(n).unwrap_or(u32::MAX)
+    }
+
     /// Chooses among `candidates` (NVML indices) for `function`, from the core's view of its
-    /// GPUs, the GPUs where the function's memory is `resident`, and the minute of the day.
+    /// GPUs, the GPUs where the function's memory is `resident`, the minute of the day, and
+    /// the placements made in the last [`PLACED_HOLD_S`] before `now`.
     ///
     /// # Errors
     /// No usable candidate (none, unknown to the core, or all failed).
@@ -135,6 +177,7 @@ impl Placement {
         function: &str,
         resident: &BTreeSet<u32>,
         minute_of_day: u32,
+        now: Time,
     ) -> Result<Choice, PlacementError> {
         let views: Vec<GpuView> = candidates
             .iter()
@@ -156,7 +199,8 @@ impl Placement {
                     memory_used,
                     queue: g
                         .running
-                        .saturating_add(u32::try_from(g.queued).unwrap_or(u32::MAX)),
+                        .saturating_add(u32::try_from(g.queued).unwrap_or(u32::MAX))
+                        .saturating_add(self.pending(g.info.index, now)),
                     limit: g.limit,
                     power: None,
                     health: self.health(g.info.index),

@@ -3,6 +3,8 @@ use super::models::{builtin, lookup};
 use super::*;
 use crate::time::Time;
 
+const T0: Time = Time::ZERO;
+
 fn sample(burst_ms: f64, sm: f64, dram: f64) -> Sample {
     Sample {
         burst_ms,
@@ -352,11 +354,11 @@ fn health_moves_through_failed_and_overloaded_and_back() {
     };
     let mut h = HealthTracker::default();
     let busy = HealthSample {
-        utilization: 1.0,
+        utilization: Some(1.0),
         error: false,
     };
     let calm = HealthSample {
-        utilization: 0.5,
+        utilization: Some(0.5),
         error: false,
     };
     assert_eq!(h.observe(busy, &cfg), None);
@@ -371,7 +373,7 @@ fn health_moves_through_failed_and_overloaded_and_back() {
         Some((Health::Overloaded, Health::Healthy))
     );
     let err = HealthSample {
-        utilization: 0.0,
+        utilization: None,
         error: true,
     };
     assert_eq!(
@@ -420,7 +422,7 @@ fn the_node_probes_new_functions_then_places_them_by_fitness_and_avoids_failed_g
     ];
     let none = std::collections::BTreeSet::new();
     // New: probed on the idle GPU.
-    let c = p.choose(&gpus, &[0, 1], "bert", &none, 600).unwrap();
+    let c = p.choose(&gpus, &[0, 1], "bert", &none, 600, T0).unwrap();
     assert_eq!((c.gpu, c.reason), (0, "probe"));
     for i in 0..3 {
         p.observe_burst(
@@ -431,29 +433,85 @@ fn the_node_probes_new_functions_then_places_them_by_fitness_and_avoids_failed_g
         .unwrap();
     }
     // Known, compute-bound and long: the H100's free half (33.5 TFLOPS) beats the idle A30.
-    let c = p.choose(&gpus, &[0, 1], "bert", &none, 600).unwrap();
+    let c = p.choose(&gpus, &[0, 1], "bert", &none, 600, T0).unwrap();
     assert_eq!((c.gpu, c.reason), (1, "fitness"), "{c:?}");
     // Only the candidates the container was given count.
-    assert_eq!(p.choose(&gpus, &[0], "bert", &none, 600).unwrap().gpu, 0);
+    assert_eq!(
+        p.choose(&gpus, &[0], "bert", &none, 600, T0).unwrap().gpu,
+        0
+    );
     // GPU 1 fails: avoided until it recovers.
     let err = HealthSample {
-        utilization: 0.0,
+        utilization: None,
         error: true,
     };
     assert_eq!(
         p.observe_gpu(1, err),
         Some((Health::Healthy, Health::Failed))
     );
-    assert_eq!(p.choose(&gpus, &[0, 1], "bert", &none, 600).unwrap().gpu, 0);
     assert_eq!(
-        p.choose(&gpus, &[1], "bert", &none, 600),
+        p.choose(&gpus, &[0, 1], "bert", &none, 600, T0)
+            .unwrap()
+            .gpu,
+        0
+    );
+    assert_eq!(
+        p.choose(&gpus, &[1], "bert", &none, 600, T0),
         Err(PlacementError::NoUsableGpu)
     );
     assert_eq!(
-        p.choose(&gpus, &[9], "bert", &none, 600),
+        p.choose(&gpus, &[9], "bert", &none, 600, T0),
         Err(PlacementError::NoUsableGpu),
         "a GPU the core does not know is no candidate"
     );
+}
+
+/// Creates in a burst: each placement counts on its GPU until the container's Start shows in
+/// the queue (or the hold passes), so two new functions placed at once are spread.
+#[test]
+fn placements_made_moments_ago_count_as_queued_work() {
+    let mut p = Placement::new(PlacementConfig::default()).unwrap();
+    let gpus = [
+        core_gpu(0, "NVIDIA A30", 0, 0.0),
+        core_gpu(1, "NVIDIA A30", 0, 0.0),
+    ];
+    let none = std::collections::BTreeSet::new();
+    let first = p.choose(&gpus, &[0, 1], "a", &none, 600, T0).unwrap().gpu;
+    p.placed(first, T0);
+    let second = p.choose(&gpus, &[0, 1], "b", &none, 600, T0).unwrap().gpu;
+    assert_ne!(first, second, "the second Create sees the first");
+    p.placed(second, T0);
+    // After the hold, only the core's queue counts again.
+    let later = Time::from_secs_f64(30.0);
+    assert_eq!(
+        p.choose(&gpus, &[0, 1], "c", &none, 600, later)
+            .unwrap()
+            .gpu,
+        0
+    );
+    // A storm of placements is bounded.
+    for i in 0..5000 {
+        p.placed(i % 2, later);
+    }
+    assert!(p.choose(&gpus, &[0, 1], "d", &none, 600, later).is_ok());
+}
+
+#[test]
+fn busy_time_alone_never_makes_a_gpu_overloaded() {
+    let cfg = HealthConfig {
+        overload_utilization: 0.9,
+        overload_samples: 1,
+        recover_samples: 1,
+    };
+    let mut h = HealthTracker::default();
+    let unmeasured = HealthSample {
+        utilization: None,
+        error: false,
+    };
+    for _ in 0..10 {
+        assert_eq!(h.observe(unmeasured, &cfg), None);
+    }
+    assert_eq!(h.state(), Health::Healthy);
 }
 
 #[test]

@@ -68,6 +68,9 @@ pub fn render(s: &api::StatusResponse) -> String {
             g.virtual_time,
             g.name
         );
+        if !g.health.is_empty() && g.health != "healthy" {
+            let _ = writeln!(o, "    GPU {} is {} for new containers", g.index, g.health);
+        }
     }
     let _ = writeln!(
         o,
@@ -219,6 +222,7 @@ pub fn to_json(s: &api::StatusResponse) -> serde_json::Value {
             "utilization": g.utilization, "sm_activity": g.sm_activity,
             "slowdown": g.slowdown, "pressure": g.pressure, "memory_used": g.memory_used,
             "memory_total": g.memory_total, "virtual_time": g.virtual_time,
+            "health": (!g.health.is_empty()).then_some(&g.health),
         })).collect::<Vec<_>>(),
         "flows": s.flows.iter().map(|f| json!({
             "function": f.function, "gpu": f.gpu, "state": f.state, "start_tag": f.start_tag,

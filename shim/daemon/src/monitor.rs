@@ -52,6 +52,9 @@ pub struct Sample {
     pub pcie_rx_kbps: Option<u32>,
     /// Power draw, milliwatts, where known.
     pub power_mw: Option<u32>,
+    /// NVML answered for the node but not for this GPU (lost, fallen off the bus): nothing
+    /// else in the sample is a reading.
+    pub failed: bool,
 }
 
 impl Sample {
@@ -67,6 +70,35 @@ impl Sample {
             memory_used: self.memory_used,
         }
     }
+}
+
+/// Every GPU's sample for the period from what the monitor read and each GPU's `last`
+/// (index, memory used): a monitor that failed read none, and each GPU still ends its sample
+/// period (the releases since the last one move D) with its last memory figure and no GPU
+/// signal; a GPU NVML could not read keeps its last memory figure too.
+#[must_use]
+pub fn with_last_memory(samples: Vec<Sample>, last: &[(u32, u64)]) -> Vec<Sample> {
+    if samples.is_empty() {
+        return last
+            .iter()
+            .map(|&(index, memory_used)| Sample {
+                index,
+                memory_used,
+                ..Sample::default()
+            })
+            .collect();
+    }
+    samples
+        .into_iter()
+        .map(|mut s| {
+            if s.failed
+                && let Some(&(_, m)) = last.iter().find(|(i, _)| *i == s.index)
+            {
+                s.memory_used = m;
+            }
+            s
+        })
+        .collect()
 }
 
 /// A source of GPU facts and samples.
@@ -249,6 +281,32 @@ impl NvmlGpus {
         self.mps_pipe_dir.join("control").exists()
     }
 
+    /// Every GPU NVML lists, by index: one that NVML cannot read (lost, fallen off the
+    /// bus) is a failed sample, not the node's failure; only NVML itself failing is.
+    fn each_or_failed(
+        &self,
+        mut f: impl FnMut(u32, nvml_wrapper::Device<'static>) -> Result<Sample, MonitorError>,
+    ) -> Result<Vec<Sample>, MonitorError> {
+        let n = self.nvml.device_count().map_err(nvml_err("device count"))?;
+        Ok((0..n)
+            .map(|i| {
+                let read = self
+                    .nvml
+                    .device_by_index(i)
+                    .map_err(nvml_err("device by index"))
+                    .and_then(|d| f(i, d));
+                read.unwrap_or_else(|e| {
+                    tracing::debug!(gpu = i, "GPU not read: {e}");
+                    Sample {
+                        index: i,
+                        failed: true,
+                        ..Sample::default()
+                    }
+                })
+            })
+            .collect())
+    }
+
     /// Every GPU NVML lists, by index.
     fn each<T>(
         &self,
@@ -308,7 +366,7 @@ impl GpuMonitor for NvmlGpus {
     fn sample(&mut self, _leases: &[u32]) -> Result<Vec<Sample>, MonitorError> {
         let mut gpm = std::mem::take(&mut self.gpm);
         let nvml = self.nvml;
-        let out = self.each(|i, d| {
+        let out = self.each_or_failed(|i, d| {
             // Busy-time is only reported: a GPU that has none (MIG mode) still samples.
             let busy = d
                 .utilization_rates()
@@ -337,6 +395,7 @@ impl GpuMonitor for NvmlGpus {
                 pcie_tx_kbps: tx,
                 pcie_rx_kbps: rx,
                 power_mw: d.power_usage().ok(),
+                failed: false,
             })
         });
         self.gpm = gpm;

@@ -415,23 +415,13 @@ impl Daemon {
             let host = pool::host_memory();
             let now = self.now();
             let mut inner = self.lock();
-            // A monitor reads every GPU or fails: after a failure each GPU still ends its sample
-            // period (the releases since the last one move D), with its last memory figure and
-            // no GPU signal.
-            let samples = if samples.is_empty() {
-                inner
-                    .core
-                    .gpus()
-                    .into_iter()
-                    .map(|g| Sample {
-                        index: g.info.index,
-                        memory_used: g.memory_used,
-                        ..Sample::default()
-                    })
-                    .collect()
-            } else {
-                samples
-            };
+            let last: Vec<(u32, u64)> = inner
+                .core
+                .gpus()
+                .iter()
+                .map(|g| (g.info.index, g.memory_used))
+                .collect();
+            let samples = crate::monitor::with_last_memory(samples, &last);
             self.placement_sample(&mut inner, &samples, failing);
             let readings: Vec<GpuReading> = samples.iter().map(Sample::reading).collect();
             let grants = inner.core.sample(&readings, now);
@@ -484,6 +474,10 @@ impl Daemon {
                 memory_total: g.info.memory_total,
                 virtual_time: g.virtual_time,
                 queued: g.queued as u64,
+                health: inner
+                    .placement
+                    .as_ref()
+                    .map_or_else(String::new, |p| p.health(g.info.index).name().to_owned()),
                 ..Default::default()
             })
             .collect();
@@ -642,11 +636,12 @@ impl api::Admission for Service {
             .lease(req.lease_id)
             .map(|l| (l.key.clone(), l.function.clone()))
             .unzip();
+        let ran = inner.core.run_measured(req.lease_id, measured, reason, now);
         let grants = inner
             .core
             .release(req.lease_id, measured, reason, now)
             .map_err(|e| to_ttrpc(&e))?;
-        if let (Some(f), Some(m)) = (function, measured) {
+        if let (Some(f), Some(m)) = (function, ran) {
             Daemon::placement_learn(&mut inner, &f, m, now);
         }
         if let Some(key) = key

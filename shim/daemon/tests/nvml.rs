@@ -149,6 +149,16 @@ fn nvml_backend_reads_the_double_and_drives_d() {
         (Some(1000), Some(2000))
     );
     assert_eq!(s[0].power_mw, Some(50000 + 2500 * 37));
+    // A GPU fallen off the bus is that GPU's failed sample, not the node's failure.
+    let lost = dir.path().join("lost");
+    std::fs::write(&lost, "1\n").unwrap();
+    // SAFETY: as above, no other thread reads the environment.
+    unsafe { std::env::set_var("FAKE_NVML_LOST", &lost) };
+    let s = m.sample(&[]).unwrap();
+    assert!(!s[0].failed && s[1].failed, "{s:?}");
+    assert_eq!((s[1].busy, s[1].memory_used), (None, 0));
+    // SAFETY: as above.
+    unsafe { std::env::remove_var("FAKE_NVML_LOST") };
     // An MPS control pipe puts whole GPUs in MPS mode.
     let mps = dir.path().join("mps");
     std::fs::create_dir_all(&mps).unwrap();
@@ -279,6 +289,71 @@ fn nvml_backend_reads_the_double_and_drives_d() {
     let s = rt.block_on(rounds_until_d_exceeds(&sock, 2.0));
     assert_eq!(s["gpus"][0]["utilization"], 1.0);
     assert_eq!(s["gpus"][0]["sm_activity"], 0.3);
+    stop(child);
+
+    // Placement on: a GPU NVML loses is failed for new containers (status, Place) until it
+    // has been read cleanly `recover_samples` times; its last memory figure stands meanwhile.
+    let cfg_place = dir.path().join("mqfqd-place.toml");
+    std::fs::write(
+        &cfg_place,
+        format!(
+            "{}[placement]\nenabled = true\nrecover_samples = 5\n",
+            std::fs::read_to_string(&cfg).unwrap()
+        ),
+    )
+    .unwrap();
+    std::fs::write(&lost, "").unwrap();
+    std::fs::write(&util, "10\n20\n").unwrap();
+    let child = serving(
+        &cfg_place,
+        &sock,
+        &log,
+        &[
+            ("FAKE_NVML_LOST", lost.as_os_str()),
+            ("FAKE_NVML_MIG", "9".as_ref()),
+        ],
+    );
+    let health = |want: [&str; 2]| {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let s = status(&sock).unwrap();
+            if s["gpus"][0]["health"] == want[0] && s["gpus"][1]["health"] == want[1] {
+                return s;
+            }
+            assert!(Instant::now() < deadline, "never {want:?}: {s}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    let s = health(["healthy", "healthy"]);
+    let memory = s["gpus"][1]["memory_used"].clone();
+    std::fs::write(&lost, "1\n").unwrap();
+    let s = health(["healthy", "failed"]);
+    assert_eq!(s["gpus"][1]["memory_used"], memory, "last figure kept");
+    let place = |function: &str| {
+        rt.block_on(async {
+            let c = mqfq_daemon::ctl::connect(&sock).await.unwrap();
+            c.place(
+                ttrpc::context::with_timeout(5_000_000_000),
+                &api::AdmitRequest {
+                    namespace: "t".into(),
+                    container_id: "p".into(),
+                    function: function.into(),
+                    shim_pid: std::process::id(),
+                    ..Default::default()
+                },
+            )
+            .await
+        })
+    };
+    for f in ["a", "b", "c"] {
+        assert_eq!(place(f).unwrap().device, "0", "only GPU 0 is healthy");
+    }
+    let e = place("not a function name").unwrap_err();
+    assert!(e.to_string().contains("function"), "{e}");
+    std::fs::write(&lost, "").unwrap();
+    health(["healthy", "healthy"]);
+    // Both usable again: the three placements just made count on GPU 0 for a while.
+    assert_eq!(place("d").unwrap().device, "1");
     stop(child);
 
     // Persistence mode refused: the daemon holds each GPU's primary CUDA context instead (through

@@ -108,6 +108,7 @@ async fn a_release_racing_a_registration_leaves_no_lease_behind() {
         pod_namespace: String::new(),
         gpus: GpuSelection::All,
         grant: None,
+        placeable: false,
     };
     // The first registration (on connect) passes; the container gets a lease.
     gate.admit("ns", "c1", &work, Kind::Start, false)

@@ -242,11 +242,12 @@ impl TaskService {
         w: &mut gpu::GpuWork,
     ) -> std::result::Result<Option<Prepared>, crate::nvidia::edits::EditError> {
         let file = crate::nvidia::edits_file();
-        let several = match &w.grant {
-            Some(gpu::GpuSelection::All) => true,
-            Some(gpu::GpuSelection::Devices(d)) => d.len() > 1,
-            None => false,
-        };
+        let several = w.placeable
+            && match &w.grant {
+                Some(gpu::GpuSelection::All) => true,
+                Some(gpu::GpuSelection::Devices(d)) => d.len() > 1,
+                None => false,
+            };
         if several && let Some(device) = self.gate.place(&self.namespace, id, w).await {
             let among = match &w.grant {
                 Some(gpu::GpuSelection::Devices(d)) => d.contains(&device),
@@ -261,6 +262,7 @@ impl TaskService {
                 let narrowed = gpu::GpuWork {
                     grant: Some(gpu::GpuSelection::Devices(vec![device.clone()])),
                     gpus: gpu::GpuSelection::Devices(vec![device.clone()]),
+                    placeable: false,
                     ..w.clone()
                 };
                 let mut trial = spec.clone();

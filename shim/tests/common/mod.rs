@@ -38,6 +38,12 @@ pub fn replay(records: &[Value], config: &Path) {
                 assert_eq!(got.item, key, "replay diverges at {r}");
                 tickets.insert(r["lease"].as_u64().unwrap(), got.ticket);
             }
+            // A running container the daemon did not know (a fail-open start it is told of,
+            // a restarted daemon): charged as running from now, like a dispatch.
+            "adopt" => {
+                let ticket = q.adopt(f, t).expect("replay adopts too");
+                tickets.insert(r["lease"].as_u64().unwrap(), ticket);
+            }
             "release" => {
                 let ticket = tickets.remove(&r["lease"].as_u64().unwrap()).unwrap();
                 q.complete(&ticket, r["measured_s"].as_f64(), t).unwrap();

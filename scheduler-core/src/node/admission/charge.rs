@@ -55,3 +55,29 @@ impl Core {
 fn held_s(since: Time, now: Time) -> f64 {
     now.as_nanos().saturating_sub(since.as_nanos()) as f64 / 1e9
 }
+
+impl Core {
+    /// What releasing `lease` now with `measured` and `reason` would teach as one run's GPU
+    /// time: the measurement capped at the time the lease was held, and only for a run that
+    /// ended as runs do. `None` for an unknown lease. What placement learns features from.
+    #[must_use]
+    pub fn run_measured(
+        &self,
+        lease: u64,
+        measured: Option<f64>,
+        reason: &str,
+        now: Time,
+    ) -> Option<f64> {
+        let l = self.leases.get(&lease)?;
+        let held_s = now.secs_since(l.since).max(0.0);
+        measured
+            .map(|m| m.min(held_s))
+            .filter(|_| ended_as_runs_do(reason))
+    }
+}
+
+/// Only a run that ended as runs do says how long it took (not a kill, a delete, a start that
+/// failed, a shim that went away).
+pub(super) fn ended_as_runs_do(reason: &str) -> bool {
+    matches!(reason, "exit" | "pause" | "idle")
+}

@@ -3,7 +3,7 @@
 //! The decisions are `scheduler_core::placement`'s.
 
 use scheduler_core::Time;
-use scheduler_core::node::admission::Kind;
+use scheduler_core::node::admission::{Core, Kind};
 use scheduler_core::placement::{HealthSample, Placement, Sample as BurstSample};
 
 use super::{Daemon, Inner, admit_info, check_asked, status, to_ttrpc};
@@ -31,16 +31,20 @@ impl Daemon {
         }
     }
 
-    /// One sampling period: each GPU's health moves on its reading, or on the failure.
+    /// One sampling period: each GPU's health moves on its reading, or on NVML's failure to
+    /// read that GPU (`failed`: NVML answered for none).
     pub(super) fn placement_sample(&self, inner: &mut Inner, samples: &[Sample], failed: bool) {
         let Some(p) = inner.placement.as_mut() else {
             return;
         };
+        // NVML not answering at all says nothing against any one GPU: no sample then.
+        if failed {
+            return;
+        }
         for s in samples {
-            let r = s.reading();
             let h = HealthSample {
-                utilization: r.signals.sm_activity.or(r.signals.busy).unwrap_or(0.0),
-                error: failed,
+                utilization: s.sm_activity,
+                error: s.failed,
             };
             if let Some((from, to)) = p.observe_gpu(s.index, h) {
                 tracing::warn!(
@@ -59,7 +63,8 @@ impl Daemon {
 pub(super) fn place(d: &Daemon, req: &api::AdmitRequest) -> ttrpc::Result<api::PlaceResponse> {
     check_asked(req.weight, &req.tenant, &req.pod_namespace).map_err(|e| to_ttrpc(&e))?;
     let info = admit_info(&d.policy, req, Kind::Start);
-    info.key().map_err(|e| to_ttrpc(&e))?;
+    // Its features are kept under its function's name: the checks an admission makes.
+    Core::validate(&info).map_err(|e| to_ttrpc(&e))?;
     if req.gpus.len() > 64 {
         return Err(status(
             ttrpc::Code::INVALID_ARGUMENT,
@@ -67,10 +72,11 @@ pub(super) fn place(d: &Daemon, req: &api::AdmitRequest) -> ttrpc::Result<api::P
         ));
     }
     let flow = info.flow_key();
-    let inner = d.lock();
-    let Some(p) = inner.placement.as_ref() else {
+    let now = d.now();
+    let mut inner = d.lock();
+    if inner.placement.is_none() {
         return Ok(api::PlaceResponse::default());
-    };
+    }
     // Candidates as the request named them; a name that stands for several GPUs (a MIG UUID
     // NVML does not list) makes no choice: the container keeps what it was given.
     let mut named: Vec<(String, u32)> = Vec::new();
@@ -102,7 +108,14 @@ pub(super) fn place(d: &Daemon, req: &api::AdmitRequest) -> ttrpc::Result<api::P
     let resident = inner.pool.hot_gpus(&flow);
     let gpus = inner.core.gpus();
     let minute = crate::placement::minute_of_day_utc();
-    let choice = p.choose(&gpus, &candidates, &flow, &resident, minute);
+    let Some(p) = inner.placement.as_mut() else {
+        return Ok(api::PlaceResponse::default());
+    };
+    let choice = p.choose(&gpus, &candidates, &flow, &resident, minute, now);
+    // Under the same lock: a Create racing this one sees the choice.
+    if let Ok(c) = &choice {
+        p.placed(c.gpu, now);
+    }
     drop(inner);
     match choice {
         Ok(c) => {
