@@ -12,10 +12,13 @@
 //! - [`fitness`]: the choice — the design's two fitness formulas combined with locality, queue,
 //!   balance, energy and affinity under peak / off-peak weights.
 //! - [`health`]: failed and overloaded GPUs, avoided for new containers until they recover.
+//! - [`cluster`]: what a node publishes for the cluster's scheduler, when, and how the
+//!   scheduler extender ranks nodes from it.
 //!
 //! The daemon gathers the inputs (NVML, the pool's residency, the queue) and applies the choice;
 //! the simulator replays it on a heterogeneous node.
 
+pub mod cluster;
 pub mod features;
 pub mod fitness;
 pub mod health;

@@ -223,12 +223,14 @@ pub fn to_json(s: &api::StatusResponse) -> serde_json::Value {
             "slowdown": g.slowdown, "pressure": g.pressure, "memory_used": g.memory_used,
             "memory_total": g.memory_total, "virtual_time": g.virtual_time,
             "health": (!g.health.is_empty()).then_some(&g.health),
+            "tflops": g.tflops, "mem_gbps": g.mem_gbps,
         })).collect::<Vec<_>>(),
         "flows": s.flows.iter().map(|f| json!({
             "function": f.function, "gpu": f.gpu, "state": f.state, "start_tag": f.start_tag,
             "finish_tag": f.finish_tag, "queued": f.queued, "in_flight": f.in_flight,
             "weight": f.weight, "service_s": f.service_s, "gpu_time_s": f.gpu_time_s,
             "dispatched": f.dispatched, "completed": f.completed,
+            "class": (!f.class.is_empty()).then_some(&f.class),
         })).collect::<Vec<_>>(),
         "leases": s.leases.iter().map(|l| json!({
             "lease_id": l.lease_id, "namespace": l.namespace, "container_id": l.container_id,

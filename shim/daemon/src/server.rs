@@ -22,12 +22,13 @@ use scheduler_core::node::ContainerKey;
 use scheduler_core::node::admission::{
     AdmitInfo, Core, CoreError, GpuReading, Grant, Kind, RunningInfo,
 };
-use scheduler_core::node::pool::{Action, Order, Pool};
+use scheduler_core::node::pool::{Order, Pool};
 
 mod log;
 mod place;
 mod pool;
 mod socket;
+mod status;
 
 pub use socket::bind;
 
@@ -446,105 +447,6 @@ impl Daemon {
                 self.metrics.pool_gauges(&c);
                 self.metrics.pool_memory(&memory);
             }
-        }
-    }
-
-    /// The Status answer.
-    #[must_use]
-    pub fn status(&self) -> api::StatusResponse {
-        let now = self.now();
-        let inner = self.lock();
-        let core = &inner.core;
-        let gpus = core
-            .gpus()
-            .into_iter()
-            .map(|g| api::GpuStatus {
-                index: g.info.index,
-                uuid: g.info.uuid,
-                name: g.info.name,
-                mode: format!("{:?}", g.info.mode).to_lowercase(),
-                d: g.d,
-                limit: g.limit,
-                running: g.running,
-                utilization: g.reading.busy.unwrap_or(0.0),
-                sm_activity: g.reading.sm_activity,
-                slowdown: g.reading.slowdown,
-                pressure: g.reading.pressure,
-                memory_used: g.memory_used,
-                memory_total: g.info.memory_total,
-                virtual_time: g.virtual_time,
-                queued: g.queued as u64,
-                health: inner
-                    .placement
-                    .as_ref()
-                    .map_or_else(String::new, |p| p.health(g.info.index).name().to_owned()),
-                ..Default::default()
-            })
-            .collect();
-        let flows = core
-            .flows()
-            .into_iter()
-            .map(|(gpu, f)| api::FlowStatus {
-                function: f.key,
-                gpu,
-                state: Core::state_name(f.state).into(),
-                start_tag: f.start,
-                finish_tag: f.finish,
-                queued: f.queued as u64,
-                in_flight: f.in_flight,
-                weight: f.weight,
-                service_s: f.service_s.unwrap_or(0.0),
-                gpu_time_s: f.gpu_time_s,
-                dispatched: f.dispatched,
-                completed: f.completed,
-                tenant: f.tenant.unwrap_or_default(),
-                ..Default::default()
-            })
-            .collect();
-        let leases = core
-            .leases()
-            .map(|(id, l)| api::LeaseStatus {
-                lease_id: id,
-                namespace: l.key.namespace().into(),
-                container_id: l.key.id().into(),
-                function: l.function.clone(),
-                gpu: l.gpu,
-                shim_pid: l.shim_pid,
-                held_ns: now.as_nanos().saturating_sub(l.since.as_nanos()),
-                kind: l.kind.as_str().to_owned(),
-                ..Default::default()
-            })
-            .collect();
-        let pool = inner
-            .pool
-            .entries(now)
-            .into_iter()
-            .map(|e| api::PoolEntry {
-                namespace: e.key.namespace().into(),
-                container_id: e.key.id().into(),
-                function: e.function,
-                gpu: e.gpu,
-                tier: format!("{:?}", e.tier).to_lowercase(),
-                bytes: e.bytes,
-                busy: e.busy,
-                idle_ns: e.idle_ns,
-                pending: e.pending.map_or("", Action::name).into(),
-                uses: e.uses,
-                native: Some(mqfq_proto::memory::to_proto(&e.native)).into(),
-                ..Default::default()
-            })
-            .collect();
-        api::StatusResponse {
-            pool,
-            boot_id: self.boot_id.clone(),
-            backend: self.backend.into(),
-            policy: core.order().as_str().into(),
-            gpus,
-            flows,
-            leases,
-            waiting: core.waiting() as u64,
-            fail_open_starts: core.fail_open_starts(),
-            ..Default::default()
         }
     }
 }
