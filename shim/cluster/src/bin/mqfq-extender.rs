@@ -1,0 +1,59 @@
+//! `mqfq-extender`: the kube-scheduler extender (see `mqfq_cluster::extender`).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Parser;
+use kube::api::Api;
+use mqfq_cluster::crd::GpuNodeState;
+use mqfq_cluster::extender::{Cache, Extender, refresh, router};
+
+/// Ranks GPU nodes for pods from the GpuNodeState objects mqfq's publishers write.
+#[derive(Debug, Parser)]
+#[command(version)]
+struct Args {
+    /// Address to serve the extender API on.
+    #[arg(long, default_value = "0.0.0.0:8888", env = "MQFQ_EXTENDER_LISTEN")]
+    listen: String,
+    /// Namespace of the GpuNodeState objects.
+    #[arg(long, default_value = "mqfq-system", env = "MQFQ_NAMESPACE")]
+    namespace: String,
+    /// Seconds between lists of the objects.
+    #[arg(long, default_value_t = 5.0)]
+    refresh_s: f64,
+    /// A summary older than this many seconds is ignored (three publisher heartbeats).
+    #[arg(long, default_value_t = 180.0)]
+    stale_s: f64,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt().with_writer(std::io::stderr).init();
+    let a = Args::parse();
+    anyhow::ensure!(
+        a.refresh_s.is_finite() && a.refresh_s >= 0.1,
+        "--refresh-s must be at least 0.1"
+    );
+    anyhow::ensure!(a.stale_s.is_finite() && a.stale_s > 0.0, "--stale-s must be > 0");
+    let client = kube::Client::try_default()
+        .await
+        .context("Kubernetes client (in-cluster or KUBECONFIG)")?;
+    let api: Api<GpuNodeState> = Api::namespaced(client, &a.namespace);
+    let cache = Arc::new(Cache::default());
+    tokio::spawn(refresh(
+        api,
+        cache.clone(),
+        Duration::from_secs_f64(a.refresh_s),
+    ));
+    let x = Arc::new(Extender {
+        cache,
+        stale_s: a.stale_s,
+    });
+    let listener = tokio::net::TcpListener::bind(&a.listen)
+        .await
+        .with_context(|| format!("listen on {}", a.listen))?;
+    tracing::info!(listen = %a.listen, namespace = %a.namespace, "mqfq-extender serving");
+    axum::serve(listener, router(x)).await?;
+    Ok(())
+}

@@ -1,0 +1,332 @@
+//! The kube-scheduler extender: `POST /filter` and `POST /prioritize` with the extender API's
+//! JSON (`ExtenderArgs` in, `ExtenderFilterResult` / `HostPriorityList` out), answered from a
+//! cache of the `GpuNodeState` objects.
+//!
+//! Configured `nodeCacheCapable: true` the scheduler sends node names only; without it, whole
+//! `Node` objects, which are passed back as they came (filtered). Meant to be `ignorable`: the
+//! cluster keeps scheduling when the extender is down, and a node it knows nothing about (or
+//! whose object is stale) passes the filter with score 0 — the extender narrows and ranks,
+//! it never keeps a pod from a node mqfq does not run on. Bad input is an HTTP 400 whose
+//! body names what was wrong. The ranking is `scheduler_core::placement::cluster::rank`.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use kube::api::{Api, ListParams};
+use scheduler_core::placement::cluster::{NodeState, NodeSummary, rank};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::crd::GpuNodeState;
+
+/// The largest request body taken (a full `NodeList` of a large cluster fits).
+pub const MAX_BODY: usize = 32 << 20;
+/// The most candidate nodes one request may name.
+pub const MAX_NODES: usize = 100_000;
+
+/// `ExtenderArgs`: the pod and its candidate nodes.
+#[derive(Clone, Debug, Deserialize)]
+pub struct ExtenderArgs {
+    /// The pod being scheduled (only its metadata is read).
+    pub pod: Option<PodRef>,
+    /// Candidate nodes as objects (`nodeCacheCapable: false`).
+    #[serde(default)]
+    pub nodes: Option<Value>,
+    /// Candidate node names (`nodeCacheCapable: true`).
+    #[serde(default)]
+    pub nodenames: Option<Vec<String>>,
+}
+
+/// The part of a pod the extender reads.
+#[derive(Clone, Debug, Default, Deserialize)]
+pub struct PodRef {
+    /// Its metadata.
+    #[serde(default)]
+    pub metadata: PodMeta,
+}
+
+/// Pod metadata.
+#[derive(Clone, Debug, Default, Deserialize)]
+pub struct PodMeta {
+    /// Name.
+    #[serde(default)]
+    pub name: Option<String>,
+    /// Namespace.
+    #[serde(default)]
+    pub namespace: Option<String>,
+    /// Annotations.
+    #[serde(default)]
+    pub annotations: BTreeMap<String, String>,
+    /// Labels.
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+}
+
+/// `ExtenderFilterResult`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FilterResult {
+    /// The nodes that pass, as objects (when they came as objects).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub nodes: Option<Value>,
+    /// The nodes that pass, by name (when they came by name).
+    #[serde(rename = "nodenames", skip_serializing_if = "Option::is_none")]
+    pub node_names: Option<Vec<String>>,
+    /// Nodes that fail, with why.
+    pub failed_nodes: BTreeMap<String, String>,
+    /// What went wrong with the request, if anything.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub error: String,
+}
+
+/// `HostPriority`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HostPriority {
+    /// Node name.
+    pub host: String,
+    /// 0..=10.
+    pub score: i64,
+}
+
+/// A request the extender cannot answer.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum BadRequest {
+    /// Not `ExtenderArgs` JSON.
+    #[error("request body is not ExtenderArgs JSON: {0}")]
+    Json(String),
+    /// No `pod`.
+    #[error("ExtenderArgs.pod is missing")]
+    NoPod,
+    /// Neither `nodes` nor `nodenames`.
+    #[error("ExtenderArgs has neither nodes nor nodenames")]
+    NoNodes,
+    /// `nodes` is not a NodeList with named items.
+    #[error("ExtenderArgs.nodes.items[{0}] has no metadata.name")]
+    NodeName(usize),
+    /// Too many nodes.
+    #[error("ExtenderArgs names {0} nodes (at most {MAX_NODES})")]
+    TooMany(usize),
+}
+
+/// The published summaries the extender answers from, by node name.
+#[derive(Debug, Default)]
+pub struct Cache {
+    by_node: RwLock<HashMap<String, (NodeSummary, u64)>>,
+}
+
+impl Cache {
+    /// Replaces the cache with `objects` (what a list returned).
+    pub fn replace(&self, objects: Vec<GpuNodeState>) {
+        let fresh: HashMap<String, (NodeSummary, u64)> = objects
+            .into_iter()
+            .map(|o| (o.spec.node, (o.spec.summary, o.spec.published_unix_ms)))
+            .collect();
+        *self
+            .by_node
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = fresh;
+    }
+
+    /// Nodes cached.
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.read().len()
+    }
+
+    /// Whether nothing is cached.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, HashMap<String, (NodeSummary, u64)>> {
+        self.by_node
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// The extender's state.
+#[derive(Debug)]
+pub struct Extender {
+    /// The summaries.
+    pub cache: Arc<Cache>,
+    /// A summary older than this (seconds) is ignored.
+    pub stale_s: f64,
+}
+
+/// The function a pod's GPU work runs as, in the flow keys nodes publish: its
+/// `io.mqfq.function`, else its Knative service, each tried under the pod's namespace (mqfqd's
+/// default tenant) and bare.
+fn function_keys(pod: &PodMeta) -> Vec<String> {
+    let ns = pod.namespace.as_deref().unwrap_or("default");
+    let named = pod.annotations.get("io.mqfq.function").cloned().or_else(|| {
+        pod.labels
+            .get("serving.knative.dev/service")
+            .or_else(|| pod.annotations.get("serving.knative.dev/service"))
+            .map(|s| format!("knative/{ns}/{s}"))
+    });
+    named
+        .map(|f| vec![format!("{ns}/{f}"), f])
+        .unwrap_or_default()
+}
+
+impl Extender {
+    fn parse(body: &[u8]) -> Result<(ExtenderArgs, PodMeta, Vec<String>), BadRequest> {
+        let args: ExtenderArgs =
+            serde_json::from_slice(body).map_err(|e| BadRequest::Json(e.to_string()))?;
+        let pod = args.pod.clone().ok_or(BadRequest::NoPod)?.metadata;
+        let names = match (&args.nodenames, &args.nodes) {
+            (Some(n), _) => n.clone(),
+            (None, Some(list)) => {
+                let items = list
+                    .get("items")
+                    .and_then(Value::as_array)
+                    .map(Vec::as_slice)
+                    .unwrap_or_default();
+                items
+                    .iter()
+                    .enumerate()
+                    .map(|(i, n)| {
+                        n.pointer("/metadata/name")
+                            .and_then(Value::as_str)
+                            .map(str::to_owned)
+                            .ok_or(BadRequest::NodeName(i))
+                    })
+                    .collect::<Result<_, _>>()?
+            }
+            (None, None) => return Err(BadRequest::NoNodes),
+        };
+        if names.len() > MAX_NODES {
+            return Err(BadRequest::TooMany(names.len()));
+        }
+        Ok((args, pod, names))
+    }
+
+    fn ranked(
+        &self,
+        pod: &PodMeta,
+        names: &[String],
+        now_ms: u64,
+    ) -> Vec<scheduler_core::placement::cluster::Ranked> {
+        let cache = self.cache.read();
+        let keys = function_keys(pod);
+        let function = keys
+            .iter()
+            .find(|k| cache.values().any(|(s, _)| s.functions.contains_key(*k)))
+            .or(keys.first());
+        let nodes: Vec<NodeState<'_>> = names
+            .iter()
+            .map(|n| NodeState {
+                name: n,
+                summary: cache.get(n).map(|(s, at)| {
+                    #[expect(clippy::cast_precision_loss, reason = "ages in seconds")]
+                    let age = now_ms.saturating_sub(*at) as f64 / 1e3;
+                    (s, age)
+                }),
+            })
+            .collect();
+        rank(&nodes, function.map(String::as_str), self.stale_s)
+    }
+
+    /// `filter` on a request body at `now_ms`.
+    ///
+    /// # Errors
+    /// The body is not usable `ExtenderArgs`.
+    pub fn filter(&self, body: &[u8], now_ms: u64) -> Result<FilterResult, BadRequest> {
+        let (args, pod, names) = Self::parse(body)?;
+        let ranked = self.ranked(&pod, &names, now_ms);
+        let mut out = FilterResult::default();
+        let mut pass = Vec::new();
+        for r in ranked {
+            match r.failed {
+                Some(why) => {
+                    out.failed_nodes.insert(r.name, why);
+                }
+                None => pass.push(r.name),
+            }
+        }
+        if args.nodenames.is_some() {
+            out.node_names = Some(pass);
+        } else if let Some(mut list) = args.nodes {
+            if let Some(items) = list.get_mut("items").and_then(Value::as_array_mut) {
+                items.retain(|n| {
+                    n.pointer("/metadata/name")
+                        .and_then(Value::as_str)
+                        .is_some_and(|name| !out.failed_nodes.contains_key(name))
+                });
+            }
+            out.nodes = Some(list);
+        }
+        Ok(out)
+    }
+
+    /// `prioritize` on a request body at `now_ms`.
+    ///
+    /// # Errors
+    /// The body is not usable `ExtenderArgs`.
+    pub fn prioritize(&self, body: &[u8], now_ms: u64) -> Result<Vec<HostPriority>, BadRequest> {
+        let (_, pod, names) = Self::parse(body)?;
+        Ok(self
+            .ranked(&pod, &names, now_ms)
+            .into_iter()
+            .map(|r| HostPriority {
+                host: r.name,
+                score: r.score,
+            })
+            .collect())
+    }
+}
+
+fn bad(e: &BadRequest) -> Response {
+    tracing::info!("bad extender request: {e}");
+    let body = FilterResult {
+        error: e.to_string(),
+        ..FilterResult::default()
+    };
+    (StatusCode::BAD_REQUEST, axum::Json(body)).into_response()
+}
+
+async fn filter(State(x): State<Arc<Extender>>, body: Bytes) -> Response {
+    match x.filter(&body, crate::unix_ms()) {
+        Ok(r) => axum::Json(r).into_response(),
+        Err(e) => bad(&e),
+    }
+}
+
+async fn prioritize(State(x): State<Arc<Extender>>, body: Bytes) -> Response {
+    match x.prioritize(&body, crate::unix_ms()) {
+        Ok(r) => axum::Json(r).into_response(),
+        Err(e) => bad(&e),
+    }
+}
+
+/// The HTTP API: `POST /filter`, `POST /prioritize`, `GET /healthz`.
+pub fn router(x: Arc<Extender>) -> Router {
+    Router::new()
+        .route("/filter", post(filter))
+        .route("/prioritize", post(prioritize))
+        .route("/healthz", get(|| async { "ok" }))
+        .layer(DefaultBodyLimit::max(MAX_BODY))
+        .with_state(x)
+}
+
+/// Lists the objects into `cache` every `period`, for ever; a failed list keeps the last
+/// cache (its summaries age out through their timestamps).
+pub async fn refresh(api: Api<GpuNodeState>, cache: Arc<Cache>, period: Duration) {
+    let mut tick = tokio::time::interval(period);
+    loop {
+        tick.tick().await;
+        match api.list(&ListParams::default()).await {
+            Ok(list) => cache.replace(list.items),
+            Err(e) => tracing::warn!("list GpuNodeState: {e}"),
+        }
+    }
+}
