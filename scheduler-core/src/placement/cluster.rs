@@ -370,7 +370,7 @@ pub fn rank<'a>(nodes: &[NodeState<'a>], function: Option<&str>, stale_s: f64) -
     };
     let best = nodes
         .iter()
-        .filter_map(|n| fresh(n))
+        .filter_map(&fresh)
         .map(|(s, _)| merit(s))
         .fold(0.0_f64, f64::max);
     nodes

@@ -146,9 +146,8 @@ fn nodes_rank_by_what_the_functions_class_needs() {
             summary: Some((&b, 1.0)),
         },
     ];
-    let score = |f: Option<&str>| -> Vec<i64> {
-        rank(&nodes, f, 180.0).iter().map(|r| r.score).collect()
-    };
+    let score =
+        |f: Option<&str>| -> Vec<i64> { rank(&nodes, f, 180.0).iter().map(|r| r.score).collect() };
     // Classes learned anywhere count everywhere.
     let bert = score(Some("team/bert"));
     assert!(bert[0] > bert[1], "{bert:?}");
@@ -196,8 +195,16 @@ fn a_queue_lowers_a_nodes_score_and_failed_or_unpublished_nodes_are_handled() {
     assert_eq!(r[0].score, MAX_SCORE);
     assert!(r[1].score < r[0].score, "{r:?}");
     assert!(r[2].failed.as_deref().unwrap().contains("no usable GPU"));
-    assert_eq!((r[3].failed.as_deref(), r[3].score), (None, 0), "stale passes");
-    assert_eq!((r[4].failed.as_deref(), r[4].score), (None, 0), "plain passes");
+    assert_eq!(
+        (r[3].failed.as_deref(), r[3].score),
+        (None, 0),
+        "stale passes"
+    );
+    assert_eq!(
+        (r[4].failed.as_deref(), r[4].score),
+        (None, 0),
+        "plain passes"
+    );
 }
 
 #[test]

@@ -493,7 +493,20 @@ fn placements_made_moments_ago_count_as_queued_work() {
     for i in 0..5000 {
         p.placed(i % 2, later);
     }
-    assert!(p.choose(&gpus, &[0, 1], "d", &none, 600, later).is_ok());
+    // The last 1024 kept, half on each GPU: a tie, broken by index.
+    assert_eq!(
+        p.choose(&gpus, &[0, 1], "d", &none, 600, later)
+            .unwrap()
+            .gpu,
+        0
+    );
+    p.placed(0, later);
+    assert_eq!(
+        p.choose(&gpus, &[0, 1], "e", &none, 600, later)
+            .unwrap()
+            .gpu,
+        1
+    );
 }
 
 #[test]

@@ -45,7 +45,7 @@ fn opaque(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
 ///
 /// # Errors
 /// Serialization fails (it does not).
-pub fn crd_yaml() -> Result<String, serde_yaml::Error> {
+pub fn crd_yaml() -> Result<String, serde_saphyr::SerializeError> {
     use kube::CustomResourceExt;
-    serde_yaml::to_string(&GpuNodeState::crd())
+    serde_saphyr::to_string(&GpuNodeState::crd())
 }

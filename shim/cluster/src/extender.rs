@@ -167,12 +167,16 @@ pub struct Extender {
 /// default tenant) and bare.
 fn function_keys(pod: &PodMeta) -> Vec<String> {
     let ns = pod.namespace.as_deref().unwrap_or("default");
-    let named = pod.annotations.get("io.mqfq.function").cloned().or_else(|| {
-        pod.labels
-            .get("serving.knative.dev/service")
-            .or_else(|| pod.annotations.get("serving.knative.dev/service"))
-            .map(|s| format!("knative/{ns}/{s}"))
-    });
+    let named = pod
+        .annotations
+        .get("io.mqfq.function")
+        .cloned()
+        .or_else(|| {
+            pod.labels
+                .get("serving.knative.dev/service")
+                .or_else(|| pod.annotations.get("serving.knative.dev/service"))
+                .map(|s| format!("knative/{ns}/{s}"))
+        });
     named
         .map(|f| vec![format!("{ns}/{f}"), f])
         .unwrap_or_default()

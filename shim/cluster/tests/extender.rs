@@ -49,7 +49,11 @@ async fn cluster(api: &Api<GpuNodeState>) {
             gpu("NVIDIA H200", 67.0, 4800.0, 90, "healthy"),
             vec![("team/etl".to_owned(), "memory-short".to_owned(), 0)],
         ),
-        ("gpu-c", gpu("NVIDIA A30", 10.3, 933.0, 90, "failed"), vec![]),
+        (
+            "gpu-c",
+            gpu("NVIDIA A30", 10.3, 933.0, 90, "failed"),
+            vec![],
+        ),
     ];
     for (node, g, functions) in nodes {
         let spec = GpuNodeStateSpec {
@@ -108,7 +112,10 @@ async fn the_extender_filters_and_ranks_nodes_from_published_state() {
     let names = include_bytes!("data/prioritize-nodenames.json");
     let (code, r) = http(addr, "POST", "/filter", names).await;
     assert_eq!(code, 200, "{r}");
-    assert_eq!(r["nodenames"], serde_json::json!(["gpu-a", "gpu-b", "cpu-1"]));
+    assert_eq!(
+        r["nodenames"],
+        serde_json::json!(["gpu-a", "gpu-b", "cpu-1"])
+    );
     assert!(
         r["failedNodes"]["gpu-c"]
             .as_str()
@@ -154,12 +161,18 @@ async fn the_extender_filters_and_ranks_nodes_from_published_state() {
     for (body, says) in [
         (&b"not json"[..], "not ExtenderArgs JSON"),
         (br#"{"nodenames": ["gpu-a"]}"#, "pod is missing"),
-        (br#"{"pod": {"metadata": {}}}"#, "neither nodes nor nodenames"),
+        (
+            br#"{"pod": {"metadata": {}}}"#,
+            "neither nodes nor nodenames",
+        ),
         (
             br#"{"pod": {}, "nodes": {"items": [{"metadata": {}}]}}"#,
             "items[0] has no metadata.name",
         ),
-        (br#"{"pod": {}, "nodenames": "gpu-a"}"#, "not ExtenderArgs JSON"),
+        (
+            br#"{"pod": {}, "nodenames": "gpu-a"}"#,
+            "not ExtenderArgs JSON",
+        ),
     ] {
         for verb in ["/filter", "/prioritize"] {
             let (code, r) = http(addr, "POST", verb, body).await;

@@ -81,7 +81,10 @@ async fn the_publisher_creates_updates_on_crossings_heartbeats_and_retries_confl
     let calm = summarize(&status(0.1, 0));
     let busy = summarize(&status(0.9, 8));
 
-    assert_eq!(p.step(&calm, at(0.0), 1000).await.unwrap(), Some(Why::First));
+    assert_eq!(
+        p.step(&calm, at(0.0), 1000).await.unwrap(),
+        Some(Why::First)
+    );
     let obj = api.get("node-a").await.unwrap();
     assert_eq!(obj.spec.node, "node-a");
     assert_eq!(obj.spec.why, "first");
@@ -108,7 +111,13 @@ async fn the_publisher_creates_updates_on_crossings_heartbeats_and_retries_confl
     assert_eq!(obj.spec.summary.queue_by_class["compute-long"], 8);
     assert_eq!(
         store.lock().unwrap().log,
-        ["POST node-a", "GET node-a", "PUT node-a", "PUT node-a", "GET node-a"]
+        [
+            "POST node-a",
+            "GET node-a",
+            "PUT node-a",
+            "PUT node-a",
+            "GET node-a"
+        ]
     );
 
     // Someone else wrote it: the replace conflicts, is re-read, and goes through.
@@ -134,7 +143,8 @@ async fn the_publisher_creates_updates_on_crossings_heartbeats_and_retries_confl
 
     // The API server down: an error, and the same write is due at the next step.
     store.lock().unwrap().down = true;
-    assert!(p.step(&calm, at(100.0), 100_000).await.is_err());
+    let e = p.step(&calm, at(100.0), 100_000).await.unwrap_err();
+    assert!(e.to_string().contains("API server"), "{e}");
     store.lock().unwrap().down = false;
     assert_eq!(
         p.step(&calm, at(101.0), 101_000).await.unwrap(),
@@ -155,7 +165,10 @@ async fn a_publisher_restarted_next_to_its_old_object_takes_it_over() {
         .unwrap();
     store.lock().unwrap().log.clear();
     let mut again = Publisher::new(api.clone(), "node-a", gate());
-    assert_eq!(again.step(&calm, at(0.0), 2).await.unwrap(), Some(Why::First));
+    assert_eq!(
+        again.step(&calm, at(0.0), 2).await.unwrap(),
+        Some(Why::First)
+    );
     assert_eq!(
         store.lock().unwrap().log,
         ["POST node-a", "GET node-a", "PUT node-a"]
@@ -184,4 +197,106 @@ async fn churn_makes_no_write_storm() {
     let writes = store.lock().unwrap().writes();
     assert!(writes <= 121, "{writes} writes in 10 minutes");
     assert_eq!(writes as u64, p.writes());
+}
+
+/// The whole path on one node: a real `mqfqd` (simulated GPUs, placement on), the publisher's
+/// loop reading it over the control socket, the fake API server receiving its object; work
+/// queued at `mqfqd` shows in the next write.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_publisher_loop_publishes_what_mqfqd_reports() {
+    use mqfq_cluster::publisher::{Settings, run};
+    use std::time::{Duration, Instant};
+
+    let dir = tempfile::tempdir_in("/tmp").unwrap();
+    let sock = dir.path().join("mqfqd.sock");
+    let cfg = dir.path().join("mqfqd.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "socket = \"{}\"\nmetrics_addr = \"\"\nbackend = \"simulated\"\nrestart_grace_ms = 0\n\
+             mps_pipe_dir = \"{}\"\n[simulated]\ngpus = 2\n[concurrency]\nd_max = 1\nd_initial = 1\n\
+             [nvidia]\nedits = false\n[placement]\nenabled = true\n",
+            sock.display(),
+            dir.path().join("mps").display()
+        ),
+    )
+    .unwrap();
+    let mut daemon = std::process::Command::new(mqfq_testkit::daemon_program("mqfqd"))
+        .arg("--config")
+        .arg(&cfg)
+        .spawn()
+        .unwrap();
+    let (url, store) = common::serve().await;
+    let api: Api<GpuNodeState> = Api::namespaced(common::client(&url), "mqfq-system");
+    let gate = PublishGate::new(PublishConfig {
+        min_interval_s: 0.1,
+        heartbeat_s: 60.0,
+        ..PublishConfig::default()
+    })
+    .unwrap();
+    let publisher = tokio::spawn(run(
+        Publisher::new(api.clone(), "node-a", gate),
+        Settings {
+            socket: sock.clone(),
+            period: Duration::from_millis(50),
+        },
+    ));
+    let until = async |what: &str, ok: &dyn Fn(&GpuNodeState) -> bool| {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Ok(Some(o)) = api.get_opt("node-a").await
+                && ok(&o)
+            {
+                return o;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "never {what}: {:?}",
+                store.lock().unwrap().log
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    let o = until("published", &|o| o.spec.summary.gpus.len() == 2).await;
+    assert!(
+        o.spec
+            .summary
+            .gpus
+            .iter()
+            .all(|g| g.health == "healthy" && g.tflops > 0.0)
+    );
+    assert_eq!(o.spec.why, "first");
+
+    // Three admissions for GPU 0 with one slot: one runs, two wait — a crossing.
+    let c = mqfq_proto::connect(&sock).await.unwrap();
+    let mut waiting = Vec::new();
+    for i in 0..3 {
+        let c = c.clone();
+        waiting.push(tokio::spawn(async move {
+            c.admit(
+                ttrpc::context::with_timeout(0),
+                &api::AdmitRequest {
+                    namespace: "t".into(),
+                    container_id: format!("c{i}"),
+                    function: "f".into(),
+                    gpus: vec!["0".into()],
+                    shim_pid: std::process::id(),
+                    ..Default::default()
+                },
+            )
+            .await
+        }));
+    }
+    let o = until("the queue", &|o| {
+        o.spec.summary.queue_by_class.get("probing") == Some(&2)
+    })
+    .await;
+    assert_eq!(o.spec.why, "crossing");
+    assert_eq!(o.spec.summary.gpus[0].running, 1);
+    publisher.abort();
+    for w in waiting {
+        w.abort();
+    }
+    let _ = daemon.kill();
+    let _ = daemon.wait();
 }

@@ -29,13 +29,18 @@ struct Args {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt().with_writer(std::io::stderr).init();
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .init();
     let a = Args::parse();
     anyhow::ensure!(
         a.refresh_s.is_finite() && a.refresh_s >= 0.1,
         "--refresh-s must be at least 0.1"
     );
-    anyhow::ensure!(a.stale_s.is_finite() && a.stale_s > 0.0, "--stale-s must be > 0");
+    anyhow::ensure!(
+        a.stale_s.is_finite() && a.stale_s > 0.0,
+        "--stale-s must be > 0"
+    );
     let client = kube::Client::try_default()
         .await
         .context("Kubernetes client (in-cluster or KUBECONFIG)")?;

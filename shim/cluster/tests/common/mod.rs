@@ -115,7 +115,11 @@ async fn replace(
         return status(StatusCode::NOT_FOUND, "NotFound", "not found");
     };
     if obj["metadata"]["resourceVersion"] != current["metadata"]["resourceVersion"] {
-        return status(StatusCode::CONFLICT, "Conflict", "the object has been modified");
+        return status(
+            StatusCode::CONFLICT,
+            "Conflict",
+            "the object has been modified",
+        );
     }
     obj["metadata"]["resourceVersion"] = json!(st.next_version());
     st.objects.insert(name, obj.clone());
