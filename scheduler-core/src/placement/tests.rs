@@ -500,6 +500,8 @@ fn placements_made_moments_ago_count_as_queued_work() {
             .gpu,
         0
     );
+    // Two more on GPU 0 push out the oldest two (one each): 513 against 511.
+    p.placed(0, later);
     p.placed(0, later);
     assert_eq!(
         p.choose(&gpus, &[0, 1], "e", &none, 600, later)
