@@ -2,7 +2,9 @@
 # Regenerates the placement figures of docs/PERFORMANCE.md §1b: mqfq-sticky on a heterogeneous
 # node (an A30 and an H100) under each placement — fitness (scheduler-core's, what mqfqd runs),
 # least-loaded (the node core's routing), round-robin, random — on the design mix with half of
-# each kind's functions memory-bound. Prints Markdown.
+# each kind's functions memory-bound; then four heterogeneous nodes, each invocation's node
+# picked by mqfq's extender (from what the nodes published), round-robin or at random, with the
+# nodes' API writes per minute. Prints Markdown.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$HOME/.cargo/bin:$PATH"
@@ -37,5 +39,24 @@ for load in 0.8 1.2 1.6; do
         ll=$(echo "$out" | grep '^| least-loaded |' | awk -F'|' '{print $9" |"$10}')
         rr=$(echo "$out" | grep '^| round-robin |' | awk -F'|' '{print $9" |"$10}')
         echo "| $load | $seed |$ll |$rr |"
+    done
+done
+echo
+echo "### Cluster: four nodes of two GPUs (A30, H100, L4, H200 nodes), seed 1"
+echo
+cmodels="NVIDIA A30,NVIDIA A30,NVIDIA H100 80GB HBM3,NVIDIA H100 80GB HBM3,NVIDIA L4,NVIDIA L4,NVIDIA H200,NVIDIA H200"
+echo '`mqfq-sim gen mix --gpus 8 --load L --memory-bound 0.5 --duration-s 900 --seed 1 [--burst 4] --out c.csv`'
+echo "\`mqfq-sim cluster --trace c.csv --gpus 8 --nodes 4 --gpu-models \"$cmodels\"\`"
+echo
+for shape in "steady:1" "bursty:4"; do
+    name=${shape%%:*}
+    burst=${shape##*:}
+    for load in 0.8 1.2; do
+        "$sim" gen mix --gpus 8 --load "$load" --memory-bound 0.5 --duration-s 900 --seed 1 \
+            --burst "$burst" --out "$tmp/c.csv" 2>/dev/null
+        echo "Load $load (of eight A30s' capacity), $name arrivals (--burst $burst):"
+        echo
+        "$sim" cluster --trace "$tmp/c.csv" --gpus 8 --nodes 4 --gpu-models "$cmodels" | tail -n +3
+        echo
     done
 done

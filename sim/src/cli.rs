@@ -35,6 +35,21 @@ enum Cmd {
     /// mqfq-sticky under every placement on a (heterogeneous) node: fitness, least-loaded,
     /// round-robin, random.
     Placements(PlacementsArgs),
+    /// mqfq-sticky on several nodes under each way of picking a node: mqfq's extender,
+    /// round-robin, random; with each node's API writes per minute.
+    Cluster(ClusterArgs),
+}
+
+#[derive(Debug, Args)]
+struct ClusterArgs {
+    /// Trace CSV.
+    #[arg(long)]
+    trace: PathBuf,
+    /// Nodes the GPUs are split into, in order (must divide --gpus).
+    #[arg(long, default_value_t = 2)]
+    nodes: usize,
+    #[command(flatten)]
+    node: NodeArgs,
 }
 
 #[derive(Debug, Args)]
@@ -329,6 +344,15 @@ impl Cli {
                 let cfg = a.node.config()?;
                 let trace = load_trace(&a.trace)?;
                 print!("{}", crate::hetero::report(&trace, &cfg, a.node.short_ms)?);
+                Ok(())
+            }
+            Cmd::Cluster(a) => {
+                let cfg = SimConfig {
+                    nodes: a.nodes,
+                    ..a.node.config()?
+                };
+                let trace = load_trace(&a.trace)?;
+                print!("{}", crate::cluster::report(&trace, &cfg, a.node.short_ms)?);
                 Ok(())
             }
             Cmd::Gen(GenCmd::Mix(a)) => {

@@ -688,6 +688,7 @@ impl Engine<'_> {
             mean_d: self.d_integral / span,
             mean_slots: self.slot_integral / span,
             limits: self.limits,
+            api_writes: policy.api_writes(),
         }
     }
 }

@@ -102,13 +102,42 @@ pub fn exec_factors(names: &[String], gpus: usize, trace: &Trace) -> Vec<Vec<f64
 }
 
 /// Latency mean and standard deviation (s) of a run.
-fn spread(trace: &Trace, out: &crate::SimOutput) -> (f64, f64) {
+pub(crate) fn spread(trace: &Trace, out: &crate::SimOutput) -> (f64, f64) {
     let lat = crate::report::latencies_s(trace, out);
     #[expect(clippy::cast_precision_loss, reason = "invocation counts")]
     let n = lat.len().max(1) as f64;
     let mean = lat.iter().sum::<f64>() / n;
     let var = lat.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / n;
     (mean, var.sqrt())
+}
+
+/// One `mqfq-sticky` run as the comparison tables report it.
+pub(crate) struct StickyRun {
+    pub(crate) summary: crate::Summary,
+    pub(crate) mean_s: f64,
+    pub(crate) std_s: f64,
+    pub(crate) out: crate::SimOutput,
+}
+
+/// `mqfq-sticky` over `trace` under each of `cfgs`, in order.
+pub(crate) fn sticky_runs(
+    trace: &Trace,
+    cfgs: impl IntoIterator<Item = crate::SimConfig>,
+    short_ms: f64,
+) -> Result<Vec<StickyRun>, crate::SimError> {
+    cfgs.into_iter()
+        .map(|c| {
+            c.validate()?;
+            let out = crate::run_policy("mqfq-sticky", trace, &c)?;
+            let (mean_s, std_s) = spread(trace, &out);
+            Ok(StickyRun {
+                summary: crate::summarize(trace, &out, short_ms),
+                mean_s,
+                std_s,
+                out,
+            })
+        })
+        .collect()
 }
 
 /// `mqfq-sticky` under every placement: a Markdown table with each one's mean, P99 and
@@ -122,17 +151,18 @@ pub fn report(
     short_ms: f64,
 ) -> Result<String, crate::SimError> {
     use std::fmt::Write as _;
-    let mut rows = Vec::new();
-    for p in PLACEMENTS {
-        let c = crate::SimConfig {
+    let rows: Vec<(PlacementMode, crate::Summary, f64, f64)> = sticky_runs(
+        trace,
+        PLACEMENTS.map(|p| crate::SimConfig {
             placement: p,
             ..cfg.clone()
-        };
-        let out = crate::run_policy("mqfq-sticky", trace, &c)?;
-        let s = crate::summarize(trace, &out, short_ms);
-        let (mean, std) = spread(trace, &out);
-        rows.push((p, s, mean, std));
-    }
+        }),
+        short_ms,
+    )?
+    .into_iter()
+    .zip(PLACEMENTS)
+    .map(|(r, p)| (p, r.summary, r.mean_s, r.std_s))
+    .collect();
     let models = if cfg.gpu_models.is_empty() {
         format!("{} × reference ({REFERENCE})", cfg.gpus)
     } else {
@@ -166,6 +196,25 @@ pub fn report(
         );
     }
     Ok(t)
+}
+
+/// The design mix at load 0.8 with half of each kind's functions memory-bound, for `duration_s`,
+/// on an A30 and an H100 (tests of placement across GPUs or nodes).
+#[cfg(test)]
+pub(crate) fn a30_and_h100(duration_s: f64) -> (Trace, crate::SimConfig) {
+    let spec = crate::workload::MixSpec {
+        gpus: 2,
+        load: 0.8,
+        memory_bound: 0.5,
+        duration_s,
+        ..crate::workload::MixSpec::default()
+    };
+    let cfg = crate::SimConfig {
+        gpus: 2,
+        gpu_models: vec!["NVIDIA A30".into(), "NVIDIA H100 80GB HBM3".into()],
+        ..crate::SimConfig::default()
+    };
+    (crate::workload::design_mix(&spec).unwrap(), cfg)
 }
 
 #[cfg(test)]
@@ -233,19 +282,7 @@ mod tests {
 
     #[test]
     fn on_an_a30_and_an_h100_fitness_beats_blind_placement() {
-        let spec = crate::workload::MixSpec {
-            gpus: 2,
-            load: 0.8,
-            memory_bound: 0.5,
-            duration_s: 900.0,
-            ..crate::workload::MixSpec::default()
-        };
-        let t = crate::workload::design_mix(&spec).unwrap();
-        let cfg = crate::SimConfig {
-            gpus: 2,
-            gpu_models: vec!["NVIDIA A30".into(), "NVIDIA H100 80GB HBM3".into()],
-            ..crate::SimConfig::default()
-        };
+        let (t, cfg) = a30_and_h100(900.0);
         let mean = |p: PlacementMode| {
             let c = crate::SimConfig {
                 placement: p,

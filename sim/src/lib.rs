@@ -4,12 +4,14 @@
 //! [`trace`] parses the CSV format, [`workload`] makes synthetic and Azure-derived traces, [`policy`]
 //! holds the policies, [`engine`] the simulated node they all run on, and [`report`] the numbers;
 //! [`controllers`] replays the concurrency laws over a table measured on a GPU; [`hetero`] gives
-//! GPUs models and places invocations on a heterogeneous node.
+//! GPUs models and places invocations on a heterogeneous node; [`cluster`] splits the GPUs into
+//! nodes and places each invocation on a node as the cluster's scheduler would.
 //! The model is documented in `docs/SIMULATOR.md` and in [`engine`]; [`cli`] and [`plot`] are the
 //! command line around it. The decisions themselves are `scheduler_core`'s: this crate adds the
 //! workloads, the simulated node and the baselines to compare against.
 
 pub mod cli;
+pub mod cluster;
 pub mod controllers;
 pub mod engine;
 pub mod fairness;

@@ -126,6 +126,7 @@ pub struct NodeMqfq {
     placer: Option<scheduler_core::placement::Placement>,
     turn: usize,
     rng: SplitMix64,
+    cluster: Option<crate::cluster::Cluster>,
 }
 
 fn config_error(e: CoreError) -> ConfigError {
@@ -165,6 +166,7 @@ impl NodeMqfq {
             placer: None,
             turn: 0,
             rng: SplitMix64::new(0x9e37_79b9),
+            cluster: None,
         })
     }
 
@@ -181,6 +183,41 @@ impl NodeMqfq {
             _ => None,
         };
         Ok(())
+    }
+
+    /// Splits the GPUs into `nodes` nodes, each invocation going to the node `mode` picks
+    /// (the node's core then routes it among that node's GPUs).
+    ///
+    /// # Errors
+    /// The GPUs do not split evenly.
+    pub fn set_cluster(
+        &mut self,
+        mode: crate::cluster::ClusterMode,
+        nodes: usize,
+    ) -> Result<(), ConfigError> {
+        self.cluster = Some(crate::cluster::Cluster::new(
+            mode,
+            nodes,
+            self.core.gpus().len(),
+        )?);
+        // The nodes publish each function's class: learned as `mqfqd` learns it.
+        if self.placer.is_none() {
+            self.placer = Some(scheduler_core::placement::Placement::new(
+                scheduler_core::placement::PlacementConfig::default(),
+            )?);
+        }
+        Ok(())
+    }
+
+    /// The GPUs `func`'s invocation may go to; empty: any (the core routes it).
+    fn candidates(&mut self, func: usize, now: Time) -> Vec<String> {
+        if let Some(c) = self.cluster.as_mut() {
+            let node = c.pick(&self.names[func], now);
+            return c.gpus_of(node);
+        }
+        self.place(func, now)
+            .map(|g| vec![g.to_string()])
+            .unwrap_or_default()
     }
 
     /// The GPU `placement` puts `func`'s invocation on; `None`: the core routes it.
@@ -256,9 +293,7 @@ impl Policy for NodeMqfq {
     }
     fn arrive(&mut self, inv: usize, trace: &Trace, now: Time, _: &PoolView<'_>) {
         let mut info = admit_info(trace, inv);
-        if let Some(g) = self.place(trace.invocations[inv].func, now) {
-            info.gpus = vec![g.to_string()];
-        }
+        info.gpus = self.candidates(trace.invocations[inv].func, now);
         // Names, weights and GPUs come from a validated trace: the core accepts them.
         let grants = self.core.admit(&info, now).unwrap_or_default();
         self.keep(Input::Admit(info, now));
@@ -308,6 +343,9 @@ impl Policy for NodeMqfq {
         let grants = self.core.sample(samples, now);
         self.keep(Input::Sample(samples.to_vec(), now));
         self.take(grants);
+        if let Some(c) = self.cluster.as_mut() {
+            c.publish(&self.core, self.placer.as_ref(), now);
+        }
     }
     fn tick(&mut self, _: Time) -> Vec<Signal> {
         // No timer of its own: as in `mqfqd`, sticky TTLs expire at the next call or sample.
@@ -349,5 +387,11 @@ impl Policy for NodeMqfq {
     }
     fn flow_state(&self, func: usize) -> Option<FlowState> {
         self.core.flow_state(&self.names[func])
+    }
+    fn api_writes(&self) -> Vec<u64> {
+        self.cluster
+            .as_ref()
+            .map(|c| c.writes().to_vec())
+            .unwrap_or_default()
     }
 }

@@ -151,6 +151,10 @@ pub trait Policy {
     fn flow_state(&self, _func: usize) -> Option<FlowState> {
         None
     }
+    /// Writes of each node's published state (multi-node runs); empty on one node.
+    fn api_writes(&self) -> Vec<u64> {
+        Vec::new()
+    }
 }
 
 /// Per-function service estimates shared by the estimate-based baselines.
@@ -197,6 +201,9 @@ pub fn build(name: &str, trace: &Trace, cfg: &SimConfig) -> Result<Box<dyn Polic
             }
             let mut p = crate::node::NodeMqfq::new(trace, gpus, &q, &c, false)?;
             p.set_placement(cfg.placement)?;
+            if cfg.nodes > 1 {
+                p.set_cluster(cfg.cluster, cfg.nodes)?;
+            }
             Box::new(p)
         }
         other => {

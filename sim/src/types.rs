@@ -65,6 +65,10 @@ pub struct SimConfig {
     pub gpu_models: Vec<String>,
     /// Where `mqfq-sticky` places each invocation.
     pub placement: crate::hetero::PlacementMode,
+    /// Nodes the GPUs are split into (1: one node).
+    pub nodes: usize,
+    /// How the cluster picks a node when there are several.
+    pub cluster: crate::cluster::ClusterMode,
 }
 
 impl Default for SimConfig {
@@ -85,6 +89,8 @@ impl Default for SimConfig {
             baselines: Baselines::Strong,
             gpu_models: Vec::new(),
             placement: crate::hetero::PlacementMode::LeastLoaded,
+            nodes: 1,
+            cluster: crate::cluster::ClusterMode::RoundRobin,
         }
     }
 }
@@ -97,6 +103,13 @@ impl SimConfig {
     pub fn validate(&self) -> Result<(), ConfigError> {
         if self.gpus == 0 || self.gpus > 4096 {
             return Err(ConfigError::new("gpus", self.gpus, "must be in 1..=4096"));
+        }
+        if self.nodes == 0 || self.gpus % self.nodes != 0 {
+            return Err(ConfigError::new(
+                "nodes",
+                self.nodes,
+                "must divide the number of GPUs",
+            ));
         }
         let pos = |k, v: f64| {
             if v.is_finite() && v > 0.0 {
@@ -185,6 +198,8 @@ pub struct SimOutput {
     /// GPU 0's limit in force over time: `(seconds since the first arrival, limit)` at each
     /// change.
     pub limits: Vec<(f64, u32)>,
+    /// Writes of each node's published state (multi-node runs of `mqfq-sticky`).
+    pub api_writes: Vec<u64>,
 }
 
 /// Errors of a simulation run.

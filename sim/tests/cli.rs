@@ -266,3 +266,29 @@ fn controllers_replays_each_law_over_a_measured_table() {
     assert!(!o.status.success());
     assert!(stderr(&o).contains("streams = 1"), "{}", stderr(&o));
 }
+
+#[test]
+fn cluster_compares_node_choices_and_refuses_nodes_that_do_not_divide_the_gpus() {
+    let dir = tmp("cluster");
+    let trace = gen_mix(dir.path());
+    let o = run(bin().args(["cluster", "--trace"]).arg(&trace).args([
+        "--gpus",
+        "2",
+        "--nodes",
+        "2",
+        "--gpu-models",
+        "NVIDIA A30,NVIDIA H100 80GB HBM3",
+    ]));
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    for mode in ["| extender |", "| round-robin |", "| random |"] {
+        assert!(out.contains(mode), "{out}");
+    }
+    assert!(out.contains("API writes / node / min"), "{out}");
+    let o = run(bin()
+        .args(["cluster", "--trace"])
+        .arg(&trace)
+        .args(["--gpus", "3", "--nodes", "2"]));
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("nodes"), "{}", stderr(&o));
+}

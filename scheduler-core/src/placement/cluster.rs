@@ -167,7 +167,7 @@ impl Default for PublishConfig {
     fn default() -> Self {
         PublishConfig {
             heartbeat_s: 60.0,
-            min_interval_s: 5.0,
+            min_interval_s: 10.0,
             utilization_step: 0.25,
             memory_step: 0.25,
         }
@@ -240,9 +240,10 @@ struct Shape {
     functions: BTreeMap<String, String>,
 }
 
-/// Queue lengths in buckets that double: 0, 1, 2–3, 4–7, …
+/// Queue lengths in buckets that double: 0–1, 2–3, 4–7, … (a node flipping between none and
+/// one waiting is not news).
 fn queue_bucket(n: u32) -> u32 {
-    32 - n.leading_zeros()
+    32 - (n >> 1).leading_zeros()
 }
 
 #[expect(clippy::cast_possible_truncation, reason = "bucket numbers are small")]

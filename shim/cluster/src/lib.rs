@@ -23,3 +23,20 @@ pub fn unix_ms() -> u64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
+
+/// The `GpuNodeState` objects of `namespace`, through the in-cluster configuration or
+/// `KUBECONFIG`.
+///
+/// # Errors
+/// No usable Kubernetes configuration.
+pub async fn objects(namespace: &str) -> Result<kube::Api<crd::GpuNodeState>, kube::Error> {
+    let client = kube::Client::try_default().await?;
+    Ok(kube::Api::namespaced(client, namespace))
+}
+
+/// Logs to stderr, for the binaries.
+pub fn init_logging() {
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .init();
+}

@@ -5,8 +5,6 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::Parser;
-use kube::api::Api;
-use mqfq_cluster::crd::GpuNodeState;
 use mqfq_cluster::extender::{Cache, Extender, refresh, router};
 
 /// Ranks GPU nodes for pods from the GpuNodeState objects mqfq's publishers write.
@@ -29,9 +27,7 @@ struct Args {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .init();
+    mqfq_cluster::init_logging();
     let a = Args::parse();
     anyhow::ensure!(
         a.refresh_s.is_finite() && a.refresh_s >= 0.1,
@@ -41,10 +37,9 @@ async fn main() -> anyhow::Result<()> {
         a.stale_s.is_finite() && a.stale_s > 0.0,
         "--stale-s must be > 0"
     );
-    let client = kube::Client::try_default()
+    let api = mqfq_cluster::objects(&a.namespace)
         .await
         .context("Kubernetes client (in-cluster or KUBECONFIG)")?;
-    let api: Api<GpuNodeState> = Api::namespaced(client, &a.namespace);
     let cache = Arc::new(Cache::default());
     tokio::spawn(refresh(
         api,

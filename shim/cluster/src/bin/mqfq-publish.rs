@@ -6,8 +6,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::Parser;
-use kube::api::Api;
-use mqfq_cluster::crd::{GpuNodeState, crd_yaml};
+use mqfq_cluster::crd::crd_yaml;
 use mqfq_cluster::publisher::{Publisher, Settings, run};
 use scheduler_core::placement::cluster::{PublishConfig, PublishGate};
 
@@ -34,15 +33,13 @@ struct Args {
     #[arg(long, default_value_t = 60.0)]
     heartbeat_s: f64,
     /// Fewest seconds between two writes.
-    #[arg(long, default_value_t = 5.0)]
+    #[arg(long, default_value_t = 10.0)]
     min_interval_s: f64,
 }
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .init();
+    mqfq_cluster::init_logging();
     let a = Args::parse();
     if a.print_crd {
         print!("{}", crd_yaml()?);
@@ -58,10 +55,9 @@ async fn main() -> anyhow::Result<()> {
         min_interval_s: a.min_interval_s,
         ..PublishConfig::default()
     })?;
-    let client = kube::Client::try_default()
+    let api = mqfq_cluster::objects(&a.namespace)
         .await
         .context("Kubernetes client (in-cluster or KUBECONFIG)")?;
-    let api: Api<GpuNodeState> = Api::namespaced(client, &a.namespace);
     tracing::info!(node = %a.node, namespace = %a.namespace, "mqfq-publish started");
     run(
         Publisher::new(api, &a.node, gate),
