@@ -100,6 +100,7 @@ fn main() {
         gpus: GpuSelection::Devices(vec!["3".into()]),
         grant: Some(GpuSelection::Devices(vec!["3".into()])),
         pod_namespace: String::new(),
+        placeable: false,
     };
     let mut ours = Vec::with_capacity(n);
     for i in 0..n {

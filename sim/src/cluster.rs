@@ -89,7 +89,7 @@ impl Cluster {
     /// # Errors
     /// `gpus` does not split into `nodes` equal groups.
     pub fn new(mode: ClusterMode, nodes: usize, gpus: usize) -> Result<Self, ConfigError> {
-        if nodes == 0 || gpus % nodes != 0 {
+        if nodes == 0 || !gpus.is_multiple_of(nodes) {
             return Err(ConfigError::new(
                 "nodes",
                 nodes,

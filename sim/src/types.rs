@@ -104,7 +104,7 @@ impl SimConfig {
         if self.gpus == 0 || self.gpus > 4096 {
             return Err(ConfigError::new("gpus", self.gpus, "must be in 1..=4096"));
         }
-        if self.nodes == 0 || self.gpus % self.nodes != 0 {
+        if self.nodes == 0 || !self.gpus.is_multiple_of(self.nodes) {
             return Err(ConfigError::new(
                 "nodes",
                 self.nodes,
