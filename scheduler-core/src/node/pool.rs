@@ -559,6 +559,22 @@ impl Pool {
         self.prefetch_function(gpu, function, false, now);
     }
 
+    /// GPU `gpu` failed: its idle containers go Cold (reclaimed where reclaim is on), so that
+    /// their functions start again where placement sends them instead of waiting on a GPU that
+    /// cannot run them. Busy ones are left to end. Returns how many went.
+    pub fn gpu_failed(&mut self, gpu: u32, now: Time) -> usize {
+        let idle: Vec<ContainerKey> = self
+            .entries
+            .iter()
+            .filter(|(_, e)| e.gpu == gpu && e.tier != Tier::Cold && Self::orderable(e, now))
+            .map(|(k, _)| k.clone())
+            .collect();
+        for k in &idle {
+            self.make_cold(k, now);
+        }
+        idle.len()
+    }
+
     /// Timers and pressure: TTL expiry, GPU-memory pressure, predicted arrivals, host-memory
     /// pressure (`host`: available and total bytes, when known).
     pub fn tick(&mut self, now: Time, host: Option<(u64, u64)>) {

@@ -423,7 +423,7 @@ impl Daemon {
                 .map(|g| (g.info.index, g.memory_used))
                 .collect();
             let samples = crate::monitor::with_last_memory(samples, &last);
-            self.placement_sample(&mut inner, &samples, failing);
+            self.placement_sample(&mut inner, &samples, failing, now);
             let readings: Vec<GpuReading> = samples.iter().map(Sample::reading).collect();
             let grants = inner.core.sample(&readings, now);
             self.settle(&mut inner, grants);

@@ -263,6 +263,26 @@ fn warm_ttl_and_host_pressure_go_cold_reclaiming_only_when_configured() {
 }
 
 #[test]
+fn a_failed_gpus_idle_containers_go_cold_and_busy_ones_are_left_to_end() {
+    for reclaim in [false, true] {
+        let mut p = pool(10.0, reclaim);
+        paused(&mut p, "ns/a", "f", GIB, 0.0);
+        p.granted(&k("ns/busy"), "f", 0, 7, t(0.0));
+        p.granted(&k("ns/other"), "g", 1, 7, t(0.0));
+        p.released(&k("ns/other"), true, GIB, t(0.0));
+        assert_eq!(p.gpu_failed(0, t(1.0)), 1);
+        if reclaim {
+            assert_eq!(p.take_orders(), [order("ns/a", Action::Reclaim)]);
+        } else {
+            assert!(p.take_orders().is_empty());
+            assert_eq!(tier(&p, "ns/a"), Tier::Cold);
+        }
+        assert_eq!(tier(&p, "ns/busy"), Tier::Hot);
+        assert_eq!(tier(&p, "ns/other"), Tier::Hot, "another GPU's");
+    }
+}
+
+#[test]
 fn failures_back_off_skips_change_nothing_lost_orders_time_out() {
     let mut p = pool(1.0, false);
     p.observe_memory(0, 0, 80 * GIB);

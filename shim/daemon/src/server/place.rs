@@ -4,7 +4,7 @@
 
 use scheduler_core::Time;
 use scheduler_core::node::admission::{Core, Kind};
-use scheduler_core::placement::{HealthSample, Placement, Sample as BurstSample};
+use scheduler_core::placement::{Health, HealthSample, Placement, Sample as BurstSample};
 
 use super::{Daemon, Inner, admit_info, check_asked, status, to_ttrpc};
 use crate::monitor::Sample;
@@ -33,7 +33,13 @@ impl Daemon {
 
     /// One sampling period: each GPU's health moves on its reading, or on NVML's failure to
     /// read that GPU (`failed`: NVML answered for none).
-    pub(super) fn placement_sample(&self, inner: &mut Inner, samples: &[Sample], failed: bool) {
+    pub(super) fn placement_sample(
+        &self,
+        inner: &mut Inner,
+        samples: &[Sample],
+        failed: bool,
+        now: Time,
+    ) {
         let Some(p) = inner.placement.as_mut() else {
             return;
         };
@@ -46,15 +52,24 @@ impl Daemon {
                 utilization: s.sm_activity,
                 error: s.failed,
             };
-            if let Some((from, to)) = p.observe_gpu(s.index, h) {
+            let changed = p.observe_gpu(s.index, h);
+            self.metrics.set_gpu_health(s.index, p.health(s.index));
+            if let Some((from, to)) = changed {
                 tracing::warn!(
                     gpu = s.index,
-                    ?from,
-                    ?to,
+                    from = from.name(),
+                    to = to.name(),
                     "GPU health for new containers changed"
                 );
+                if to == Health::Failed {
+                    let gone = inner.pool.gpu_failed(s.index, now);
+                    tracing::warn!(
+                        gpu = s.index,
+                        containers = gone,
+                        "idle pooled containers of a failed GPU go cold"
+                    );
+                }
             }
-            self.metrics.set_gpu_health(s.index, p.health(s.index));
         }
     }
 }
