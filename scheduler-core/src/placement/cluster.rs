@@ -23,7 +23,7 @@ pub const MAX_FUNCTIONS: usize = 256;
 
 /// One GPU as a node publishes it.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", default)]
 pub struct GpuSummary {
     /// NVML index.
     pub index: u32,
@@ -49,9 +49,33 @@ pub struct GpuSummary {
     pub queued: u32,
 }
 
+/// Figures a GPU summary is held to when read (a published object is anyone's word).
+const MAX_TFLOPS: f64 = 10_000.0;
+const MAX_MEM_GBPS: f64 = 100_000.0;
+
+/// The most GPUs, queue classes and functions a summary read from the API server keeps.
+const MAX_GPUS: usize = 64;
+const MAX_CLASSES: usize = 16;
+
+fn finite_in(v: f64, hi: f64) -> f64 {
+    if v.is_finite() { v.clamp(0.0, hi) } else { 0.0 }
+}
+
 impl GpuSummary {
     fn usable(&self) -> bool {
         self.health != "failed"
+    }
+
+    fn clamp(&mut self) {
+        self.tflops = finite_in(self.tflops, MAX_TFLOPS);
+        self.mem_gbps = finite_in(self.mem_gbps, MAX_MEM_GBPS);
+        // Not finite: unknown, counted as busy.
+        self.utilization = if self.utilization.is_finite() {
+            self.utilization.clamp(0.0, 1.0)
+        } else {
+            1.0
+        };
+        self.memory_free = self.memory_free.min(self.memory_total);
     }
 
     fn memory_used_fraction(&self) -> f64 {
@@ -66,7 +90,7 @@ impl GpuSummary {
 
 /// What a node publishes.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", default)]
 pub struct NodeSummary {
     /// Its GPUs.
     pub gpus: Vec<GpuSummary>,
@@ -82,9 +106,13 @@ pub struct NodeSummary {
 
 impl NodeSummary {
     /// A summary of `gpus` and `functions` (flow key → class label, queued admissions), the
-    /// fitness sums filled in, the function list cut to [`MAX_FUNCTIONS`] (by name).
+    /// fitness sums filled in, the function list cut to the first [`MAX_FUNCTIONS`] given.
+    /// Figures that are not finite count as 0 (a JSON `null` would not read back).
     #[must_use]
-    pub fn new(gpus: Vec<GpuSummary>, functions: &[(String, String, u32)]) -> Self {
+    pub fn new(mut gpus: Vec<GpuSummary>, functions: &[(String, String, u32)]) -> Self {
+        for g in &mut gpus {
+            g.clamp();
+        }
         let mut queue_by_class = BTreeMap::new();
         let mut listed = BTreeMap::new();
         for (f, class, queued) in functions {
@@ -109,6 +137,22 @@ impl NodeSummary {
             free_mem_gbps,
             gpus,
         }
+    }
+
+    /// The summary as the extender may trust it: each GPU's figures held to plausible ranges,
+    /// the free sums recomputed from them (never taken from the object), the lists bounded.
+    #[must_use]
+    pub fn sanitized(mut self) -> Self {
+        self.gpus.truncate(MAX_GPUS);
+        let functions: Vec<(String, String, u32)> = self
+            .functions
+            .into_iter()
+            .take(MAX_FUNCTIONS)
+            .map(|(f, c)| (f, c, 0))
+            .collect();
+        let mut s = NodeSummary::new(self.gpus, &functions);
+        s.queue_by_class = self.queue_by_class.into_iter().take(MAX_CLASSES).collect();
+        s
     }
 
     fn slots(&self) -> (u32, u32) {
@@ -256,6 +300,9 @@ fn bucket(v: f64, step: f64) -> i64 {
 pub struct PublishGate {
     cfg: PublishConfig,
     last: Option<(Shape, Time)>,
+    /// Writes failed in a row, and when the next may be tried.
+    failures: u32,
+    retry_at: Option<Time>,
 }
 
 impl PublishGate {
@@ -265,7 +312,12 @@ impl PublishGate {
     /// A bad knob.
     pub fn new(cfg: PublishConfig) -> Result<Self, ConfigError> {
         cfg.validate()?;
-        Ok(PublishGate { cfg, last: None })
+        Ok(PublishGate {
+            cfg,
+            last: None,
+            failures: 0,
+            retry_at: None,
+        })
     }
 
     fn shape(&self, s: &NodeSummary) -> Shape {
@@ -286,6 +338,7 @@ impl PublishGate {
                 .queue_by_class
                 .iter()
                 .map(|(c, &n)| (c.clone(), queue_bucket(n)))
+                .filter(|&(_, b)| b > 0)
                 .collect(),
             functions: s.functions.clone(),
         }
@@ -295,6 +348,9 @@ impl PublishGate {
     /// remembered until [`PublishGate::written`] says the write went through.
     #[must_use]
     pub fn due(&self, s: &NodeSummary, now: Time) -> Option<Why> {
+        if self.retry_at.is_some_and(|r| now < r) {
+            return None;
+        }
         let Some((shape, at)) = &self.last else {
             return Some(Why::First);
         };
@@ -311,6 +367,18 @@ impl PublishGate {
     /// `s` was written at `now`.
     pub fn written(&mut self, s: &NodeSummary, now: Time) {
         self.last = Some((self.shape(s), now));
+        self.failures = 0;
+        self.retry_at = None;
+    }
+
+    /// A write failed at `now`: the next try waits the minimum interval, doubled at each
+    /// failure in a row up to the heartbeat, so an API server in trouble is not asked every
+    /// tick by every node.
+    pub fn failed(&mut self, now: Time) {
+        self.failures = self.failures.saturating_add(1);
+        let wait = (self.cfg.min_interval_s * 2f64.powi(self.failures.min(16) as i32 - 1))
+            .min(self.cfg.heartbeat_s);
+        self.retry_at = Some(now.plus_secs(wait));
     }
 }
 
@@ -344,17 +412,17 @@ pub const MAX_SCORE: i64 = 10;
 /// function's class (learned on any node; unknown: free slots), less their queue.
 #[must_use]
 pub fn rank<'a>(nodes: &[NodeState<'a>], function: Option<&str>, stale_s: f64) -> Vec<Ranked> {
-    let class = function.and_then(|f| {
-        nodes
-            .iter()
-            .filter_map(|n| n.summary)
-            .find_map(|(s, _)| s.functions.get(f))
-            .and_then(|c| parse_label(c))
-    });
     let fresh = |n: &NodeState<'a>| -> Option<(&'a NodeSummary, f64)> {
         n.summary
             .filter(|&(_, age)| age.is_finite() && age < stale_s)
     };
+    let class = function.and_then(|f| {
+        nodes
+            .iter()
+            .filter_map(&fresh)
+            .find_map(|(s, _)| s.functions.get(f))
+            .and_then(|c| parse_label(c))
+    });
     // Each fresh node's raw merit: what it offers the class, shrunk by the work ahead.
     let merit = |s: &NodeSummary| {
         let (limit, load) = s.slots();
@@ -384,7 +452,8 @@ pub fn rank<'a>(nodes: &[NodeState<'a>], function: Option<&str>, stale_s: f64) -
                     score: 0,
                 };
             };
-            if !s.gpus.iter().any(GpuSummary::usable) {
+            // Fails only on its own word that every GPU it has failed.
+            if !s.gpus.is_empty() && !s.gpus.iter().any(GpuSummary::usable) {
                 return Ranked {
                     name: n.name.to_owned(),
                     failed: Some("mqfq: no usable GPU on this node".to_owned()),

@@ -223,3 +223,87 @@ fn class_labels_round_trip() {
     assert_eq!(class_label(Class::Probing { runs_left: 1 }), None);
     assert_eq!(parse_label("probing"), None);
 }
+
+#[test]
+fn a_hostile_summary_is_held_to_plausible_figures_once_sanitized() {
+    let mut liar = gpu(0, "H100", f64::INFINITY, f64::NAN, f64::NAN);
+    liar.memory_free = u64::MAX;
+    let mut s = NodeSummary::new(vec![liar], &[]);
+    // What a publisher could write instead of what `new` computes.
+    s.free_tflops = 1e308;
+    s.free_mem_gbps = f64::NAN;
+    s.gpus
+        .extend((1..500).map(|i| gpu(i, "x", -5.0, 1e300, 2.0)));
+    s.functions = (0..5000)
+        .map(|i| (format!("f{i}"), "compute-long".to_owned()))
+        .collect();
+    let s = s.sanitized();
+    assert_eq!(s.gpus.len(), 64);
+    assert_eq!(s.functions.len(), MAX_FUNCTIONS);
+    assert!(s.free_tflops.is_finite() && s.free_tflops <= 64.0 * 10_000.0);
+    assert!(s.free_mem_gbps.is_finite());
+    assert_eq!(s.gpus[0].memory_free, s.gpus[0].memory_total);
+    assert!(
+        (s.gpus[0].utilization - 1.0).abs() < 1e-12,
+        "NaN counts as busy"
+    );
+    assert_eq!(
+        s.free_tflops, 0.0,
+        "inf TFLOPS held to the cap, then fully busy"
+    );
+    let honest = NodeSummary::new(vec![gpu(0, "A30", 10.0, 1000.0, 0.0)], &[]);
+    let nodes = [
+        NodeState {
+            name: "liar",
+            summary: Some((&s, 0.0)),
+        },
+        NodeState {
+            name: "honest",
+            summary: Some((&honest, 0.0)),
+        },
+    ];
+    for r in rank(&nodes, None, 180.0) {
+        assert!((0..=MAX_SCORE).contains(&r.score), "{r:?}");
+        assert_eq!(r.failed, None);
+    }
+}
+
+#[test]
+fn a_node_publishing_no_gpus_is_not_filtered_out() {
+    let empty = NodeSummary::new(Vec::new(), &[]);
+    let r = rank(
+        &[NodeState {
+            name: "n",
+            summary: Some((&empty, 0.0)),
+        }],
+        None,
+        180.0,
+    );
+    assert_eq!((r[0].failed.as_deref(), r[0].score), (None, 0));
+}
+
+#[test]
+fn failed_writes_back_off_and_a_queue_flipping_between_none_and_one_is_not_news() {
+    let mut g = PublishGate::new(PublishConfig::default()).unwrap();
+    let s = NodeSummary::new(vec![gpu(0, "A30", 10.0, 1000.0, 0.1)], &[]);
+    g.failed(at(0.0));
+    assert_eq!(g.due(&s, at(5.0)), None, "10 s after one failure");
+    assert_eq!(g.due(&s, at(10.0)), Some(Why::First));
+    g.failed(at(10.0));
+    assert_eq!(g.due(&s, at(25.0)), None, "20 s after two");
+    for i in 0..10 {
+        g.failed(at(100.0 + f64::from(i)));
+    }
+    assert_eq!(g.due(&s, at(150.0)), None);
+    assert_eq!(
+        g.due(&s, at(170.0)),
+        Some(Why::First),
+        "never longer than a heartbeat"
+    );
+    g.written(&s, at(170.0));
+    let one = NodeSummary::new(
+        vec![gpu(0, "A30", 10.0, 1000.0, 0.1)],
+        &[("f".into(), "probing".into(), 1)],
+    );
+    assert_eq!(g.due(&one, at(200.0)), None);
+}

@@ -19,15 +19,19 @@ use axum::extract::{DefaultBodyLimit, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use kube::api::{Api, ListParams};
+use kube::api::{Api, ApiResource, DynamicObject, ListParams};
 use scheduler_core::placement::cluster::{NodeState, NodeSummary, rank};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::crd::GpuNodeState;
+use crate::crd::{GpuNodeState, GpuNodeStateSpec};
 
-/// The largest request body taken (a full `NodeList` of a large cluster fits).
-pub const MAX_BODY: usize = 32 << 20;
+/// The largest request body taken (a `NodeList` of a few thousand nodes fits; configured
+/// `nodeCacheCapable`, kube-scheduler sends names only).
+pub const MAX_BODY: usize = 16 << 20;
+/// Requests answered at once; more get 503 (kube-scheduler treats the ignorable extender's
+/// error as no opinion).
+pub const MAX_IN_FLIGHT: usize = 16;
 /// The most candidate nodes one request may name.
 pub const MAX_NODES: usize = 100_000;
 
@@ -107,6 +111,9 @@ pub enum BadRequest {
     /// Neither `nodes` nor `nodenames`.
     #[error("ExtenderArgs has neither nodes nor nodenames")]
     NoNodes,
+    /// `nodes` has no `items` array.
+    #[error("ExtenderArgs.nodes is not a NodeList (no items array)")]
+    NotNodeList,
     /// `nodes` is not a NodeList with named items.
     #[error("ExtenderArgs.nodes.items[{0}] has no metadata.name")]
     NodeName(usize),
@@ -122,11 +129,37 @@ pub struct Cache {
 }
 
 impl Cache {
-    /// Replaces the cache with `objects` (what a list returned).
+    /// Replaces the cache with `objects`: each filed under its object's name, and only if it
+    /// says it is that node's (a publisher writing another node's name into its own object
+    /// speaks for nobody); each summary held to plausible figures.
     pub fn replace(&self, objects: Vec<GpuNodeState>) {
+        self.fill(
+            objects
+                .into_iter()
+                .map(|o| (o.metadata.name.unwrap_or_default(), o.spec)),
+        );
+    }
+
+    /// Replaces the cache with what a list returned, read object by object: one that does not
+    /// parse is skipped and logged, never the list.
+    pub fn replace_raw(&self, objects: Vec<DynamicObject>) {
+        self.fill(objects.into_iter().filter_map(|o| {
+            let name = o.metadata.name.unwrap_or_default();
+            let spec = o.data.get("spec").cloned().unwrap_or(Value::Null);
+            match serde_json::from_value::<GpuNodeStateSpec>(spec) {
+                Ok(spec) => Some((name, spec)),
+                Err(e) => {
+                    tracing::warn!(object = %name, "GpuNodeState skipped: {e}");
+                    None
+                }
+            }
+        }));
+    }
+
+    fn fill(&self, objects: impl Iterator<Item = (String, GpuNodeStateSpec)>) {
         let fresh: HashMap<String, (NodeSummary, u64)> = objects
-            .into_iter()
-            .map(|o| (o.spec.node, (o.spec.summary, o.spec.published_unix_ms)))
+            .filter(|(name, spec)| *name == spec.node)
+            .map(|(name, spec)| (name, (spec.summary.sanitized(), spec.published_unix_ms)))
             .collect();
         *self
             .by_node
@@ -160,6 +193,20 @@ pub struct Extender {
     pub cache: Arc<Cache>,
     /// A summary older than this (seconds) is ignored.
     pub stale_s: f64,
+    /// Requests in flight, at most [`MAX_IN_FLIGHT`].
+    pub in_flight: tokio::sync::Semaphore,
+}
+
+impl Extender {
+    /// Answers from `cache`, ignoring summaries older than `stale_s` seconds.
+    #[must_use]
+    pub fn new(cache: Arc<Cache>, stale_s: f64) -> Self {
+        Extender {
+            cache,
+            stale_s,
+            in_flight: tokio::sync::Semaphore::new(MAX_IN_FLIGHT),
+        }
+    }
 }
 
 /// The function a pod's GPU work runs as, in the flow keys nodes publish: its
@@ -193,8 +240,7 @@ impl Extender {
                 let items = list
                     .get("items")
                     .and_then(Value::as_array)
-                    .map(Vec::as_slice)
-                    .unwrap_or_default();
+                    .ok_or(BadRequest::NotNodeList)?;
                 items
                     .iter()
                     .enumerate()
@@ -231,8 +277,13 @@ impl Extender {
             .map(|n| NodeState {
                 name: n,
                 summary: cache.get(n).map(|(s, at)| {
+                    // From a clock more than 30 s ahead: not to be trusted as fresh for ever.
                     #[expect(clippy::cast_precision_loss, reason = "ages in seconds")]
-                    let age = now_ms.saturating_sub(*at) as f64 / 1e3;
+                    let age = if *at > now_ms.saturating_add(30_000) {
+                        f64::INFINITY
+                    } else {
+                        now_ms.saturating_sub(*at) as f64 / 1e3
+                    };
                     (s, age)
                 }),
             })
@@ -298,7 +349,18 @@ fn bad(e: &BadRequest) -> Response {
     (StatusCode::BAD_REQUEST, axum::Json(body)).into_response()
 }
 
+fn busy() -> Response {
+    let body = FilterResult {
+        error: format!("mqfq-extender: more than {MAX_IN_FLIGHT} requests at once"),
+        ..FilterResult::default()
+    };
+    (StatusCode::SERVICE_UNAVAILABLE, axum::Json(body)).into_response()
+}
+
 async fn filter(State(x): State<Arc<Extender>>, body: Bytes) -> Response {
+    let Ok(_permit) = x.in_flight.try_acquire() else {
+        return busy();
+    };
     match x.filter(&body, crate::unix_ms()) {
         Ok(r) => axum::Json(r).into_response(),
         Err(e) => bad(&e),
@@ -306,6 +368,9 @@ async fn filter(State(x): State<Arc<Extender>>, body: Bytes) -> Response {
 }
 
 async fn prioritize(State(x): State<Arc<Extender>>, body: Bytes) -> Response {
+    let Ok(_permit) = x.in_flight.try_acquire() else {
+        return busy();
+    };
     match x.prioritize(&body, crate::unix_ms()) {
         Ok(r) => axum::Json(r).into_response(),
         Err(e) => bad(&e),
@@ -322,14 +387,21 @@ pub fn router(x: Arc<Extender>) -> Router {
         .with_state(x)
 }
 
+/// The `GpuNodeState` objects of `namespace` untyped, so that one malformed object cannot fail
+/// a whole list.
+#[must_use]
+pub fn untyped(client: kube::Client, namespace: &str) -> Api<DynamicObject> {
+    Api::namespaced_with(client, namespace, &ApiResource::erase::<GpuNodeState>(&()))
+}
+
 /// Lists the objects into `cache` every `period`, for ever; a failed list keeps the last
 /// cache (its summaries age out through their timestamps).
-pub async fn refresh(api: Api<GpuNodeState>, cache: Arc<Cache>, period: Duration) {
+pub async fn refresh(api: Api<DynamicObject>, cache: Arc<Cache>, period: Duration) {
     let mut tick = tokio::time::interval(period);
     loop {
         tick.tick().await;
         match api.list(&ListParams::default()).await {
-            Ok(list) => cache.replace(list.items),
+            Ok(list) => cache.replace_raw(list.items),
             Err(e) => tracing::warn!("list GpuNodeState: {e}"),
         }
     }

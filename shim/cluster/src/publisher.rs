@@ -4,8 +4,8 @@
 //! Writes are plain create / replace with the last resourceVersion this publisher saw, so one
 //! request per write in steady state; a conflict (someone else wrote the object, or it was
 //! deleted and recreated) re-reads it and tries again, at most [`ATTEMPTS`] times. A write
-//! that fails is not remembered by the gate: the next tick tries again, still no faster than
-//! the gate's minimum interval allows once one went through.
+//! that fails is tried again after the gate's minimum interval, doubled at each failure in a
+//! row up to the heartbeat.
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -127,7 +127,10 @@ impl Publisher {
             why: why.name().to_owned(),
             summary: summary.clone(),
         };
-        self.write(spec).await?;
+        if let Err(e) = self.write(spec).await {
+            self.gate.failed(now);
+            return Err(e);
+        }
         self.gate.written(summary, now);
         Ok(Some(why))
     }

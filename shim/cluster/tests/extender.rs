@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use kube::api::{Api, PostParams};
 use mqfq_cluster::crd::{GpuNodeState, GpuNodeStateSpec};
-use mqfq_cluster::extender::{Cache, Extender, HostPriority, refresh, router};
+use mqfq_cluster::extender::{Cache, Extender, HostPriority, refresh, router, untyped};
 use scheduler_core::placement::cluster::{GpuSummary, NodeSummary};
 use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -91,18 +91,49 @@ async fn http(addr: std::net::SocketAddr, method: &str, path: &str, body: &[u8])
 
 #[tokio::test]
 async fn the_extender_filters_and_ranks_nodes_from_published_state() {
-    let (url, _store) = common::serve().await;
+    let (url, store) = common::serve().await;
     let api: Api<GpuNodeState> = Api::namespaced(common::client(&url), "mqfq-system");
     cluster(&api).await;
     let cache = Arc::new(Cache::default());
-    tokio::spawn(refresh(api, cache.clone(), Duration::from_millis(50)));
+    // An object that does not parse and one filed under another node's name are skipped;
+    // the others still count.
+    let mut broken = GpuNodeState::new(
+        "gpu-x",
+        GpuNodeStateSpec {
+            node: "gpu-x".into(),
+            published_unix_ms: 0,
+            why: "first".into(),
+            summary: NodeSummary::default(),
+        },
+    );
+    broken.metadata.namespace = None;
+    store.lock().unwrap().objects.insert(
+        "gpu-x".into(),
+        serde_json::json!({"apiVersion": "mqfq.io/v1alpha1", "kind": "GpuNodeState",
+            "metadata": {"name": "gpu-x", "resourceVersion": "900"},
+            "spec": {"node": "gpu-x", "summary": {"gpus": "not a list"}}}),
+    );
+    let mut spoof = broken.clone();
+    spoof.metadata.name = Some("spoof".into());
+    spoof.spec.node = "gpu-b".into();
+    api.create(&PostParams::default(), &spoof).await.unwrap();
+    let client = common::client(&url);
+    tokio::spawn(refresh(
+        untyped(client, "mqfq-system"),
+        cache.clone(),
+        Duration::from_millis(50),
+    ));
     while cache.len() < 3 {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    let x = Arc::new(Extender {
-        cache,
-        stale_s: 180.0,
-    });
+    // Two more lists: still the three good ones only.
+    tokio::time::sleep(Duration::from_millis(120)).await;
+    assert_eq!(
+        cache.len(),
+        3,
+        "the malformed and the spoofed object are skipped"
+    );
+    let x = Arc::new(Extender::new(cache, 180.0));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move { axum::serve(listener, router(x)).await });
@@ -197,14 +228,30 @@ fn a_stale_summary_is_ignored() {
             summary,
         },
     )]);
-    let x = Extender {
-        cache,
-        stale_s: 180.0,
-    };
+    let x = Extender::new(cache, 180.0);
     let body = br#"{"pod": {}, "nodenames": ["gpu-c"]}"#;
     // Fresh: its failed GPU fails it. Three minutes later: no longer trusted, so it passes.
     let fresh = x.filter(body, 2_000).unwrap();
     assert!(fresh.failed_nodes.contains_key("gpu-c"));
     let stale = x.filter(body, 1_000 + 181_000).unwrap();
     assert_eq!(stale.node_names, Some(vec!["gpu-c".to_owned()]));
+    // Stamped in the future: within 30 s, a clock a little ahead; beyond, not fresh for ever.
+    let ahead = x.filter(body, 1_000 - 999).unwrap();
+    assert!(ahead.failed_nodes.contains_key("gpu-c"), "1 s ahead counts");
+    let far = Extender::new(Arc::new(Cache::default()), 180.0);
+    far.cache.replace(vec![GpuNodeState::new(
+        "gpu-c",
+        GpuNodeStateSpec {
+            node: "gpu-c".into(),
+            published_unix_ms: 10_000_000,
+            why: "first".into(),
+            summary: NodeSummary::new(vec![gpu("NVIDIA A30", 10.3, 933.0, 90, "failed")], &[]),
+        },
+    )]);
+    let r = far.filter(body, 2_000).unwrap();
+    assert_eq!(
+        r.node_names,
+        Some(vec!["gpu-c".to_owned()]),
+        "ignored, so it passes"
+    );
 }

@@ -146,8 +146,10 @@ async fn the_publisher_creates_updates_on_crossings_heartbeats_and_retries_confl
     let e = p.step(&calm, at(115.0), 115_000).await.unwrap_err();
     assert!(e.to_string().contains("API server"), "{e}");
     store.lock().unwrap().down = false;
+    // Backed off: not before the minimum interval has passed again.
+    assert_eq!(p.step(&calm, at(116.0), 116_000).await.unwrap(), None);
     assert_eq!(
-        p.step(&calm, at(116.0), 116_000).await.unwrap(),
+        p.step(&calm, at(125.0), 125_000).await.unwrap(),
         Some(Why::Crossing)
     );
     assert!(same(&api.get("node-a").await.unwrap().spec.summary, &calm));

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::Parser;
-use mqfq_cluster::extender::{Cache, Extender, refresh, router};
+use mqfq_cluster::extender::{Cache, Extender, refresh, router, untyped};
 
 /// Ranks GPU nodes for pods from the GpuNodeState objects mqfq's publishers write.
 #[derive(Debug, Parser)]
@@ -37,19 +37,17 @@ async fn main() -> anyhow::Result<()> {
         a.stale_s.is_finite() && a.stale_s > 0.0,
         "--stale-s must be > 0"
     );
-    let api = mqfq_cluster::objects(&a.namespace)
+    let client = kube::Client::try_default()
         .await
         .context("Kubernetes client (in-cluster or KUBECONFIG)")?;
+    let api = untyped(client, &a.namespace);
     let cache = Arc::new(Cache::default());
     tokio::spawn(refresh(
         api,
         cache.clone(),
         Duration::from_secs_f64(a.refresh_s),
     ));
-    let x = Arc::new(Extender {
-        cache,
-        stale_s: a.stale_s,
-    });
+    let x = Arc::new(Extender::new(cache, a.stale_s));
     let listener = tokio::net::TcpListener::bind(&a.listen)
         .await
         .with_context(|| format!("listen on {}", a.listen))?;
