@@ -31,7 +31,7 @@ pub use features::{
 pub use fitness::{Choice, GpuView, Health, Need, PlacementError, WeightSchedule, Weights, choose};
 pub use health::{HealthConfig, HealthSample, HealthTracker};
 pub use models::GpuModel;
-pub use node::{Placement, PlacementConfig};
+pub use node::{Near, Placement, PlacementConfig};
 
 #[cfg(test)]
 mod tests;

@@ -101,6 +101,7 @@ fn main() {
         grant: Some(GpuSelection::Devices(vec!["3".into()])),
         pod_namespace: String::new(),
         placeable: false,
+        partners: Vec::new(),
     };
     let mut ours = Vec::with_capacity(n);
     for i in 0..n {

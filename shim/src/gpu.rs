@@ -44,6 +44,11 @@ pub const ANN_FUNCTION: &str = "io.mqfq.function";
 pub const ANN_WEIGHT: &str = "io.mqfq.weight";
 /// Annotation naming the tenant.
 pub const ANN_TENANT: &str = "io.mqfq.tenant";
+/// Annotation naming the functions a container works with (comma-separated): placement puts
+/// it next to them.
+pub const ANN_PARTNERS: &str = "io.mqfq.partners";
+/// The most partners a container may name.
+pub const MAX_PARTNERS: usize = 8;
 
 /// Which GPUs a container asked for, as it named them.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -77,6 +82,8 @@ pub struct GpuWork {
     /// `CUDA_VISIBLE_DEVICES` (whose indices would then name other devices, or none). A grant
     /// from a device plugin, a DRA claim or CDI is the platform's and stays whole.
     pub placeable: bool,
+    /// Functions it works with (`io.mqfq.partners`).
+    pub partners: Vec<String>,
 }
 
 /// Where the shim accepts GPU grants from, beyond what the platform put in the spec
@@ -336,6 +343,10 @@ pub fn classify(spec: &Value, id: &str, access: GpuAccess) -> Result<Classificat
     let function = annotation(spec, ANN_FUNCTION)
         .map(|v| check_name(ANN_FUNCTION, v))
         .transpose()?;
+    let partners = annotation(spec, ANN_PARTNERS)
+        .map(partners_of)
+        .transpose()?
+        .unwrap_or_default();
     let tenant = annotation(spec, ANN_TENANT)
         .map(|v| check_name(ANN_TENANT, v))
         .transpose()?;
@@ -428,7 +439,24 @@ pub fn classify(spec: &Value, id: &str, access: GpuAccess) -> Result<Classificat
         gpus,
         grant,
         placeable,
+        partners,
     }))
+}
+
+/// `io.mqfq.partners`: up to [`MAX_PARTNERS`] function names, comma-separated.
+fn partners_of(v: &str) -> Result<Vec<String>> {
+    let names: Vec<&str> = v
+        .split(',')
+        .map(str::trim)
+        .filter(|n| !n.is_empty())
+        .collect();
+    if names.len() > MAX_PARTNERS {
+        return Err(invalid(ANN_PARTNERS, v, "names at most 8 functions"));
+    }
+    names
+        .into_iter()
+        .map(|n| check_name(ANN_PARTNERS, n))
+        .collect()
 }
 
 fn derive_function(spec: &Value, id: &str) -> String {
@@ -535,6 +563,16 @@ mod tests {
         let picks =
             json!({"process": {"env": ["NVIDIA_VISIBLE_DEVICES=all", "CUDA_VISIBLE_DEVICES=1"]}});
         assert!(!with(&picks, ENV).unwrap().placeable);
+        // Partners: up to eight valid names; anything else names the annotation.
+        let named = json!({"annotations": {"io.mqfq.partners": "embed, rank"},
+                           "process": {"env": ["NVIDIA_VISIBLE_DEVICES=all"]}});
+        assert_eq!(with(&named, ENV).unwrap().partners, ["embed", "rank"]);
+        for bad in ["a b", "a,b,c,d,e,f,g,h,i"] {
+            let spec = json!({"annotations": {"io.mqfq.partners": bad},
+                              "process": {"env": ["NVIDIA_VISIBLE_DEVICES=all"]}});
+            let e = classify(&spec, "cid", ENV).unwrap_err();
+            assert!(e.to_string().contains("io.mqfq.partners"), "{e}");
+        }
         assert_eq!(
             with(&env, ENV).unwrap().grant,
             Some(devs(&["0", "GPU-abc"]))

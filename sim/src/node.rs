@@ -10,7 +10,7 @@
 //! Every call into the core can be kept ([`NodeMqfq::inputs`]), so a test can feed the same
 //! calls to a core built the way `mqfqd` builds it and compare the dispatch records.
 
-use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::collections::{HashMap, VecDeque};
 
 use scheduler_core::config::{ConcurrencyConfig, ConfigError, GpuMode, QueueConfig};
 use scheduler_core::node::admission::{
@@ -244,7 +244,7 @@ impl NodeMqfq {
                     &gpus,
                     &all,
                     &self.names[func],
-                    &BTreeSet::new(),
+                    &scheduler_core::placement::Near::default(),
                     720,
                     now,
                 );

@@ -70,6 +70,16 @@ const PLACED_HOLD_S: f64 = 10.0;
 /// At most this many recent placements are kept (a Create storm is bounded, not remembered).
 const PLACED_MAX: usize = 1024;
 
+/// Where a function has company: GPUs holding its idle memory, and GPUs running the functions
+/// it names as partners (`io.mqfq.partners`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Near {
+    /// GPUs where its memory is resident (an idle container of it in the pool).
+    pub resident: BTreeSet<u32>,
+    /// GPUs where a partner runs or is resident.
+    pub partners: BTreeSet<u32>,
+}
+
 /// The node's placement state.
 #[derive(Clone, Debug)]
 pub struct Placement {
@@ -165,8 +175,9 @@ impl Placement {
     }
 
     /// Chooses among `candidates` (NVML indices) for `function`, from the core's view of its
-    /// GPUs, the GPUs where the function's memory is `resident`, the minute of the day, and
-    /// the placements made in the last [`PLACED_HOLD_S`] before `now`.
+    /// GPUs, where the function's memory is resident and where the functions it names as
+    /// partners run (`near`), the minute of the day, and the placements made in the last
+    /// [`PLACED_HOLD_S`] before `now`.
     ///
     /// # Errors
     /// No usable candidate (none, unknown to the core, or all failed).
@@ -175,7 +186,7 @@ impl Placement {
         gpus: &[admission::GpuView],
         candidates: &[u32],
         function: &str,
-        resident: &BTreeSet<u32>,
+        near: &Near,
         minute_of_day: u32,
         now: Time,
     ) -> Result<Choice, PlacementError> {
@@ -204,8 +215,8 @@ impl Placement {
                     limit: g.limit,
                     power: None,
                     health: self.health(g.info.index),
-                    resident: resident.contains(&g.info.index),
-                    partner: false,
+                    resident: near.resident.contains(&g.info.index),
+                    partner: near.partners.contains(&g.info.index),
                 }
             })
             .collect();

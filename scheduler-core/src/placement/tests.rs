@@ -420,7 +420,7 @@ fn the_node_probes_new_functions_then_places_them_by_fitness_and_avoids_failed_g
         core_gpu(0, "NVIDIA A30", 0, 0.0),
         core_gpu(1, "NVIDIA H100 80GB HBM3", 1, 0.5),
     ];
-    let none = std::collections::BTreeSet::new();
+    let none = Near::default();
     // New: probed on the idle GPU.
     let c = p.choose(&gpus, &[0, 1], "bert", &none, 600, T0).unwrap();
     assert_eq!((c.gpu, c.reason), (0, "probe"));
@@ -475,7 +475,7 @@ fn placements_made_moments_ago_count_as_queued_work() {
         core_gpu(0, "NVIDIA A30", 0, 0.0),
         core_gpu(1, "NVIDIA A30", 0, 0.0),
     ];
-    let none = std::collections::BTreeSet::new();
+    let none = Near::default();
     let first = p.choose(&gpus, &[0, 1], "a", &none, 600, T0).unwrap().gpu;
     p.placed(first, T0);
     let second = p.choose(&gpus, &[0, 1], "b", &none, 600, T0).unwrap().gpu;
@@ -509,6 +509,35 @@ fn placements_made_moments_ago_count_as_queued_work() {
             .gpu,
         1
     );
+}
+
+/// A known function naming a partner goes where the partner runs, other things equal.
+#[test]
+fn a_function_goes_next_to_the_partner_it_names() {
+    let mut p = Placement::new(PlacementConfig::default()).unwrap();
+    let gpus = [
+        core_gpu(0, "NVIDIA A30", 0, 0.0),
+        core_gpu(1, "NVIDIA A30", 0, 0.0),
+    ];
+    for i in 0..3 {
+        p.observe_burst(
+            "etl",
+            &sample(3000.0, 0.9, 0.1),
+            Time::from_secs_f64(f64::from(i)),
+        )
+        .unwrap();
+    }
+    let alone = p
+        .choose(&gpus, &[0, 1], "etl", &Near::default(), 600, T0)
+        .unwrap();
+    assert_eq!(alone.gpu, 0, "a tie, broken by index");
+    let near = Near {
+        partners: [1].into(),
+        ..Near::default()
+    };
+    let c = p.choose(&gpus, &[0, 1], "etl", &near, 600, T0).unwrap();
+    assert_eq!(c.gpu, 1, "{c:?}");
+    assert!(c.breakdown.affinity > 0.0);
 }
 
 #[test]

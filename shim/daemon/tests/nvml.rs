@@ -350,6 +350,24 @@ fn nvml_backend_reads_the_double_and_drives_d() {
     }
     let e = place("not a function name").unwrap_err();
     assert!(e.to_string().contains("function"), "{e}");
+    let e = rt
+        .block_on(async {
+            let c = mqfq_daemon::ctl::connect(&sock).await.unwrap();
+            c.place(
+                ttrpc::context::with_timeout(5_000_000_000),
+                &api::AdmitRequest {
+                    namespace: "t".into(),
+                    container_id: "p".into(),
+                    function: "f".into(),
+                    partners: (0..9).map(|i| format!("p{i}")).collect(),
+                    shim_pid: std::process::id(),
+                    ..Default::default()
+                },
+            )
+            .await
+        })
+        .unwrap_err();
+    assert!(e.to_string().contains("partners"), "{e}");
     std::fs::write(&lost, "").unwrap();
     health(["healthy", "healthy"]);
     // Both usable again: the three placements just made count on GPU 0 for a while.

@@ -111,6 +111,7 @@ fn admit_request(
         shim_pid: std::process::id(),
         pooled,
         pod_namespace: work.pod_namespace.clone(),
+        partners: work.partners.clone(),
         ..Default::default()
     }
 }

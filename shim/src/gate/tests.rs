@@ -109,6 +109,7 @@ async fn a_release_racing_a_registration_leaves_no_lease_behind() {
         gpus: GpuSelection::All,
         grant: None,
         placeable: false,
+        partners: Vec::new(),
     };
     // The first registration (on connect) passes; the container gets a lease.
     gate.admit("ns", "c1", &work, Kind::Start, false)

@@ -3,8 +3,8 @@
 //! The decisions are `scheduler_core::placement`'s.
 
 use scheduler_core::Time;
-use scheduler_core::node::admission::{Core, Kind};
-use scheduler_core::placement::{Health, HealthSample, Placement, Sample as BurstSample};
+use scheduler_core::node::admission::{AdmitInfo, Core, Kind};
+use scheduler_core::placement::{Health, HealthSample, Near, Placement, Sample as BurstSample};
 
 use super::{Daemon, Inner, admit_info, check_asked, status, to_ttrpc};
 use crate::monitor::Sample;
@@ -80,6 +80,24 @@ pub(super) fn place(d: &Daemon, req: &api::AdmitRequest) -> ttrpc::Result<api::P
     let info = admit_info(&d.policy, req, Kind::Start);
     // Its features are kept under its function's name: the checks an admission makes.
     Core::validate(&info).map_err(|e| to_ttrpc(&e))?;
+    if req.partners.len() > 8 || !req.partners.iter().all(|p| scheduler_core::node::is_key(p)) {
+        return Err(status(
+            ttrpc::Code::INVALID_ARGUMENT,
+            "invalid `partners`: at most 8 function names of A-Z a-z 0-9 . _ - : / @ +",
+        ));
+    }
+    // Partners are functions of its own tenant.
+    let partners: Vec<String> = req
+        .partners
+        .iter()
+        .map(|p| {
+            AdmitInfo {
+                function: p.clone(),
+                ..info.clone()
+            }
+            .flow_key()
+        })
+        .collect();
     if req.gpus.len() > 64 {
         return Err(status(
             ttrpc::Code::INVALID_ARGUMENT,
@@ -120,13 +138,26 @@ pub(super) fn place(d: &Daemon, req: &api::AdmitRequest) -> ttrpc::Result<api::P
         return Ok(api::PlaceResponse::default());
     }
     let candidates: Vec<u32> = named.iter().map(|(_, i)| *i).collect();
-    let resident = inner.pool.hot_gpus(&flow);
+    let mut near = Near {
+        resident: inner.pool.hot_gpus(&flow),
+        ..Near::default()
+    };
+    for p in &partners {
+        near.partners.extend(inner.pool.hot_gpus(p));
+    }
+    near.partners.extend(
+        inner
+            .core
+            .leases()
+            .filter(|(_, l)| partners.contains(&l.function))
+            .map(|(_, l)| l.gpu),
+    );
     let gpus = inner.core.gpus();
     let minute = crate::placement::minute_of_day_utc();
     let Some(p) = inner.placement.as_mut() else {
         return Ok(api::PlaceResponse::default());
     };
-    let choice = p.choose(&gpus, &candidates, &flow, &resident, minute, now);
+    let choice = p.choose(&gpus, &candidates, &flow, &near, minute, now);
     // Under the same lock: a Create racing this one sees the choice.
     if let Ok(c) = &choice {
         p.placed(c.gpu, now);
