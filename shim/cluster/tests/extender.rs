@@ -125,7 +125,10 @@ async fn the_extender_filters_and_ranks_nodes_from_published_state() {
     ));
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     while cache.len() < 3 {
-        assert!(std::time::Instant::now() < deadline, "the cache never filled");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the cache never filled"
+        );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     // Two more lists: still the three good ones only.
