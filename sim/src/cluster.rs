@@ -122,14 +122,13 @@ impl Cluster {
             .collect()
     }
 
-    fn summary(&self, node: usize, core: &Core, placer: Option<&Placement>) -> NodeSummary {
-        let range = node * self.per..(node + 1) * self.per;
-        let inside = |gpu: u32| usize::try_from(gpu).is_ok_and(|g| range.contains(&g));
+    /// One sample period: each node writes its summary if its gate says so. The core's GPUs
+    /// and flows are read once and split by node.
+    pub fn publish(&mut self, core: &Core, placer: Option<&Placement>, now: Time) {
         let table = builtin();
-        let gpus = core
+        let gpus: Vec<GpuSummary> = core
             .gpus()
             .into_iter()
-            .filter(|g| inside(g.info.index))
             .map(|g| {
                 let model = lookup(&table, &g.info.name);
                 GpuSummary {
@@ -150,25 +149,30 @@ impl Cluster {
                 }
             })
             .collect();
-        let flows: Vec<(String, String, u32)> = core
+        let flows: Vec<(u32, (String, String, u32))> = core
             .flows()
             .into_iter()
-            .filter(|(gpu, _)| inside(*gpu))
-            .map(|(_, f)| {
+            .map(|(gpu, f)| {
                 let class = placer
                     .and_then(|p| class_label(p.features().class(&f.key)))
                     .unwrap_or("probing")
                     .to_owned();
-                (f.key, class, u32::try_from(f.queued).unwrap_or(u32::MAX))
+                (
+                    gpu,
+                    (f.key, class, u32::try_from(f.queued).unwrap_or(u32::MAX)),
+                )
             })
             .collect();
-        NodeSummary::new(gpus, &flows)
-    }
-
-    /// One sample period: each node writes its summary if its gate says so.
-    pub fn publish(&mut self, core: &Core, placer: Option<&Placement>, now: Time) {
         for node in 0..self.gates.len() {
-            let s = self.summary(node, core, placer);
+            let range = node * self.per..(node + 1) * self.per;
+            let inside = |gpu: u32| usize::try_from(gpu).is_ok_and(|g| range.contains(&g));
+            let mine: Vec<GpuSummary> = gpus.iter().filter(|g| inside(g.index)).cloned().collect();
+            let functions: Vec<(String, String, u32)> = flows
+                .iter()
+                .filter(|(gpu, _)| inside(*gpu))
+                .map(|(_, f)| f.clone())
+                .collect();
+            let s = NodeSummary::new(mine, &functions);
             if self.gates[node].due(&s, now).is_some() {
                 self.gates[node].written(&s, now);
                 self.writes[node] += 1;

@@ -357,24 +357,27 @@ fn busy() -> Response {
     (StatusCode::SERVICE_UNAVAILABLE, axum::Json(body)).into_response()
 }
 
-async fn filter(State(x): State<Arc<Extender>>, body: Bytes) -> Response {
+/// One verb: within the in-flight bound, `answer` on the body now, JSON or a 400.
+fn respond<T: Serialize>(
+    x: &Extender,
+    body: &[u8],
+    answer: impl FnOnce(&Extender, &[u8], u64) -> Result<T, BadRequest>,
+) -> Response {
     let Ok(_permit) = x.in_flight.try_acquire() else {
         return busy();
     };
-    match x.filter(&body, crate::unix_ms()) {
+    match answer(x, body, crate::unix_ms()) {
         Ok(r) => axum::Json(r).into_response(),
         Err(e) => bad(&e),
     }
 }
 
+async fn filter(State(x): State<Arc<Extender>>, body: Bytes) -> Response {
+    respond(&x, &body, Extender::filter)
+}
+
 async fn prioritize(State(x): State<Arc<Extender>>, body: Bytes) -> Response {
-    let Ok(_permit) = x.in_flight.try_acquire() else {
-        return busy();
-    };
-    match x.prioritize(&body, crate::unix_ms()) {
-        Ok(r) => axum::Json(r).into_response(),
-        Err(e) => bad(&e),
-    }
+    respond(&x, &body, Extender::prioritize)
 }
 
 /// The HTTP API: `POST /filter`, `POST /prioritize`, `GET /healthz`.

@@ -329,7 +329,7 @@ fn nvml_backend_reads_the_double_and_drives_d() {
     std::fs::write(&lost, "1\n").unwrap();
     let s = health(["healthy", "failed"]);
     assert_eq!(s["gpus"][1]["memory_used"], memory, "last figure kept");
-    let place = |function: &str| {
+    let place_with = |function: &str, partners: Vec<String>| {
         rt.block_on(async {
             let c = mqfq_daemon::ctl::connect(&sock).await.unwrap();
             c.place(
@@ -338,6 +338,7 @@ fn nvml_backend_reads_the_double_and_drives_d() {
                     namespace: "t".into(),
                     container_id: "p".into(),
                     function: function.into(),
+                    partners,
                     shim_pid: std::process::id(),
                     ..Default::default()
                 },
@@ -345,28 +346,13 @@ fn nvml_backend_reads_the_double_and_drives_d() {
             .await
         })
     };
+    let place = |function: &str| place_with(function, Vec::new());
     for f in ["a", "b", "c"] {
         assert_eq!(place(f).unwrap().device, "0", "only GPU 0 is healthy");
     }
     let e = place("not a function name").unwrap_err();
     assert!(e.to_string().contains("function"), "{e}");
-    let e = rt
-        .block_on(async {
-            let c = mqfq_daemon::ctl::connect(&sock).await.unwrap();
-            c.place(
-                ttrpc::context::with_timeout(5_000_000_000),
-                &api::AdmitRequest {
-                    namespace: "t".into(),
-                    container_id: "p".into(),
-                    function: "f".into(),
-                    partners: (0..9).map(|i| format!("p{i}")).collect(),
-                    shim_pid: std::process::id(),
-                    ..Default::default()
-                },
-            )
-            .await
-        })
-        .unwrap_err();
+    let e = place_with("f", (0..9).map(|i| format!("p{i}")).collect()).unwrap_err();
     assert!(e.to_string().contains("partners"), "{e}");
     std::fs::write(&lost, "").unwrap();
     health(["healthy", "healthy"]);

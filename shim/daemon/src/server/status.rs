@@ -27,29 +27,32 @@ impl Daemon {
         let gpus = core
             .gpus()
             .into_iter()
-            .map(|g| api::GpuStatus {
-                tflops: lookup(models, &g.info.name).tflops,
-                mem_gbps: lookup(models, &g.info.name).mem_gbps,
-                index: g.info.index,
-                uuid: g.info.uuid,
-                name: g.info.name,
-                mode: format!("{:?}", g.info.mode).to_lowercase(),
-                d: g.d,
-                limit: g.limit,
-                running: g.running,
-                utilization: g.reading.busy.unwrap_or(0.0),
-                sm_activity: g.reading.sm_activity,
-                slowdown: g.reading.slowdown,
-                pressure: g.reading.pressure,
-                memory_used: g.memory_used,
-                memory_total: g.info.memory_total,
-                virtual_time: g.virtual_time,
-                queued: g.queued as u64,
-                health: inner
-                    .placement
-                    .as_ref()
-                    .map_or_else(String::new, |p| p.health(g.info.index).name().to_owned()),
-                ..Default::default()
+            .map(|g| {
+                let model = lookup(models, &g.info.name);
+                api::GpuStatus {
+                    tflops: model.tflops,
+                    mem_gbps: model.mem_gbps,
+                    index: g.info.index,
+                    uuid: g.info.uuid,
+                    name: g.info.name,
+                    mode: format!("{:?}", g.info.mode).to_lowercase(),
+                    d: g.d,
+                    limit: g.limit,
+                    running: g.running,
+                    utilization: g.reading.busy.unwrap_or(0.0),
+                    sm_activity: g.reading.sm_activity,
+                    slowdown: g.reading.slowdown,
+                    pressure: g.reading.pressure,
+                    memory_used: g.memory_used,
+                    memory_total: g.info.memory_total,
+                    virtual_time: g.virtual_time,
+                    queued: g.queued as u64,
+                    health: inner
+                        .placement
+                        .as_ref()
+                        .map_or_else(String::new, |p| p.health(g.info.index).name().to_owned()),
+                    ..Default::default()
+                }
             })
             .collect();
         let flows = core
