@@ -15,16 +15,18 @@
 //! the idle tail).
 //!
 //! ```text
-//! → begin             ← ok | error <why>     (held until the shim's lease is granted)
-//! → end <idle_ns>     ← ok
+//! → begin                   ← ok | error <why>   (held until the shim's lease is granted)
+//! → end <idle_ns> <bytes>   ← ok                 (bytes: copied host↔device in the burst)
 //! ```
+//! A shim older than the byte count answers `error unknown request` to the three-word `end`;
+//! the process then says `end <idle_ns>` to it from there on.
 //! The shim attaches every identity (container, function, weight): the process says only
 //! begin and end. A shim that cannot be reached, or that answers an error, lets the burst run
 //! (its own fail mode decides for it while it lives); a forked child has its own connection.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::net::UnixStream;
-use std::sync::atomic::{AtomicU8, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -41,6 +43,11 @@ static STATE: AtomicU8 = AtomicU8::new(IDLE);
 /// Gated calls in progress: a burst never ends under one (a launch that compiles or loads
 /// for longer than the idle time has not queued its work yet).
 static IN_CALL: AtomicU32 = AtomicU32::new(0);
+/// Bytes the burst copied between host and device (explicit HtoD / DtoH copies; a unified
+/// `cuMemcpy` may go either way, or stay on the device, and is not counted).
+static MOVED: AtomicU64 = AtomicU64::new(0);
+/// The shim answered the three-word `end` as unknown: it is older, and hears two words.
+static OLD_SHIM: AtomicBool = AtomicBool::new(false);
 /// 0: not looked at yet; 1: off; 2: on. Decided from the environment, which a forked child
 /// shares, so it holds for the whole process image (an exec starts over).
 static MODE: AtomicU8 = AtomicU8::new(0);
@@ -143,6 +150,21 @@ fn enter_inner(call: &str) {
         return;
     }
     begin(call);
+}
+
+/// A copy of `n` bytes between host and device, inside the burst the call entered.
+pub fn moved(n: usize) {
+    MOVED.fetch_add(u64::try_from(n).unwrap_or(u64::MAX), Ordering::Relaxed);
+}
+
+/// The line that ends a burst, and what it moved (reset for the next one).
+fn end_line(idle_ns: u64) -> String {
+    let bytes = MOVED.swap(0, Ordering::AcqRel);
+    if OLD_SHIM.load(Ordering::Relaxed) {
+        format!("end {idle_ns}")
+    } else {
+        format!("end {idle_ns} {bytes}")
+    }
 }
 
 /// After a gated call: no longer in progress, and the burst was busy until now.
@@ -338,7 +360,14 @@ fn monitor() {
             // them in order; the lock itself is not held while the shim answers.
             g.asking = true;
             drop(g);
-            let (conn, answer) = ask(Some(conn), &format!("end {idle_ns}"));
+            let (mut conn, mut answer) = ask(Some(conn), &end_line(idle_ns));
+            if answer
+                .as_ref()
+                .is_err_and(|e| e == "shim: error unknown request")
+                && !OLD_SHIM.swap(true, Ordering::Relaxed)
+            {
+                (conn, answer) = ask(conn, &end_line(idle_ns));
+            }
             if let Err(e) = answer {
                 log!("burst end: {e}");
             }
@@ -361,6 +390,7 @@ pub(crate) fn reset_in_child(g: &mut Inner) {
     g.monitor = false;
     STATE.store(IDLE, Ordering::Release);
     IN_CALL.store(0, Ordering::Release);
+    MOVED.store(0, Ordering::Release);
 }
 
 /// The burst lock, for the fork handlers (taken after the interposer's others).

@@ -443,8 +443,11 @@ pub unsafe extern "C" fn cuMemFree_v2(ptr: CuDevicePtr) -> CuResult {
 /// A driver call that is GPU work: it is part of a burst (admitted by the shim, see `burst`),
 /// must not run while this process's memory is evicted (it waits for the prefetch), then
 /// forwards to the real function.
+///
+/// A copy between host and device names its byte count (`moved = n`): counted into the
+/// burst, for the function's placement features.
 macro_rules! gated {
-    ($(#[$doc:meta])* $name:ident as $which:ident: $ty:ty, $label:literal, ($($arg:ident: $t:ty),* $(,)?)) => {
+    ($(#[$doc:meta])* $name:ident as $which:ident: $ty:ty, $label:literal, ($($arg:ident: $t:ty),* $(,)?) $(, moved = $n:ident)?) => {
         $(#[$doc])*
         ///
         /// # Safety
@@ -453,6 +456,7 @@ macro_rules! gated {
         pub unsafe extern "C" fn $name($($arg: $t),*) -> CuResult {
             guard(CUDA_ERROR_UNKNOWN, || {
                 let _in_call = burst::enter($label);
+                $(burst::moved($n);)?
                 state::wait_resident($label);
                 let Some(real) = real::get::<$ty>(Fn::$which) else {
                     return real::NOT_FOUND;
@@ -478,12 +482,12 @@ gated!(
 gated!(
     /// `cuMemcpyHtoD_v2`, held while evicted.
     cuMemcpyHtoD_v2 as MemcpyHtoD: MemcpyHtoDFn, "cuMemcpyHtoD",
-    (dst: CuDevicePtr, src: *const c_void, n: usize)
+    (dst: CuDevicePtr, src: *const c_void, n: usize), moved = n
 );
 gated!(
     /// `cuMemcpyDtoH_v2`, held while evicted.
     cuMemcpyDtoH_v2 as MemcpyDtoH: MemcpyDtoHFn, "cuMemcpyDtoH",
-    (dst: *mut c_void, src: CuDevicePtr, n: usize)
+    (dst: *mut c_void, src: CuDevicePtr, n: usize), moved = n
 );
 gated!(
     /// `cuMemcpyDtoD_v2`, held while evicted.
@@ -515,12 +519,12 @@ gated!(
 gated!(
     /// `cuMemcpyHtoDAsync_v2`, held while evicted.
     cuMemcpyHtoDAsync_v2 as MemcpyHtoDAsync: MemcpyHtoDAsyncFn, "cuMemcpyHtoDAsync",
-    (dst: CuDevicePtr, src: *const c_void, n: usize, stream: *mut c_void)
+    (dst: CuDevicePtr, src: *const c_void, n: usize, stream: *mut c_void), moved = n
 );
 gated!(
     /// `cuMemcpyDtoHAsync_v2`, held while evicted.
     cuMemcpyDtoHAsync_v2 as MemcpyDtoHAsync: MemcpyDtoHAsyncFn, "cuMemcpyDtoHAsync",
-    (dst: *mut c_void, src: CuDevicePtr, n: usize, stream: *mut c_void)
+    (dst: *mut c_void, src: CuDevicePtr, n: usize, stream: *mut c_void), moved = n
 );
 gated!(
     /// `cuMemcpyDtoDAsync_v2`, held while evicted.

@@ -476,13 +476,20 @@ fn a_burst_waits_for_its_shim_and_ends_only_after_its_work_completed() {
     assert_eq!(c.line(), "launched rc=0");
     c.send("threads");
     assert_eq!(c.line(), "threads rc=0");
+    // Two 16-byte copies to the device: the burst's end counts them.
+    for _ in 0..2 {
+        c.send("copyasync");
+        assert_eq!(c.line(), "copied rc=0");
+    }
     // The end comes only once the queued kernels have finished on the double's timeline.
     let end = request(&mut conn);
     let now = mqfq_testkit::monotonic_us();
-    let idle_ns: u64 = end
+    let (idle_ns, moved): (u64, u64) = end
         .strip_prefix("end ")
-        .and_then(|v| v.parse().ok())
+        .and_then(|v| v.split_once(' '))
+        .and_then(|(i, b)| Some((i.parse().ok()?, b.parse().ok()?)))
         .unwrap_or_else(|| panic!("expected end, got {end:?}"));
+    assert_eq!(moved, 32, "{end}");
     let log = dir.path().join("cuda.log");
     let kernels_end = last_kernel_end(&log);
     assert!(kernels_end > 0, "no kernel ran");
@@ -503,7 +510,20 @@ fn a_burst_waits_for_its_shim_and_ends_only_after_its_work_completed() {
     assert!(quiet_for(&c, 200), "threads ran before admission");
     answer(&mut conn, "ok");
     assert_eq!(c.line(), "threads rc=0");
-    assert!(request(&mut conn).starts_with("end "));
+    // No copy in this burst; and a shim older than the byte count: the process says the
+    // two-word end to it, from then on.
+    let end = request(&mut conn);
+    assert!(end.starts_with("end ") && end.ends_with(" 0"), "{end}");
+    answer(&mut conn, "error unknown request");
+    let end = request(&mut conn);
+    assert_eq!(end.split(' ').count(), 2, "{end}");
+    answer(&mut conn, "ok");
+    c.send("copyasync");
+    assert_eq!(request(&mut conn), "begin");
+    answer(&mut conn, "ok");
+    assert_eq!(c.line(), "copied rc=0");
+    let end = request(&mut conn);
+    assert_eq!(end.split(' ').count(), 2, "{end}");
     answer(&mut conn, "ok");
     // A process killed mid-burst: its connection closes, which is how the shim learns.
     c.send("launch");

@@ -24,6 +24,7 @@ pub mod fitness;
 pub mod health;
 pub mod models;
 pub mod node;
+pub mod processes;
 
 pub use features::{
     Bound, Class, FeatureConfig, Features, FunctionFeatures, Length, Sample, Stability,
@@ -32,6 +33,7 @@ pub use fitness::{Choice, GpuView, Health, Need, PlacementError, WeightSchedule,
 pub use health::{HealthConfig, HealthSample, HealthTracker};
 pub use models::GpuModel;
 pub use node::{Near, Placement, PlacementConfig};
+pub use processes::{ProcessSamples, ProcessUse};
 
 #[cfg(test)]
 mod tests;

@@ -113,8 +113,11 @@ pub fn interposer_reply(data: &[u8]) {
     for line in data.split(|b| *b == b'\n').take(64) {
         match crate::task::burst::parse(line) {
             Ok(crate::task::burst::Request::Begin) => assert_eq!(line, b"begin"),
-            Ok(crate::task::burst::Request::End(d)) => {
+            Ok(crate::task::burst::Request::End(d, None)) => {
                 assert_eq!(line, format!("end {}", d.as_nanos()).as_bytes());
+            }
+            Ok(crate::task::burst::Request::End(d, Some(b))) => {
+                assert_eq!(line, format!("end {} {b}", d.as_nanos()).as_bytes());
             }
             Err(_) => {}
         }

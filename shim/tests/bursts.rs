@@ -164,6 +164,43 @@ fn an_idle_server_holds_no_lease_and_a_killed_one_leaves_none() {
     assert!(c.leftovers().is_empty(), "{:?}", c.leftovers());
 }
 
+/// What a burst measured reaches placement (issue 17): the interposer counts the server's
+/// copies to the device, the shim passes them with the release (and the PIDs of the processes,
+/// from the kernel), and mqfqd learns the function's bytes per burst.
+#[test]
+fn a_servers_copies_reach_its_functions_features() {
+    let Some((c, d, cuda)) = setup("copies", &[], "[placement]\nenabled = true\n") else {
+        return;
+    };
+    // 64 KiB to the device and one 10 ms kernel per request, a request every 300 ms.
+    let o = c.run_cuda(
+        MQFQ,
+        "copies",
+        "copies",
+        &cuda,
+        &["FAKE_CUDA_KERNEL_MS=10"],
+        &["serve", "1", "300", "-1", "65536"],
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    let s = d.wait_for("the function's copies measured", |s| {
+        s["flows"].as_array().is_some_and(|f| {
+            f.iter()
+                .any(|f| f["transfer_bytes"].as_f64().is_some_and(|b| b >= 65536.0))
+        })
+    });
+    let bytes = s["flows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find_map(|f| f["transfer_bytes"].as_f64())
+        .unwrap();
+    // One request a burst (the 300 ms gap ends each); two would be the most a slow machine
+    // could run together.
+    assert!((65536.0..=131_072.0).contains(&bytes), "{s}");
+    stop(&c, "copies");
+    d.wait_for("no lease left", |s| leases(s).is_empty());
+}
+
 /// A flooding server (a burst, a 10 ms pause, the next) and a light one (a short burst every
 /// 300 ms) on one slot: a light burst never waits behind more than one flood burst, and the
 /// dispatch record replays through scheduler-core exactly.

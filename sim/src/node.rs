@@ -314,10 +314,10 @@ impl Policy for NodeMqfq {
             let f = &trace.functions[trace.invocations[inv].func];
             let s = scheduler_core::placement::Sample {
                 burst_ms: service_ms,
-                sm: f.util * (1.0 - f.bw),
-                dram: f.util * f.bw,
-                footprint_mib: f.mem_mb,
-                transfer_bytes: 0.0,
+                sm: Some(f.util * (1.0 - f.bw)),
+                dram: Some(f.util * f.bw),
+                footprint_mib: Some(f.mem_mb),
+                transfer_bytes: None,
             };
             let _ = p.observe_burst(&self.names[trace.invocations[inv].func], &s, now);
         }

@@ -15,9 +15,11 @@
  *   quit
  * With the argument `loop` it takes no commands: after the allocations it launches a kernel
  * every 20 ms forever (a function's container between and during invocations; the driver
- * double's log shows each launch). With `serve <kernels> <gap_ms> [<requests>]` it is a
- * long-running GPU server: each request launches <kernels> kernels and waits for them
- * (cuCtxSynchronize), then it idles <gap_ms>; forever, or <requests> times then it exits.
+ * double's log shows each launch). With `serve <kernels> <gap_ms> [<requests> [<copy>]]` it
+ * is a long-running GPU server: each request copies <copy> bytes (at most 1 MiB, default 0) to
+ * the device (cuMemcpyHtoD_v2), launches <kernels> kernels and waits for them
+ * (cuCtxSynchronize), then it idles <gap_ms>; forever (<requests> < 0), or <requests> times
+ * then it exits.
  * With `bench <bursts> <calls> <gap_ms>` it times launches: <bursts> times it idles <gap_ms>,
  * times the first launch after the gap (a burst's first call) and then <calls> more (calls
  * inside the burst), and prints "first p50_ns p99_ns" and "inburst mean_ns".
@@ -51,6 +53,7 @@ typedef struct { size_t w, h; unsigned format, channels; } ArrayDesc;
 CUresult cuArrayCreate_v2(void **, const ArrayDesc *);
 CUresult cuArrayDestroy(void *);
 CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr, const void *, size_t, void *);
+CUresult cuMemcpyHtoD_v2(CUdeviceptr, const void *, size_t);
 CUresult cuCtxSynchronize(void);
 static long long mono_ns(void) {
     struct timespec t;
@@ -162,7 +165,11 @@ int main(int argc, char **argv) {
     if (argc > 3 && strcmp(argv[1], "serve") == 0) {
         int kernels = atoi(argv[2]), gap_ms = atoi(argv[3]);
         long requests = argc > 4 ? atol(argv[4]) : -1;
+        size_t copy = argc > 5 ? (size_t)atol(argv[5]) : 0;
+        static char input[1 << 20];
+        if (copy > sizeof input) return 2;
         for (long i = 0; requests < 0 || i < requests; i++) {
+            if (copy > 0) cuMemcpyHtoD_v2(p[0], input, copy);
             for (int k = 0; k < kernels; k++)
                 cuLaunchKernel(NULL, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL);
             cuCtxSynchronize();

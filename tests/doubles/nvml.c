@@ -10,6 +10,11 @@
  *                    every call: their memory queries answer NVML_ERROR_GPU_IS_LOST
  *   FAKE_NVML_PERSIST file that nvmlDeviceSetPersistenceMode appends "<index> <mode>" to
  *   FAKE_NVML_PERSIST_DENY  if set, nvmlDeviceSetPersistenceMode fails with NVML_ERROR_NO_PERMISSION
+ *   FAKE_NVML_PROCESSES  file of lines "<gpu> <pid> <sm %> <mem %>", read at every
+ *                    nvmlDeviceGetProcessUtilization: each line of that GPU is one sample taken
+ *                    now (at most 64); none: NVML_ERROR_NOT_FOUND, as NVML answers
+ *   FAKE_NVML_PROC_CALLS  file that each nvmlDeviceGetProcessUtilization given a buffer appends
+ *                    "<index>" to
  *
  * GPU performance monitoring (GPM), the Hopper-and-later sampling API:
  *
@@ -30,6 +35,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/time.h>
 
 #include "../gpu/nvml_gpm.h"
 
@@ -174,6 +180,62 @@ nvmlReturn_t nvmlDeviceGetPcieThroughput(nvmlDevice_t d, int counter, unsigned i
 nvmlReturn_t nvmlDeviceGetPowerUsage(nvmlDevice_t d, unsigned int *mw) {
     if (!valid(d) || !mw) return NVML_ERROR_INVALID_ARGUMENT;
     *mw = 50000 + 2500 * util_of(d->index);
+    return NVML_SUCCESS;
+}
+
+typedef struct {
+    unsigned int pid;
+    unsigned long long timeStamp;
+    unsigned int smUtil, memUtil, encUtil, decUtil;
+} nvmlProcessUtilizationSample_t;
+
+/* The FAKE_NVML_PROCESSES lines of GPU `index`, into `out` (at most `max`); how many. */
+static unsigned int process_lines(int index, nvmlProcessUtilizationSample_t *out, unsigned int max) {
+    const char *path = getenv("FAKE_NVML_PROCESSES");
+    unsigned int n = 0, pid, sm, mem;
+    int gpu;
+    struct timeval tv;
+    if (!path) return 0;
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    gettimeofday(&tv, NULL);
+    while (n < max && fscanf(f, "%d %u %u %u", &gpu, &pid, &sm, &mem) == 4) {
+        if (gpu != index) continue;
+        if (out) {
+            out[n].pid = pid;
+            out[n].timeStamp = (unsigned long long)tv.tv_sec * 1000000ULL + tv.tv_usec;
+            out[n].smUtil = sm;
+            out[n].memUtil = mem;
+            out[n].encUtil = out[n].decUtil = 0;
+        }
+        n++;
+    }
+    fclose(f);
+    return n;
+}
+
+nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t d, nvmlProcessUtilizationSample_t *buf,
+                                             unsigned int *count, unsigned long long lastSeen) {
+    (void)lastSeen;
+    if (!valid(d) || !count) return NVML_ERROR_INVALID_ARGUMENT;
+    unsigned int n = process_lines(d->index, NULL, 64);
+    if (n == 0) {
+        *count = 0;
+        return 6; /* NVML_ERROR_NOT_FOUND: no sample since lastSeen */
+    }
+    if (!buf || *count < n) {
+        *count = n;
+        return 7; /* NVML_ERROR_INSUFFICIENT_SIZE */
+    }
+    *count = process_lines(d->index, buf, *count);
+    const char *calls = getenv("FAKE_NVML_PROC_CALLS");
+    if (calls) {
+        FILE *f = fopen(calls, "a");
+        if (f) {
+            fprintf(f, "%d\n", d->index);
+            fclose(f);
+        }
+    }
     return NVML_SUCCESS;
 }
 

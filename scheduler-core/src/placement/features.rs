@@ -19,19 +19,22 @@ use serde::Serialize;
 use crate::config::{ConfigError, reject};
 use crate::time::Time;
 
-/// One ended burst of a function's GPU work.
+/// One ended burst of a function's GPU work. Only the burst time is always known: a reading
+/// that was not taken (`None`: no NVML process sample fell within a short burst, an
+/// interposer that does not count bytes) leaves its average alone rather than pulling it
+/// towards zero.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
 pub struct Sample {
     /// Time the burst held the GPU, ms.
     pub burst_ms: f64,
-    /// SM utilization of its process over the burst, 0..=1 (NVML process utilization).
-    pub sm: f64,
-    /// Memory-bandwidth utilization of its process over the burst, 0..=1.
-    pub dram: f64,
+    /// SM utilization of its processes over the burst, 0..=1 (NVML process utilization).
+    pub sm: Option<f64>,
+    /// Memory-bandwidth utilization of its processes over the burst, 0..=1.
+    pub dram: Option<f64>,
     /// Device memory it held, MiB.
-    pub footprint_mib: f64,
-    /// Bytes copied between host and device during the burst.
-    pub transfer_bytes: f64,
+    pub footprint_mib: Option<f64>,
+    /// Bytes copied between host and device during the burst (the interposer's count).
+    pub transfer_bytes: Option<f64>,
 }
 
 /// Knobs of the measurement and the classification.
@@ -176,6 +179,12 @@ impl Moments {
     pub fn stddev(&self) -> f64 {
         self.var.max(0.0).sqrt()
     }
+
+    /// The mean, once a sample was seen.
+    #[must_use]
+    pub fn measured(&self) -> Option<f64> {
+        self.seen.then_some(self.mean)
+    }
 }
 
 /// One function's measured features.
@@ -258,13 +267,13 @@ pub enum SampleError {
 
 fn check(s: &Sample) -> Result<(), SampleError> {
     for (field, v, max) in [
-        ("burst_ms", s.burst_ms, f64::MAX),
+        ("burst_ms", Some(s.burst_ms), f64::MAX),
         ("sm", s.sm, 1.0),
         ("dram", s.dram, 1.0),
         ("footprint_mib", s.footprint_mib, f64::MAX),
         ("transfer_bytes", s.transfer_bytes, f64::MAX),
     ] {
-        if !(v.is_finite() && (0.0..=max).contains(&v)) {
+        if v.is_some_and(|v| !(v.is_finite() && (0.0..=max).contains(&v))) {
             return Err(SampleError::OutOfRange(field));
         }
     }
@@ -324,10 +333,16 @@ impl Features {
             .entry(function.to_owned())
             .or_insert_with(|| FunctionFeatures::new(now));
         f.burst_ms.observe(a, sample.burst_ms);
-        f.sm.observe(a, sample.sm);
-        f.dram.observe(a, sample.dram);
-        f.footprint_mib.observe(a, sample.footprint_mib);
-        f.transfer_bytes.observe(a, sample.transfer_bytes);
+        for (m, v) in [
+            (&mut f.sm, sample.sm),
+            (&mut f.dram, sample.dram),
+            (&mut f.footprint_mib, sample.footprint_mib),
+            (&mut f.transfer_bytes, sample.transfer_bytes),
+        ] {
+            if let Some(v) = v {
+                m.observe(a, v);
+            }
+        }
         f.runs += 1;
         f.last_seen = f.last_seen.max(now);
         Ok(())

@@ -9,6 +9,7 @@ use super::features::{FeatureConfig, Features, Sample, SampleError};
 use super::fitness::{Choice, GpuView, Health, Need, PlacementError, WeightSchedule, choose};
 use super::health::{HealthConfig, HealthSample, HealthTracker};
 use super::models::{GpuModel, builtin, lookup};
+use super::processes::{ProcessSamples, ProcessUse};
 use crate::config::{ConfigError, reject};
 use crate::node::admission;
 use crate::time::Time;
@@ -88,6 +89,8 @@ pub struct Placement {
     health: BTreeMap<u32, HealthTracker>,
     /// Recent choices, oldest first: (GPU, when).
     recent: VecDeque<(u32, Time)>,
+    /// NVML's recent per-process samples, for bursts' utilization.
+    processes: ProcessSamples,
 }
 
 impl Placement {
@@ -102,6 +105,7 @@ impl Placement {
             cfg,
             health: BTreeMap::new(),
             recent: VecDeque::new(),
+            processes: ProcessSamples::new(),
         })
     }
 
@@ -128,6 +132,24 @@ impl Placement {
         now: Time,
     ) -> Result<(), SampleError> {
         self.features.observe(function, sample, now)
+    }
+
+    /// NVML's per-process samples on GPU `gpu`, taken at `now`.
+    pub fn observe_processes(&mut self, gpu: u32, now: Time, samples: &[ProcessUse]) {
+        self.processes.record(gpu, now, samples);
+    }
+
+    /// The SM and memory-bandwidth utilization of a burst's processes `pids` on `gpu` while
+    /// its lease was held (`since` to `until`); `None` when NVML sampled none of them then.
+    #[must_use]
+    pub fn burst_use(
+        &self,
+        gpu: u32,
+        pids: &[u32],
+        since: Time,
+        until: Time,
+    ) -> Option<(f64, f64)> {
+        self.processes.mean(gpu, pids, since, until)
     }
 
     /// One sampling period of GPU `index`; the change of its health, if any.

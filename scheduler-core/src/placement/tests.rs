@@ -8,10 +8,10 @@ const T0: Time = Time::ZERO;
 fn sample(burst_ms: f64, sm: f64, dram: f64) -> Sample {
     Sample {
         burst_ms,
-        sm,
-        dram,
-        footprint_mib: 2048.0,
-        transfer_bytes: 0.0,
+        sm: Some(sm),
+        dram: Some(dram),
+        footprint_mib: Some(2048.0),
+        transfer_bytes: Some(0.0),
     }
 }
 
@@ -68,6 +68,38 @@ fn a_bad_reading_is_refused_naming_the_field_and_changes_nothing() {
         );
     }
     assert!(f.is_empty());
+}
+
+#[test]
+fn a_reading_not_taken_leaves_its_average_alone() {
+    let mut f = Features::new(FeatureConfig::default());
+    feed(&mut f, "etl", &[sample(40.0, 0.1, 0.8); 3]);
+    // Short bursts NVML took no process sample of: only their time is known.
+    let unmeasured = Sample {
+        burst_ms: 40.0,
+        ..Sample::default()
+    };
+    feed(&mut f, "etl", &[unmeasured; 10]);
+    let got = f.get("etl").unwrap();
+    assert_eq!(got.runs, 13);
+    assert!((got.dram.mean() - 0.8).abs() < 1e-12, "{got:?}");
+    assert!((got.footprint_mib.mean() - 2048.0).abs() < 1e-12);
+    assert!(matches!(
+        f.class("etl"),
+        Class::Known {
+            bound: Bound::Memory,
+            ..
+        }
+    ));
+    // A function never measured by NVML is compute-bound (what its burst time alone says).
+    feed(&mut f, "plain", &[unmeasured; 3]);
+    assert!(matches!(
+        f.class("plain"),
+        Class::Known {
+            bound: Bound::Compute,
+            ..
+        }
+    ));
 }
 
 #[test]
@@ -204,10 +236,10 @@ fn a_memory_bound_function_with_heavy_copies_stays_where_its_memory_is() {
     for i in 0..5 {
         let s = Sample {
             burst_ms: 10.0,
-            sm: 0.2,
-            dram: 0.9,
-            footprint_mib: 8192.0,
-            transfer_bytes: 8e9, // 8 GB a burst: 125 ms over a 64 GB/s link, 250 ms at 32 GB/s
+            sm: Some(0.2),
+            dram: Some(0.9),
+            footprint_mib: Some(8192.0),
+            transfer_bytes: Some(8e9), // 8 GB a burst: 125 ms over a 64 GB/s link, 250 ms at 32 GB/s
         };
         f.observe("etl", &s, Time::from_secs_f64(f64::from(i)))
             .unwrap();

@@ -102,6 +102,9 @@ pub fn render(s: &api::StatusResponse) -> String {
             f.gpu_time_s
         );
     }
+    for f in s.flows.iter().filter(|f| !f.class.is_empty()) {
+        let _ = writeln!(o, "    {}: {}", f.function, features_text(f));
+    }
     if !s.leases.is_empty() {
         let _ = writeln!(
             o,
@@ -131,6 +134,28 @@ pub fn render(s: &api::StatusResponse) -> String {
 }
 
 /// The pool: one line per function (containers per tier), then one per container.
+/// A flow's placement class and measured features, in words.
+fn features_text(f: &api::FlowStatus) -> String {
+    let mut parts = vec![f.class.clone()];
+    if let (Some(sm), Some(dram)) = (f.sm_share, f.dram_share) {
+        parts.push(format!(
+            "SM {:.0} %, DRAM {:.0} %",
+            sm * 100.0,
+            dram * 100.0
+        ));
+    }
+    if let Some(b) = f.transfer_bytes {
+        parts.push(format!(
+            "{:.1} MiB copied a burst",
+            b / f64::from(1u32 << 20)
+        ));
+    }
+    if let Some(m) = f.footprint_mib {
+        parts.push(format!("{m:.0} MiB held"));
+    }
+    parts.join(", ")
+}
+
 fn render_pool(o: &mut String, pool: &[api::PoolEntry]) {
     let mut per_function: std::collections::BTreeMap<&str, [usize; 3]> =
         std::collections::BTreeMap::new();
@@ -231,6 +256,8 @@ pub fn to_json(s: &api::StatusResponse) -> serde_json::Value {
             "weight": f.weight, "service_s": f.service_s, "gpu_time_s": f.gpu_time_s,
             "dispatched": f.dispatched, "completed": f.completed,
             "class": (!f.class.is_empty()).then_some(&f.class),
+            "sm_share": f.sm_share, "dram_share": f.dram_share,
+            "transfer_bytes": f.transfer_bytes, "footprint_mib": f.footprint_mib,
         })).collect::<Vec<_>>(),
         "leases": s.leases.iter().map(|l| json!({
             "lease_id": l.lease_id, "namespace": l.namespace, "container_id": l.container_id,

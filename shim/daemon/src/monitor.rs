@@ -18,6 +18,7 @@ use scheduler_core::concurrency::Signals;
 use scheduler_core::config::GpuMode;
 
 use scheduler_core::node::admission::{GpuInfo, GpuReading};
+use scheduler_core::placement::ProcessUse;
 
 /// A monitor that cannot answer.
 #[derive(Debug, thiserror::Error)]
@@ -55,6 +56,9 @@ pub struct Sample {
     /// NVML answered for the node but not for this GPU (lost, fallen off the bus): nothing
     /// else in the sample is a reading.
     pub failed: bool,
+    /// Per-process SM and memory-bandwidth samples NVML took since the last that were read
+    /// (read at most every [`PROCESS_PERIOD`]; empty in between).
+    pub processes: Vec<ProcessUse>,
 }
 
 impl Sample {
@@ -189,7 +193,14 @@ pub struct NvmlGpus {
     mps_pipe_dir: PathBuf,
     /// Per NVML index: whether the GPU has GPM, and the previous period's sample.
     gpm: Vec<Gpm>,
+    /// Per NVML index: when its process samples were last read, and NVML's timestamp of the
+    /// newest one (the next read asks only for later ones).
+    processes: Vec<(Option<Instant>, u64)>,
 }
+
+/// How often each GPU's per-process utilization samples are read (NVML keeps a buffer of
+/// them; reading it at every 100 ms sample would cost for nothing).
+pub const PROCESS_PERIOD: Duration = Duration::from_millis(500);
 
 /// NVML wants the two samples of a GPM period more than 100 ms apart (its counters refresh at
 /// that rate); between new periods the last reading stands.
@@ -273,6 +284,7 @@ impl NvmlGpus {
             nvml: Box::leak(Box::new(nvml)),
             mps_pipe_dir: mps_pipe_dir.to_owned(),
             gpm: Vec::new(),
+            processes: Vec::new(),
         })
     }
 
@@ -365,6 +377,7 @@ impl GpuMonitor for NvmlGpus {
 
     fn sample(&mut self, _leases: &[u32]) -> Result<Vec<Sample>, MonitorError> {
         let mut gpm = std::mem::take(&mut self.gpm);
+        let mut procs = std::mem::take(&mut self.processes);
         let nvml = self.nvml;
         let out = self.each_or_failed(|i, d| {
             // Busy-time is only reported: a GPU that has none (MIG mode) still samples.
@@ -396,11 +409,47 @@ impl GpuMonitor for NvmlGpus {
                 pcie_rx_kbps: rx,
                 power_mw: d.power_usage().ok(),
                 failed: false,
+                processes: process_samples(&d, slot, &mut procs),
             })
         });
         self.gpm = gpm;
+        self.processes = procs;
         out
     }
+}
+
+/// GPU `slot`'s per-process samples newer than the last read, once [`PROCESS_PERIOD`] has
+/// passed since it; none in between, on a GPU or driver without them, or when NVML has no new
+/// sample (it answers NOT_FOUND then).
+fn process_samples(
+    d: &nvml_wrapper::Device<'static>,
+    slot: usize,
+    state: &mut Vec<(Option<Instant>, u64)>,
+) -> Vec<ProcessUse> {
+    if state.len() <= slot {
+        state.resize(slot + 1, (None, 0));
+    }
+    let (last, seen) = &mut state[slot];
+    if last.is_some_and(|t| t.elapsed() < PROCESS_PERIOD) {
+        return Vec::new();
+    }
+    *last = Some(Instant::now());
+    let Ok(got) = d.process_utilization_stats(*seen) else {
+        return Vec::new();
+    };
+    *seen = got
+        .iter()
+        .map(|s| s.timestamp)
+        .max()
+        .unwrap_or(*seen)
+        .max(*seen);
+    got.iter()
+        .map(|s| ProcessUse {
+            pid: s.pid,
+            sm: f64::from(s.sm_util.min(100)) / 100.0,
+            mem: f64::from(s.mem_util.min(100)) / 100.0,
+        })
+        .collect()
 }
 
 /// GPM on a GPU: once a period has passed since the kept sample, a new one and the metrics

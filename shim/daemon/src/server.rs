@@ -533,19 +533,33 @@ impl api::Admission for Service {
         };
         let now = d.now();
         let mut inner = d.lock();
-        let (key, function) = inner
+        let lease = inner
             .core
             .lease(req.lease_id)
-            .map(|l| (l.key.clone(), l.function.clone()))
-            .unzip();
+            .map(|l| (l.key.clone(), l.function.clone(), l.gpu, l.since));
         let ran = inner.core.run_measured(req.lease_id, measured, reason, now);
         let grants = inner
             .core
             .release(req.lease_id, measured, reason, now)
             .map_err(|e| to_ttrpc(&e))?;
-        if let (Some(f), Some(m)) = (function, ran) {
-            Daemon::placement_learn(&mut inner, &f, m, now);
+        if let (Some((_, function, gpu, since)), Some(service_s)) = (&lease, ran) {
+            let held = req.native.as_ref().map_or(0, |n| {
+                mqfq_proto::memory::from_proto(n)
+                    .total()
+                    .saturating_add(req.managed_bytes)
+            });
+            let run = place::Ended {
+                function,
+                gpu: *gpu,
+                since: *since,
+                service_s,
+                pids: &req.pids,
+                transfer_bytes: req.transfer_bytes,
+                footprint: (held > 0).then_some(held),
+            };
+            Daemon::placement_learn(&mut inner, &run, now);
         }
+        let key = lease.map(|l| l.0);
         if let Some(key) = key
             && inner.pooled.contains_key(&key)
         {

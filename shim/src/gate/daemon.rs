@@ -11,7 +11,7 @@ use async_trait::async_trait;
 use mqfq_proto::ContainerKey;
 use tokio::sync::Mutex;
 
-use super::{Gate, GateConfig, Kind};
+use super::{BurstReport, Gate, GateConfig, Kind};
 use crate::api;
 use crate::error::{Error, Result};
 use crate::gpu::{GpuSelection, GpuWork};
@@ -26,8 +26,9 @@ struct Held {
     since: Instant,
     pooled: bool,
     kind: Kind,
-    /// The service to report instead of the time held (a burst's GPU-busy time).
-    service: Option<Duration>,
+    /// What the burst measured: its GPU-busy time, reported instead of the time held, and
+    /// its bytes and processes.
+    burst: Option<BurstReport>,
 }
 
 /// A pooled container that is paused: no lease, memory Hot or evicted.
@@ -577,7 +578,7 @@ impl Gate for Arc<DaemonGate> {
                     since: Instant::now(),
                     pooled,
                     kind,
-                    service: None,
+                    burst: None,
                 },
             );
             self.start_heartbeat();
@@ -618,11 +619,11 @@ impl Gate for Arc<DaemonGate> {
         }
     }
 
-    async fn end_burst(&self, ns: &str, id: &str, service: Duration, held: Usage) {
+    async fn end_burst(&self, ns: &str, id: &str, report: BurstReport, held: Usage) {
         if let Some(k) = key(ns, id)
             && let Some(h) = self.held().get_mut(&k)
         {
-            h.service = Some(service);
+            h.burst = Some(report);
         }
         self.release(ns, id, "idle", held).await;
     }
@@ -647,7 +648,11 @@ impl Gate for Arc<DaemonGate> {
         if h.lease == 0 {
             return;
         }
-        let service = h.service.unwrap_or_else(|| h.since.elapsed());
+        let service = h
+            .burst
+            .as_ref()
+            .map_or_else(|| h.since.elapsed(), |b| b.service);
+        let burst = h.burst.unwrap_or_default();
         let req = api::ReleaseRequest {
             lease_id: h.lease,
             // A grant nobody used reports no service (0: unknown to mqfqd), not a nanosecond.
@@ -655,6 +660,8 @@ impl Gate for Arc<DaemonGate> {
             reason: reason.to_owned(),
             managed_bytes: held.managed,
             native: Some(crate::memory::to_proto(&held.native)).into(),
+            transfer_bytes: burst.transfer_bytes,
+            pids: burst.pids,
             ..Default::default()
         };
         let Some(c) = self.conn.lock().await.client.clone() else {

@@ -75,10 +75,11 @@ pub trait Gate: Send + Sync + std::fmt::Debug {
     /// Ends the container's lease, if it holds one; `held` is what its CUDA processes hold
     /// (pooled containers, read before a pause; managed 0 = unknown).
     async fn release(&self, ns: &str, id: &str, reason: &str, held: Usage);
-    /// Ends a burst's lease (reason `idle`: the container lives on) with the GPU-busy time
-    /// the burst measured, rather than the time the lease was held.
-    async fn end_burst(&self, ns: &str, id: &str, service: Duration, held: Usage) {
-        let _ = service;
+    /// Ends a burst's lease (reason `idle`: the container lives on) with what the burst
+    /// measured: its GPU-busy time, reported rather than the time the lease was held, the
+    /// bytes it copied and its processes (for the function's placement features).
+    async fn end_burst(&self, ns: &str, id: &str, report: BurstReport, held: Usage) {
+        let _ = report;
         self.release(ns, id, "idle", held).await;
     }
     /// mqfqd's advice for a GPU container being created: `Some("all")` when its function's
@@ -101,6 +102,17 @@ pub trait Gate: Send + Sync + std::fmt::Debug {
         let _ = (ns, id, work);
         false
     }
+}
+
+/// What a burst measured, reported with its release.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct BurstReport {
+    /// Its GPU-busy time: from the grant to the last observed completion.
+    pub service: Duration,
+    /// Bytes its processes copied between host and device (`None`: not counted).
+    pub transfer_bytes: Option<u64>,
+    /// Host PIDs of the processes that took part (kernel-attested peers of the burst socket).
+    pub pids: Vec<u32>,
 }
 
 /// The pool's side of the daemon link: its orders (thaw, evict, prefetch, freeze, reclaim) for

@@ -19,7 +19,7 @@
 //! lease, and the service it implies moves the GPU's D only within the bounds mqfqd puts on one
 //! tenant's reports (docs/SECURITY.md §10).
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::sync::{Arc, Mutex as StdMutex};
 use std::time::{Duration, Instant};
@@ -30,7 +30,7 @@ use tokio::net::unix::OwnedReadHalf;
 
 use super::TaskService;
 use crate::error::{Error, Result};
-use crate::gate::Kind;
+use crate::gate::{BurstReport, Kind};
 use crate::gpu::Classification;
 use crate::memory::Usage;
 use crate::uvm::client::Command;
@@ -49,29 +49,38 @@ const STATUS_EVERY: Duration = Duration::from_secs(5);
 pub enum Request {
     /// Its burst begins: answer once admitted.
     Begin,
-    /// Its burst ended; its work completed this long ago.
-    End(Duration),
+    /// Its burst ended; its work completed this long ago, and it copied this many bytes
+    /// between host and device (`None`: an interposer that does not count them).
+    End(Duration, Option<u64>),
+}
+
+/// A decimal u64 spelled one way: digits only, no sign, no leading zeros.
+fn number(word: &str, what: &str) -> std::result::Result<u64, String> {
+    if word.is_empty()
+        || word.len() > 20
+        || !word.bytes().all(|b| b.is_ascii_digit())
+        || (word != "0" && word.starts_with('0'))
+    {
+        return Err("unknown request".to_owned());
+    }
+    word.parse::<u64>()
+        .map_err(|_| format!("{what} out of range"))
 }
 
 /// Parses one request line (without its newline).
 ///
 /// # Errors
-/// Anything but `begin` or `end <idle_ns>` (a decimal u64, no leading zeros: one spelling
-/// per request).
+/// Anything but `begin`, `end <idle_ns>` or `end <idle_ns> <bytes>` (decimal u64s, no leading
+/// zeros: one spelling per request).
 pub fn parse(line: &[u8]) -> std::result::Result<Request, String> {
     let text = std::str::from_utf8(line).map_err(|_| "not UTF-8".to_owned())?;
     let mut words = text.split(' ');
-    match (words.next(), words.next(), words.next()) {
-        (Some("begin"), None, None) => Ok(Request::Begin),
-        (Some("end"), Some(ns), None)
-            if !ns.is_empty()
-                && ns.len() <= 20
-                && ns.bytes().all(|b| b.is_ascii_digit())
-                && (ns == "0" || !ns.starts_with('0')) =>
-        {
-            ns.parse::<u64>()
-                .map(|n| Request::End(Duration::from_nanos(n)))
-                .map_err(|_| "idle_ns out of range".to_owned())
+    match (words.next(), words.next(), words.next(), words.next()) {
+        (Some("begin"), None, None, None) => Ok(Request::Begin),
+        (Some("end"), Some(ns), bytes, None) => {
+            let idle = Duration::from_nanos(number(ns, "idle_ns")?);
+            let bytes = bytes.map(|b| number(b, "bytes")).transpose()?;
+            Ok(Request::End(idle, bytes))
         }
         _ => Err("unknown request".to_owned()),
     }
@@ -104,6 +113,12 @@ struct BookInner {
     refused: Option<String>,
     /// A burst's release is on its way to the daemon: the next admission waits for it.
     releasing: bool,
+    /// Each connection's host PID (the kernel's peer credentials), where known.
+    pids: HashMap<u64, u32>,
+    /// The current burst's processes, and the bytes they said they copied (`None`: none
+    /// counted them).
+    burst_pids: Vec<u32>,
+    moved: Option<u64>,
 }
 
 /// One container's burst state.
@@ -126,6 +141,9 @@ impl Default for Book {
                 round: 0,
                 refused: None,
                 releasing: false,
+                pids: HashMap::new(),
+                burst_pids: Vec::new(),
+                moved: None,
             }),
             changed: tokio::sync::Notify::new(),
         }
@@ -136,8 +154,8 @@ impl Default for Book {
 #[derive(Debug, PartialEq)]
 enum After {
     Nothing,
-    /// Release the lease with this GPU-busy service.
-    Release(Duration),
+    /// Release the lease with what the burst measured.
+    Release(BurstReport),
 }
 
 impl Book {
@@ -171,14 +189,19 @@ impl Book {
         }
     }
 
-    fn open(&self) -> Option<u64> {
+    /// A process connected (`pid`: its host PID, where the kernel said).
+    fn open(&self, pid: Option<u32>) -> Option<u64> {
         let mut b = self.lock();
         if b.conns >= MAX_CONNS {
             return None;
         }
         b.conns += 1;
         b.next_conn += 1;
-        Some(b.next_conn)
+        let conn = b.next_conn;
+        if let Some(pid) = pid {
+            b.pids.insert(conn, pid);
+        }
+        Some(conn)
     }
 
     /// A process begins: `Ok(true)` if it joined a held lease, `Ok(false)` if it must wait
@@ -187,7 +210,7 @@ impl Book {
         let mut b = self.lock();
         match b.lease {
             Lease::Held(_) => {
-                b.active.insert(conn);
+                b.activate(conn);
                 (true, false, b.round)
             }
             Lease::Asking => {
@@ -198,6 +221,8 @@ impl Book {
                 b.waiting.insert(conn);
                 b.lease = Lease::Asking;
                 b.completed = None;
+                b.burst_pids.clear();
+                b.moved = None;
                 (false, true, b.round)
             }
         }
@@ -212,7 +237,7 @@ impl Book {
         b.waiting.remove(&conn);
         match b.refused.clone() {
             None => {
-                b.active.insert(conn);
+                b.activate(conn);
                 Some(Ok(()))
             }
             Some(why) => Some(Err(why)),
@@ -240,14 +265,18 @@ impl Book {
         granted && nobody
     }
 
-    /// A process's burst ended (`completed_at`) or the process went away (`None`: now).
-    fn end(&self, conn: u64, completed_at: Option<Instant>) -> After {
+    /// A process's burst ended (`completed_at`, having copied `moved` bytes) or the process
+    /// went away (`None`: now).
+    fn end(&self, conn: u64, completed_at: Option<Instant>, moved: Option<u64>) -> After {
         let mut b = self.lock();
         let was_waiting = b.waiting.remove(&conn);
         let was_active = b.active.remove(&conn);
         if was_active {
             let at = completed_at.unwrap_or_else(Instant::now);
             b.completed = Some(b.completed.map_or(at, |c| c.max(at)));
+            if let Some(m) = moved {
+                b.moved = Some(b.moved.unwrap_or(0).saturating_add(m));
+            }
         }
         if !b.active.is_empty() || !b.waiting.is_empty() {
             return After::Nothing;
@@ -258,7 +287,11 @@ impl Book {
                 let done = b.completed.unwrap_or_else(Instant::now);
                 b.lease = Lease::Idle;
                 b.releasing = true;
-                After::Release(done.saturating_duration_since(granted))
+                After::Release(BurstReport {
+                    service: done.saturating_duration_since(granted),
+                    transfer_bytes: b.moved.take(),
+                    pids: std::mem::take(&mut b.burst_pids),
+                })
             }
             // An admission nobody waits for any more is not withdrawn (a cancel could land on
             // a later process's admission of this container): its grant goes straight back.
@@ -284,9 +317,22 @@ impl Book {
         }
     }
 
-    fn close(&self) {
+    fn close(&self, conn: u64) {
         let mut b = self.lock();
         b.conns = b.conns.saturating_sub(1);
+        b.pids.remove(&conn);
+    }
+}
+
+impl BookInner {
+    /// `conn`'s process takes part in the burst.
+    fn activate(&mut self, conn: u64) {
+        self.active.insert(conn);
+        if let Some(&pid) = self.pids.get(&conn)
+            && !self.burst_pids.contains(&pid)
+        {
+            self.burst_pids.push(pid);
+        }
     }
 }
 
@@ -307,6 +353,17 @@ pub fn bind(dir: &Path) -> Result<std::os::unix::net::UnixListener> {
 /// shim gave it, plus room for the monitor's tick and its synchronize.
 fn max_tail() -> Duration {
     Duration::from_millis(crate::uvm::burst_idle_ms().saturating_mul(2) + 50)
+}
+
+/// The kernel's word for who connected: the process's PID in this shim's PID namespace (the
+/// host's), which mqfqd matches with NVML's per-process samples. Not what the process says.
+fn peer_pid(stream: &UnixStream) -> Option<u32> {
+    stream
+        .peer_cred()
+        .ok()
+        .and_then(|c| c.pid())
+        .and_then(|p| u32::try_from(p).ok())
+        .filter(|p| *p > 0)
 }
 
 /// Reads one line of at most [`MAX_LINE`] bytes; `None` at end of stream, on an error or an
@@ -349,7 +406,7 @@ impl TaskService {
                     tokio::time::sleep(Duration::from_millis(100)).await;
                     continue;
                 };
-                let Some(conn) = book.open() else {
+                let Some(conn) = book.open(peer_pid(&stream)) else {
                     if !std::mem::replace(&mut refused_before, true) {
                         tracing::warn!(container = %id, "burst socket: more than {MAX_CONNS} connections; refused (logged once)");
                     }
@@ -358,7 +415,7 @@ impl TaskService {
                 let (svc, id, book) = (svc.clone(), id.clone(), book.clone());
                 tokio::spawn(async move {
                     svc.serve_process(&id, &book, conn, stream).await;
-                    book.close();
+                    book.close(conn);
                 });
             }
         });
@@ -379,14 +436,14 @@ impl TaskService {
                     // The process went away while it waited.
                     None => break,
                 },
-                Ok(Request::End(idle)) => {
+                Ok(Request::End(idle, moved)) => {
                     // The tail a process may leave out of its charge is what its idle time
                     // explains, no more: a process cannot bill a long lease as a short burst.
                     let idle = idle.min(max_tail());
                     let at = Instant::now()
                         .checked_sub(idle)
                         .unwrap_or_else(Instant::now);
-                    self.end_part(id, book, conn, Some(at)).await;
+                    self.end_part(id, book, conn, Some(at), moved).await;
                     "ok".to_owned()
                 }
                 Err(why) => {
@@ -399,7 +456,7 @@ impl TaskService {
             }
         }
         // Gone (killed mid-burst, exited, or a broken request): its part ends now.
-        self.end_part(id, book, conn, None).await;
+        self.end_part(id, book, conn, None, None).await;
     }
 
     /// A process's `begin`: joins the held lease, or waits for the admission (starting it if
@@ -493,7 +550,8 @@ impl TaskService {
             self.restore_for_burst(id).await;
         }
         if book.admitted(result.err()) {
-            self.after_burst(id, After::Release(Duration::ZERO)).await;
+            self.after_burst(id, After::Release(BurstReport::default()))
+                .await;
             book.released();
         }
     }
@@ -501,8 +559,15 @@ impl TaskService {
     /// A process's part of the burst is over (`at`: when its work completed; `None`: it went
     /// away now): the lease goes back if it was the last; the next admission of this
     /// container waits until the daemon has the release (`releasing`).
-    async fn end_part(&self, id: &str, book: &Book, conn: u64, at: Option<Instant>) {
-        let after = book.end(conn, at);
+    async fn end_part(
+        &self,
+        id: &str,
+        book: &Book,
+        conn: u64,
+        at: Option<Instant>,
+        moved: Option<u64>,
+    ) {
+        let after = book.end(conn, at, moved);
         let release = matches!(after, After::Release(_));
         self.after_burst(id, after).await;
         if release {
@@ -513,7 +578,7 @@ impl TaskService {
     async fn after_burst(&self, id: &str, after: After) {
         match after {
             After::Nothing => {}
-            After::Release(service) => {
+            After::Release(report) => {
                 // What its processes hold, for the pool's memory budget: asked (bounded wait)
                 // at most once per STATUS_EVERY, so a container that bursts hundreds of times a
                 // second does not make the shim ask each time.
@@ -544,9 +609,7 @@ impl TaskService {
                     }
                     None => known,
                 };
-                self.gate
-                    .end_burst(&self.namespace, id, service, held)
-                    .await;
+                self.gate.end_burst(&self.namespace, id, report, held).await;
             }
         }
     }
@@ -582,7 +645,11 @@ mod tests {
         assert_eq!(parse(b"begin"), Ok(Request::Begin));
         assert_eq!(
             parse(b"end 1500"),
-            Ok(Request::End(Duration::from_nanos(1500)))
+            Ok(Request::End(Duration::from_nanos(1500), None))
+        );
+        assert_eq!(
+            parse(b"end 0 4096"),
+            Ok(Request::End(Duration::ZERO, Some(4096)))
         );
         for bad in [
             &b""[..],
@@ -593,7 +660,11 @@ mod tests {
             b"end -1",
             b"end +5",
             b"end 007",
-            b"end 1 2",
+            b"end 1 2 3",
+            b"end 1 ",
+            b"end 1 02",
+            b"end 1 -2",
+            b"end 1 99999999999999999999",
             b"end 99999999999999999999999",
             b"hello c1",
             b"\xff",
@@ -605,7 +676,7 @@ mod tests {
     #[test]
     fn one_lease_per_container_released_when_the_last_process_is_done() {
         let b = Book::default();
-        let (p1, p2) = (b.open().unwrap(), b.open().unwrap());
+        let (p1, p2) = (b.open(Some(101)).unwrap(), b.open(Some(102)).unwrap());
         // p1 asks; p2 begins while the admission is in flight and waits for it too.
         assert_eq!(b.begin(p1), (false, true, 0));
         assert_eq!(b.begin(p2), (false, false, 0));
@@ -620,27 +691,41 @@ mod tests {
         };
         // p1 ends: p2 still runs, nothing released.
         assert_eq!(
-            b.end(p1, Some(granted + Duration::from_millis(30))),
+            b.end(p1, Some(granted + Duration::from_millis(30)), Some(1000)),
             After::Nothing
         );
-        // p2 ends, its work done earlier than p1's: charged to the latest completion.
+        // p2 ends, its work done earlier than p1's: charged to the latest completion; the
+        // bytes of both, and both processes, go with the release.
         assert_eq!(
-            b.end(p2, Some(granted + Duration::from_millis(10))),
-            After::Release(Duration::from_millis(30))
+            b.end(p2, Some(granted + Duration::from_millis(10)), Some(24)),
+            After::Release(BurstReport {
+                service: Duration::from_millis(30),
+                transfer_bytes: Some(1024),
+                pids: vec![101, 102],
+            })
         );
         assert!(!b.busy());
-        // A later joiner of a held lease gets it at once.
+        // A later joiner of a held lease gets it at once; the next burst starts its count
+        // afresh, and a process that counted nothing leaves it unknown.
         assert_eq!(b.begin(p1), (false, true, 1));
         b.admitted(None);
+        assert_eq!(b.answer(p1, 1), Some(Ok(())));
         assert!(b.begin(p2).0);
+        assert_eq!(b.end(p2, None, None), After::Nothing);
+        match b.end(p1, None, None) {
+            After::Release(r) => {
+                assert_eq!((r.transfer_bytes, r.pids), (None, vec![101, 102]));
+            }
+            a => panic!("{a:?}"),
+        }
     }
 
     #[test]
     fn a_waiter_that_goes_away_leaves_no_lease_behind() {
         let b = Book::default();
-        let p = b.open().unwrap();
+        let p = b.open(None).unwrap();
         b.begin(p);
-        assert_eq!(b.end(p, None), After::Nothing);
+        assert_eq!(b.end(p, None, None), After::Nothing);
         // The grant arrives after everyone left: it must be released at once.
         assert!(b.admitted(None));
         assert!(!b.busy());
@@ -653,23 +738,37 @@ mod tests {
         b.begin(p);
         b.admitted(None);
         b.answer(p, 2);
-        assert!(matches!(b.end(p, None), After::Release(_)));
+        assert!(matches!(b.end(p, None, None), After::Release(_)));
         b.released();
         // One that dies after the grant, before it was answered: released too, not leaked.
         b.begin(p);
         b.admitted(None);
-        assert!(matches!(b.end(p, None), After::Release(_)));
+        assert!(matches!(b.end(p, None, None), After::Release(_)));
         assert!(!b.busy());
+    }
+
+    #[tokio::test]
+    async fn a_peer_is_known_by_the_pid_the_kernel_gives() {
+        let dir = tempfile::tempdir().unwrap();
+        let l = tokio::net::UnixListener::from_std(bind(dir.path()).unwrap()).unwrap();
+        let _client = std::os::unix::net::UnixStream::connect(dir.path().join(SOCKET)).unwrap();
+        let (server, _) = l.accept().await.unwrap();
+        assert_eq!(peer_pid(&server), Some(std::process::id()));
     }
 
     #[test]
     fn connections_are_capped() {
         let b = Book::default();
         for _ in 0..MAX_CONNS {
-            assert!(b.open().is_some());
+            assert!(b.open(Some(7)).is_some());
         }
-        assert!(b.open().is_none());
-        b.close();
-        assert!(b.open().is_some());
+        assert!(b.open(Some(7)).is_none());
+        b.close(1);
+        assert!(b.open(None).is_some());
+        assert_eq!(
+            b.lock().pids.len(),
+            MAX_CONNS - 1,
+            "a closed connection's PID is dropped"
+        );
     }
 }

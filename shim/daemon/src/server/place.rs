@@ -10,24 +10,54 @@ use super::{Daemon, Inner, admit_info, check_asked, status, to_ttrpc};
 use crate::monitor::Sample;
 use mqfq_proto::api;
 
+/// The most processes of one burst whose samples are looked at (the shim's connection cap).
+const MAX_PIDS: usize = 64;
+
+/// A run that ended, as its release describes it.
+#[derive(Debug)]
+pub(super) struct Ended<'a> {
+    /// Its flow key.
+    pub function: &'a str,
+    /// The GPU its lease was on, and since when.
+    pub gpu: u32,
+    pub since: Time,
+    /// Its GPU time, seconds (capped at the time held).
+    pub service_s: f64,
+    /// A burst's processes (host PIDs).
+    pub pids: &'a [u32],
+    /// A burst's host↔device bytes, where counted.
+    pub transfer_bytes: Option<u64>,
+    /// Device bytes its processes hold, where reported.
+    pub footprint: Option<u64>,
+}
+
 impl Daemon {
     /// Turns placement on with `p`, or off with `None` (containers keep what they were given).
     pub fn set_placement(&self, p: Option<Placement>) {
         self.lock().placement = p;
     }
 
-    /// An ended admission of `function` that measured `service_s` of GPU time teaches its
-    /// features (per-process SM and bandwidth shares are not read yet: it counts as
-    /// compute-bound until they are).
-    pub(super) fn placement_learn(inner: &mut Inner, function: &str, service_s: f64, now: Time) {
-        if let Some(p) = inner.placement.as_mut() {
-            let s = BurstSample {
-                burst_ms: service_s * 1e3,
-                ..BurstSample::default()
-            };
-            if let Err(e) = p.observe_burst(function, &s, now) {
-                tracing::debug!(%function, "placement sample dropped: {e}");
-            }
+    /// A run that ended as runs do teaches its function's features: its GPU time, and what
+    /// its release says (a burst's bytes and processes, whose NVML samples over the lease give
+    /// its SM and bandwidth shares; what its processes hold).
+    pub(super) fn placement_learn(inner: &mut Inner, run: &Ended<'_>, now: Time) {
+        let Some(p) = inner.placement.as_mut() else {
+            return;
+        };
+        let pids = &run.pids[..run.pids.len().min(MAX_PIDS)];
+        let shares = (!pids.is_empty())
+            .then(|| p.burst_use(run.gpu, pids, run.since, now))
+            .flatten();
+        #[expect(clippy::cast_precision_loss)]
+        let s = BurstSample {
+            burst_ms: run.service_s * 1e3,
+            sm: shares.map(|(sm, _)| sm),
+            dram: shares.map(|(_, mem)| mem),
+            footprint_mib: run.footprint.map(|b| b as f64 / f64::from(1u32 << 20)),
+            transfer_bytes: run.transfer_bytes.map(|b| b as f64),
+        };
+        if let Err(e) = p.observe_burst(run.function, &s, now) {
+            tracing::debug!(function = run.function, "placement sample dropped: {e}");
         }
     }
 
@@ -48,6 +78,9 @@ impl Daemon {
             return;
         }
         for s in samples {
+            if !s.processes.is_empty() {
+                p.observe_processes(s.index, now, &s.processes);
+            }
             let h = HealthSample {
                 utilization: s.sm_activity,
                 error: s.failed,

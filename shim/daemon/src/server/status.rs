@@ -58,26 +58,36 @@ impl Daemon {
         let flows = core
             .flows()
             .into_iter()
-            .map(|(gpu, f)| api::FlowStatus {
-                class: inner.placement.as_ref().map_or_else(String::new, |p| {
-                    class_label(p.features().class(&f.key))
-                        .unwrap_or("probing")
-                        .to_owned()
-                }),
-                function: f.key,
-                gpu,
-                state: Core::state_name(f.state).into(),
-                start_tag: f.start,
-                finish_tag: f.finish,
-                queued: f.queued as u64,
-                in_flight: f.in_flight,
-                weight: f.weight,
-                service_s: f.service_s.unwrap_or(0.0),
-                gpu_time_s: f.gpu_time_s,
-                dispatched: f.dispatched,
-                completed: f.completed,
-                tenant: f.tenant.unwrap_or_default(),
-                ..Default::default()
+            .map(|(gpu, f)| {
+                let measured = inner
+                    .placement
+                    .as_ref()
+                    .and_then(|p| p.features().get(&f.key));
+                api::FlowStatus {
+                    sm_share: measured.and_then(|m| m.sm.measured()),
+                    dram_share: measured.and_then(|m| m.dram.measured()),
+                    transfer_bytes: measured.and_then(|m| m.transfer_bytes.measured()),
+                    footprint_mib: measured.and_then(|m| m.footprint_mib.measured()),
+                    class: inner.placement.as_ref().map_or_else(String::new, |p| {
+                        class_label(p.features().class(&f.key))
+                            .unwrap_or("probing")
+                            .to_owned()
+                    }),
+                    function: f.key,
+                    gpu,
+                    state: Core::state_name(f.state).into(),
+                    start_tag: f.start,
+                    finish_tag: f.finish,
+                    queued: f.queued as u64,
+                    in_flight: f.in_flight,
+                    weight: f.weight,
+                    service_s: f.service_s.unwrap_or(0.0),
+                    gpu_time_s: f.gpu_time_s,
+                    dispatched: f.dispatched,
+                    completed: f.completed,
+                    tenant: f.tenant.unwrap_or_default(),
+                    ..Default::default()
+                }
             })
             .collect();
         let leases = core

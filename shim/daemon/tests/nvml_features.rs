@@ -1,0 +1,188 @@
+//! A function's features from NVML's per-process samples (issue 17), through the real NVML
+//! backend against the CPU-only double: `mqfqd` reads each GPU's process samples, and a burst
+//! released with its processes' PIDs is classified by what those processes did — one
+//! function's process reads memory-bound, another's compute-bound, on the same GPU at the same
+//! time. Apart from `nvml.rs` because the double reads the process environment.
+#![expect(
+    clippy::tests_outside_test_module,
+    reason = "an integration-test crate is the test module"
+)]
+
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use mqfq_proto::api;
+use serde_json::Value;
+
+fn status(sock: &Path) -> Option<Value> {
+    let o = Command::new(env!("CARGO_BIN_EXE_mqfqctl"))
+        .arg("--socket")
+        .arg(sock)
+        .args(["status", "--json"])
+        .output()
+        .ok()?;
+    o.status
+        .success()
+        .then(|| serde_json::from_slice(&o.stdout).ok())?
+}
+
+/// Lines in the double's call log.
+fn calls(path: &Path) -> usize {
+    std::fs::read_to_string(path).map_or(0, |s| s.lines().count())
+}
+
+/// Admits a burst of `function` (container `id`).
+async fn admit(c: &api::AdmissionClient, function: &str, id: &str) -> u64 {
+    c.admit(
+        ttrpc::context::with_timeout(5_000_000_000),
+        &api::AdmitRequest {
+            namespace: "t".into(),
+            container_id: id.into(),
+            function: function.into(),
+            kind: api::Kind::BURST.into(),
+            shim_pid: std::process::id(),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap()
+    .lease_id
+}
+
+#[test]
+fn bursts_are_classified_by_their_own_processes_nvml_samples() {
+    let dir = tempfile::tempdir_in("/tmp").unwrap();
+    let lib = match mqfq_testkit::build_double("nvml", dir.path()) {
+        Ok(l) => l,
+        Err(e) if std::env::var_os("MQFQ_REQUIRE_CONTAINERD").is_some() => panic!("{e}"),
+        Err(e) => {
+            eprintln!("skipped: {e}");
+            return;
+        }
+    };
+    // Process 4242 streams memory (80 % bandwidth, 10 % SM); 5151 computes (90 % SM).
+    let procs = dir.path().join("processes");
+    std::fs::write(&procs, "0 4242 10 80\n0 5151 90 5\n").unwrap();
+    let proc_calls = dir.path().join("proc-calls");
+    let sock = dir.path().join("d.sock");
+    let cfg = dir.path().join("mqfqd.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "socket = \"{}\"\nmetrics_addr = \"\"\nbackend = \"nvml\"\nnvml_library = \"{}\"\n\
+             mps_pipe_dir = \"/nonexistent-mps\"\nsample_interval_ms = 20\n\
+             [concurrency]\nd_initial = 4\n[nvidia]\nedits = false\n\
+             [placement]\nenabled = true\nprobe_runs = 2\n",
+            sock.display(),
+            lib.display()
+        ),
+    )
+    .unwrap();
+    let log = dir.path().join("mqfqd.log");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_mqfqd"))
+        .arg("--config")
+        .arg(&cfg)
+        .env("FAKE_NVML_GPUS", "1")
+        .env("FAKE_NVML_PROCESSES", &procs)
+        .env("FAKE_NVML_PROC_CALLS", &proc_calls)
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while status(&sock).is_none() {
+        assert!(
+            Instant::now() < deadline,
+            "{}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let c = mqfq_daemon::ctl::connect(&sock).await.unwrap();
+        for round in 0..2 {
+            for (function, pid) in [("etl", 4242), ("dense", 5151), ("blind", 0)] {
+                let id = format!("{function}-{round}");
+                let lease_id = admit(&c, function, &id).await;
+                // Two reads of the process samples after the grant: at least one lies
+                // inside the lease.
+                let before = calls(&proc_calls);
+                let deadline = Instant::now() + Duration::from_secs(30);
+                while calls(&proc_calls) < before + 2 {
+                    assert!(
+                        Instant::now() < deadline,
+                        "the daemon never read the samples"
+                    );
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                c.release(
+                    ttrpc::context::with_timeout(5_000_000_000),
+                    &api::ReleaseRequest {
+                        lease_id,
+                        service_ns: 50_000_000,
+                        reason: "idle".into(),
+                        transfer_bytes: Some(1 << 20),
+                        // A burst whose shim knew no process: its time alone is learned.
+                        pids: if pid == 0 { Vec::new() } else { vec![pid] },
+                        ..Default::default()
+                    },
+                )
+                .await
+                .unwrap();
+            }
+        }
+        // Held leases keep each function's flow in the status.
+        for f in ["etl", "dense", "blind"] {
+            admit(&c, f, &format!("{f}-held")).await;
+        }
+    });
+    let s = status(&sock).unwrap();
+    let flow = |name: &str| {
+        s["flows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["function"].as_str().is_some_and(|k| k.ends_with(name)))
+            .cloned()
+            .unwrap_or_else(|| panic!("no flow {name}: {s}"))
+    };
+    let (etl, dense, blind) = (flow("etl"), flow("dense"), flow("blind"));
+    assert_eq!(etl["class"], "memory-short", "{s}");
+    assert_eq!(dense["class"], "compute-short", "{s}");
+    // Its shim named no process: what NVML saw of others is not its.
+    assert_eq!(blind["class"], "compute-short", "{s}");
+    // Each burst averages the samples of its lease (how many depends on when NVML was read).
+    let near = |v: &Value, want: f64| v.as_f64().is_some_and(|x| (x - want).abs() < 1e-9);
+    assert!(
+        near(&etl["sm_share"], 0.1) && near(&etl["dram_share"], 0.8),
+        "{etl}"
+    );
+    assert!(
+        near(&dense["sm_share"], 0.9) && near(&dense["dram_share"], 0.05),
+        "{dense}"
+    );
+    assert_eq!(
+        (&blind["sm_share"], &blind["dram_share"]),
+        (&Value::Null, &Value::Null)
+    );
+    for f in [&etl, &dense, &blind] {
+        assert_eq!(f["transfer_bytes"], 1_048_576.0, "{f}");
+    }
+    let o = Command::new(env!("CARGO_BIN_EXE_mqfqctl"))
+        .arg("--socket")
+        .arg(&sock)
+        .arg("status")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        text.contains("etl: memory-short, SM 10 %, DRAM 80 %, 1.0 MiB copied a burst"),
+        "{text}"
+    );
+    let _ = Command::new("kill").arg(child.id().to_string()).status();
+    let _ = child.wait();
+}
