@@ -15,6 +15,11 @@
  *                    now (at most 64); none: NVML_ERROR_NOT_FOUND, as NVML answers
  *   FAKE_NVML_PROC_CALLS  file that each nvmlDeviceGetProcessUtilization given a buffer appends
  *                    "<index>" to
+ *   FAKE_NVML_XID    file of lines "<gpu> <xid>": each is one critical-Xid event, delivered once
+ *                    (in order) by nvmlEventSetWait_v2 to a set that registered that GPU;
+ *                    none pending: NVML_ERROR_TIMEOUT. nvmlDeviceGetSupportedEventTypes says
+ *                    every GPU supports them. Power: 50 W + 2.5 W per utilization percent, of
+ *                    an enforced limit of 300 W.
  *
  * GPU performance monitoring (GPM), the Hopper-and-later sampling API:
  *
@@ -237,6 +242,64 @@ nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t d, nvmlProcessUtilizat
         }
     }
     return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetEnforcedPowerLimit(nvmlDevice_t d, unsigned int *mw) {
+    if (!valid(d) || !mw) return NVML_ERROR_INVALID_ARGUMENT;
+    *mw = 300000;
+    return NVML_SUCCESS;
+}
+
+/* Critical Xid events. One event set at a time is enough for mqfqd. */
+typedef struct {
+    nvmlDevice_t device;
+    unsigned long long eventType, eventData;
+    unsigned int gpuInstanceId, computeInstanceId;
+} nvmlEventData_t;
+typedef struct { unsigned int registered; } fake_event_set;
+typedef fake_event_set *nvmlEventSet_t;
+static fake_event_set the_set;
+static long xid_delivered = 0; /* lines of FAKE_NVML_XID already delivered */
+
+nvmlReturn_t nvmlEventSetCreate(nvmlEventSet_t *set) {
+    if (!initialized || !set) return NVML_ERROR_INVALID_ARGUMENT;
+    the_set.registered = 0;
+    *set = &the_set;
+    return NVML_SUCCESS;
+}
+nvmlReturn_t nvmlEventSetFree(nvmlEventSet_t set) { (void)set; return NVML_SUCCESS; }
+nvmlReturn_t nvmlDeviceGetSupportedEventTypes(nvmlDevice_t d, unsigned long long *types) {
+    if (!valid(d) || !types) return NVML_ERROR_INVALID_ARGUMENT;
+    *types = 8; /* nvmlEventTypeXidCriticalError */
+    return NVML_SUCCESS;
+}
+nvmlReturn_t nvmlDeviceRegisterEvents(nvmlDevice_t d, unsigned long long types, nvmlEventSet_t set) {
+    if (!valid(d) || set != &the_set || types != 8) return NVML_ERROR_INVALID_ARGUMENT;
+    set->registered |= 1u << d->index;
+    return NVML_SUCCESS;
+}
+nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t *data, unsigned int timeout_ms) {
+    (void)timeout_ms;
+    if (!initialized || set != &the_set || !data) return NVML_ERROR_INVALID_ARGUMENT;
+    const char *path = getenv("FAKE_NVML_XID");
+    FILE *f = path ? fopen(path, "r") : NULL;
+    int gpu;
+    unsigned long long xid;
+    long line = 0;
+    if (!f) return 10; /* NVML_ERROR_TIMEOUT */
+    while (fscanf(f, "%d %llu", &gpu, &xid) == 2) {
+        if (line++ < xid_delivered) continue;
+        xid_delivered = line;
+        if (gpu < 0 || gpu >= (int)count() || !(set->registered & (1u << gpu))) continue;
+        fclose(f);
+        memset(data, 0, sizeof *data);
+        data->device = &devices[gpu];
+        data->eventType = 8;
+        data->eventData = xid;
+        return NVML_SUCCESS;
+    }
+    fclose(f);
+    return 10;
 }
 
 nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t d, unsigned int *current, unsigned int *pending) {

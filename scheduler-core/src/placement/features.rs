@@ -154,7 +154,7 @@ pub struct Moments {
 }
 
 impl Moments {
-    fn observe(&mut self, alpha: f64, x: f64) {
+    pub(crate) fn observe(&mut self, alpha: f64, x: f64) {
         if !self.seen {
             *self = Moments {
                 mean: x,

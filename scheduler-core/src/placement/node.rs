@@ -27,7 +27,16 @@ pub struct PlacementConfig {
     pub features: FeatureConfig,
     /// Failed and overloaded GPUs.
     pub health: HealthConfig,
+    /// Critical Xids that say the GPU itself is failing (it needs a drain, a reset or a
+    /// replacement): such a GPU takes no new container for `health.xid_recover_samples`. The
+    /// others (an application's fault, a page fault, a channel torn down) are its work's.
+    pub fatal_xids: Vec<u64>,
 }
+
+/// Xids after which NVIDIA's catalog says to drain or reset the GPU: double-bit ECC (48),
+/// row-remap failure (64), NVLink (74), fallen off the bus (79), uncontained ECC (95), GSP
+/// timeout and error (119, 120).
+pub const FATAL_XIDS: [u64; 7] = [48, 64, 74, 79, 95, 119, 120];
 
 impl Default for PlacementConfig {
     fn default() -> Self {
@@ -37,6 +46,7 @@ impl Default for PlacementConfig {
             probe_gpus: Vec::new(),
             features: FeatureConfig::default(),
             health: HealthConfig::default(),
+            fatal_xids: FATAL_XIDS.to_vec(),
         }
     }
 }
@@ -56,6 +66,13 @@ impl PlacementConfig {
                 "placement.probe_gpus",
                 self.probe_gpus.len(),
                 "at most 64 GPUs",
+            ));
+        }
+        if self.fatal_xids.len() > 256 {
+            return Err(reject(
+                "placement.fatal_xids",
+                self.fatal_xids.len(),
+                "at most 256 Xids",
             ));
         }
         self.features.validate()?;
@@ -132,6 +149,12 @@ impl Placement {
         now: Time,
     ) -> Result<(), SampleError> {
         self.features.observe(function, sample, now)
+    }
+
+    /// Whether Xid `xid` says the GPU itself is failing.
+    #[must_use]
+    pub fn fatal_xid(&self, xid: u64) -> bool {
+        self.cfg.fatal_xids.contains(&xid)
     }
 
     /// NVML's per-process samples on GPU `gpu`, taken at `now`.
@@ -228,14 +251,20 @@ impl Placement {
                         .reading
                         .sm_activity
                         .unwrap_or_else(|| f64::from(g.running) / f64::from(g.limit.max(1))),
-                    utilization_stddev: 0.0,
+                    utilization_stddev: self
+                        .health
+                        .get(&g.info.index)
+                        .map_or(0.0, HealthTracker::load_stddev),
                     memory_used,
                     queue: g
                         .running
                         .saturating_add(u32::try_from(g.queued).unwrap_or(u32::MAX))
                         .saturating_add(self.pending(g.info.index, now)),
                     limit: g.limit,
-                    power: None,
+                    power: self
+                        .health
+                        .get(&g.info.index)
+                        .and_then(HealthTracker::power),
                     health: self.health(g.info.index),
                     resident: near.resident.contains(&g.info.index),
                     partner: near.partners.contains(&g.info.index),

@@ -383,15 +383,18 @@ fn health_moves_through_failed_and_overloaded_and_back() {
         overload_utilization: 0.95,
         overload_samples: 3,
         recover_samples: 2,
+        xid_recover_samples: 4,
     };
     let mut h = HealthTracker::default();
     let busy = HealthSample {
         utilization: Some(1.0),
         error: false,
+        ..HealthSample::default()
     };
     let calm = HealthSample {
         utilization: Some(0.5),
         error: false,
+        ..HealthSample::default()
     };
     assert_eq!(h.observe(busy, &cfg), None);
     assert_eq!(h.observe(busy, &cfg), None);
@@ -407,6 +410,7 @@ fn health_moves_through_failed_and_overloaded_and_back() {
     let err = HealthSample {
         utilization: None,
         error: true,
+        ..HealthSample::default()
     };
     assert_eq!(
         h.observe(err, &cfg),
@@ -476,6 +480,7 @@ fn the_node_probes_new_functions_then_places_them_by_fitness_and_avoids_failed_g
     let err = HealthSample {
         utilization: None,
         error: true,
+        ..HealthSample::default()
     };
     assert_eq!(
         p.observe_gpu(1, err),
@@ -578,11 +583,13 @@ fn busy_time_alone_never_makes_a_gpu_overloaded() {
         overload_utilization: 0.9,
         overload_samples: 1,
         recover_samples: 1,
+        ..HealthConfig::default()
     };
     let mut h = HealthTracker::default();
     let unmeasured = HealthSample {
         utilization: None,
         error: false,
+        ..HealthSample::default()
     };
     for _ in 0..10 {
         assert_eq!(h.observe(unmeasured, &cfg), None);
@@ -619,4 +626,99 @@ fn a_queue_on_a_faster_gpu_weighs_less() {
         pick(&node, known(Bound::Compute, Length::Long), &queue_only).gpu,
         0
     );
+}
+
+#[test]
+fn an_xid_holds_a_gpu_failed_longer_than_a_read_error() {
+    let cfg = HealthConfig {
+        recover_samples: 2,
+        xid_recover_samples: 5,
+        ..HealthConfig::default()
+    };
+    let calm = HealthSample {
+        utilization: Some(0.3),
+        ..HealthSample::default()
+    };
+    let xid = HealthSample { xid: true, ..calm };
+    let mut h = HealthTracker::default();
+    assert_eq!(
+        h.observe(xid, &cfg),
+        Some((Health::Healthy, Health::Failed))
+    );
+    for _ in 0..4 {
+        assert_eq!(h.observe(calm, &cfg), None, "back before its Xid hold");
+    }
+    assert_eq!(
+        h.observe(calm, &cfg),
+        Some((Health::Failed, Health::Healthy))
+    );
+    // The hold ends with the recovery: a later read error needs only `recover_samples`.
+    let err = HealthSample {
+        error: true,
+        ..HealthSample::default()
+    };
+    h.observe(err, &cfg);
+    h.observe(calm, &cfg);
+    assert_eq!(
+        h.observe(calm, &cfg),
+        Some((Health::Failed, Health::Healthy))
+    );
+}
+
+#[test]
+fn a_gpus_load_variation_and_power_draw_reach_the_choice() {
+    let mut p = Placement::new(PlacementConfig::default()).unwrap();
+    let gpus = [
+        core_gpu(0, "NVIDIA A30", 0, 0.0),
+        core_gpu(1, "NVIDIA A30", 0, 0.0),
+    ];
+    // GPU 0's load swings between idle and full; GPU 1's stays at 30 %. GPU 0 draws 90 % of
+    // its power limit, GPU 1 20 %.
+    for i in 0..40 {
+        let swing = if i % 2 == 0 { 0.0 } else { 1.0 };
+        p.observe_gpu(
+            0,
+            HealthSample {
+                busy: Some(swing),
+                power: Some(0.9),
+                ..HealthSample::default()
+            },
+        );
+        p.observe_gpu(
+            1,
+            HealthSample {
+                busy: Some(0.3),
+                power: Some(0.2),
+                ..HealthSample::default()
+            },
+        );
+    }
+    // Bad readings change nothing.
+    p.observe_gpu(
+        1,
+        HealthSample {
+            busy: Some(f64::NAN),
+            power: Some(7.0),
+            ..HealthSample::default()
+        },
+    );
+    // A long function is spread to the stable GPU; off peak (3 am), the energy term prefers
+    // the one drawing less.
+    for i in 0..3 {
+        p.observe_burst(
+            "train",
+            &sample(5000.0, 0.9, 0.1),
+            Time::from_secs_f64(f64::from(i)),
+        )
+        .unwrap();
+    }
+    let c = p
+        .choose(&gpus, &[0, 1], "train", &Near::default(), 180, T0)
+        .unwrap();
+    assert_eq!(c.gpu, 1, "{c:?}");
+    let c0 = p
+        .choose(&gpus, &[0], "train", &Near::default(), 180, T0)
+        .unwrap();
+    assert!(c.breakdown.balance > c0.breakdown.balance, "{c:?} {c0:?}");
+    assert!(c.breakdown.energy > c0.breakdown.energy, "{c:?} {c0:?}");
 }

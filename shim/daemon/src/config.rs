@@ -591,6 +591,10 @@ mod tests {
                 "limits.containers_per_shim",
             ),
             ("[placement]\nprobe_runs = 0", "placement.probe_runs"),
+            (
+                "[placement]\nxid_recover_samples = 0",
+                "placement.xid_recover_samples",
+            ),
             ("[placement]\npeak_end_min = 1440", "placement.peak_end_min"),
             ("[placement.off_peak]\nenergy = -1.0", "placement.off_peak"),
             ("[placement.peak]\nspeed = 1.0", "speed"),
@@ -608,5 +612,10 @@ mod tests {
             assert!(e.contains(key), "{text:?} → {e}");
             assert!(e.contains("mqfqd.toml"), "{e}");
         }
+        let many: Vec<String> = (0..300).map(|x| x.to_string()).collect();
+        let e = parse(&format!("[placement]\nfatal_xids = [{}]", many.join(",")))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("placement.fatal_xids"), "{e}");
     }
 }

@@ -60,6 +60,7 @@ pub struct Metrics {
     pool_function_refused: Family<Labels, Gauge>,
     placements: Family<Labels, Counter>,
     gpu_health: Family<Labels, Gauge>,
+    xids: Family<Labels, Counter>,
 }
 
 fn labels(pairs: &[(&str, &str)]) -> Labels {
@@ -120,6 +121,7 @@ impl Metrics {
             pool_function_refused: Family::default(),
             placements: Family::default(),
             gpu_health: Family::default(),
+            xids: Family::default(),
             registry: Registry::default(),
         };
         registry.register(
@@ -131,6 +133,11 @@ impl Metrics {
             "gpu_health",
             "Per GPU: 0 healthy, 1 overloaded, 2 failed (avoided for new containers)",
             m.gpu_health.clone(),
+        );
+        registry.register(
+            "gpu_xid",
+            "Critical Xid errors NVML reported, per GPU and Xid (values past 1000 counted as other)",
+            m.xids.clone(),
         );
         registry.register(
             "queue_length",
@@ -540,6 +547,18 @@ impl Metrics {
             scheduler_core::placement::Health::Failed => 2,
         };
         self.gpu_health.get_or_create(&gpu(gpu_index)).set(v);
+    }
+
+    /// A critical Xid NVML reported for a GPU.
+    pub fn xid(&self, gpu_index: u32, xid: u64) {
+        let x = if xid <= 1000 {
+            xid.to_string()
+        } else {
+            "other".to_owned()
+        };
+        let mut l = gpu(gpu_index);
+        l.push(("xid".into(), x));
+        self.xids.get_or_create(&l).inc();
     }
 }
 

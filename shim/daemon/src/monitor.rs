@@ -11,9 +11,11 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use nvml_wrapper::bitmasks::event::EventTypes;
 use nvml_wrapper::enum_wrappers::device::PcieUtilCounter;
+use nvml_wrapper::enums::event::XidError;
 use nvml_wrapper::enums::gpm::GpmMetricId;
-use nvml_wrapper::{GpmSample, Nvml};
+use nvml_wrapper::{EventSet, GpmSample, Nvml};
 use scheduler_core::concurrency::Signals;
 use scheduler_core::config::GpuMode;
 
@@ -53,6 +55,10 @@ pub struct Sample {
     pub pcie_rx_kbps: Option<u32>,
     /// Power draw, milliwatts, where known.
     pub power_mw: Option<u32>,
+    /// The enforced power limit, milliwatts, where known.
+    pub power_limit_mw: Option<u32>,
+    /// Critical Xid errors NVML reported for this GPU since the last sample (999: unknown).
+    pub xids: Vec<u64>,
     /// NVML answered for the node but not for this GPU (lost, fallen off the bus): nothing
     /// else in the sample is a reading.
     pub failed: bool,
@@ -196,7 +202,12 @@ pub struct NvmlGpus {
     /// Per NVML index: when its process samples were last read, and NVML's timestamp of the
     /// newest one (the next read asks only for later ones).
     processes: Vec<(Option<Instant>, u64)>,
+    /// Critical Xid events of every GPU that has them (`None`: the driver would not).
+    xid_events: Option<EventSet<'static>>,
 }
+
+/// Xid events read per sample at most (the rest wait for the next).
+const MAX_XIDS: usize = 64;
 
 /// How often each GPU's per-process utilization samples are read (NVML keeps a buffer of
 /// them; reading it at every 100 ms sample would cost for nothing).
@@ -280,12 +291,36 @@ impl NvmlGpus {
             .lib_path(std::ffi::OsStr::new(library))
             .init()
             .map_err(nvml_err("init"))?;
+        let nvml: &'static Nvml = Box::leak(Box::new(nvml));
         Ok(NvmlGpus {
-            nvml: Box::leak(Box::new(nvml)),
+            nvml,
             mps_pipe_dir: mps_pipe_dir.to_owned(),
             gpm: Vec::new(),
             processes: Vec::new(),
+            xid_events: xid_events(nvml),
         })
+    }
+
+    /// The critical Xid events waiting, by NVML index (never blocks).
+    fn pending_xids(&self) -> Vec<(u32, u64)> {
+        let Some(set) = &self.xid_events else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        while out.len() < MAX_XIDS {
+            let Ok(ev) = set.wait(0) else {
+                break;
+            };
+            let xid = match ev.event_data {
+                Some(XidError::Value(x)) => x,
+                Some(XidError::Unknown) => 999,
+                None => continue,
+            };
+            if let Ok(i) = ev.device.index() {
+                out.push((i, xid));
+            }
+        }
+        out
     }
 
     /// Whether an MPS control daemon is serving this node (its control pipe exists).
@@ -376,6 +411,7 @@ impl GpuMonitor for NvmlGpus {
     }
 
     fn sample(&mut self, _leases: &[u32]) -> Result<Vec<Sample>, MonitorError> {
+        let xids = self.pending_xids();
         let mut gpm = std::mem::take(&mut self.gpm);
         let mut procs = std::mem::take(&mut self.processes);
         let nvml = self.nvml;
@@ -408,6 +444,12 @@ impl GpuMonitor for NvmlGpus {
                 pcie_tx_kbps: tx,
                 pcie_rx_kbps: rx,
                 power_mw: d.power_usage().ok(),
+                power_limit_mw: d.enforced_power_limit().ok(),
+                xids: xids
+                    .iter()
+                    .filter(|(g, _)| *g == i)
+                    .map(|(_, x)| *x)
+                    .collect(),
                 failed: false,
                 processes: process_samples(&d, slot, &mut procs),
             })
@@ -416,6 +458,37 @@ impl GpuMonitor for NvmlGpus {
         self.processes = procs;
         out
     }
+}
+
+/// An event set every GPU that supports critical Xid events is registered in; `None` (logged)
+/// when none does or the driver refuses.
+fn xid_events(nvml: &'static Nvml) -> Option<EventSet<'static>> {
+    let mut set = nvml.create_event_set().ok()?;
+    let n = nvml.device_count().ok()?;
+    let mut registered = 0;
+    for i in 0..n {
+        let Ok(d) = nvml.device_by_index(i) else {
+            continue;
+        };
+        if !d
+            .supported_event_types()
+            .is_ok_and(|t| t.contains(EventTypes::CRITICAL_XID_ERROR))
+        {
+            continue;
+        }
+        // A refused registration frees the set: Xids are then not watched at all.
+        match d.register_events(EventTypes::CRITICAL_XID_ERROR, set) {
+            Ok(s) => {
+                set = s;
+                registered += 1;
+            }
+            Err(e) => {
+                tracing::warn!(gpu = i, "Xid events not watched: {e}");
+                return None;
+            }
+        }
+    }
+    (registered > 0).then_some(set)
 }
 
 /// GPU `slot`'s per-process samples newer than the last read, once [`PROCESS_PERIOD`] has

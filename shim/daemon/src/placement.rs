@@ -36,6 +36,11 @@ pub struct PlacementSection {
     pub overload_samples: u32,
     /// Clean samples in a row that bring a failed or overloaded GPU back.
     pub recover_samples: u32,
+    /// Clean samples in a row that bring back a GPU failed by a fatal Xid.
+    pub xid_recover_samples: u32,
+    /// Critical Xids that fail a GPU for new containers (default: those NVIDIA's catalog
+    /// answers with a drain or reset).
+    pub fatal_xids: Vec<u64>,
     /// GPU models beyond (or overriding) the built-in table.
     pub models: Vec<GpuModel>,
 }
@@ -55,6 +60,8 @@ impl Default for PlacementSection {
             overload_utilization: h.overload_utilization,
             overload_samples: h.overload_samples,
             recover_samples: h.recover_samples,
+            xid_recover_samples: h.xid_recover_samples,
+            fatal_xids: scheduler_core::placement::node::FATAL_XIDS.to_vec(),
             models: Vec::new(),
         }
     }
@@ -84,7 +91,9 @@ impl PlacementSection {
                 overload_utilization: self.overload_utilization,
                 overload_samples: self.overload_samples,
                 recover_samples: self.recover_samples,
+                xid_recover_samples: self.xid_recover_samples,
             },
+            fatal_xids: self.fatal_xids.clone(),
         }
     }
 

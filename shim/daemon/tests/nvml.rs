@@ -149,6 +149,8 @@ fn nvml_backend_reads_the_double_and_drives_d() {
         (Some(1000), Some(2000))
     );
     assert_eq!(s[0].power_mw, Some(50000 + 2500 * 37));
+    assert_eq!(s[0].power_limit_mw, Some(300_000));
+    assert!(s[0].xids.is_empty() && s[0].processes.is_empty());
     // A GPU fallen off the bus is that GPU's failed sample, not the node's failure.
     let lost = dir.path().join("lost");
     std::fs::write(&lost, "1\n").unwrap();

@@ -2,7 +2,9 @@
 //! backend against the CPU-only double: `mqfqd` reads each GPU's process samples, and a burst
 //! released with its processes' PIDs is classified by what those processes did — one
 //! function's process reads memory-bound, another's compute-bound, on the same GPU at the same
-//! time. Apart from `nvml.rs` because the double reads the process environment.
+//! time. Then critical Xid events: one that says the GPU is failing takes it out of placement
+//! for a while, an application's does not. Apart from `nvml.rs` because the double reads the
+//! process environment.
 #![expect(
     clippy::tests_outside_test_module,
     reason = "an integration-test crate is the test module"
@@ -51,7 +53,7 @@ async fn admit(c: &api::AdmissionClient, function: &str, id: &str) -> u64 {
 }
 
 #[test]
-fn bursts_are_classified_by_their_own_processes_nvml_samples() {
+fn nvml_process_samples_and_xids_drive_placement() {
     let dir = tempfile::tempdir_in("/tmp").unwrap();
     let lib = match mqfq_testkit::build_double("nvml", dir.path()) {
         Ok(l) => l,
@@ -183,6 +185,60 @@ fn bursts_are_classified_by_their_own_processes_nvml_samples() {
         text.contains("etl: memory-short, SM 10 %, DRAM 80 %, 1.0 MiB copied a burst"),
         "{text}"
     );
+    let _ = Command::new("kill").arg(child.id().to_string()).status();
+    let _ = child.wait();
+
+    // Critical Xids: an application's (13) leaves its GPU alone; one that says the GPU is
+    // failing (79, fallen off the bus) fails it for new containers until it has been clean
+    // for `xid_recover_samples`.
+    let xids = dir.path().join("xids");
+    std::fs::write(&xids, "").unwrap();
+    std::fs::write(
+        &cfg,
+        std::fs::read_to_string(&cfg).unwrap().replace(
+            "probe_runs = 2\n",
+            "probe_runs = 2\nrecover_samples = 1\nxid_recover_samples = 150\n",
+        ),
+    )
+    .unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_mqfqd"))
+        .arg("--config")
+        .arg(&cfg)
+        .env("FAKE_NVML_GPUS", "2")
+        .env("FAKE_NVML_XID", &xids)
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let health = |want: [&str; 2]| {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(s) = status(&sock)
+                && s["gpus"][0]["health"] == want[0]
+                && s["gpus"][1]["health"] == want[1]
+            {
+                return s;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "never {want:?}: {:?}\n{}",
+                status(&sock),
+                std::fs::read_to_string(&log).unwrap_or_default()
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    };
+    health(["healthy", "healthy"]);
+    // Delivered in order: once GPU 0's 79 has failed it, GPU 1's 13 was read before.
+    std::fs::write(&xids, "1 13\n0 79\n").unwrap();
+    let s = health(["failed", "healthy"]);
+    assert_eq!(
+        s["gpus"][1]["health"], "healthy",
+        "an application's Xid failed its GPU"
+    );
+    // Back once clean for 150 samples (3 s at 20 ms).
+    health(["healthy", "healthy"]);
+    let log_text = std::fs::read_to_string(&log).unwrap();
+    assert!(log_text.contains("critical Xid"), "{log_text}");
     let _ = Command::new("kill").arg(child.id().to_string()).status();
     let _ = child.wait();
 }

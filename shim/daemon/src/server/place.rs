@@ -81,9 +81,22 @@ impl Daemon {
             if !s.processes.is_empty() {
                 p.observe_processes(s.index, now, &s.processes);
             }
+            let fatal: Vec<u64> = s.xids.iter().copied().filter(|x| p.fatal_xid(*x)).collect();
+            for x in &s.xids {
+                self.metrics.xid(s.index, *x);
+            }
+            if !fatal.is_empty() {
+                tracing::error!(gpu = s.index, xids = ?fatal, "a critical Xid says this GPU is failing");
+            }
             let h = HealthSample {
                 utilization: s.sm_activity,
                 error: s.failed,
+                xid: !fatal.is_empty(),
+                busy: s.busy,
+                power: s
+                    .power_mw
+                    .zip(s.power_limit_mw.filter(|l| *l > 0))
+                    .map(|(p, l)| f64::from(p) / f64::from(l)),
             };
             let changed = p.observe_gpu(s.index, h);
             self.metrics.set_gpu_health(s.index, p.health(s.index));
