@@ -42,6 +42,25 @@ for load in 0.8 1.2 1.6; do
     done
 done
 echo
+echo "### Seed 1: fitness under other weights (mean / std of completion time, s)"
+echo
+echo '`mqfq-sim placements --trace het.csv --gpus 2 --gpu-models "..." --placement-weights W`'
+echo
+echo "| load | defaults | queue=2 | queue=4 | balance=0 | fitness=0,queue=1,balance=0 | least-loaded |"
+echo "|---|---|---|---|---|---|---|"
+for load in 0.8 1.2 1.6; do
+    "$sim" gen mix --gpus 2 --load "$load" --memory-bound 0.5 --duration-s 1800 --seed 1 \
+        --out "$tmp/h.csv" 2>/dev/null
+    row="| $load |"
+    for w in "" "queue=2" "queue=4" "balance=0" "fitness=0,queue=1,balance=0"; do
+        out=$("$sim" placements --trace "$tmp/h.csv" --gpus 2 --gpu-models "$models" \
+            ${w:+--placement-weights "$w"})
+        row="$row$(echo "$out" | grep '^| fitness |' | awk -F'|' '{print $3" /"$5" |"}')"
+    done
+    row="$row$(echo "$out" | grep '^| least-loaded |' | awk -F'|' '{print $3" /"$5" |"}')"
+    echo "$row"
+done
+echo
 echo "### Cluster: four nodes of two GPUs (A30, H100, L4, H200 nodes), seed 1"
 echo
 cmodels="NVIDIA A30,NVIDIA A30,NVIDIA H100 80GB HBM3,NVIDIA H100 80GB HBM3,NVIDIA L4,NVIDIA L4,NVIDIA H200,NVIDIA H200"

@@ -148,6 +148,11 @@ struct NodeArgs {
     /// Where mqfq-sticky places each invocation: least-loaded, fitness, round-robin or random.
     #[arg(long, default_value = "least-loaded")]
     placement: String,
+    /// The fitness placement's weights, `name=value` pairs separated by commas (fitness,
+    /// locality, queue, balance, energy, affinity; the others keep mqfqd's peak defaults), to
+    /// try weights offline before putting them in `[placement.peak]`.
+    #[arg(long)]
+    placement_weights: Option<String>,
     /// Functions with mean exec below this are "short" in reports, ms.
     #[arg(long, default_value_t = 1000.0)]
     short_ms: f64,
@@ -156,6 +161,37 @@ struct NodeArgs {
     /// memory pushed to the host after every use).
     #[arg(long, default_value = "strong")]
     baselines: String,
+}
+
+/// `fitness=1,queue=2`: the named weights over mqfqd's peak defaults.
+fn parse_weights(text: &str) -> Result<scheduler_core::placement::Weights> {
+    let mut w = scheduler_core::placement::Weights::default();
+    for pair in text.split(',') {
+        let (name, value) = pair
+            .split_once('=')
+            .with_context(|| format!("--placement-weights: {pair:?} is not name=value"))?;
+        let v: f64 = value
+            .trim()
+            .parse()
+            .with_context(|| format!("--placement-weights: {name} = {value:?} is not a number"))?;
+        let slot = match name.trim() {
+            "fitness" => &mut w.fitness,
+            "locality" => &mut w.locality,
+            "queue" => &mut w.queue,
+            "balance" => &mut w.balance,
+            "energy" => &mut w.energy,
+            "affinity" => &mut w.affinity,
+            other => bail!(
+                "--placement-weights: unknown weight {other:?} (fitness, locality, queue, balance, energy, affinity)"
+            ),
+        };
+        if !(v.is_finite() && v >= 0.0) {
+            bail!("--placement-weights: {name} = {v} must be a finite number >= 0");
+        }
+        *slot = v;
+    }
+    w.validate("--placement-weights")?;
+    Ok(w)
 }
 
 impl NodeArgs {
@@ -191,6 +227,11 @@ impl NodeArgs {
             baselines: self.baselines.parse()?,
             gpu_models: self.gpu_models.clone(),
             placement: self.placement.parse()?,
+            placement_weights: self
+                .placement_weights
+                .as_deref()
+                .map(parse_weights)
+                .transpose()?,
             ..SimConfig::default()
         };
         cfg.validate()?;
@@ -531,4 +572,25 @@ fn compare(a: &CompareArgs) -> Result<()> {
         eprintln!("wrote {}", p.display());
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn placement_weights_parse_by_name_over_the_defaults() {
+        let w = parse_weights("queue=2, balance=0").unwrap();
+        let d = scheduler_core::placement::Weights::default();
+        assert_eq!((w.queue, w.balance, w.fitness), (2.0, 0.0, d.fitness));
+        for (bad, says) in [
+            ("speed=2", "unknown weight"),
+            ("queue", "not name=value"),
+            ("queue=fast", "not a number"),
+            ("queue=-1", "queue"),
+        ] {
+            let e = format!("{:#}", parse_weights(bad).unwrap_err());
+            assert!(e.contains(says), "{bad}: {e}");
+        }
+    }
 }

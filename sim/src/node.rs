@@ -170,16 +170,24 @@ impl NodeMqfq {
         })
     }
 
-    /// Places each invocation by `mode` (default: the core's least-loaded routing).
+    /// Places each invocation by `mode` (default: the core's least-loaded routing);
+    /// `weights` replace the default weights at every hour (the simulator has no time of day).
     ///
     /// # Errors
-    /// The placement defaults are refused (they are not).
-    pub fn set_placement(&mut self, mode: PlacementMode) -> Result<(), ConfigError> {
+    /// Bad weights.
+    pub fn set_placement(
+        &mut self,
+        mode: PlacementMode,
+        weights: Option<scheduler_core::placement::Weights>,
+    ) -> Result<(), ConfigError> {
         self.placement = mode;
+        let mut cfg = scheduler_core::placement::PlacementConfig::default();
+        if let Some(w) = weights {
+            cfg.schedule.peak = w;
+            cfg.schedule.off_peak = w;
+        }
         self.placer = match mode {
-            PlacementMode::Fitness => Some(scheduler_core::placement::Placement::new(
-                scheduler_core::placement::PlacementConfig::default(),
-            )?),
+            PlacementMode::Fitness => Some(scheduler_core::placement::Placement::new(cfg)?),
             _ => None,
         };
         Ok(())

@@ -200,7 +200,7 @@ pub fn build(name: &str, trace: &Trace, cfg: &SimConfig) -> Result<Box<dyn Polic
                 g.name.clone_from(name);
             }
             let mut p = crate::node::NodeMqfq::new(trace, gpus, &q, &c, false)?;
-            p.set_placement(cfg.placement)?;
+            p.set_placement(cfg.placement, cfg.placement_weights)?;
             if cfg.nodes > 1 {
                 p.set_cluster(cfg.cluster, cfg.nodes)?;
             }

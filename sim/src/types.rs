@@ -65,6 +65,8 @@ pub struct SimConfig {
     pub gpu_models: Vec<String>,
     /// Where `mqfq-sticky` places each invocation.
     pub placement: crate::hetero::PlacementMode,
+    /// The fitness placement's weights at every hour (`None`: mqfqd's peak defaults).
+    pub placement_weights: Option<scheduler_core::placement::Weights>,
     /// Nodes the GPUs are split into (1: one node).
     pub nodes: usize,
     /// How the cluster picks a node when there are several.
@@ -89,6 +91,7 @@ impl Default for SimConfig {
             baselines: Baselines::Strong,
             gpu_models: Vec::new(),
             placement: crate::hetero::PlacementMode::LeastLoaded,
+            placement_weights: None,
             nodes: 1,
             cluster: crate::cluster::ClusterMode::RoundRobin,
         }

@@ -219,6 +219,9 @@ impl Default for PoolSection {
 pub struct DaemonConfig {
     /// ttrpc socket.
     pub socket: PathBuf,
+    /// A second socket that answers Status and nothing else (empty: none), for readers such as
+    /// the cluster publisher, which must not be able to admit or release.
+    pub status_socket: PathBuf,
     /// Metrics listen address ("" = off).
     pub metrics_addr: String,
     /// light, balanced or throughput.
@@ -260,6 +263,7 @@ impl Default for DaemonConfig {
     fn default() -> Self {
         DaemonConfig {
             socket: PathBuf::from(DEFAULT_SOCKET),
+            status_socket: PathBuf::new(),
             metrics_addr: "127.0.0.1:9464".into(),
             profile: "balanced".into(),
             policy: Order::MqfqSticky.as_str().into(),

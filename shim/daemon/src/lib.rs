@@ -177,6 +177,20 @@ pub async fn run(
         .register_service(mqfq_proto::api::create_admission(Arc::new(
             server::Service(daemon.clone()),
         )));
+    let mut status_server = if cfg.status_socket.as_os_str().is_empty() {
+        None
+    } else {
+        Some(
+            server::bind(&cfg.status_socket)
+                .map_err(io(format!(
+                    "listen on status_socket {}",
+                    cfg.status_socket.display()
+                )))?
+                .register_service(mqfq_proto::api::create_admission(Arc::new(
+                    server::StatusOnly(daemon.clone()),
+                ))),
+        )
+    };
     let metrics_task = if cfg.metrics_addr.is_empty() {
         None
     } else {
@@ -189,6 +203,12 @@ pub async fn run(
         what: "start ttrpc server".into(),
         source: std::io::Error::other(e.to_string()),
     })?;
+    if let Some(s) = status_server.as_mut() {
+        s.start().await.map_err(|e| RunError::Io {
+            what: "start the status socket's server".into(),
+            source: std::io::Error::other(e.to_string()),
+        })?;
+    }
     let edits_task = cfg
         .nvidia
         .edits
@@ -216,6 +236,10 @@ pub async fn run(
     }
     let _ = server.shutdown().await;
     let _ = std::fs::remove_file(&cfg.socket);
+    if let Some(mut s) = status_server {
+        let _ = s.shutdown().await;
+        let _ = std::fs::remove_file(&cfg.status_socket);
+    }
     Ok(())
 }
 

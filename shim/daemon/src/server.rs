@@ -31,6 +31,7 @@ mod socket;
 mod status;
 
 pub use socket::bind;
+pub use status::StatusOnly;
 
 type Waiter = oneshot::Sender<Result<Grant, Withdrawn>>;
 

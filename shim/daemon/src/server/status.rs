@@ -1,13 +1,37 @@
 //! The Status answer: the daemon's whole state as `mqfqctl status` and the cluster publisher
-//! read it.
+//! read it; and the read-only service of the status socket, which answers it and nothing else.
 
+use std::sync::Arc;
+
+use async_trait::async_trait;
 use mqfq_proto::api;
 use scheduler_core::node::admission::Core;
 use scheduler_core::node::pool::Action;
 use scheduler_core::placement::cluster::class_label;
 use scheduler_core::placement::models::{builtin, lookup};
+use ttrpc::r#async::TtrpcContext;
 
 use super::Daemon;
+
+/// The status socket's service: Status, and nothing else — every other call gets the
+/// generated answer (NOT_FOUND), so a reader given this socket (the cluster publisher's pod)
+/// cannot admit, release, register or order the pool.
+#[derive(Debug, Clone)]
+pub struct StatusOnly(pub Arc<Daemon>);
+
+#[async_trait]
+impl api::Admission for StatusOnly {
+    async fn status(
+        &self,
+        _ctx: &TtrpcContext,
+        _req: api::StatusRequest,
+    ) -> ttrpc::Result<api::StatusResponse> {
+        if let Some(log) = &self.0.log {
+            log.flush().await;
+        }
+        Ok(self.0.status())
+    }
+}
 
 impl Daemon {
     /// The Status answer.

@@ -1,0 +1,131 @@
+//! The status socket (`status_socket`): what a reader such as the cluster publisher is given
+//! answers Status and refuses everything that changes the node — no admission, release,
+//! registration or pool report goes through it — while the admission socket is unchanged.
+#![expect(
+    clippy::tests_outside_test_module,
+    reason = "an integration-test crate is the test module"
+)]
+
+use std::os::unix::fs::PermissionsExt;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use mqfq_proto::api;
+
+#[test]
+fn the_status_socket_reads_and_never_writes() {
+    let dir = tempfile::tempdir_in("/tmp").unwrap();
+    let sock = dir.path().join("run/mqfqd.sock");
+    let status_sock = dir.path().join("status/status.sock");
+    let cfg = dir.path().join("mqfqd.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "socket = \"{}\"\nstatus_socket = \"{}\"\nmetrics_addr = \"\"\nbackend = \"simulated\"\n\
+             [nvidia]\nedits = false\n",
+            sock.display(),
+            status_sock.display()
+        ),
+    )
+    .unwrap();
+    let log = dir.path().join("mqfqd.log");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_mqfqd"))
+        .arg("--config")
+        .arg(&cfg)
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !status_sock.exists() || !sock.exists() {
+        assert!(
+            Instant::now() < deadline,
+            "{}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mode = std::fs::metadata(&status_sock)
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(
+        mode & 0o777,
+        0o600,
+        "root's alone, like the admission socket"
+    );
+    // mqfqctl reads the node through it.
+    let o = Command::new(env!("CARGO_BIN_EXE_mqfqctl"))
+        .arg("--socket")
+        .arg(&status_sock)
+        .args(["status", "--json"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let s: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(s["backend"], "simulated");
+
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let ctx = || ttrpc::context::with_timeout(5_000_000_000);
+        let ro = mqfq_daemon::ctl::connect(&status_sock).await.unwrap();
+        let admit = api::AdmitRequest {
+            namespace: "t".into(),
+            container_id: "c1".into(),
+            function: "f".into(),
+            shim_pid: std::process::id(),
+            ..Default::default()
+        };
+        let refused = |r: Result<(), ttrpc::Error>, what: &str| {
+            let e = r.expect_err(what).to_string();
+            assert!(e.contains("not supported"), "{what}: {e}");
+        };
+        refused(ro.admit(ctx(), &admit).await.map(|_| ()), "admit");
+        refused(
+            ro.release(
+                ctx(),
+                &api::ReleaseRequest {
+                    lease_id: 1,
+                    ..Default::default()
+                },
+            )
+            .await
+            .map(|_| ()),
+            "release",
+        );
+        refused(
+            ro.register(ctx(), &api::RegisterRequest::default())
+                .await
+                .map(|_| ()),
+            "register",
+        );
+        refused(
+            ro.cancel(ctx(), &api::CancelRequest::default())
+                .await
+                .map(|_| ()),
+            "cancel",
+        );
+        refused(
+            ro.pool_report(ctx(), &api::PoolReportRequest::default())
+                .await
+                .map(|_| ()),
+            "pool report",
+        );
+        refused(ro.place(ctx(), &admit).await.map(|_| ()), "place");
+        // Nothing was admitted through it; the admission socket still admits, and the
+        // status socket shows the lease.
+        let rw = mqfq_daemon::ctl::connect(&sock).await.unwrap();
+        let lease = rw.admit(ctx(), &admit).await.unwrap().lease_id;
+        let s = ro
+            .status(ctx(), &api::StatusRequest::default())
+            .await
+            .unwrap();
+        assert_eq!(s.leases.len(), 1);
+        assert_eq!(s.leases[0].lease_id, lease);
+    });
+    let _ = Command::new("kill").arg(child.id().to_string()).status();
+    let _ = child.wait();
+    assert!(!status_sock.exists(), "removed at a clean stop");
+}
