@@ -9,6 +9,9 @@
 
 use std::path::{Path, PathBuf};
 
+use k8s_openapi::api::admissionregistration::v1::{
+    ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
+};
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
 use k8s_openapi::api::core::v1::{Namespace, Service, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
@@ -47,6 +50,8 @@ fn check(doc: &Value) {
         "Service" => round_trip::<Service>(doc),
         "DeviceClass" => round_trip::<DeviceClass>(doc),
         "CustomResourceDefinition" => round_trip::<CustomResourceDefinition>(doc),
+        "ValidatingAdmissionPolicy" => round_trip::<ValidatingAdmissionPolicy>(doc),
+        "ValidatingAdmissionPolicyBinding" => round_trip::<ValidatingAdmissionPolicyBinding>(doc),
         other => panic!("no typed check for kind {other}"),
     };
     assert_eq!(&back, doc, "fields the typed struct does not know");
@@ -61,6 +66,7 @@ fn every_cluster_manifest_is_what_its_kubernetes_type_accepts() {
         "extender.yaml",
         "dra-deviceclass.yaml",
         "crd.yaml",
+        "node-binding.yaml",
     ] {
         for doc in documents(file) {
             check(&doc);
@@ -73,6 +79,8 @@ fn every_cluster_manifest_is_what_its_kubernetes_type_accepts() {
         "Role",
         "DeviceClass",
         "CustomResourceDefinition",
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
     ] {
         assert!(kinds.iter().any(|x| x == k), "{k} missing: {kinds:?}");
     }
@@ -144,4 +152,31 @@ fn the_scheduler_configuration_names_the_extender_as_meant() {
         "the Service in extender.yaml"
     );
     assert_eq!(c.extenders.len(), 1);
+}
+
+/// The node-binding policy names the publisher's own service account (as rbac.yaml makes it
+/// and publisher.yaml uses it), so it applies to the publisher and to nothing else.
+#[test]
+fn the_node_binding_policy_names_the_publishers_account() {
+    let ds = documents("publisher.yaml").remove(0);
+    let sa = ds["spec"]["template"]["spec"]["serviceAccountName"]
+        .as_str()
+        .unwrap();
+    let ns = ds["metadata"]["namespace"].as_str().unwrap();
+    assert!(
+        documents("rbac.yaml")
+            .iter()
+            .any(|d| d["kind"] == "ServiceAccount"
+                && d["metadata"]["name"] == sa
+                && d["metadata"]["namespace"] == ns),
+        "rbac.yaml makes no {ns}/{sa}"
+    );
+    let policy = documents("node-binding.yaml").remove(0);
+    let who = policy["spec"]["matchConditions"][0]["expression"]
+        .as_str()
+        .unwrap();
+    assert!(
+        who.contains(&format!("\"system:serviceaccount:{ns}:{sa}\"")),
+        "{who}"
+    );
 }
