@@ -79,8 +79,8 @@ pub struct Weights {
     pub fitness: f64,
     /// The function's memory already on the GPU.
     pub locality: f64,
-    /// A short expected completion: `(1 + queue / limit)` runs of the function at the GPU's
-    /// speed for its kind of work, against the best candidate's.
+    /// A short expected completion: `1 + queue` runs of the function (the work ahead shares
+    /// the GPU's time) at the GPU's speed for its kind of work, against the best candidate's.
     pub queue: f64,
     /// Short functions packed onto busy GPUs, long ones spread to free and stable ones.
     pub balance: f64,
@@ -346,14 +346,17 @@ pub fn choose(
         .iter()
         .map(|g| raw_fitness(g, bound, need.features))
         .fold(0.0_f64, f64::max);
-    // Expected completion in units of one run on a unit-speed GPU: the work ahead of it
-    // (rounds of `limit` at a time) plus its own, at the GPU's speed for its kind of work.
+    // Expected completion in units of one run on a unit-speed GPU: the work ahead of it plus
+    // its own, at the GPU's speed for its kind of work. Work running or queued there shares the
+    // GPU's time: co-runners admitted under a limit of D do not run D times as fast (the
+    // controller lets them in for a small gain, at a slowdown each), so counting the work ahead
+    // in rounds of `limit` made a busy fast GPU look free and left slower ones idle.
     let completion = |g: &GpuView| {
         let speed = match bound {
             Bound::Compute => g.model.tflops,
             Bound::Memory => g.model.mem_gbps,
         };
-        (1.0 + f64::from(g.queue) / f64::from(g.limit.max(1))) / speed.max(f64::MIN_POSITIVE)
+        (1.0 + f64::from(g.queue)) / speed.max(f64::MIN_POSITIVE)
     };
     let soonest = pool
         .iter()

@@ -378,6 +378,32 @@ fn locality_queue_and_partners_count_with_their_weights() {
 }
 
 #[test]
+fn the_work_ahead_on_a_fast_gpu_shares_its_time_whatever_its_limit() {
+    let queue_only = Weights {
+        fitness: 0.0,
+        queue: 1.0,
+        ..FITNESS_ONLY
+    };
+    let mut node = vec![gpu(0, "NVIDIA A30"), gpu(1, "NVIDIA H100 80GB HBM3")];
+    let class = known(Bound::Compute, Length::Long);
+    let ratio = node[1].model.tflops / node[0].model.tflops;
+    assert!(ratio > 2.0, "{ratio}");
+    // An idle H100 beats an idle A30.
+    assert_eq!(pick(&node, class, &queue_only).gpu, 1);
+    // With a limit of 8, eight runs ahead on the H100 would be "one round" if co-runners ran
+    // at full speed each; they share its time, so once the work ahead outweighs its speed
+    // the idle A30 finishes sooner.
+    node[1].limit = 8;
+    #[expect(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+    let deeper = ratio.ceil() as u32;
+    node[1].queue = deeper;
+    let c = pick(&node, class, &queue_only);
+    assert_eq!(c.gpu, 0, "{c:?}");
+    node[1].queue = deeper - 2;
+    assert_eq!(pick(&node, class, &queue_only).gpu, 1);
+}
+
+#[test]
 fn health_moves_through_failed_and_overloaded_and_back() {
     let cfg = HealthConfig {
         overload_utilization: 0.95,

@@ -469,6 +469,56 @@ impl Metrics {
         let _ = encode(&mut s, &self.registry);
         s
     }
+
+    /// The exposition with one unlabelled sample in every family, so each family's name and
+    /// kind show (an empty family prints nothing). For checks of what dashboards query
+    /// (`tests/dashboard.rs`); a daemon never calls it.
+    #[doc(hidden)]
+    #[must_use]
+    pub fn every_family_for_tests(&self) -> String {
+        let none = Labels::new();
+        for f in [
+            &self.queue_length,
+            &self.limit,
+            &self.running,
+            &self.memory_used,
+            &self.memory_total,
+            &self.pool_containers,
+            &self.pool_function_containers,
+            &self.pool_function_memory,
+            &self.pool_function_refused,
+            &self.gpu_health,
+        ] {
+            f.get_or_create(&none).set(0);
+        }
+        for f in [
+            &self.d,
+            &self.utilization,
+            &self.sm_activity,
+            &self.dram_bandwidth,
+            &self.slowdown,
+        ] {
+            f.get_or_create(&none).set(0.0);
+        }
+        for f in [
+            &self.admitted,
+            &self.admissions,
+            &self.completed,
+            &self.pool_hits,
+            &self.pool_moves,
+            &self.pool_bytes,
+            &self.placements,
+            &self.xids,
+        ] {
+            f.get_or_create(&none).inc();
+        }
+        self.gpu_time.get_or_create(&none).inc();
+        self.queue_wait.get_or_create(&none).observe(0.0);
+        self.pool_restore.observe(0.0);
+        self.fail_open.set(0);
+        self.dead_shim_releases.inc();
+        self.render()
+    }
 }
 
 /// Connections served at once; more wait in the kernel's backlog.
