@@ -61,6 +61,21 @@ for load in 0.8 1.2 1.6; do
     echo "$row"
 done
 echo
+echo "### Seed 1: with GPM (utilization = SM activity, as on Hopper), mean / std of completion time, s"
+echo
+echo '`mqfq-sim placements --trace het.csv --gpus 2 --gpu-models "..." --gpm`'
+echo
+echo "| load | fitness | least-loaded | fitness GPU busy | least-loaded GPU busy |"
+echo "|---|---|---|---|---|"
+for load in 0.8 1.2 1.6; do
+    "$sim" gen mix --gpus 2 --load "$load" --memory-bound 0.5 --duration-s 1800 --seed 1 \
+        --out "$tmp/h.csv" 2>/dev/null
+    out=$("$sim" placements --trace "$tmp/h.csv" --gpus 2 --gpu-models "$models" --gpm)
+    f=$(echo "$out" | grep '^| fitness |' | awk -F'|' '{print $3" /"$5"|"$7}')
+    l=$(echo "$out" | grep '^| least-loaded |' | awk -F'|' '{print $3" /"$5"|"$7}')
+    echo "| $load | ${f%%|*} | ${l%%|*} | ${f##*|} | ${l##*|} |"
+done
+echo
 echo "### Cluster: four nodes of two GPUs (A30, H100, L4, H200 nodes), seed 1"
 echo
 cmodels="NVIDIA A30,NVIDIA A30,NVIDIA H100 80GB HBM3,NVIDIA H100 80GB HBM3,NVIDIA L4,NVIDIA L4,NVIDIA H200,NVIDIA H200"
