@@ -245,12 +245,14 @@ impl Placement {
                 GpuView {
                     index: g.info.index,
                     model: lookup(&self.cfg.models, &g.info.name),
-                    // SM activity where the GPU has it; else the share of its slots in use:
-                    // busy-time reads 100 % with one small kernel and says nothing of room.
-                    utilization: g
-                        .reading
-                        .sm_activity
-                        .unwrap_or_else(|| f64::from(g.running) / f64::from(g.limit.max(1))),
+                    // The share of its slots in use, or its SM activity where the GPU has it and
+                    // it is higher: busy-time reads 100 % with one small kernel and says nothing
+                    // of room, and a GPU whose slots are all taken has no room now however idle
+                    // its SMs look (light functions on a fast GPU).
+                    utilization: {
+                        let slots = f64::from(g.running) / f64::from(g.limit.max(1));
+                        g.reading.sm_activity.map_or(slots, |sm| sm.max(slots))
+                    },
                     utilization_stddev: self
                         .health
                         .get(&g.info.index)

@@ -748,3 +748,43 @@ fn a_gpus_load_variation_and_power_draw_reach_the_choice() {
     assert!(c.breakdown.balance > c0.breakdown.balance, "{c:?} {c0:?}");
     assert!(c.breakdown.energy > c0.breakdown.energy, "{c:?} {c0:?}");
 }
+
+#[test]
+fn a_gpu_whose_slots_are_taken_has_no_room_however_idle_its_sms_look() {
+    let only_fitness = WeightSchedule {
+        peak: FITNESS_ONLY,
+        off_peak: FITNESS_ONLY,
+        ..WeightSchedule::default()
+    };
+    let mut p = Placement::new(PlacementConfig {
+        schedule: only_fitness,
+        ..PlacementConfig::default()
+    })
+    .unwrap();
+    for i in 0..3 {
+        p.observe_burst(
+            "train",
+            &sample(5000.0, 0.9, 0.1),
+            Time::from_secs_f64(f64::from(i)),
+        )
+        .unwrap();
+    }
+    // GPU 0 runs its limit (2) of light work: SM activity 10 %. GPU 1 runs one heavier run
+    // (SM activity 50 %) with a slot free.
+    let mut gpus = [
+        core_gpu(0, "NVIDIA A30", 2, 1.0),
+        core_gpu(1, "NVIDIA A30", 1, 1.0),
+    ];
+    gpus[0].reading.sm_activity = Some(0.1);
+    gpus[1].reading.sm_activity = Some(0.5);
+    let c = p
+        .choose(&gpus, &[0, 1], "train", &Near::default(), 600, T0)
+        .unwrap();
+    assert_eq!(c.gpu, 1, "{c:?}");
+    // With a slot free on GPU 0 too, its idle SMs win.
+    gpus[0].running = 1;
+    let c = p
+        .choose(&gpus, &[0, 1], "train", &Near::default(), 600, T0)
+        .unwrap();
+    assert_eq!(c.gpu, 0, "{c:?}");
+}

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Context;
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 
 /// Look at the node's GPU admission queue.
 #[derive(Parser, Debug)]
@@ -34,11 +34,44 @@ enum Cmd {
         #[arg(long, default_value_t = 0)]
         count: u64,
     },
+    /// Shell completions on stdout (bash, zsh, fish, elvish, powershell).
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
+    /// The manual page (roff) on stdout: `mqfqctl man > /usr/share/man/man8/mqfqctl.8`.
+    Man,
 }
 
 fn main() -> anyhow::Result<()> {
     mqfq_daemon::logging::init_stderr();
     let args = Args::parse();
+    // These two need no daemon. Written whole, so a closed pipe is an error, not a panic.
+    let generated = match args.cmd {
+        Cmd::Completions { shell } => {
+            let mut out = Vec::new();
+            clap_complete::generate(shell, &mut Args::command(), "mqfqctl", &mut out);
+            Some(out)
+        }
+        Cmd::Man => {
+            let mut out = Vec::new();
+            clap_mangen::Man::new(Args::command().name("mqfqctl"))
+                .section("8")
+                .render(&mut out)
+                .context("rendering the manual page")?;
+            Some(out)
+        }
+        Cmd::Status { .. } | Cmd::Top { .. } => None,
+    };
+    if let Some(out) = generated {
+        use std::io::Write as _;
+        let mut stdout = std::io::stdout().lock();
+        stdout
+            .write_all(&out)
+            .and_then(|()| stdout.flush())
+            .context("writing to stdout")?;
+        return Ok(());
+    }
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -74,6 +107,7 @@ fn main() -> anyhow::Result<()> {
                     tokio::time::sleep(Duration::from_millis(interval_ms)).await;
                 }
             }
+            Cmd::Completions { .. } | Cmd::Man => {}
         }
         anyhow::Ok(())
     })
