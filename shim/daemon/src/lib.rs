@@ -17,6 +17,7 @@
 
 pub mod config;
 pub mod ctl;
+pub mod doctor;
 #[cfg(feature = "fuzzing")]
 pub mod fuzzing;
 pub mod logging;

@@ -41,6 +41,32 @@ enum Cmd {
     },
     /// The manual page (roff) on stdout: `mqfqctl man > /usr/share/man/man8/mqfqctl.8`.
     Man,
+    /// Checks this node's setup (shim, containerd, mqfqd, GPUs, CDI, interposer) and says how
+    /// to fix what is wrong. Exits 1 when a check fails.
+    Doctor {
+        /// JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+        /// containerd's config.
+        #[arg(long, default_value = "/etc/containerd/config.toml")]
+        containerd_config: PathBuf,
+        /// The containerd program.
+        #[arg(long, default_value = "containerd")]
+        containerd: PathBuf,
+        /// Read every file under this directory instead of / (a node image, a test).
+        #[arg(long, default_value = "/")]
+        root: PathBuf,
+    },
+}
+
+/// Writes `out` to stdout whole: a reader that went away (`| head`) is an error, not a panic.
+fn emit(out: &[u8]) -> anyhow::Result<()> {
+    use std::io::Write as _;
+    let mut stdout = std::io::stdout().lock();
+    stdout
+        .write_all(out)
+        .and_then(|()| stdout.flush())
+        .context("writing to stdout")
 }
 
 fn main() -> anyhow::Result<()> {
@@ -61,16 +87,10 @@ fn main() -> anyhow::Result<()> {
                 .context("rendering the manual page")?;
             Some(out)
         }
-        Cmd::Status { .. } | Cmd::Top { .. } => None,
+        Cmd::Status { .. } | Cmd::Top { .. } | Cmd::Doctor { .. } => None,
     };
     if let Some(out) = generated {
-        use std::io::Write as _;
-        let mut stdout = std::io::stdout().lock();
-        stdout
-            .write_all(&out)
-            .and_then(|()| stdout.flush())
-            .context("writing to stdout")?;
-        return Ok(());
+        return emit(&out);
     }
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -85,26 +105,47 @@ fn main() -> anyhow::Result<()> {
         match args.cmd {
             Cmd::Status { json } => {
                 let s = get().await?;
-                if json {
-                    println!(
-                        "{}",
-                        serde_json::to_string_pretty(&mqfq_daemon::ctl::to_json(&s))?
-                    );
+                let text = if json {
+                    serde_json::to_string_pretty(&mqfq_daemon::ctl::to_json(&s))? + "\n"
                 } else {
-                    print!("{}", mqfq_daemon::ctl::render(&s));
-                }
+                    mqfq_daemon::ctl::render(&s)
+                };
+                emit(text.as_bytes())?;
             }
             Cmd::Top { interval_ms, count } => {
                 let mut n = 0;
                 loop {
                     let s = get().await?;
                     // Clear the screen and home the cursor, then draw.
-                    print!("\x1b[2J\x1b[H{}", mqfq_daemon::ctl::render(&s));
+                    emit(format!("\x1b[2J\x1b[H{}", mqfq_daemon::ctl::render(&s)).as_bytes())?;
                     n += 1;
                     if count != 0 && n >= count {
                         break;
                     }
                     tokio::time::sleep(Duration::from_millis(interval_ms)).await;
+                }
+            }
+            Cmd::Doctor {
+                json,
+                ref containerd_config,
+                ref containerd,
+                ref root,
+            } => {
+                let setup = mqfq_daemon::doctor::Setup {
+                    root: root.clone(),
+                    containerd_config: containerd_config.clone(),
+                    containerd: containerd.clone(),
+                    ..mqfq_daemon::doctor::Setup::node(&args.socket)
+                };
+                let findings = mqfq_daemon::doctor::run(&setup).await;
+                let text = if json {
+                    serde_json::to_string_pretty(&findings)? + "\n"
+                } else {
+                    mqfq_daemon::doctor::render(&findings)
+                };
+                emit(text.as_bytes())?;
+                if mqfq_daemon::doctor::worst(&findings) == mqfq_daemon::doctor::Level::Fail {
+                    std::process::exit(1);
                 }
             }
             Cmd::Completions { .. } | Cmd::Man => {}
