@@ -38,7 +38,8 @@ for line in 1.7 2.1; do
     fi
     echo "-- containerd $line"
     MQFQ_CONTAINERD_DIR="$dir" MQFQ_REQUIRE_CONTAINERD=1 timeout -k 30 1200 cargo test --locked -p mqfq-shim \
-        --test ctr --test cri --test daemon --test nvidia --test pool --test security --test bursts
+        --test ctr --test cri --test daemon --test nvidia --test pool --test security --test bursts \
+        --test install
 done
 echo "== fuzz: every target, 10 s each"
 scripts/fuzz.sh 10

@@ -94,7 +94,9 @@ fn is_root() -> bool {
         .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
 }
 
-fn have(bin: &str) -> bool {
+/// Whether `bin` is on the test tools' `PATH` (the containerd under test first).
+#[must_use]
+pub fn have(bin: &str) -> bool {
     Command::new("sh")
         .env("PATH", tool_path())
         .args(["-c", &format!("command -v {bin}")])

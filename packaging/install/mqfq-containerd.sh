@@ -1,0 +1,192 @@
+#!/bin/sh
+# Registers (or unregisters) the mqfq runtime with containerd's CRI plugin, as a package or the
+# Kubernetes node installer does it, and prints "changed" or "unchanged" (restart containerd
+# only on "changed"). Idempotent; the result is checked with `containerd config dump` before it
+# replaces anything, where containerd is at hand.
+#
+# - Config version 3 (containerd 2.x): a drop-in, conf.d/mqfq.toml next to config.toml, and one
+#   entry in config.toml's top-level `imports`. containerd 2 merges imports table by table.
+# - Config version 2 (containerd 1.6 / 1.7): those merge an imported file's plugin table over
+#   the whole of config.toml's (a drop-in naming the CRI plugin would drop every other CRI
+#   setting: the sandbox image, the other runtimes), so the runtime's table is appended to
+#   config.toml between "# BEGIN mqfq-shim" and "# END mqfq-shim" lines instead.
+#
+# Nothing else in config.toml is rewritten. `unregister` puts it back byte for byte (or removes
+# it if `register` created it) unless it was edited since; then only what register added (the
+# import entry, or the marked block) is taken out.
+#
+#   mqfq-containerd.sh register | unregister
+#
+# Environment: ROOT (default /): the host's root as this process sees it (a DaemonSet mounts it
+# at /host); CONTAINERD (default containerd): for its version when there is no config, and for
+# the check; MQFQ_CONTAINERD_CONFIG (default /etc/containerd/config.toml, under ROOT).
+set -eu
+
+ROOT=${ROOT:-/}
+CONFIG=${ROOT%/}${MQFQ_CONTAINERD_CONFIG:-/etc/containerd/config.toml}
+DIR=$(dirname "$CONFIG")
+DROPIN_REL=conf.d/mqfq.toml
+DROPIN=$DIR/$DROPIN_REL
+ORIG=$DIR/.mqfq-config.orig      # config.toml as it was before register changed it
+OURS=$DIR/.mqfq-config.ours      # config.toml as register left it
+CREATED=$DIR/.mqfq-config.created
+BEGIN='# BEGIN mqfq-shim (mqfq-containerd.sh; unregister removes this block)'
+END='# END mqfq-shim'
+
+die() { echo "mqfq-containerd: $*" >&2; exit 1; }
+
+# The config version in force: config.toml's `version`, else containerd's default (3 from 2.0).
+config_version() {
+    if [ -f "$CONFIG" ]; then
+        v=$(sed -n 's/^[[:space:]]*version[[:space:]]*=[[:space:]]*\([0-9]\)[[:space:]]*\(#.*\)\{0,1\}$/\1/p' "$CONFIG" | head -n 1)
+        echo "${v:-1}"
+        return
+    fi
+    major=$("${CONTAINERD:-containerd}" --version 2>/dev/null |
+        sed -n 's/^containerd [^ ]* v\{0,1\}\([0-9][0-9]*\)\.[0-9].*/\1/p' | head -n 1)
+    if [ "${major:-1}" -ge 2 ]; then echo 3; else echo 2; fi
+}
+
+# The runtime's table for config version $1.
+runtime_table() {
+    case $1 in
+        3) echo "[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.mqfq]" ;;
+        2) echo '[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.mqfq]' ;;
+        *) die "$CONFIG: config version $1 is not supported (containerd 1.6 or later: version 2 or 3)" ;;
+    esac
+    cat <<'TOML'
+  runtime_type = "io.containerd.mqfq.v2"
+  # The scheduling annotations, from the pod to the containers' specs (docs/USAGE.md).
+  pod_annotations = ["io.mqfq.*", "serving.knative.dev/*"]
+  container_annotations = ["io.mqfq.*"]
+TOML
+}
+
+# Whether config.toml already registers a runtime of type io.containerd.mqfq.v2 itself.
+registered_inline() {
+    grep -Eq '^[[:space:]]*runtime_type[[:space:]]*=[[:space:]]*"io\.containerd\.mqfq\.v2"' "$CONFIG" 2>/dev/null
+}
+
+# Whether config.toml's imports already name the drop-in (or a glob over conf.d).
+imported() {
+    grep -Eq "^[[:space:]]*imports[[:space:]]*=.*[\"']($DROPIN_REL|/etc/containerd/$DROPIN_REL|conf\.d/\*\.toml|/etc/containerd/conf\.d/\*\.toml)[\"']" "$CONFIG" 2>/dev/null
+}
+
+# config.toml with the drop-in added to its imports (on stdout).
+with_import() {
+    if grep -Eq '^[[:space:]]*imports[[:space:]]*=' "$CONFIG"; then
+        grep -Eq '^[[:space:]]*imports[[:space:]]*=[[:space:]]*\[.*\][[:space:]]*(#.*)?$' "$CONFIG" ||
+            die "$CONFIG: its imports span several lines; add \"$DROPIN_REL\" to them by hand"
+        sed -E "s|^([[:space:]]*imports[[:space:]]*=[[:space:]]*\[)[[:space:]]*\]|\1\"$DROPIN_REL\"]|; t; s|^([[:space:]]*imports[[:space:]]*=[[:space:]]*\[)|\1\"$DROPIN_REL\", |" "$CONFIG"
+    else
+        # A top-level key goes before any table: the first line is always top level.
+        printf 'imports = ["%s"]\n' "$DROPIN_REL"
+        cat "$CONFIG"
+    fi
+}
+
+# config.toml with the runtime's table appended between the markers (on stdout).
+with_block() {
+    cat "$CONFIG"
+    # A file that does not end with a newline gets one first.
+    [ -z "$(tail -c 1 "$CONFIG")" ] || echo
+    echo
+    echo "$BEGIN"
+    runtime_table 2
+    echo "$END"
+}
+
+# Checks a candidate config with containerd (when it runs here) and puts it in place.
+install_config() {
+    if "${CONTAINERD:-containerd}" --version >/dev/null 2>&1; then
+        dump=$("${CONTAINERD:-containerd}" --config "$1" config dump 2>&1) ||
+            { rm -f "$1"; die "containerd refuses the new config: $dump"; }
+        printf '%s' "$dump" | grep -q 'io.containerd.mqfq.v2' ||
+            { rm -f "$1"; die "containerd's config dump does not show the mqfq runtime"; }
+    fi
+    if [ -f "$CONFIG" ]; then
+        chmod --reference="$CONFIG" "$1" 2>/dev/null || true
+        chown --reference="$CONFIG" "$1" 2>/dev/null || true
+    fi
+    mv "$1" "$CONFIG"
+}
+
+register() {
+    changed=unchanged
+    version=$(config_version)
+    if [ ! -f "$CONFIG" ]; then
+        mkdir -p "$DIR"
+        if [ "$version" = 3 ]; then
+            printf 'version = 3\nimports = ["%s"]\n' "$DROPIN_REL" > "$CONFIG.tmp"
+        else
+            { echo 'version = 2'; echo; echo "$BEGIN"; runtime_table 2; echo "$END"; } > "$CONFIG.tmp"
+        fi
+        if [ "$version" = 3 ]; then
+            mkdir -p "$DIR/conf.d"
+            { echo '# Written by mqfq-containerd.sh (mqfq-shim).'; echo 'version = 3'; echo; runtime_table 3; } > "$DROPIN"
+        fi
+        install_config "$CONFIG.tmp"
+        : > "$CREATED"
+        cp "$CONFIG" "$OURS"
+        echo changed
+        return
+    fi
+    if [ "$version" = 3 ]; then
+        mkdir -p "$DIR/conf.d"
+        want=$({ echo '# Written by mqfq-containerd.sh (mqfq-shim).'; echo 'version = 3'; echo; runtime_table 3; })
+        if [ ! -f "$DROPIN" ] || [ "$(cat "$DROPIN")" != "$want" ]; then
+            printf '%s\n' "$want" > "$DROPIN.tmp"
+            mv "$DROPIN.tmp" "$DROPIN"
+            changed=changed
+        fi
+        if ! imported; then
+            [ -f "$ORIG" ] || cp -p "$CONFIG" "$ORIG"
+            with_import > "$CONFIG.tmp"
+            install_config "$CONFIG.tmp"
+            cp "$CONFIG" "$OURS"
+            changed=changed
+        fi
+    elif [ "$version" = 2 ]; then
+        if ! registered_inline; then
+            [ -f "$ORIG" ] || cp -p "$CONFIG" "$ORIG"
+            with_block > "$CONFIG.tmp"
+            install_config "$CONFIG.tmp"
+            cp "$CONFIG" "$OURS"
+            changed=changed
+        fi
+    else
+        runtime_table "$version" >/dev/null
+    fi
+    echo "$changed"
+}
+
+unregister() {
+    changed=unchanged
+    if [ -f "$DROPIN" ]; then rm -f "$DROPIN"; changed=changed; fi
+    rmdir "$DIR/conf.d" 2>/dev/null || true
+    if [ -f "$OURS" ] && [ -f "$CONFIG" ] && cmp -s "$OURS" "$CONFIG"; then
+        # Untouched since register: back as it was.
+        if [ -f "$CREATED" ]; then
+            rm -f "$CONFIG"
+        elif [ -f "$ORIG" ]; then
+            cp -p "$ORIG" "$CONFIG"
+        fi
+        changed=changed
+    elif [ -f "$CONFIG" ] && { grep -qF "$BEGIN" "$CONFIG" || grep -qF "\"$DROPIN_REL\"" "$CONFIG"; }; then
+        # Edited since: take out only what register added.
+        sed -E "/^# BEGIN mqfq-shim/,/^# END mqfq-shim/d; s|\"$DROPIN_REL\",[[:space:]]*||; s|,[[:space:]]*\"$DROPIN_REL\"||; s|\"$DROPIN_REL\"||" "$CONFIG" > "$CONFIG.tmp"
+        chmod --reference="$CONFIG" "$CONFIG.tmp" 2>/dev/null || true
+        chown --reference="$CONFIG" "$CONFIG.tmp" 2>/dev/null || true
+        mv "$CONFIG.tmp" "$CONFIG"
+        echo "mqfq-containerd: $CONFIG was edited since register: only what register added was removed" >&2
+        changed=changed
+    fi
+    rm -f "$ORIG" "$OURS" "$CREATED"
+    echo "$changed"
+}
+
+case ${1:-} in
+    register) register ;;
+    unregister) unregister ;;
+    *) echo "usage: $0 register|unregister" >&2; exit 2 ;;
+esac

@@ -1,0 +1,187 @@
+//! `packaging/install/mqfq-containerd.sh` against the containerd under test (the system's, or
+//! `MQFQ_CONTAINERD_DIR`'s: CI runs 1.6, 1.7 and 2.1): on a node with no config, and on one whose
+//! config holds the user's own CRI settings, `register` makes containerd see the mqfq runtime
+//! (`containerd config dump`) without losing any of those settings, a second `register` changes
+//! nothing, and `unregister` gives the config back byte for byte — or, when the user edited it
+//! since, takes out only what register added. A config containerd refuses is left alone.
+#![expect(
+    clippy::tests_outside_test_module,
+    reason = "an integration-test crate is the test module"
+)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn script() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../packaging/install/mqfq-containerd.sh")
+}
+
+/// Runs the script on `root`: (exit code, stdout, stderr).
+fn run(root: &Path, verb: &str) -> (i32, String, String) {
+    let o = Command::new("sh")
+        .arg(script())
+        .arg(verb)
+        .env("ROOT", root)
+        .env("PATH", mqfq_testkit::tool_path())
+        .output()
+        .unwrap();
+    (
+        o.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&o.stdout).trim().to_owned(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
+fn config(root: &Path) -> PathBuf {
+    root.join("etc/containerd/config.toml")
+}
+
+/// What containerd makes of the config under `root`.
+fn dump(root: &Path) -> String {
+    let o = Command::new("containerd")
+        .arg("--config")
+        .arg(config(root))
+        .args(["config", "dump"])
+        .env("PATH", mqfq_testkit::tool_path())
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    String::from_utf8(o.stdout).unwrap()
+}
+
+/// The user's own config for this containerd line: a sandbox image and another runtime.
+fn users_config(v3: bool) -> String {
+    if v3 {
+        "version = 3\n\n# the user's\n[plugins.'io.containerd.cri.v1.images'.pinned_images]\n  \
+         sandbox = \"registry.example/pause:9.9\"\n\n\
+         [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.kata]\n  \
+         runtime_type = \"io.containerd.kata.v2\"\n"
+            .to_owned()
+    } else {
+        "version = 2\n\n# the user's\n[plugins.\"io.containerd.grpc.v1.cri\"]\n  \
+         sandbox_image = \"registry.example/pause:9.9\"\n  \
+         [plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.kata]\n    \
+         runtime_type = \"io.containerd.kata.v2\""
+            .to_owned() // no final newline: the block must still start on its own line
+    }
+}
+
+fn sees_mqfq(d: &str) {
+    assert!(d.contains("io.containerd.mqfq.v2"), "{d}");
+    assert!(d.contains("io.mqfq.*"), "annotations: {d}");
+}
+
+#[test]
+fn register_keeps_the_users_config_and_unregister_gives_it_back() {
+    if !mqfq_testkit::have("containerd") {
+        assert!(
+            std::env::var_os("MQFQ_REQUIRE_CONTAINERD").is_none(),
+            "containerd is missing"
+        );
+        eprintln!("SKIPPED: no containerd");
+        return;
+    }
+    let v3 = mqfq_testkit::containerd_version().0 >= 2;
+    let dir = tempfile::tempdir().unwrap();
+
+    // A node with no config: register writes one, unregister removes everything.
+    let bare = dir.path().join("bare");
+    std::fs::create_dir_all(&bare).unwrap();
+    assert_eq!(run(&bare, "register").1, "changed");
+    sees_mqfq(&dump(&bare));
+    assert_eq!(run(&bare, "register").1, "unchanged");
+    assert_eq!(run(&bare, "unregister").1, "changed");
+    let left: Vec<_> = std::fs::read_dir(bare.join("etc/containerd"))
+        .map(|d| d.filter_map(Result::ok).map(|e| e.file_name()).collect())
+        .unwrap_or_default();
+    assert!(left.is_empty(), "{left:?}");
+
+    // The user's config: kept whole, byte for byte back after unregister.
+    let node = dir.path().join("node");
+    std::fs::create_dir_all(node.join("etc/containerd")).unwrap();
+    let original = users_config(v3);
+    std::fs::write(config(&node), &original).unwrap();
+    let (code, out, err) = run(&node, "register");
+    assert_eq!((code, out.as_str()), (0, "changed"), "{err}");
+    let d = dump(&node);
+    sees_mqfq(&d);
+    assert!(
+        d.contains("registry.example/pause:9.9"),
+        "the user's sandbox image lost: {d}"
+    );
+    assert!(
+        d.contains("io.containerd.kata.v2"),
+        "the user's runtime lost: {d}"
+    );
+    let registered = std::fs::read(config(&node)).unwrap();
+    assert_eq!(run(&node, "register").1, "unchanged");
+    assert_eq!(
+        std::fs::read(config(&node)).unwrap(),
+        registered,
+        "register is idempotent"
+    );
+    assert_eq!(run(&node, "unregister").1, "changed");
+    assert_eq!(std::fs::read_to_string(config(&node)).unwrap(), original);
+    assert_eq!(run(&node, "unregister").1, "unchanged");
+
+    // Edited after register: unregister takes out only what register added.
+    run(&node, "register");
+    let edited = format!(
+        "{}\n# the user's later edit\n",
+        std::fs::read_to_string(config(&node)).unwrap()
+    );
+    std::fs::write(config(&node), &edited).unwrap();
+    let (_, out, err) = run(&node, "unregister");
+    assert_eq!(out, "changed");
+    assert!(err.contains("edited since register"), "{err}");
+    let now = std::fs::read_to_string(config(&node)).unwrap();
+    assert!(
+        now.contains("# the user's later edit") && now.contains("# the user's"),
+        "{now}"
+    );
+    assert!(!now.contains("mqfq"), "{now}");
+    let d = dump(&node);
+    assert!(!d.contains("io.containerd.mqfq.v2"), "{d}");
+    assert!(d.contains("io.containerd.kata.v2"), "{d}");
+
+    // A config containerd refuses: register says why and changes nothing.
+    let broken = dir.path().join("broken");
+    std::fs::create_dir_all(broken.join("etc/containerd")).unwrap();
+    let bad = format!("{}\n[plugins\n", users_config(v3));
+    std::fs::write(config(&broken), &bad).unwrap();
+    let (code, _, err) = run(&broken, "register");
+    assert_ne!(code, 0);
+    assert!(err.contains("containerd refuses"), "{err}");
+    assert_eq!(std::fs::read_to_string(config(&broken)).unwrap(), bad);
+    assert!(!broken.join("etc/containerd/config.toml.tmp").exists());
+}
+
+#[test]
+fn an_existing_import_list_gets_one_more_entry() {
+    if !mqfq_testkit::have("containerd") || mqfq_testkit::containerd_version().0 < 2 {
+        eprintln!("SKIPPED: imports are used with containerd 2 only");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    std::fs::create_dir_all(root.join("etc/containerd/extra")).unwrap();
+    std::fs::write(
+        root.join("etc/containerd/extra/a.toml"),
+        "version = 3\n[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.kata]\n  \
+         runtime_type = \"io.containerd.kata.v2\"\n",
+    )
+    .unwrap();
+    let original = "version = 3\nimports = [\"extra/a.toml\"]\n";
+    std::fs::write(config(root), original).unwrap();
+    assert_eq!(run(root, "register").1, "changed");
+    let text = std::fs::read_to_string(config(root)).unwrap();
+    assert!(
+        text.contains("imports = [\"conf.d/mqfq.toml\", \"extra/a.toml\"]"),
+        "{text}"
+    );
+    let d = dump(root);
+    sees_mqfq(&d);
+    assert!(d.contains("io.containerd.kata.v2"), "{d}");
+    assert_eq!(run(root, "unregister").1, "changed");
+    assert_eq!(std::fs::read_to_string(config(root)).unwrap(), original);
+}
