@@ -185,3 +185,124 @@ fn an_existing_import_list_gets_one_more_entry() {
     assert_eq!(run(root, "unregister").1, "changed");
     assert_eq!(std::fs::read_to_string(config(root)).unwrap(), original);
 }
+
+/// The node installer (`packaging/kubernetes/node/mqfq-node-installer.sh`) on a fake host: it
+/// installs the files, starts mqfqd and restarts containerd once; run again (a pod restart) it
+/// restarts nothing; `uninstall` leaves the host as it found it.
+#[test]
+fn the_node_installer_installs_once_and_uninstalls_everything() {
+    if !mqfq_testkit::have("containerd") {
+        eprintln!("SKIPPED: no containerd");
+        return;
+    }
+    let v3 = mqfq_testkit::containerd_version().0 >= 2;
+    let dir = tempfile::tempdir().unwrap();
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    // The image's files.
+    let src = dir.path().join("opt/mqfq");
+    for b in ["containerd-shim-mqfq-v2", "mqfqd", "mqfqctl"] {
+        let p = src.join("bin").join(b);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(&p, format!("#!/bin/sh\necho {b}\n")).unwrap();
+    }
+    std::fs::create_dir_all(src.join("lib")).unwrap();
+    std::fs::write(src.join("lib/libmqfq_cuda.so"), b"\x7fELF\x02").unwrap();
+    std::fs::create_dir_all(src.join("systemd")).unwrap();
+    std::fs::copy(
+        repo.join("packaging/systemd/mqfqd.service"),
+        src.join("systemd/mqfqd.service"),
+    )
+    .unwrap();
+    std::fs::copy(script(), src.join("mqfq-containerd.sh")).unwrap();
+    let mqfqd_toml = dir.path().join("mqfqd.toml");
+    std::fs::write(&mqfqd_toml, "backend = \"auto\"\n").unwrap();
+    // The host, with the user's containerd config; systemd is a log.
+    let host = dir.path().join("host");
+    std::fs::create_dir_all(host.join("etc/containerd")).unwrap();
+    let original = users_config(v3);
+    std::fs::write(config(&host), &original).unwrap();
+    let calls = dir.path().join("systemctl.log");
+    let systemctl = dir.path().join("systemctl");
+    std::fs::write(
+        &systemctl,
+        format!("#!/bin/sh\necho \"$*\" >> {}\n", calls.display()),
+    )
+    .unwrap();
+    let installer = |verb: &str| {
+        let o = Command::new("sh")
+            .arg(repo.join("packaging/kubernetes/node/mqfq-node-installer.sh"))
+            .arg(verb)
+            .env("HOST", &host)
+            .env("SRC", &src)
+            .env("CONFIG", &mqfqd_toml)
+            .env("SYSTEMCTL", format!("sh {}", systemctl.display()))
+            .env("CONTAINERD", "containerd")
+            .env("PATH", mqfq_testkit::tool_path())
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr).into_owned();
+        assert!(o.status.success(), "{verb}: {err}");
+        let log = std::fs::read_to_string(&calls).unwrap_or_default();
+        let _ = std::fs::remove_file(&calls);
+        (log, err)
+    };
+    use std::os::unix::fs::PermissionsExt;
+    let (log, _) = installer("install");
+    assert_eq!(
+        log,
+        "daemon-reload\nenable mqfqd.service\nrestart mqfqd.service\nrestart containerd.service\n"
+    );
+    for (p, mode) in [
+        ("usr/local/bin/containerd-shim-mqfq-v2", 0o755),
+        ("usr/local/bin/mqfqd", 0o755),
+        ("usr/local/bin/mqfqctl", 0o755),
+        ("usr/lib/mqfq/libmqfq_cuda.so", 0o644),
+        ("etc/mqfq/mqfqd.toml", 0o644),
+        ("etc/systemd/system/mqfqd.service", 0o644),
+    ] {
+        let m = std::fs::metadata(host.join(p)).unwrap_or_else(|e| panic!("{p}: {e}"));
+        assert_eq!(m.permissions().mode() & 0o777, mode, "{p}");
+    }
+    sees_mqfq(&dump(&host));
+    // A pod restart: nothing changed, nothing restarted.
+    let (log, _) = installer("install");
+    assert_eq!(log, "", "a second install restarted something");
+    // A new config from the ConfigMap restarts mqfqd only.
+    std::fs::write(&mqfqd_toml, "backend = \"simulated\"\n").unwrap();
+    let (log, _) = installer("install");
+    assert_eq!(log, "enable mqfqd.service\nrestart mqfqd.service\n");
+    // Uninstall: the host as it was.
+    let (log, err) = installer("uninstall");
+    assert_eq!(
+        log, "restart containerd.service\ndisable --now mqfqd.service\ndaemon-reload\n",
+        "{err}"
+    );
+    assert_eq!(std::fs::read_to_string(config(&host)).unwrap(), original);
+    let mut left = Vec::new();
+    for d in ["usr", "etc/mqfq", "etc/systemd", "etc/containerd"] {
+        for e in walk(&host.join(d)) {
+            left.push(e);
+        }
+    }
+    assert_eq!(
+        left,
+        vec![config(&host)],
+        "only the user's containerd config remains"
+    );
+}
+
+/// Every file under `dir`.
+fn walk(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    if let Ok(rd) = std::fs::read_dir(dir) {
+        for e in rd.filter_map(Result::ok) {
+            let p = e.path();
+            if p.is_dir() {
+                out.extend(walk(&p));
+            } else {
+                out.push(p);
+            }
+        }
+    }
+    out
+}

@@ -13,7 +13,8 @@ use k8s_openapi::api::admissionregistration::v1::{
     ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
 };
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
-use k8s_openapi::api::core::v1::{Namespace, Service, ServiceAccount};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Service, ServiceAccount};
+use k8s_openapi::api::node::v1::RuntimeClass;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use k8s_openapi::api::resource::v1::DeviceClass;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -26,7 +27,11 @@ fn dir() -> PathBuf {
 
 fn documents(file: &str) -> Vec<Value> {
     let text = std::fs::read_to_string(dir().join(file)).unwrap();
-    serde_saphyr::from_multiple::<Value>(&text)
+    parse_all(&text)
+}
+
+fn parse_all(text: &str) -> Vec<Value> {
+    serde_saphyr::from_multiple::<Value>(text)
         .unwrap()
         .into_iter()
         .filter(|v| !v.is_null())
@@ -52,6 +57,8 @@ fn check(doc: &Value) {
         "CustomResourceDefinition" => round_trip::<CustomResourceDefinition>(doc),
         "ValidatingAdmissionPolicy" => round_trip::<ValidatingAdmissionPolicy>(doc),
         "ValidatingAdmissionPolicyBinding" => round_trip::<ValidatingAdmissionPolicyBinding>(doc),
+        "RuntimeClass" => round_trip::<RuntimeClass>(doc),
+        "ConfigMap" => round_trip::<ConfigMap>(doc),
         other => panic!("no typed check for kind {other}"),
     };
     assert_eq!(&back, doc, "fields the typed struct does not know");
@@ -178,5 +185,94 @@ fn the_node_binding_policy_names_the_publishers_account() {
     assert!(
         who.contains(&format!("\"system:serviceaccount:{ns}:{sa}\"")),
         "{who}"
+    );
+}
+
+fn node_documents(file: &str) -> Vec<Value> {
+    let path = dir().join("../node").join(file);
+    parse_all(&std::fs::read_to_string(path).unwrap())
+}
+
+/// The node installer's manifests (`packaging/kubernetes/node/`): each document is what its
+/// type accepts; the RuntimeClass's handler is the runtime name the registration script
+/// writes; the ConfigMap's mqfqd.toml is one mqfqd starts with; the installer and cleanup run
+/// the script the image carries, privileged with the host mounted where the script looks.
+#[test]
+fn the_node_installer_manifests_are_what_kubernetes_and_mqfqd_accept() {
+    let mut kinds = Vec::new();
+    for file in ["runtimeclass.yaml", "installer.yaml", "cleanup.yaml"] {
+        for doc in node_documents(file) {
+            check(&doc);
+            kinds.push(doc["kind"].as_str().unwrap().to_owned());
+        }
+    }
+    assert_eq!(
+        kinds,
+        [
+            "RuntimeClass",
+            "Namespace",
+            "ConfigMap",
+            "DaemonSet",
+            "DaemonSet"
+        ]
+    );
+    let rc = node_documents("runtimeclass.yaml").remove(0);
+    let script = std::fs::read_to_string(dir().join("../../install/mqfq-containerd.sh")).unwrap();
+    let handler = rc["handler"].as_str().unwrap();
+    assert!(
+        script.contains(&format!("containerd.runtimes.{handler}]")),
+        "the script registers no runtime named {handler}"
+    );
+    let installer = node_documents("installer.yaml");
+    let toml = installer[1]["data"]["mqfqd.toml"].as_str().unwrap();
+    let cfg = mqfq_daemon::config::DaemonConfig::parse(toml, Path::new("mqfqd-config"))
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        cfg.status_socket,
+        Path::new("/run/mqfq-status/status.sock"),
+        "the publisher reads this socket"
+    );
+    let publisher = documents("publisher.yaml").remove(0);
+    assert!(
+        publisher["spec"]["template"]["spec"]["containers"][0]["args"][1]
+            .as_str()
+            .is_some_and(|a| Path::new(a) == cfg.status_socket),
+        "the publisher's --socket is the ConfigMap's status_socket"
+    );
+    for (file, verb) in [("installer.yaml", "install"), ("cleanup.yaml", "uninstall")] {
+        let ds = node_documents(file).pop().unwrap();
+        let pod = &ds["spec"]["template"]["spec"];
+        assert_eq!(pod["hostPID"], true, "{file}: systemctl through PID 1");
+        let c = &pod["containers"][0];
+        assert_eq!(c["securityContext"]["privileged"], true, "{file}");
+        assert!(
+            c["args"][0]
+                .as_str()
+                .unwrap()
+                .contains(&format!("mqfq-node-installer.sh {verb}")),
+            "{file}"
+        );
+        assert!(
+            c["volumeMounts"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|m| m["mountPath"] == "/host"),
+            "{file}: the host at /host, where the script looks"
+        );
+    }
+    // The scrape job keeps GPU nodes and points at mqfqd's metrics port.
+    let scrape = node_documents("prometheus-scrape.yaml").remove(0);
+    assert_eq!(scrape["job_name"], "mqfqd");
+    let port = cfg.metrics_addr.rsplit(':').next().unwrap().to_owned();
+    assert!(
+        scrape["relabel_configs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["replacement"]
+                .as_str()
+                .is_some_and(|x| x.ends_with(&port))),
+        "{scrape}"
     );
 }
