@@ -714,11 +714,7 @@ impl api::Admission for Service {
         _ctx: &TtrpcContext,
         _req: api::StatusRequest,
     ) -> ttrpc::Result<api::StatusResponse> {
-        // What the answer shows is in the dispatch log by the time it is read.
-        if let Some(log) = &self.0.log {
-            log.flush().await;
-        }
-        Ok(self.0.status())
+        Ok(self.0.status_flushed().await)
     }
 
     async fn pool_orders(

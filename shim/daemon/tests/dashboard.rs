@@ -8,10 +8,12 @@
     reason = "an integration-test crate is the test module"
 )]
 
+mod common;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
-use std::process::Command;
-use std::time::{Duration, Instant};
+
+use std::time::Duration;
 
 use mqfq_proto::api;
 use serde_json::Value;
@@ -92,18 +94,6 @@ fn names_in(expr: &str) -> (Vec<String>, Vec<String>) {
     (names, by)
 }
 
-fn status(sock: &Path) -> Option<Value> {
-    let o = Command::new(env!("CARGO_BIN_EXE_mqfqctl"))
-        .arg("--socket")
-        .arg(sock)
-        .args(["status", "--json"])
-        .output()
-        .ok()?;
-    o.status
-        .success()
-        .then(|| serde_json::from_slice(&o.stdout).ok())?
-}
-
 /// `/metrics` of a running daemon.
 fn scrape(addr: &str) -> String {
     use std::io::{Read, Write};
@@ -138,21 +128,7 @@ fn every_series_the_dashboard_queries_is_exported() {
     )
     .unwrap();
     let log = dir.path().join("mqfqd.log");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_mqfqd"))
-        .arg("--config")
-        .arg(&cfg)
-        .stderr(std::fs::File::create(&log).unwrap())
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while status(&sock).is_none() {
-        assert!(
-            Instant::now() < deadline,
-            "{}",
-            std::fs::read_to_string(&log).unwrap_or_default()
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let child = common::serving(&cfg, &sock, &log, &[]);
     // Work of a few kinds, so the labelled series exist: admissions that wait and end, a
     // placement.
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -198,8 +174,7 @@ fn every_series_the_dashboard_queries_is_exported() {
     });
     std::thread::sleep(Duration::from_millis(300));
     let text = scrape(&addr);
-    let _ = Command::new("kill").arg(child.id().to_string()).status();
-    let _ = child.wait();
+    common::stop(child);
 
     // Every family's name and kind (an empty family prints nothing in a live exposition);
     // the labels they carry, from the live one.

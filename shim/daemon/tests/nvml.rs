@@ -8,6 +8,8 @@
     reason = "an integration-test crate is the test module"
 )]
 
+mod common;
+
 use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -17,49 +19,7 @@ use mqfq_proto::api;
 use scheduler_core::GpuMode;
 use serde_json::Value;
 
-fn status(sock: &Path) -> Option<Value> {
-    let o = Command::new(env!("CARGO_BIN_EXE_mqfqctl"))
-        .arg("--socket")
-        .arg(sock)
-        .args(["status", "--json"])
-        .output()
-        .ok()?;
-    o.status
-        .success()
-        .then(|| serde_json::from_slice(&o.stdout).ok())?
-}
-
-/// Starts mqfqd on `cfg` with `env`, stderr to `log`, and waits until it answers on `sock`.
-fn serving(
-    cfg: &Path,
-    sock: &Path,
-    log: &Path,
-    env: &[(&str, &std::ffi::OsStr)],
-) -> std::process::Child {
-    let child = Command::new(env!("CARGO_BIN_EXE_mqfqd"))
-        .arg("--config")
-        .arg(cfg)
-        .envs(env.iter().copied())
-        .stderr(std::fs::File::create(log).unwrap())
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while status(sock).is_none() {
-        assert!(
-            Instant::now() < deadline,
-            "{}",
-            std::fs::read_to_string(log).unwrap_or_default()
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    child
-}
-
-/// SIGTERM (a clean stop), then reap.
-fn stop(mut child: std::process::Child) {
-    let _ = Command::new("kill").arg(child.id().to_string()).status();
-    let _ = child.wait();
-}
+use common::{serving, status, stop};
 
 /// Admits as many admissions as the limit lets run, ends them all after the same service, and
 /// lets a few samples pass; again until D exceeds `d`. Returns the status then.

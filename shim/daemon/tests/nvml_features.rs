@@ -10,6 +10,8 @@
     reason = "an integration-test crate is the test module"
 )]
 
+mod common;
+
 use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -17,17 +19,7 @@ use std::time::{Duration, Instant};
 use mqfq_proto::api;
 use serde_json::Value;
 
-fn status(sock: &Path) -> Option<Value> {
-    let o = Command::new(env!("CARGO_BIN_EXE_mqfqctl"))
-        .arg("--socket")
-        .arg(sock)
-        .args(["status", "--json"])
-        .output()
-        .ok()?;
-    o.status
-        .success()
-        .then(|| serde_json::from_slice(&o.stdout).ok())?
-}
+use common::status;
 
 /// Lines in the double's call log.
 fn calls(path: &Path) -> usize {
@@ -82,24 +74,16 @@ fn nvml_process_samples_and_xids_drive_placement() {
     )
     .unwrap();
     let log = dir.path().join("mqfqd.log");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_mqfqd"))
-        .arg("--config")
-        .arg(&cfg)
-        .env("FAKE_NVML_GPUS", "1")
-        .env("FAKE_NVML_PROCESSES", &procs)
-        .env("FAKE_NVML_PROC_CALLS", &proc_calls)
-        .stderr(std::fs::File::create(&log).unwrap())
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while status(&sock).is_none() {
-        assert!(
-            Instant::now() < deadline,
-            "{}",
-            std::fs::read_to_string(&log).unwrap_or_default()
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let child = common::serving(
+        &cfg,
+        &sock,
+        &log,
+        &[
+            ("FAKE_NVML_GPUS", "1".as_ref()),
+            ("FAKE_NVML_PROCESSES", procs.as_os_str()),
+            ("FAKE_NVML_PROC_CALLS", proc_calls.as_os_str()),
+        ],
+    );
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -185,8 +169,7 @@ fn nvml_process_samples_and_xids_drive_placement() {
         text.contains("etl: memory-short, SM 10 %, DRAM 80 %, 1.0 MiB copied a burst"),
         "{text}"
     );
-    let _ = Command::new("kill").arg(child.id().to_string()).status();
-    let _ = child.wait();
+    common::stop(child);
 
     // Critical Xids: an application's (13) leaves its GPU alone; one that says the GPU is
     // failing (79, fallen off the bus) fails it for new containers until it has been clean
@@ -201,14 +184,15 @@ fn nvml_process_samples_and_xids_drive_placement() {
         ),
     )
     .unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_mqfqd"))
-        .arg("--config")
-        .arg(&cfg)
-        .env("FAKE_NVML_GPUS", "2")
-        .env("FAKE_NVML_XID", &xids)
-        .stderr(std::fs::File::create(&log).unwrap())
-        .spawn()
-        .unwrap();
+    let child = common::serving(
+        &cfg,
+        &sock,
+        &log,
+        &[
+            ("FAKE_NVML_GPUS", "2".as_ref()),
+            ("FAKE_NVML_XID", xids.as_os_str()),
+        ],
+    );
     let health = |want: [&str; 2]| {
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
@@ -239,6 +223,5 @@ fn nvml_process_samples_and_xids_drive_placement() {
     health(["healthy", "healthy"]);
     let log_text = std::fs::read_to_string(&log).unwrap();
     assert!(log_text.contains("critical Xid"), "{log_text}");
-    let _ = Command::new("kill").arg(child.id().to_string()).status();
-    let _ = child.wait();
+    common::stop(child);
 }

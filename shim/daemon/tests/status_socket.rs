@@ -6,9 +6,10 @@
     reason = "an integration-test crate is the test module"
 )]
 
+mod common;
+
 use std::os::unix::fs::PermissionsExt;
 use std::process::Command;
-use std::time::{Duration, Instant};
 
 use mqfq_proto::api;
 
@@ -29,21 +30,8 @@ fn the_status_socket_reads_and_never_writes() {
     )
     .unwrap();
     let log = dir.path().join("mqfqd.log");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_mqfqd"))
-        .arg("--config")
-        .arg(&cfg)
-        .stderr(std::fs::File::create(&log).unwrap())
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !status_sock.exists() || !sock.exists() {
-        assert!(
-            Instant::now() < deadline,
-            "{}",
-            std::fs::read_to_string(&log).unwrap_or_default()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let child = common::serving(&cfg, &sock, &log, &[]);
+    assert!(status_sock.exists());
     let mode = std::fs::metadata(&status_sock)
         .unwrap()
         .permissions()
@@ -125,7 +113,6 @@ fn the_status_socket_reads_and_never_writes() {
         assert_eq!(s.leases.len(), 1);
         assert_eq!(s.leases[0].lease_id, lease);
     });
-    let _ = Command::new("kill").arg(child.id().to_string()).status();
-    let _ = child.wait();
+    common::stop(child);
     assert!(!status_sock.exists(), "removed at a clean stop");
 }

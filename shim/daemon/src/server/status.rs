@@ -26,14 +26,19 @@ impl api::Admission for StatusOnly {
         _ctx: &TtrpcContext,
         _req: api::StatusRequest,
     ) -> ttrpc::Result<api::StatusResponse> {
-        if let Some(log) = &self.0.log {
-            log.flush().await;
-        }
-        Ok(self.0.status())
+        Ok(self.0.status_flushed().await)
     }
 }
 
 impl Daemon {
+    /// The Status answer, once what it shows is in the dispatch log.
+    pub(super) async fn status_flushed(&self) -> api::StatusResponse {
+        if let Some(log) = &self.log {
+            log.flush().await;
+        }
+        self.status()
+    }
+
     /// The Status answer.
     #[must_use]
     pub fn status(&self) -> api::StatusResponse {
