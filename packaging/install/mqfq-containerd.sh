@@ -67,6 +67,11 @@ registered_inline() {
     grep -Eq '^[[:space:]]*runtime_type[[:space:]]*=[[:space:]]*"io\.containerd\.mqfq\.v2"' "$CONFIG" 2>/dev/null
 }
 
+# Whether config.toml has a table for a runtime named mqfq, in any quoting of the key.
+runtime_named_mqfq() {
+    grep -Eq "^[[:space:]]*\[.*runtimes\.[\"']?mqfq[\"']?[[:space:]]*\]" "$CONFIG" 2>/dev/null
+}
+
 # Whether config.toml's imports already name the drop-in (or a glob over conf.d).
 imported() {
     grep -Eq "^[[:space:]]*imports[[:space:]]*=.*[\"']($DROPIN_REL|/etc/containerd/$DROPIN_REL|conf\.d/\*\.toml|/etc/containerd/conf\.d/\*\.toml)[\"']" "$CONFIG" 2>/dev/null
@@ -96,11 +101,31 @@ with_block() {
     echo "$END"
 }
 
-# Checks a candidate config with containerd (when it runs here) and puts it in place.
+# containerd's `config dump` of config file $1 (a path as this process sees it), on stdout;
+# status 127 when no containerd can run here. With ROOT set and CONTAINERD not, the host's own
+# containerd runs chrooted into ROOT (it reads the file at its path inside ROOT).
+containerd_dump() {
+    if [ -n "${CONTAINERD:-}" ] || [ "$ROOT" = / ]; then
+        "${CONTAINERD:-containerd}" --version >/dev/null 2>&1 || return 127
+        "${CONTAINERD:-containerd}" --config "$1" config dump 2>&1
+    else
+        inside=${1#"${ROOT%/}"}
+        chroot "$ROOT" containerd --version >/dev/null 2>&1 || return 127
+        chroot "$ROOT" containerd --config "$inside" config dump 2>&1
+    fi
+}
+
+# Checks a candidate config with containerd (when it runs here; MQFQ_REQUIRE_CHECK=1 makes
+# that a must) and puts it in place.
 install_config() {
-    if "${CONTAINERD:-containerd}" --version >/dev/null 2>&1; then
-        dump=$("${CONTAINERD:-containerd}" --config "$1" config dump 2>&1) ||
-            { rm -f "$1"; die "containerd refuses the new config: $dump"; }
+    status=0
+    dump=$(containerd_dump "$1") || status=$?
+    if [ "$status" = 127 ]; then
+        [ "${MQFQ_REQUIRE_CHECK:-0}" != 1 ] ||
+            { rm -f "$1"; die "no containerd to check the new config with (MQFQ_REQUIRE_CHECK=1)"; }
+    elif [ "$status" != 0 ]; then
+        rm -f "$1"; die "containerd refuses the new config: $dump"
+    else
         printf '%s' "$dump" | grep -q 'io.containerd.mqfq.v2' ||
             { rm -f "$1"; die "containerd's config dump does not show the mqfq runtime"; }
     fi
@@ -139,8 +164,11 @@ register() {
             mv "$DROPIN.tmp" "$DROPIN"
             changed=changed
         fi
+        if runtime_named_mqfq && ! registered_inline; then
+            die "$CONFIG already has a runtime named mqfq of another type; remove or rename it first"
+        fi
         if ! imported; then
-            [ -f "$ORIG" ] || cp -p "$CONFIG" "$ORIG"
+            cp -p "$CONFIG" "$ORIG"
             with_import > "$CONFIG.tmp"
             install_config "$CONFIG.tmp"
             cp "$CONFIG" "$OURS"
@@ -148,7 +176,9 @@ register() {
         fi
     elif [ "$version" = 2 ]; then
         if ! registered_inline; then
-            [ -f "$ORIG" ] || cp -p "$CONFIG" "$ORIG"
+            ! runtime_named_mqfq ||
+                die "$CONFIG already has a runtime named mqfq of another type; remove or rename it first"
+            cp -p "$CONFIG" "$ORIG"
             with_block > "$CONFIG.tmp"
             install_config "$CONFIG.tmp"
             cp "$CONFIG" "$OURS"
@@ -172,14 +202,24 @@ unregister() {
             cp -p "$ORIG" "$CONFIG"
         fi
         changed=changed
+    elif [ -f "$CONFIG" ] && grep -qF "$BEGIN" "$CONFIG" && ! grep -qxF "$END" "$CONFIG"; then
+        # The block's end marker is gone: deleting to the end of the file could take the user's
+        # settings with it, so nothing is touched.
+        echo "mqfq-containerd: $CONFIG has the mqfq-shim begin marker but not its end marker: nothing removed; take the mqfq runtime's table out by hand (the config before register is kept at $ORIG)" >&2
+        echo "$changed"
+        return
     elif [ -f "$CONFIG" ] && { grep -qF "$BEGIN" "$CONFIG" || grep -qF "\"$DROPIN_REL\"" "$CONFIG"; }; then
         # Edited since: take out only what register added.
-        sed -E "/^# BEGIN mqfq-shim/,/^# END mqfq-shim/d; s|\"$DROPIN_REL\",[[:space:]]*||; s|,[[:space:]]*\"$DROPIN_REL\"||; s|\"$DROPIN_REL\"||" "$CONFIG" > "$CONFIG.tmp"
+        sed -E "/^# BEGIN mqfq-shim/,/^# END mqfq-shim\$/d; s|\"$DROPIN_REL\",[[:space:]]*||; s|,[[:space:]]*\"$DROPIN_REL\"||; s|\"$DROPIN_REL\"||" "$CONFIG" > "$CONFIG.tmp"
         chmod --reference="$CONFIG" "$CONFIG.tmp" 2>/dev/null || true
         chown --reference="$CONFIG" "$CONFIG.tmp" 2>/dev/null || true
         mv "$CONFIG.tmp" "$CONFIG"
         echo "mqfq-containerd: $CONFIG was edited since register: only what register added was removed" >&2
         changed=changed
+    elif [ -f "$ORIG" ] && [ -f "$CONFIG" ] && registered_inline; then
+        echo "mqfq-containerd: $CONFIG registers the mqfq runtime without register's markers: nothing removed; take it out by hand (the config before register is kept at $ORIG)" >&2
+        echo "$changed"
+        return
     fi
     rm -f "$ORIG" "$OURS" "$CREATED"
     echo "$changed"

@@ -22,6 +22,8 @@ fn run(root: &Path, verb: &str) -> (i32, String, String) {
         .arg(script())
         .arg(verb)
         .env("ROOT", root)
+        // The containerd under test checks the config (not one chrooted into `root`).
+        .env("CONTAINERD", "containerd")
         .env("PATH", mqfq_testkit::tool_path())
         .output()
         .unwrap();
@@ -184,6 +186,63 @@ fn an_existing_import_list_gets_one_more_entry() {
     assert!(d.contains("io.containerd.kata.v2"), "{d}");
     assert_eq!(run(root, "unregister").1, "changed");
     assert_eq!(std::fs::read_to_string(config(root)).unwrap(), original);
+}
+
+/// What the user wrote by hand is never lost: a config registered again after the user took
+/// the runtime out is given back as it was at that second register (not as at the first); a
+/// runtime the user named mqfq of another type stops register; a block whose end marker is
+/// gone stops unregister from deleting to the end of the file.
+#[test]
+fn hand_edits_are_never_lost() {
+    if !mqfq_testkit::have("containerd") {
+        eprintln!("SKIPPED: no containerd");
+        return;
+    }
+    let v3 = mqfq_testkit::containerd_version().0 >= 2;
+    let dir = tempfile::tempdir().unwrap();
+    let node = dir.path();
+    std::fs::create_dir_all(node.join("etc/containerd")).unwrap();
+    std::fs::write(config(node), users_config(v3)).unwrap();
+    assert_eq!(run(node, "register").1, "changed");
+    // The user takes the runtime out by hand and changes something else.
+    let by_hand = format!(
+        "{}
+# changed by hand
+",
+        users_config(v3)
+    );
+    std::fs::write(config(node), &by_hand).unwrap();
+    assert_eq!(run(node, "register").1, "changed");
+    assert_eq!(run(node, "unregister").1, "changed");
+    assert_eq!(std::fs::read_to_string(config(node)).unwrap(), by_hand);
+
+    // A runtime named mqfq that is not ours, in either quoting of the key.
+    let table = if v3 {
+        "[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.'mqfq']"
+    } else {
+        "[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.\"mqfq\"]"
+    };
+    let theirs = format!(
+        "{}\n{table}\n  runtime_type = \"io.containerd.runc.v2\"\n",
+        users_config(v3)
+    );
+    std::fs::write(config(node), &theirs).unwrap();
+    let (code, _, err) = run(node, "register");
+    assert_ne!(code, 0);
+    assert!(err.contains("already has a runtime named mqfq"), "{err}");
+    assert_eq!(std::fs::read_to_string(config(node)).unwrap(), theirs);
+
+    // The begin marker without the end marker: unregister touches nothing.
+    let cut = format!(
+        "{}\n# BEGIN mqfq-shim (mqfq-containerd.sh; unregister removes this block)\n\
+         [plugins.\"x\"]\n\n# the user's settings after it\n",
+        users_config(v3)
+    );
+    std::fs::write(config(node), &cut).unwrap();
+    let (code, out, err) = run(node, "unregister");
+    assert_eq!((code, out.as_str()), (0, "unchanged"), "{err}");
+    assert!(err.contains("not its end marker"), "{err}");
+    assert_eq!(std::fs::read_to_string(config(node)).unwrap(), cut);
 }
 
 /// The node installer (`packaging/kubernetes/node/mqfq-node-installer.sh`) on a fake host: it

@@ -9,7 +9,9 @@
 # Environment: HOST (default /host): the host's root; SRC (default /opt/mqfq): the image's
 # files (bin/, lib/libmqfq_cuda.so, mqfq-containerd.sh, systemd/mqfqd.service); CONFIG
 # (default /etc/mqfq-config/mqfqd.toml): mqfqd's config from the ConfigMap; SYSTEMCTL: how to
-# reach the host's systemd (default: nsenter into PID 1's namespaces, which needs hostPID).
+# reach the host's systemd (default: nsenter into PID 1's namespaces, which needs hostPID);
+# CONTAINERD (default: the host's own, run chrooted into HOST): the containerd that checks the
+# new config before it replaces the host's (that check is required here).
 set -eu
 
 HOST=${HOST:-/host}
@@ -25,10 +27,9 @@ put() {
     if [ -f "$2" ] && cmp -s "$1" "$2"; then
         return 1
     fi
-    mkdir -p "$(dirname "$2")"
-    cp "$1" "$2.mqfq-new"
-    chmod "$3" "$2.mqfq-new"
-    mv "$2.mqfq-new" "$2"
+    # Called as an `if` condition, where `set -e` does not apply: each step checks itself.
+    { mkdir -p "$(dirname "$2")" && cp "$1" "$2.mqfq-new" && chmod "$3" "$2.mqfq-new" &&
+        mv "$2.mqfq-new" "$2"; } || { log "cannot install $2"; rm -f "$2.mqfq-new"; exit 1; }
     return 0
 }
 
@@ -56,7 +57,7 @@ install() {
         $SYSTEMCTL restart mqfqd.service
         log "mqfqd (re)started"
     fi
-    changed=$(ROOT="$HOST" CONTAINERD="${CONTAINERD:-$HOST/usr/bin/containerd}" sh "$SRC/mqfq-containerd.sh" register)
+    changed=$(ROOT="$HOST" MQFQ_REQUIRE_CHECK=1 sh "$SRC/mqfq-containerd.sh" register)
     if [ "$changed" = changed ]; then
         $SYSTEMCTL restart containerd.service
         log "containerd restarted with the mqfq runtime"
@@ -65,7 +66,7 @@ install() {
 }
 
 uninstall() {
-    changed=$(ROOT="$HOST" CONTAINERD="${CONTAINERD:-$HOST/usr/bin/containerd}" sh "$SRC/mqfq-containerd.sh" unregister)
+    changed=$(ROOT="$HOST" sh "$SRC/mqfq-containerd.sh" unregister)
     if [ "$changed" = changed ]; then
         $SYSTEMCTL restart containerd.service
         log "containerd restarted without the mqfq runtime"

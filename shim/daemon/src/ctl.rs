@@ -133,7 +133,6 @@ pub fn render(s: &api::StatusResponse) -> String {
     o
 }
 
-/// The pool: one line per function (containers per tier), then one per container.
 /// A flow's placement class and measured features, in words.
 fn features_text(f: &api::FlowStatus) -> String {
     let mut parts = vec![f.class.clone()];
@@ -156,6 +155,7 @@ fn features_text(f: &api::FlowStatus) -> String {
     parts.join(", ")
 }
 
+/// The pool: one line per function (containers per tier), then one per container.
 fn render_pool(o: &mut String, pool: &[api::PoolEntry]) {
     let mut per_function: std::collections::BTreeMap<&str, [usize; 3]> =
         std::collections::BTreeMap::new();

@@ -178,9 +178,10 @@ fn parse_version(text: &str) -> Option<(u64, u64)> {
 
 fn containerd_version(s: &Setup) -> Finding {
     const CHECK: &str = "containerd";
-    let out = std::process::Command::new(&s.containerd)
-        .arg("--version")
-        .output();
+    let out = output_within(
+        std::process::Command::new(&s.containerd).arg("--version"),
+        std::time::Duration::from_secs(10),
+    );
     let text = match out {
         Ok(o) if o.status.success() => String::from_utf8_lossy(&o.stdout).into_owned(),
         Ok(o) => {
@@ -221,38 +222,106 @@ fn containerd_version(s: &Setup) -> Finding {
     }
 }
 
-/// The config and the files it imports (relative imports are next to the config).
+/// A command's output, or an error once it has run for `limit` (then it is killed).
+fn output_within(
+    cmd: &mut std::process::Command,
+    limit: std::time::Duration,
+) -> std::io::Result<std::process::Output> {
+    use std::process::Stdio;
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()?;
+    let end = std::time::Instant::now() + limit;
+    while child.try_wait()?.is_none() {
+        if std::time::Instant::now() >= end {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("no answer in {} s", limit.as_secs()),
+            ));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    child.wait_with_output()
+}
+
+/// The config and the files it imports (relative imports are next to the config; a `*` in an
+/// import's file name is a glob over its directory, as containerd reads it). Each file is read
+/// once, only if it is a regular file, and at most 1 MiB of it.
 fn config_files(s: &Setup) -> Result<Vec<(PathBuf, toml::Table)>, String> {
     let mut out = Vec::new();
+    let mut seen = std::collections::HashSet::new();
     let mut todo = vec![s.containerd_config.clone()];
     while let Some(p) = todo.pop() {
+        if !seen.insert(p.clone()) {
+            continue;
+        }
         if out.len() >= MAX_FILES {
             return Err(format!(
                 "more than {MAX_FILES} config files through imports"
             ));
         }
-        let real = s.at(&p);
-        let text = match std::fs::metadata(&real) {
-            Ok(m) if m.len() > MAX_CONFIG_BYTES => {
-                return Err(format!("{}: larger than 1 MiB", p.display()));
-            }
-            Ok(_) => std::fs::read_to_string(&real).map_err(|e| format!("{}: {e}", p.display()))?,
-            Err(e) => return Err(format!("{}: {e}", p.display())),
-        };
-        let table: toml::Table = text.parse().map_err(|e| format!("{}: {e}", p.display()))?;
+        let table: toml::Table = read_config(&s.at(&p))
+            .and_then(|text| text.parse().map_err(|e: toml::de::Error| e.to_string()))
+            .map_err(|e| format!("{}: {e}", p.display()))?;
         if let Some(imports) = table.get("imports").and_then(toml::Value::as_array) {
             for i in imports.iter().filter_map(toml::Value::as_str) {
                 let i = Path::new(i);
-                todo.push(if i.is_absolute() {
+                let i = if i.is_absolute() {
                     i.to_owned()
                 } else {
                     p.parent().unwrap_or(Path::new("/")).join(i)
-                });
+                };
+                todo.extend(expand(s, &i));
             }
         }
         out.push((p, table));
     }
     Ok(out)
+}
+
+/// A config file's text: a regular file, at most `MAX_CONFIG_BYTES`.
+fn read_config(real: &Path) -> Result<String, String> {
+    use std::io::Read;
+    let m = std::fs::metadata(real).map_err(|e| e.to_string())?;
+    if !m.is_file() {
+        return Err("not a regular file".into());
+    }
+    let mut text = String::new();
+    std::fs::File::open(real)
+        .and_then(|f| f.take(MAX_CONFIG_BYTES + 1).read_to_string(&mut text))
+        .map_err(|e| e.to_string())?;
+    if text.len() as u64 > MAX_CONFIG_BYTES {
+        return Err("larger than 1 MiB".into());
+    }
+    Ok(text)
+}
+
+/// An import path, with a `*` in its file name matched against its directory's entries
+/// (sorted; none when nothing matches, as containerd does).
+fn expand(s: &Setup, import: &Path) -> Vec<PathBuf> {
+    let name = import.file_name().and_then(|n| n.to_str()).unwrap_or("");
+    let Some((head, tail)) = name.split_once('*') else {
+        return vec![import.to_owned()];
+    };
+    let dir = import.parent().unwrap_or(Path::new("/"));
+    let mut found: Vec<PathBuf> = std::fs::read_dir(s.at(dir))
+        .map(|rd| {
+            rd.filter_map(Result::ok)
+                .filter_map(|e| e.file_name().into_string().ok())
+                .filter(|n| {
+                    n.len() >= head.len() + tail.len() && n.starts_with(head) && n.ends_with(tail)
+                })
+                .map(|n| dir.join(n))
+                .take(MAX_FILES + 1)
+                .collect()
+        })
+        .unwrap_or_default();
+    found.sort();
+    found
 }
 
 /// The CRI runtimes tables of a config, v2 (1.6 / 1.7) or v3 (2.x).

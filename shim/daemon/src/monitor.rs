@@ -516,11 +516,27 @@ fn process_samples(
         .max()
         .unwrap_or(*seen)
         .max(*seen);
-    got.iter()
-        .map(|s| ProcessUse {
-            pid: s.pid,
-            sm: f64::from(s.sm_util.min(100)) / 100.0,
-            mem: f64::from(s.mem_util.min(100)) / 100.0,
+    per_process(got.iter().map(|s| (s.pid, s.sm_util, s.mem_util)))
+}
+
+/// One entry per process from one read of the driver's samples (pid, SM %, memory %): a
+/// process the driver sampled several times since the last read gets the mean of its samples,
+/// each held to 0–100 %. Summing them would be wrong: they are readings of one share over
+/// time, and each recorded entry stands for the share at the moment it is recorded.
+fn per_process(samples: impl Iterator<Item = (u32, u32, u32)>) -> Vec<ProcessUse> {
+    let mut by_pid: std::collections::BTreeMap<u32, (f64, f64, u32)> = Default::default();
+    for (pid, sm, mem) in samples {
+        let e = by_pid.entry(pid).or_default();
+        e.0 += f64::from(sm.min(100)) / 100.0;
+        e.1 += f64::from(mem.min(100)) / 100.0;
+        e.2 += 1;
+    }
+    by_pid
+        .into_iter()
+        .map(|(pid, (sm, mem, n))| ProcessUse {
+            pid,
+            sm: sm / f64::from(n),
+            mem: mem / f64::from(n),
         })
         .collect()
 }
@@ -573,6 +589,15 @@ mod tests {
         let idle = s.sample(&[]).unwrap();
         assert_eq!((idle[0].busy, idle[0].sm_activity), (Some(0.0), Some(0.0)));
         assert_eq!(r[1].memory_used, 8 << 30);
+    }
+
+    #[test]
+    fn a_process_sampled_several_times_in_one_read_counts_once_at_its_mean() {
+        let got = per_process([(7, 40, 10), (9, 250, 0), (7, 80, 30)].into_iter());
+        assert_eq!(got.len(), 2, "{got:?}");
+        assert_eq!(got[0].pid, 7);
+        assert!((got[0].sm - 0.6).abs() < 1e-9 && (got[0].mem - 0.2).abs() < 1e-9);
+        assert_eq!((got[1].pid, got[1].sm, got[1].mem), (9, 1.0, 0.0));
     }
 
     #[test]

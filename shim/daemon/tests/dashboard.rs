@@ -94,29 +94,11 @@ fn names_in(expr: &str) -> (Vec<String>, Vec<String>) {
     (names, by)
 }
 
-/// `/metrics` of a running daemon.
-fn scrape(addr: &str) -> String {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(addr).unwrap();
-    s.write_all(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n")
-        .unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).unwrap();
-    out.split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_owned())
-        .unwrap()
-}
-
 #[test]
 fn every_series_the_dashboard_queries_is_exported() {
     let dir = tempfile::tempdir_in("/tmp").unwrap();
     let sock = dir.path().join("d.sock");
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let addr = format!("127.0.0.1:{port}");
+    let addr = common::free_addr();
     let cfg = dir.path().join("mqfqd.toml");
     std::fs::write(
         &cfg,
@@ -173,7 +155,7 @@ fn every_series_the_dashboard_queries_is_exported() {
             .await;
     });
     std::thread::sleep(Duration::from_millis(300));
-    let text = scrape(&addr);
+    let text = common::scrape(&addr);
     common::stop(child);
 
     // Every family's name and kind (an empty family prints nothing in a live exposition);

@@ -125,6 +125,15 @@ fn doctor_passes_a_good_node_and_names_each_break() {
     assert_eq!(finding(&all, "containerd", "1.7")["level"], "ok");
     assert_eq!(finding(&all, "runtime", "conf.d/mqfq.toml")["level"], "ok");
     assert_eq!(finding(&all, "cdi", DRIVER)["level"], "ok");
+    // Imports as containerd reads them: a glob over conf.d, and a file importing itself.
+    std::fs::write(
+        root.join("etc/containerd/config.toml"),
+        "version = 2\nimports = [\"config.toml\", \"/etc/containerd/conf.d/*.toml\"]\n",
+    )
+    .unwrap();
+    let (code, all) = doctor(&root, &bin, &sock);
+    assert_eq!(code, 0, "{all:#?}");
+    assert_eq!(finding(&all, "runtime", "conf.d/mqfq.toml")["level"], "ok");
 
     // Each break, alone, then mended.
     type Break = (
@@ -230,6 +239,13 @@ fn doctor_passes_a_good_node_and_names_each_break() {
         assert!(f["fix"].as_str().is_some_and(|x| !x.is_empty()), "{f}");
         assert_eq!(code, want_code, "{check} {about}: {all:#?}");
     }
+
+    // A containerd that never answers: doctor gives up on it and says so.
+    good_node(&root, &bin);
+    std::fs::write(&bin, "#!/bin/sh\nexec sleep 60\n").unwrap();
+    let (code, all) = doctor(&root, &bin, &sock);
+    assert_eq!(finding(&all, "containerd", "no answer")["level"], "fail");
+    assert_eq!(code, 1);
 
     // An old containerd; a runtime directory others can write.
     good_node(&root, &bin);

@@ -225,3 +225,57 @@ fn nvml_process_samples_and_xids_drive_placement() {
     assert!(log_text.contains("critical Xid"), "{log_text}");
     common::stop(child);
 }
+
+/// Xids reach `mqfq_gpu_xid` with placement off too: an operator alerts on them whatever
+/// mqfqd does with them.
+#[test]
+fn xids_are_counted_with_placement_off() {
+    let dir = tempfile::tempdir_in("/tmp").unwrap();
+    let lib = match mqfq_testkit::build_double("nvml", dir.path()) {
+        Ok(l) => l,
+        Err(e) if std::env::var_os("MQFQ_REQUIRE_CONTAINERD").is_some() => panic!("{e}"),
+        Err(e) => {
+            eprintln!("skipped: {e}");
+            return;
+        }
+    };
+    let xids = dir.path().join("xids");
+    std::fs::write(&xids, "").unwrap();
+    let sock = dir.path().join("d.sock");
+    let addr = common::free_addr();
+    let cfg = dir.path().join("mqfqd.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "socket = \"{}\"\nmetrics_addr = \"{addr}\"\nbackend = \"nvml\"\n\
+             nvml_library = \"{}\"\nmps_pipe_dir = \"/nonexistent-mps\"\n\
+             sample_interval_ms = 20\n[nvidia]\nedits = false\n",
+            sock.display(),
+            lib.display()
+        ),
+    )
+    .unwrap();
+    let log = dir.path().join("mqfqd.log");
+    let child = common::serving(
+        &cfg,
+        &sock,
+        &log,
+        &[
+            ("FAKE_NVML_GPUS", "1".as_ref()),
+            ("FAKE_NVML_XID", xids.as_os_str()),
+        ],
+    );
+    std::fs::write(&xids, "0 79\n").unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let m = common::scrape(&addr);
+        if m.lines().any(|l| {
+            l.starts_with("mqfq_gpu_xid_total{") && l.contains("xid=\"79\"") && l.ends_with(" 1")
+        }) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no Xid 79 counted:\n{m}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    common::stop(child);
+}

@@ -43,6 +43,49 @@ pub const MAX_LINE: usize = 64;
 pub const SOCKET: &str = "shim.sock";
 /// How often a burst's end asks the container's processes what memory they hold.
 const STATUS_EVERY: Duration = Duration::from_secs(5);
+/// Processes of one burst whose PIDs go to mqfqd (as many as it reads): a container that
+/// forks and connects without end cannot grow the release.
+pub const MAX_BURST_PIDS: usize = 64;
+
+/// A connected process as the kernel named it: its host PID, and its start time then (so a
+/// PID that was reused since — the process gone, another in its place — is not sent as its).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Peer {
+    pid: u32,
+    start: u64,
+}
+
+/// `pid`'s start time (clock ticks since boot, `/proc/<pid>/stat` field 22), if it runs.
+fn start_time(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name may hold spaces and parentheses: fields count from the last ')'.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_whitespace().nth(19)?.parse().ok()
+}
+
+/// What a burst's end measured, before its processes are checked.
+#[derive(Debug, PartialEq)]
+struct Ended {
+    service: Duration,
+    transfer_bytes: Option<u64>,
+    peers: Vec<Peer>,
+}
+
+impl Ended {
+    /// The report: only the processes still the ones that connected.
+    fn report(self) -> BurstReport {
+        BurstReport {
+            service: self.service,
+            transfer_bytes: self.transfer_bytes,
+            pids: self
+                .peers
+                .iter()
+                .filter(|p| start_time(p.pid) == Some(p.start))
+                .map(|p| p.pid)
+                .collect(),
+        }
+    }
+}
 
 /// A request from a process.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -113,11 +156,11 @@ struct BookInner {
     refused: Option<String>,
     /// A burst's release is on its way to the daemon: the next admission waits for it.
     releasing: bool,
-    /// Each connection's host PID (the kernel's peer credentials), where known.
-    pids: HashMap<u64, u32>,
-    /// The current burst's processes, and the bytes they said they copied (`None`: none
-    /// counted them).
-    burst_pids: Vec<u32>,
+    /// Each connection's process (the kernel's peer credentials), where known.
+    pids: HashMap<u64, Peer>,
+    /// The current burst's processes (at most [`MAX_BURST_PIDS`]), and the bytes they said
+    /// they copied (`None`: none counted them).
+    burst_pids: Vec<Peer>,
     moved: Option<u64>,
 }
 
@@ -155,7 +198,7 @@ impl Default for Book {
 enum After {
     Nothing,
     /// Release the lease with what the burst measured.
-    Release(BurstReport),
+    Release(Ended),
 }
 
 impl Book {
@@ -189,8 +232,8 @@ impl Book {
         }
     }
 
-    /// A process connected (`pid`: its host PID, where the kernel said).
-    fn open(&self, pid: Option<u32>) -> Option<u64> {
+    /// A process connected (`peer`: what the kernel said of it, where it did).
+    fn open(&self, peer: Option<Peer>) -> Option<u64> {
         let mut b = self.lock();
         if b.conns >= MAX_CONNS {
             return None;
@@ -198,8 +241,8 @@ impl Book {
         b.conns += 1;
         b.next_conn += 1;
         let conn = b.next_conn;
-        if let Some(pid) = pid {
-            b.pids.insert(conn, pid);
+        if let Some(peer) = peer {
+            b.pids.insert(conn, peer);
         }
         Some(conn)
     }
@@ -287,10 +330,10 @@ impl Book {
                 let done = b.completed.unwrap_or_else(Instant::now);
                 b.lease = Lease::Idle;
                 b.releasing = true;
-                After::Release(BurstReport {
+                After::Release(Ended {
                     service: done.saturating_duration_since(granted),
                     transfer_bytes: b.moved.take(),
-                    pids: std::mem::take(&mut b.burst_pids),
+                    peers: std::mem::take(&mut b.burst_pids),
                 })
             }
             // An admission nobody waits for any more is not withdrawn (a cancel could land on
@@ -328,10 +371,11 @@ impl BookInner {
     /// `conn`'s process takes part in the burst.
     fn activate(&mut self, conn: u64) {
         self.active.insert(conn);
-        if let Some(&pid) = self.pids.get(&conn)
-            && !self.burst_pids.contains(&pid)
+        if let Some(&peer) = self.pids.get(&conn)
+            && self.burst_pids.len() < MAX_BURST_PIDS
+            && !self.burst_pids.contains(&peer)
         {
-            self.burst_pids.push(pid);
+            self.burst_pids.push(peer);
         }
     }
 }
@@ -356,14 +400,19 @@ fn max_tail() -> Duration {
 }
 
 /// The kernel's word for who connected: the process's PID in this shim's PID namespace (the
-/// host's), which mqfqd matches with NVML's per-process samples. Not what the process says.
-fn peer_pid(stream: &UnixStream) -> Option<u32> {
-    stream
+/// host's), which mqfqd matches with NVML's per-process samples, and its start time. Not what
+/// the process says.
+fn peer(stream: &UnixStream) -> Option<Peer> {
+    let pid = stream
         .peer_cred()
         .ok()
         .and_then(|c| c.pid())
         .and_then(|p| u32::try_from(p).ok())
-        .filter(|p| *p > 0)
+        .filter(|p| *p > 0)?;
+    Some(Peer {
+        pid,
+        start: start_time(pid)?,
+    })
 }
 
 /// Reads one line of at most [`MAX_LINE`] bytes; `None` at end of stream, on an error or an
@@ -406,7 +455,7 @@ impl TaskService {
                     tokio::time::sleep(Duration::from_millis(100)).await;
                     continue;
                 };
-                let Some(conn) = book.open(peer_pid(&stream)) else {
+                let Some(conn) = book.open(peer(&stream)) else {
                     if !std::mem::replace(&mut refused_before, true) {
                         tracing::warn!(container = %id, "burst socket: more than {MAX_CONNS} connections; refused (logged once)");
                     }
@@ -550,8 +599,15 @@ impl TaskService {
             self.restore_for_burst(id).await;
         }
         if book.admitted(result.err()) {
-            self.after_burst(id, After::Release(BurstReport::default()))
-                .await;
+            self.after_burst(
+                id,
+                After::Release(Ended {
+                    service: Duration::ZERO,
+                    transfer_bytes: None,
+                    peers: Vec::new(),
+                }),
+            )
+            .await;
             book.released();
         }
     }
@@ -578,7 +634,9 @@ impl TaskService {
     async fn after_burst(&self, id: &str, after: After) {
         match after {
             After::Nothing => {}
-            After::Release(report) => {
+            After::Release(ended) => {
+                // /proc is read here, outside the book's lock.
+                let report = ended.report();
                 // What its processes hold, for the pool's memory budget: asked (bounded wait)
                 // at most once per STATUS_EVERY, so a container that bursts hundreds of times a
                 // second does not make the shim ask each time.
@@ -676,7 +734,11 @@ mod tests {
     #[test]
     fn one_lease_per_container_released_when_the_last_process_is_done() {
         let b = Book::default();
-        let (p1, p2) = (b.open(Some(101)).unwrap(), b.open(Some(102)).unwrap());
+        let peer = |pid| Peer { pid, start: 7 };
+        let (p1, p2) = (
+            b.open(Some(peer(101))).unwrap(),
+            b.open(Some(peer(102))).unwrap(),
+        );
         // p1 asks; p2 begins while the admission is in flight and waits for it too.
         assert_eq!(b.begin(p1), (false, true, 0));
         assert_eq!(b.begin(p2), (false, false, 0));
@@ -698,10 +760,10 @@ mod tests {
         // bytes of both, and both processes, go with the release.
         assert_eq!(
             b.end(p2, Some(granted + Duration::from_millis(10)), Some(24)),
-            After::Release(BurstReport {
+            After::Release(Ended {
                 service: Duration::from_millis(30),
                 transfer_bytes: Some(1024),
-                pids: vec![101, 102],
+                peers: vec![peer(101), peer(102)],
             })
         );
         assert!(!b.busy());
@@ -714,7 +776,10 @@ mod tests {
         assert_eq!(b.end(p2, None, None), After::Nothing);
         match b.end(p1, None, None) {
             After::Release(r) => {
-                assert_eq!((r.transfer_bytes, r.pids), (None, vec![101, 102]));
+                assert_eq!(
+                    (r.transfer_bytes, r.peers),
+                    (None, vec![peer(101), peer(102)])
+                );
             }
             a => panic!("{a:?}"),
         }
@@ -748,21 +813,61 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_peer_is_known_by_the_pid_the_kernel_gives() {
+    async fn a_peer_is_known_by_what_the_kernel_says_and_checked_at_the_end() {
         let dir = tempfile::tempdir().unwrap();
         let l = tokio::net::UnixListener::from_std(bind(dir.path()).unwrap()).unwrap();
         let _client = std::os::unix::net::UnixStream::connect(dir.path().join(SOCKET)).unwrap();
         let (server, _) = l.accept().await.unwrap();
-        assert_eq!(peer_pid(&server), Some(std::process::id()));
+        let me = peer(&server).unwrap();
+        assert_eq!(me.pid, std::process::id());
+        assert_eq!(Some(me.start), start_time(std::process::id()));
+        // The report keeps a process that is still the one that connected, and drops a PID
+        // whose process is gone or was replaced (another start time).
+        let ended = |peers| Ended {
+            service: Duration::ZERO,
+            transfer_bytes: None,
+            peers,
+        };
+        assert_eq!(ended(vec![me]).report().pids, vec![me.pid]);
+        let reused = Peer {
+            start: me.start + 1,
+            ..me
+        };
+        assert!(ended(vec![reused]).report().pids.is_empty());
+        let gone = Peer {
+            pid: u32::MAX - 1,
+            start: 1,
+        };
+        assert!(ended(vec![gone]).report().pids.is_empty());
+    }
+
+    #[test]
+    fn a_burst_sends_at_most_max_burst_pids_processes() {
+        let b = Book::default();
+        let first = b.open(Some(Peer { pid: 1, start: 1 })).unwrap();
+        assert_eq!(b.begin(first), (false, true, 0));
+        b.admitted(None);
+        b.answer(first, 0);
+        // Processes that come and go inside one held burst.
+        for pid in 2..200 {
+            let c = b.open(Some(Peer { pid, start: 1 })).unwrap();
+            assert!(b.begin(c).0);
+            assert_eq!(b.end(c, None, None), After::Nothing);
+            b.close(c);
+        }
+        match b.end(first, None, None) {
+            After::Release(r) => assert_eq!(r.peers.len(), MAX_BURST_PIDS),
+            a => panic!("{a:?}"),
+        }
     }
 
     #[test]
     fn connections_are_capped() {
         let b = Book::default();
         for _ in 0..MAX_CONNS {
-            assert!(b.open(Some(7)).is_some());
+            assert!(b.open(Some(Peer { pid: 7, start: 1 })).is_some());
         }
-        assert!(b.open(Some(7)).is_none());
+        assert!(b.open(Some(Peer { pid: 7, start: 1 })).is_none());
         b.close(1);
         assert!(b.open(None).is_some());
         assert_eq!(

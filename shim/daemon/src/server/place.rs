@@ -70,6 +70,12 @@ impl Daemon {
         failed: bool,
         now: Time,
     ) {
+        // Xids are counted whether or not placement is on: an operator alerts on them.
+        for s in samples {
+            for x in &s.xids {
+                self.metrics.xid(s.index, *x);
+            }
+        }
         let Some(p) = inner.placement.as_mut() else {
             return;
         };
@@ -82,9 +88,6 @@ impl Daemon {
                 p.observe_processes(s.index, now, &s.processes);
             }
             let fatal: Vec<u64> = s.xids.iter().copied().filter(|x| p.fatal_xid(*x)).collect();
-            for x in &s.xids {
-                self.metrics.xid(s.index, *x);
-            }
             if !fatal.is_empty() {
                 tracing::error!(gpu = s.index, xids = ?fatal, "a critical Xid says this GPU is failing");
             }
