@@ -15,20 +15,6 @@ case "${1:-}" in
          sha256=2dda86ce7033fd612fc50e136679d8174ccad680eb29cd4611e0d2a1b84cf591 ;;
     *) echo "usage: $0 1.7|2.1" >&2; exit 2 ;;
 esac
-dir="$MQFQ_TOOLS/containerd-$1"
-if [ -x "$dir/usr/bin/containerd" ] && [ -f "$dir/.version" ] && [ "$(cat "$dir/.version")" = "$version" ]; then
-    echo "$dir/usr/bin"
-    exit 0
-fi
-mirror=$("$(dirname "$0")/debian-mirror.sh") || { echo "fetch-containerd: cannot fetch without it" >&2; exit 1; }
-dl=$(mktemp -d)
-trap 'rm -rf "$dl"' EXIT
-deb="containerd_${version}_amd64.deb"
-curl -fsSL --retry 2 -o "$dl/$deb" "$mirror/pool/main/c/containerd/$deb"
-echo "$sha256  $dl/$deb" | sha256sum -c --quiet -
-rm -rf "$dir.tmp" "$dir"
-mkdir -p "$dir.tmp"
-dpkg-deb -x "$dl/$deb" "$dir.tmp"
-echo "$version" > "$dir.tmp/.version"
-mv "$dir.tmp" "$dir"
+dir=$("$(dirname "$0")/fetch-debs.sh" "$MQFQ_TOOLS/containerd-$1" "$version" \
+    "pool/main/c/containerd/containerd_${version}_amd64.deb" "$sha256")
 echo "$dir/usr/bin"

@@ -24,6 +24,12 @@ if MQFQ_OLD_GLIBC_ROOT=$(scripts/fetch-old-glibc.sh); then
 else
     echo "WARNING: Debian 11's glibc could not be fetched: the old-glibc run is skipped" >&2
 fi
+echo "== Docker Engine 26.1 from Debian 13's packages (shim/tests/docker.rs runs it on each containerd)"
+if ! MQFQ_DOCKER_DIR=$(scripts/fetch-docker.sh); then
+    echo "ERROR: Docker could not be fetched from Debian's archive" >&2
+    exit 1
+fi
+export MQFQ_DOCKER_DIR MQFQ_REQUIRE_DOCKER=1
 echo "== cargo test"
 # The containerd integration tests skip themselves where they cannot run; here they must run.
 # Every wait in the tests is bounded; these limits only make a hang end the run with a message.
@@ -39,8 +45,15 @@ for line in 1.7 2.1; do
     echo "-- containerd $line"
     MQFQ_CONTAINERD_DIR="$dir" MQFQ_REQUIRE_CONTAINERD=1 timeout -k 30 1200 cargo test --locked -p mqfq-shim \
         --test ctr --test cri --test daemon --test nvidia --test pool --test security --test bursts \
-        --test install
+        --test install --test docker
 done
+echo "== the Debian package: packed twice to the same bytes, then installed, used, removed and purged"
+deb=$(scripts/build-deb.sh)
+cp "$deb" target/debian-first.deb
+deb=$(scripts/build-deb.sh)
+cmp target/debian-first.deb "$deb" || { echo "ERROR: two packings of one build differ" >&2; exit 1; }
+rm -f target/debian-first.deb
+MQFQ_DEB="$deb" MQFQ_REQUIRE_CONTAINERD=1 timeout -k 30 900 cargo test --locked -p mqfq-shim --test deb
 echo "== fuzz: every target, 10 s each"
 scripts/fuzz.sh 10
 echo "== every benchmark compiles (criterion and the end-to-end ones; scripts/bench-*.sh run them)"

@@ -5,65 +5,18 @@
     reason = "an integration-test crate is the test module"
 )]
 
-use std::path::{Path, PathBuf};
+mod cri_kit;
+
+use std::path::Path;
 use std::time::{Duration, Instant};
 
-use k8s_cri::v1::runtime_service_client::RuntimeServiceClient;
+use cri_kit::{connect, gpu_server, named_pod, pod_config};
 use k8s_cri::v1::{
     ContainerConfig, ContainerMetadata, ContainerState, ContainerStatusRequest,
-    CreateContainerRequest, ImageSpec, KeyValue, LinuxPodSandboxConfig,
-    LinuxSandboxSecurityContext, Mount, NamespaceMode, NamespaceOption, PodSandboxConfig,
-    PodSandboxMetadata, RemoveContainerRequest, RemovePodSandboxRequest, RunPodSandboxRequest,
-    StartContainerRequest, StopPodSandboxRequest, VersionRequest,
+    CreateContainerRequest, ImageSpec, RemoveContainerRequest, RemovePodSandboxRequest,
+    RunPodSandboxRequest, StartContainerRequest, StopPodSandboxRequest, VersionRequest,
 };
-use mqfq_testkit::{BUSYBOX, Containerd, GLIBC_IMAGE, Mqfqd, shim_pids};
-use tonic::transport::{Channel, Endpoint, Uri};
-
-async fn connect(sock: PathBuf) -> RuntimeServiceClient<Channel> {
-    // Every CRI call fails after 60 s rather than hanging the test run.
-    let channel = Endpoint::try_from("http://[::]:50051")
-        .unwrap()
-        .timeout(Duration::from_secs(60))
-        .connect_with_connector(tower::service_fn(move |_: Uri| {
-            let sock = sock.clone();
-            async move {
-                tokio::net::UnixStream::connect(sock)
-                    .await
-                    .map(hyper_util::rt::TokioIo::new)
-            }
-        }))
-        .await
-        .expect("connect to CRI");
-    RuntimeServiceClient::new(channel)
-}
-
-fn pod_config(logs: &Path) -> PodSandboxConfig {
-    named_pod(logs, "gpu-fn", "cri-fn")
-}
-
-fn named_pod(logs: &Path, name: &str, function: &str) -> PodSandboxConfig {
-    PodSandboxConfig {
-        metadata: Some(PodSandboxMetadata {
-            name: name.into(),
-            uid: format!("uid-{name}"),
-            namespace: "default".into(),
-            attempt: 0,
-        }),
-        log_directory: logs.display().to_string(),
-        annotations: [("io.mqfq.function".to_owned(), function.to_owned())].into(),
-        linux: Some(LinuxPodSandboxConfig {
-            security_context: Some(LinuxSandboxSecurityContext {
-                namespace_options: Some(NamespaceOption {
-                    network: NamespaceMode::Node as i32,
-                    ..Default::default()
-                }),
-                ..Default::default()
-            }),
-            ..Default::default()
-        }),
-        ..Default::default()
-    }
-}
+use mqfq_testkit::{BUSYBOX, Containerd, Mqfqd, shim_pids};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pod_lifecycle_through_cri_one_shim_per_pod() {
@@ -198,51 +151,6 @@ async fn pod_lifecycle_through_cri_one_shim_per_pod() {
     }
     let left = c.leftovers();
     assert!(left.is_empty(), "left behind: {left:#?}\n{}", c.log());
-}
-
-/// A GPU server container for CRI: the CUDA client in `serve` mode over the libcuda double
-/// (kernels of `ms` on its timeline, logged to `<cuda>/<name>.log`), with the host's glibc.
-fn gpu_server(cuda: &Path, name: &str, ms: u32) -> ContainerConfig {
-    let dir = cuda.display().to_string();
-    let env = |k: &str, v: String| KeyValue {
-        key: k.into(),
-        value: v,
-    };
-    let mount = |src: &str, dst: &str, readonly: bool| Mount {
-        container_path: dst.into(),
-        host_path: src.into(),
-        readonly,
-        ..Default::default()
-    };
-    ContainerConfig {
-        metadata: Some(ContainerMetadata {
-            name: name.into(),
-            attempt: 0,
-        }),
-        image: Some(ImageSpec {
-            image: GLIBC_IMAGE.into(),
-            ..Default::default()
-        }),
-        command: vec![format!("{dir}/cuda_client")],
-        args: vec!["serve".into(), "2".into(), "10".into()],
-        envs: vec![
-            env("NVIDIA_VISIBLE_DEVICES", "0".into()),
-            env("FAKE_CUDA_KERNEL_MS", ms.to_string()),
-            env("FAKE_CUDA_LOG", format!("{dir}/{name}.log")),
-            env("LD_LIBRARY_PATH", format!("/lib/x86_64-linux-gnu:{dir}")),
-        ],
-        mounts: vec![
-            mount(&dir, &dir, false),
-            mount("/usr/lib/x86_64-linux-gnu", "/lib/x86_64-linux-gnu", true),
-            mount(
-                "/usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2",
-                "/lib64/ld-linux-x86-64.so.2",
-                true,
-            ),
-        ],
-        log_path: format!("{name}.log"),
-        ..Default::default()
-    }
 }
 
 /// Five long-running GPU server pods through CRI on a GPU that runs two at a time: every

@@ -33,6 +33,17 @@ pub fn shim_config(dir: &Path) -> String {
 /// containerd major version `major`.
 #[must_use]
 pub fn containerd_config(dir: &Path, cri: bool, major: u32) -> String {
+    config_text(dir, cri, major, true)
+}
+
+/// A user's own CRI config for an instance under `dir`: as [`containerd_config`] with the CRI
+/// plugin on, without the mqfq runtime (which an installer is to add).
+#[must_use]
+pub fn users_cri_config(dir: &Path, major: u32) -> String {
+    config_text(dir, true, major, false)
+}
+
+fn config_text(dir: &Path, cri: bool, major: u32, mqfq: bool) -> String {
     let d = dir.display();
     let common = format!(
         "root = \"{d}/root\"\nstate = \"{d}/state\"\n\
@@ -40,18 +51,30 @@ pub fn containerd_config(dir: &Path, cri: bool, major: u32) -> String {
          [debug]\n  level = \"debug\"\n"
     );
     if major >= 2 {
-        v3(&common, &d.to_string(), cri)
+        v3(&common, &d.to_string(), cri, mqfq)
     } else {
-        v2(&common, &d.to_string(), cri)
+        v2(&common, &d.to_string(), cri, mqfq)
     }
 }
 
-fn v2(common: &str, d: &str, cri: bool) -> String {
+fn v2(common: &str, d: &str, cri: bool, mqfq: bool) -> String {
     if !cri {
         return format!(
             "version = 2\ndisabled_plugins = [\"io.containerd.grpc.v1.cri\"]\n{common}"
         );
     }
+    let runtime = if mqfq {
+        format!(
+            r#"    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.mqfq]
+      runtime_type = "{MQFQ}"
+      pod_annotations = ["io.mqfq.*"]
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.mqfq.options]
+        ConfigPath = "{d}/{SHIM_CONFIG}"
+"#
+        )
+    } else {
+        String::new()
+    };
     format!(
         r#"version = 2
 {common}[plugins."io.containerd.grpc.v1.cri"]
@@ -68,16 +91,11 @@ fn v2(common: &str, d: &str, cri: bool) -> String {
     default_runtime_name = "runc"
     [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
       runtime_type = "io.containerd.runc.v2"
-    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.mqfq]
-      runtime_type = "{MQFQ}"
-      pod_annotations = ["io.mqfq.*"]
-      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.mqfq.options]
-        ConfigPath = "{d}/{SHIM_CONFIG}"
-"#
+{runtime}"#
     )
 }
 
-fn v3(common: &str, d: &str, cri: bool) -> String {
+fn v3(common: &str, d: &str, cri: bool, mqfq: bool) -> String {
     // NRI (on by default in 2.x) binds /var/run/nri/nri.sock: two test containerds at once
     // would fight over it ("address already in use" kills the second's CRI), so each has its own.
     let transfer = format!(
@@ -95,6 +113,18 @@ fn v3(common: &str, d: &str, cri: bool) -> String {
              \"io.containerd.podsandbox.controller.v1.podsandbox\"]\n{common}{transfer}"
         );
     }
+    let runtime = if mqfq {
+        format!(
+            r#"    [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.mqfq]
+      runtime_type = "{MQFQ}"
+      pod_annotations = ["io.mqfq.*"]
+      [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.mqfq.options]
+        ConfigPath = "{d}/{SHIM_CONFIG}"
+"#
+        )
+    } else {
+        String::new()
+    };
     format!(
         r#"version = 3
 {common}{transfer}[plugins.'io.containerd.cri.v1.images']
@@ -110,12 +140,7 @@ fn v3(common: &str, d: &str, cri: bool) -> String {
     default_runtime_name = "runc"
     [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]
       runtime_type = "io.containerd.runc.v2"
-    [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.mqfq]
-      runtime_type = "{MQFQ}"
-      pod_annotations = ["io.mqfq.*"]
-      [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.mqfq.options]
-        ConfigPath = "{d}/{SHIM_CONFIG}"
-[plugins.'io.containerd.grpc.v1.cri']
+{runtime}[plugins.'io.containerd.grpc.v1.cri']
   disable_tcp_service = true
   stream_server_address = "127.0.0.1"
   stream_server_port = "0"

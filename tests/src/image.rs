@@ -176,8 +176,18 @@ pub fn build_image(out: &Path, name: &str, cmd: &[&str], items: &[Item]) -> std:
             data,
         )
     };
+    // Docker's `docker load` reads the archive through `manifest.json` (as `docker save` writes
+    // it beside the OCI layout); ctr reads `index.json`.
+    let docker_manifest = serde_json::json!([{
+        "Config": format!("blobs/sha256/{}", &digest(&config)[7..]),
+        "RepoTags": [name.strip_prefix("docker.io/").unwrap_or(name)],
+        "Layers": [format!("blobs/sha256/{}", &digest(&layer)[7..])]
+    }])
+    .to_string()
+    .into_bytes();
     add("oci-layout", br#"{"imageLayoutVersion":"1.0.0"}"#)?;
     add("index.json", &index)?;
+    add("manifest.json", &docker_manifest)?;
     for b in [&layer, &config, &manifest] {
         let name = format!("blobs/sha256/{}", &digest(b)[7..]);
         add(&name, b)?;

@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 mod config;
 mod image;
 mod mqfqd;
+pub use config::users_cri_config;
 pub use image::{Item, build_busybox_image, build_image, host_glibc};
 pub use mqfqd::{Mqfqd, pool_tiers};
 
@@ -133,6 +134,18 @@ pub fn available() -> Result<bool, String> {
     }
 }
 
+/// A scratch directory for one containerd instance (its root, state, sockets and log).
+///
+/// # Panics
+/// `/tmp` is not writable.
+#[must_use]
+pub fn scratch_dir() -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix("mqfq-it-")
+        .tempdir_in("/tmp")
+        .expect("temp dir")
+}
+
 impl Containerd {
     /// Starts containerd with `shim_dir` first on its PATH and imports the busybox image into
     /// namespace `ns`. Returns `None` (test skipped) when the machine cannot run it.
@@ -166,42 +179,91 @@ impl Containerd {
             Ok(false) => return None,
             Err(e) => panic!("{e}"),
         }
-        let dir = tempfile::Builder::new()
-            .prefix("mqfq-it-")
-            .tempdir_in("/tmp")
-            .expect("temp dir");
+        let dir = scratch_dir();
         let d = dir.path();
-        let version = containerd_version();
-        let config = config::containerd_config(d, cri, version.0);
+        let config = config::containerd_config(d, cri, containerd_version().0);
         std::fs::write(d.join("config.toml"), config).expect("write config");
         if cri {
             std::fs::write(d.join(config::SHIM_CONFIG), config::shim_config(d))
                 .expect("write shim config");
         }
-        let log = std::fs::File::create(d.join("containerd.log")).expect("log");
+        // The shims get the kit's places for mqfqd, the edits, the interposer and their
+        // control directories, under this instance's directory.
+        let mut kit_env = vec![
+            ("MQFQ_DAEMON_SOCKET", d.join("mqfqd.sock")),
+            ("MQFQ_EDITS_FILE", d.join("nvidia-edits.json")),
+            ("MQFQ_INTERPOSER", d.join("libmqfq_cuda.so")),
+            ("MQFQ_CTL_ROOT", d.join("ctl")),
+        ];
+        // The tests are ctr users: NVIDIA_VISIBLE_DEVICES grants GPUs (the explicit switch;
+        // a test of the default policy sets MQFQ_GPU_ACCESS itself).
+        kit_env.push(("MQFQ_GPU_ACCESS", "env".into()));
+        kit_env.extend(env.iter().map(|(k, v)| (*k, PathBuf::from(v))));
+        let config = d.join("config.toml");
+        let runc_root = config::runc_root(d, cri);
+        Some(Self::spawn(
+            dir, &config, ns, shim_dir, cri, &kit_env, runc_root,
+        ))
+    }
+
+    /// CRI on a config file the caller wrote, as an installed node runs it: `config` (the
+    /// system's `/etc/containerd/config.toml`, say) holds [`users_cri_config`] of `dir`, plus
+    /// whatever an installer added. The shims get only `env`: every other setting is their
+    /// default, and runc keeps its state in its default root. Returns `None` (test skipped)
+    /// when the machine cannot run it.
+    ///
+    /// # Panics
+    /// When the machine should be able to run it but containerd does not come up.
+    #[must_use]
+    pub fn start_cri_on(
+        dir: tempfile::TempDir,
+        config: &Path,
+        shim_dir: &Path,
+        env: &[(&str, &str)],
+    ) -> Option<Self> {
+        match available() {
+            Ok(true) => {}
+            Ok(false) => return None,
+            Err(e) => panic!("{e}"),
+        }
+        let env: Vec<(&str, PathBuf)> = env.iter().map(|(k, v)| (*k, PathBuf::from(v))).collect();
+        let runc_root = config::runc_root(dir.path(), false);
+        Some(Self::spawn(
+            dir,
+            config,
+            CRI_NAMESPACE,
+            shim_dir,
+            true,
+            &env,
+            runc_root,
+        ))
+    }
+
+    fn spawn(
+        dir: tempfile::TempDir,
+        config: &Path,
+        ns: &str,
+        shim_dir: &Path,
+        cri: bool,
+        env: &[(&str, PathBuf)],
+        runc_root: PathBuf,
+    ) -> Self {
+        let log = std::fs::File::create(dir.path().join("containerd.log")).expect("log");
         let path = format!("{}:{}", shim_dir.display(), tool_path());
         let child = Command::new("containerd")
             .arg("--config")
-            .arg(d.join("config.toml"))
+            .arg(config)
             .env("PATH", path)
-            .env("MQFQ_DAEMON_SOCKET", d.join("mqfqd.sock"))
-            .env("MQFQ_EDITS_FILE", d.join("nvidia-edits.json"))
-            .env("MQFQ_INTERPOSER", d.join("libmqfq_cuda.so"))
-            .env("MQFQ_CTL_ROOT", d.join("ctl"))
-            // The tests are ctr users: NVIDIA_VISIBLE_DEVICES grants GPUs (the explicit switch;
-            // a test of the default policy sets MQFQ_GPU_ACCESS itself).
-            .env("MQFQ_GPU_ACCESS", "env")
-            .envs(env.iter().copied())
+            .envs(env.iter().map(|(k, v)| (*k, v.as_os_str())))
             .stdout(log.try_clone().expect("log"))
             .stderr(log)
             .spawn()
             .expect("spawn containerd");
-        let runc_root = config::runc_root(d, cri);
         let c = Containerd {
             dir,
             child: Some(child),
             ns: ns.to_owned(),
-            version,
+            version: containerd_version(),
             runc_root,
         };
         let deadline = Instant::now() + Duration::from_secs(30);
@@ -229,7 +291,7 @@ impl Containerd {
             build_busybox_image(&tar, name, cmd).expect("build busybox image");
             c.import_tar(&tar, name);
         }
-        Some(c)
+        c
     }
 
     fn import_tar(&self, tar: &Path, name: &str) {

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Builds the Debian package with cargo-deb (pinned, from crates.io) and prints its path:
+#   target/debian/mqfq-shim_<version>-1_amd64.deb
+# Reproducible: file times are SOURCE_DATE_EPOCH (default: the last commit's time), and the
+# build directory and cargo's home are remapped out of the binaries, so the same commit gives
+# the same bytes wherever it is built (shim/tests/deb.rs checks two builds agree).
+# What goes in it: shim/daemon/Cargo.toml, [package.metadata.deb]; docs/INSTALL-DEBIAN.md.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PATH="$HOME/.cargo/bin:$PATH"
+# shellcheck source=scripts/tools.sh
+source scripts/tools.sh
+CARGO_DEB_VERSION=3.8.0
+if ! cargo-deb --version 2>/dev/null | grep -q "$CARGO_DEB_VERSION"; then
+    cargo install --quiet --locked "cargo-deb@$CARGO_DEB_VERSION" --root "$MQFQ_TOOLS" >&2
+fi
+SOURCE_DATE_EPOCH=${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct 2>/dev/null || echo 0)}
+export SOURCE_DATE_EPOCH
+cargo_home=${CARGO_HOME:-$HOME/.cargo}
+export RUSTFLAGS="--remap-path-prefix=$PWD=/build/mqfq-shim --remap-path-prefix=$cargo_home=/cargo"
+
+# The interposer for any image with glibc 2.17 or newer; the programs for this glibc.
+interposer=$(scripts/build-interposer.sh)
+cargo build --quiet --locked --release -p mqfq-shim --bin containerd-shim-mqfq-v2 \
+    -p mqfq-daemon --bin mqfqd --bin mqfqctl >&2
+
+stage=target/deb-stage
+rm -rf "$stage"
+mkdir -p "$stage"
+cp "$interposer" "$stage/libmqfq_cuda.so"
+# The packaged programs live in /usr/bin (the unit in packaging/systemd names /usr/local/bin,
+# where a hand or node-installer install puts them).
+sed 's|/usr/local/bin/mqfqd|/usr/bin/mqfqd|' packaging/systemd/mqfqd.service > "$stage/mqfqd.service"
+grep -q '^ExecStart=/usr/bin/mqfqd ' "$stage/mqfqd.service"
+target/release/mqfqctl man | gzip -9n > "$stage/mqfqctl.8.gz"
+target/release/mqfqctl completions bash > "$stage/mqfqctl.bash"
+target/release/mqfqctl completions zsh > "$stage/_mqfqctl"
+target/release/mqfqctl completions fish > "$stage/mqfqctl.fish"
+
+rm -rf target/debian
+cargo deb --quiet --locked --no-build -p mqfq-daemon -o target/debian/ 1>&2
+ls "$PWD"/target/debian/mqfq-shim_*.deb
