@@ -254,6 +254,34 @@ async fn the_package_installs_runs_gpu_pods_and_purges_to_the_users_config() {
         .await
         .unwrap_or_else(|e| panic!("{e}\n{}", c.log()));
 
+    // docs/INSTALL-DEBIAN.md's ctr line: GPU work by annotation, admitted by the packaged mqfqd
+    // under its function.
+    let o = c.run(
+        mqfq_testkit::MQFQ,
+        "g1",
+        &[
+            "--rm",
+            "--annotation",
+            "io.mqfq.gpu=true",
+            "--annotation",
+            "io.mqfq.function=hello",
+        ],
+        &["echo", "gpu-work"],
+    );
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("gpu-work"),
+        "{}\n{}",
+        String::from_utf8_lossy(&o.stderr),
+        c.log()
+    );
+    let s = mqfqctl_status().expect("mqfqctl status");
+    assert!(
+        s["flows"].as_array().is_some_and(|f| f
+            .iter()
+            .any(|f| f["function"].as_str().is_some_and(|n| n.ends_with("hello")))),
+        "mqfqctl status shows no flow of function hello: {s}"
+    );
+
     // A GPU server pod: its bursts go through the packaged interposer to mqfqd.
     let cuda = c
         .install_cuda(Path::new("/usr/lib/mqfq/libmqfq_cuda.so"))
