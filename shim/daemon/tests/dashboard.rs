@@ -97,18 +97,14 @@ fn names_in(expr: &str) -> (Vec<String>, Vec<String>) {
 #[test]
 fn every_series_the_dashboard_queries_is_exported() {
     let dir = tempfile::tempdir_in("/tmp").unwrap();
-    let sock = dir.path().join("d.sock");
     let addr = common::free_addr();
-    let cfg = dir.path().join("mqfqd.toml");
-    std::fs::write(
-        &cfg,
-        format!(
-            "socket = \"{}\"\nmetrics_addr = \"{addr}\"\nbackend = \"simulated\"\n\
-             restart_grace_ms = 0\n[nvidia]\nedits = false\n[placement]\nenabled = true\n",
-            sock.display()
+    let (cfg, sock) = common::write_config(
+        dir.path(),
+        &format!(
+            "metrics_addr = \"{addr}\"\nbackend = \"simulated\"\nrestart_grace_ms = 0\n\
+             [nvidia]\nedits = false\n[placement]\nenabled = true\n"
         ),
-    )
-    .unwrap();
+    );
     let log = dir.path().join("mqfqd.log");
     let child = common::serving(&cfg, &sock, &log, &[]);
     // Work of a few kinds, so the labelled series exist: admissions that wait and end, a

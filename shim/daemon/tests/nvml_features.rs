@@ -47,32 +47,23 @@ async fn admit(c: &api::AdmissionClient, function: &str, id: &str) -> u64 {
 #[test]
 fn nvml_process_samples_and_xids_drive_placement() {
     let dir = tempfile::tempdir_in("/tmp").unwrap();
-    let lib = match mqfq_testkit::build_double("nvml", dir.path()) {
-        Ok(l) => l,
-        Err(e) if std::env::var_os("MQFQ_REQUIRE_CONTAINERD").is_some() => panic!("{e}"),
-        Err(e) => {
-            eprintln!("skipped: {e}");
-            return;
-        }
+    let Some(lib) = common::nvml_double(dir.path()) else {
+        return;
     };
     // Process 4242 streams memory (80 % bandwidth, 10 % SM); 5151 computes (90 % SM).
     let procs = dir.path().join("processes");
     std::fs::write(&procs, "0 4242 10 80\n0 5151 90 5\n").unwrap();
     let proc_calls = dir.path().join("proc-calls");
-    let sock = dir.path().join("d.sock");
-    let cfg = dir.path().join("mqfqd.toml");
-    std::fs::write(
-        &cfg,
-        format!(
-            "socket = \"{}\"\nmetrics_addr = \"\"\nbackend = \"nvml\"\nnvml_library = \"{}\"\n\
+    let (cfg, sock) = common::write_config(
+        dir.path(),
+        &format!(
+            "metrics_addr = \"\"\nbackend = \"nvml\"\nnvml_library = \"{}\"\n\
              mps_pipe_dir = \"/nonexistent-mps\"\nsample_interval_ms = 20\n\
              [concurrency]\nd_initial = 4\n[nvidia]\nedits = false\n\
              [placement]\nenabled = true\nprobe_runs = 2\n",
-            sock.display(),
             lib.display()
         ),
-    )
-    .unwrap();
+    );
     let log = dir.path().join("mqfqd.log");
     let child = common::serving(
         &cfg,
@@ -231,30 +222,20 @@ fn nvml_process_samples_and_xids_drive_placement() {
 #[test]
 fn xids_are_counted_with_placement_off() {
     let dir = tempfile::tempdir_in("/tmp").unwrap();
-    let lib = match mqfq_testkit::build_double("nvml", dir.path()) {
-        Ok(l) => l,
-        Err(e) if std::env::var_os("MQFQ_REQUIRE_CONTAINERD").is_some() => panic!("{e}"),
-        Err(e) => {
-            eprintln!("skipped: {e}");
-            return;
-        }
+    let Some(lib) = common::nvml_double(dir.path()) else {
+        return;
     };
     let xids = dir.path().join("xids");
     std::fs::write(&xids, "").unwrap();
-    let sock = dir.path().join("d.sock");
     let addr = common::free_addr();
-    let cfg = dir.path().join("mqfqd.toml");
-    std::fs::write(
-        &cfg,
-        format!(
-            "socket = \"{}\"\nmetrics_addr = \"{addr}\"\nbackend = \"nvml\"\n\
-             nvml_library = \"{}\"\nmps_pipe_dir = \"/nonexistent-mps\"\n\
-             sample_interval_ms = 20\n[nvidia]\nedits = false\n",
-            sock.display(),
+    let (cfg, sock) = common::write_config(
+        dir.path(),
+        &format!(
+            "metrics_addr = \"{addr}\"\nbackend = \"nvml\"\nnvml_library = \"{}\"\n\
+             mps_pipe_dir = \"/nonexistent-mps\"\nsample_interval_ms = 20\n[nvidia]\nedits = false\n",
             lib.display()
         ),
-    )
-    .unwrap();
+    );
     let log = dir.path().join("mqfqd.log");
     let child = common::serving(
         &cfg,

@@ -71,3 +71,25 @@ pub fn scrape(addr: &str) -> String {
         .map(|(_, b)| b.to_owned())
         .unwrap()
 }
+
+/// Writes mqfqd's config `<dir>/mqfqd.toml`: its socket `<dir>/d.sock`, then `rest` (TOML).
+/// Returns (config, socket).
+pub fn write_config(dir: &Path, rest: &str) -> (std::path::PathBuf, std::path::PathBuf) {
+    let cfg = dir.join("mqfqd.toml");
+    let sock = dir.join("d.sock");
+    std::fs::write(&cfg, format!("socket = \"{}\"\n{rest}", sock.display())).unwrap();
+    (cfg, sock)
+}
+
+/// The NVML double (`tests/doubles`) built into `dir`; `None` (the test skips) where no C
+/// compiler is at hand, unless the run must be complete (`MQFQ_REQUIRE_CONTAINERD`).
+pub fn nvml_double(dir: &Path) -> Option<std::path::PathBuf> {
+    match mqfq_testkit::build_double("nvml", dir) {
+        Ok(l) => Some(l),
+        Err(e) if std::env::var_os("MQFQ_REQUIRE_CONTAINERD").is_some() => panic!("{e}"),
+        Err(e) => {
+            eprintln!("skipped: {e}");
+            None
+        }
+    }
+}
