@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Builds the Debian package with cargo-deb (pinned, from crates.io) and prints its path:
-#   target/debian/mqfq-shim_<version>-1_amd64.deb
-# Reproducible: file times are SOURCE_DATE_EPOCH (default: the last commit's time), and the
-# build directory and cargo's home are remapped out of the binaries, so the same commit gives
-# the same bytes wherever it is built (shim/tests/deb.rs checks two builds agree).
+#   target/debian/mqfq-shim_<version>+<commit time>-1_amd64.deb
+# (the commit time in the version, so a later commit's package upgrades an earlier one's).
+# Towards reproducible: file times are SOURCE_DATE_EPOCH (default: the last commit's time) and
+# the build directory and cargo's home are remapped out of the binaries; CI checks that two
+# packings of one build give the same bytes (a rebuild elsewhere also needs the same Rust
+# toolchain, which is not pinned). A DEBIAN/md5sums is added for `dpkg --verify`.
 # What goes in it: shim/daemon/Cargo.toml, [package.metadata.deb]; docs/INSTALL-DEBIAN.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -37,6 +39,20 @@ target/release/mqfqctl completions bash > "$stage/mqfqctl.bash"
 target/release/mqfqctl completions zsh > "$stage/_mqfqctl"
 target/release/mqfqctl completions fish > "$stage/mqfqctl.fish"
 
+version=$(sed -n 's/^version = "\(.*\)"$/\1/p' Cargo.toml | head -n 1)
+stamp=$(date -u -d "@$SOURCE_DATE_EPOCH" +%Y%m%d%H%M%S)
 rm -rf target/debian
-cargo deb --quiet --locked --no-build -p mqfq-daemon -o target/debian/ 1>&2
-ls "$PWD"/target/debian/mqfq-shim_*.deb
+cargo deb --quiet --locked --no-build -p mqfq-daemon --deb-version "$version+$stamp-1" \
+    -o target/debian/ 1>&2
+deb=$(ls "$PWD"/target/debian/mqfq-shim_*.deb)
+# cargo-deb writes no md5sums: unpack, add them, pack again with the same times.
+root=target/deb-root
+rm -rf "$root"
+dpkg-deb -R "$deb" "$root"
+(cd "$root" && find . -path ./DEBIAN -prune -o -type f -print | sed 's|^\./||' | LC_ALL=C sort |
+    xargs -d '\n' md5sum) > "$root/DEBIAN/md5sums"
+chmod 0644 "$root/DEBIAN/md5sums"
+find "$root" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} +
+dpkg-deb --root-owner-group -Zxz --build "$root" "$deb" >&2
+rm -rf "$root"
+echo "$deb"

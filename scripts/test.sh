@@ -53,7 +53,24 @@ cp "$deb" target/debian-first.deb
 deb=$(scripts/build-deb.sh)
 cmp target/debian-first.deb "$deb" || { echo "ERROR: two packings of one build differ" >&2; exit 1; }
 rm -f target/debian-first.deb
-MQFQ_DEB="$deb" MQFQ_REQUIRE_CONTAINERD=1 timeout -k 30 900 cargo test --locked -p mqfq-shim --test deb
+# The test installs and purges the package and rewrites containerd's config: whatever happens
+# to it (a kill skips its own clean-up), the machine is put back as it was.
+had_config=no
+if [ -e /etc/containerd/config.toml ]; then
+    cp -p /etc/containerd/config.toml target/containerd-config.saved
+    had_config=yes
+fi
+deb_status=0
+MQFQ_DEB="$deb" MQFQ_REQUIRE_CONTAINERD=1 timeout -k 30 900 cargo test --locked -p mqfq-shim --test deb ||
+    deb_status=$?
+dpkg -P mqfq-shim >/dev/null 2>&1 || true
+if [ "$had_config" = yes ]; then
+    cp -p target/containerd-config.saved /etc/containerd/config.toml
+else
+    rm -f /etc/containerd/config.toml
+fi
+rm -f target/containerd-config.saved
+[ "$deb_status" = 0 ] || exit "$deb_status"
 echo "== fuzz: every target, 10 s each"
 scripts/fuzz.sh 10
 echo "== every benchmark compiles (criterion and the end-to-end ones; scripts/bench-*.sh run them)"

@@ -35,6 +35,19 @@ END='# END mqfq-shim'
 
 die() { echo "mqfq-containerd: $*" >&2; exit 1; }
 
+# Runs the containerd that checks configs with the arguments given: CONTAINERD, or with ROOT
+# set and CONTAINERD not, the host's own containerd chrooted into ROOT. Status 127 when none
+# can run here.
+run_containerd() {
+    if [ -n "${CONTAINERD:-}" ] || [ "$ROOT" = / ]; then
+        "${CONTAINERD:-containerd}" --version >/dev/null 2>&1 || return 127
+        "${CONTAINERD:-containerd}" "$@"
+    else
+        chroot "$ROOT" containerd --version >/dev/null 2>&1 || return 127
+        chroot "$ROOT" containerd "$@"
+    fi
+}
+
 # The config version in force: config.toml's `version`, else containerd's default (3 from 2.0).
 config_version() {
     if [ -f "$CONFIG" ]; then
@@ -42,8 +55,8 @@ config_version() {
         echo "${v:-1}"
         return
     fi
-    major=$("${CONTAINERD:-containerd}" --version 2>/dev/null |
-        sed -n 's/^containerd [^ ]* v\{0,1\}\([0-9][0-9]*\)\.[0-9].*/\1/p' | head -n 1)
+    major=$(run_containerd --version 2>/dev/null |
+        sed -n 's/^containerd [^ ]* v\{0,1\}\([0-9][0-9]*\)\.[0-9].*/\1/p' | head -n 1) || true
     if [ "${major:-1}" -ge 2 ]; then echo 3; else echo 2; fi
 }
 
@@ -101,34 +114,37 @@ with_block() {
     echo "$END"
 }
 
-# containerd's `config dump` of config file $1 (a path as this process sees it), on stdout;
-# status 127 when no containerd can run here. With ROOT set and CONTAINERD not, the host's own
-# containerd runs chrooted into ROOT (it reads the file at its path inside ROOT).
+# containerd's `config dump` of config file $1 (a path as this process sees it; chrooted, the
+# same file at its path inside ROOT), on stdout; status 127 when no containerd can run here.
 containerd_dump() {
     if [ -n "${CONTAINERD:-}" ] || [ "$ROOT" = / ]; then
-        "${CONTAINERD:-containerd}" --version >/dev/null 2>&1 || return 127
-        "${CONTAINERD:-containerd}" --config "$1" config dump 2>&1
+        run_containerd --config "$1" config dump 2>&1
     else
-        inside=${1#"${ROOT%/}"}
-        chroot "$ROOT" containerd --version >/dev/null 2>&1 || return 127
-        chroot "$ROOT" containerd --config "$inside" config dump 2>&1
+        run_containerd --config "${1#"${ROOT%/}"}" config dump 2>&1
     fi
 }
 
-# Checks a candidate config with containerd (when it runs here; MQFQ_REQUIRE_CHECK=1 makes
-# that a must) and puts it in place.
-install_config() {
+# Whether containerd accepts config $1 with the mqfq runtime in it (or none can run here and
+# MQFQ_REQUIRE_CHECK is not 1); says why not on stderr.
+config_ok() {
     status=0
     dump=$(containerd_dump "$1") || status=$?
     if [ "$status" = 127 ]; then
-        [ "${MQFQ_REQUIRE_CHECK:-0}" != 1 ] ||
-            { rm -f "$1"; die "no containerd to check the new config with (MQFQ_REQUIRE_CHECK=1)"; }
+        [ "${MQFQ_REQUIRE_CHECK:-0}" != 1 ] && return 0
+        echo "mqfq-containerd: no containerd to check the new config with (MQFQ_REQUIRE_CHECK=1)" >&2
+        return 1
     elif [ "$status" != 0 ]; then
-        rm -f "$1"; die "containerd refuses the new config: $dump"
-    else
-        printf '%s' "$dump" | grep -q 'io.containerd.mqfq.v2' ||
-            { rm -f "$1"; die "containerd's config dump does not show the mqfq runtime"; }
+        echo "mqfq-containerd: containerd refuses the new config: $dump" >&2
+        return 1
     fi
+    printf '%s' "$dump" | grep -q 'io.containerd.mqfq.v2' && return 0
+    echo "mqfq-containerd: containerd's config dump does not show the mqfq runtime" >&2
+    return 1
+}
+
+# Checks a candidate config with containerd and puts it in place (file mode and owner kept).
+install_config() {
+    config_ok "$1" || { rm -f "$1"; exit 1; }
     if [ -f "$CONFIG" ]; then
         chmod --reference="$CONFIG" "$1" 2>/dev/null || true
         chown --reference="$CONFIG" "$1" 2>/dev/null || true
@@ -136,50 +152,108 @@ install_config() {
     mv "$1" "$CONFIG"
 }
 
+# The config as it is now becomes the one unregister gives back.
+take_backup() {
+    cp -p "$CONFIG" "$ORIG"
+    rm -f "$CREATED"
+}
+
+# Puts the drop-in back as it was before this run (the exit trap while it is being changed).
+undo_dropin() {
+    if [ -f "$DROPIN.mqfq-old" ]; then
+        mv "$DROPIN.mqfq-old" "$DROPIN"
+    else
+        rm -f "$DROPIN"
+        rmdir "$DIR/conf.d" 2>/dev/null || true
+    fi
+    rm -f "$CONFIG.tmp" "$DROPIN.tmp"
+}
+
+# Refuses what register or unregister must not touch, and says when there is nothing to do.
+preflight() {
+    [ ! -L "$CONFIG" ] && [ ! -L "$DIR" ] ||
+        die "$CONFIG (or its directory) is a symbolic link: register the runtime in the file it names by hand"
+}
+
+# Whether config.toml turns containerd's CRI plugin off (Docker's containerd.io does).
+cri_disabled() {
+    grep -Eq '^[[:space:]]*disabled_plugins[[:space:]]*=.*"(cri|io\.containerd\.grpc\.v1\.cri|io\.containerd\.cri\.v1\.runtime)"' "$CONFIG" 2>/dev/null
+}
+
 register() {
     changed=unchanged
+    preflight
+    if cri_disabled; then
+        echo "mqfq-containerd: $CONFIG turns containerd's CRI plugin off (as Docker's containerd.io ships it): nothing to register; Docker, ctr and nerdctl name the runtime io.containerd.mqfq.v2 themselves" >&2
+        echo unchanged
+        return
+    fi
     version=$(config_version)
     if [ ! -f "$CONFIG" ]; then
         mkdir -p "$DIR"
         if [ "$version" = 3 ]; then
             printf 'version = 3\nimports = ["%s"]\n' "$DROPIN_REL" > "$CONFIG.tmp"
+            mkdir -p "$DIR/conf.d"
+            trap undo_dropin EXIT
+            { echo '# Written by mqfq-containerd.sh (mqfq-shim).'; echo 'version = 3'; echo; runtime_table 3; } > "$DROPIN"
         else
             { echo 'version = 2'; echo; echo "$BEGIN"; runtime_table 2; echo "$END"; } > "$CONFIG.tmp"
         fi
-        if [ "$version" = 3 ]; then
-            mkdir -p "$DIR/conf.d"
-            { echo '# Written by mqfq-containerd.sh (mqfq-shim).'; echo 'version = 3'; echo; runtime_table 3; } > "$DROPIN"
-        fi
         install_config "$CONFIG.tmp"
+        trap - EXIT
         : > "$CREATED"
         cp "$CONFIG" "$OURS"
         echo changed
         return
     fi
     if [ "$version" = 3 ]; then
-        mkdir -p "$DIR/conf.d"
-        want=$({ echo '# Written by mqfq-containerd.sh (mqfq-shim).'; echo 'version = 3'; echo; runtime_table 3; })
-        if [ ! -f "$DROPIN" ] || [ "$(cat "$DROPIN")" != "$want" ]; then
-            printf '%s\n' "$want" > "$DROPIN.tmp"
-            mv "$DROPIN.tmp" "$DROPIN"
-            changed=changed
-        fi
         if runtime_named_mqfq && ! registered_inline; then
             die "$CONFIG already has a runtime named mqfq of another type; remove or rename it first"
         fi
+        want=$({ echo '# Written by mqfq-containerd.sh (mqfq-shim).'; echo 'version = 3'; echo; runtime_table 3; })
+        dropin_changed=no
+        if [ ! -f "$DROPIN" ] || [ "$(cat "$DROPIN")" != "$want" ]; then
+            # In place only once containerd has accepted it with the config: undone otherwise.
+            mkdir -p "$DIR/conf.d"
+            rm -f "$DROPIN.mqfq-old"
+            [ ! -f "$DROPIN" ] || cp -p "$DROPIN" "$DROPIN.mqfq-old"
+            trap undo_dropin EXIT
+            printf '%s\n' "$want" > "$DROPIN.tmp"
+            mv "$DROPIN.tmp" "$DROPIN"
+            dropin_changed=yes
+            changed=changed
+        fi
         if ! imported; then
-            cp -p "$CONFIG" "$ORIG"
             with_import > "$CONFIG.tmp"
+            take_backup
             install_config "$CONFIG.tmp"
             cp "$CONFIG" "$OURS"
             changed=changed
+        elif [ "$dropin_changed" = yes ]; then
+            config_ok "$CONFIG" || exit 1
         fi
+        trap - EXIT
+        rm -f "$DROPIN.mqfq-old"
     elif [ "$version" = 2 ]; then
-        if ! registered_inline; then
+        if grep -qxF "$BEGIN" "$CONFIG" && grep -qxF "$END" "$CONFIG"; then
+            # Ours already: brought up to this version's table (an upgrade) where it differs.
+            { echo "$BEGIN"; runtime_table 2; echo "$END"; } > "$CONFIG.block"
+            if [ "$(sed -n '/^# BEGIN mqfq-shim/,/^# END mqfq-shim$/p' "$CONFIG")" != "$(cat "$CONFIG.block")" ]; then
+                awk -v block="$CONFIG.block" '
+                    /^# BEGIN mqfq-shim/ { while ((getline line < block) > 0) print line; skip = 1; next }
+                    skip && /^# END mqfq-shim$/ { skip = 0; next }
+                    !skip' "$CONFIG" > "$CONFIG.tmp"
+                rm -f "$CONFIG.block"
+                install_config "$CONFIG.tmp"
+                cp "$CONFIG" "$OURS"
+                changed=changed
+            fi
+            rm -f "$CONFIG.block"
+        elif ! registered_inline; then
             ! runtime_named_mqfq ||
                 die "$CONFIG already has a runtime named mqfq of another type; remove or rename it first"
-            cp -p "$CONFIG" "$ORIG"
             with_block > "$CONFIG.tmp"
+            take_backup
             install_config "$CONFIG.tmp"
             cp "$CONFIG" "$OURS"
             changed=changed
@@ -192,6 +266,7 @@ register() {
 
 unregister() {
     changed=unchanged
+    preflight
     if [ -f "$DROPIN" ]; then rm -f "$DROPIN"; changed=changed; fi
     rmdir "$DIR/conf.d" 2>/dev/null || true
     if [ -f "$OURS" ] && [ -f "$CONFIG" ] && cmp -s "$OURS" "$CONFIG"; then
@@ -199,13 +274,15 @@ unregister() {
         if [ -f "$CREATED" ]; then
             rm -f "$CONFIG"
         elif [ -f "$ORIG" ]; then
-            cp -p "$ORIG" "$CONFIG"
+            cp -p "$ORIG" "$CONFIG.tmp"
+            mv "$CONFIG.tmp" "$CONFIG"
         fi
         changed=changed
     elif [ -f "$CONFIG" ] && grep -qF "$BEGIN" "$CONFIG" && ! grep -qxF "$END" "$CONFIG"; then
         # The block's end marker is gone: deleting to the end of the file could take the user's
         # settings with it, so nothing is touched.
         echo "mqfq-containerd: $CONFIG has the mqfq-shim begin marker but not its end marker: nothing removed; take the mqfq runtime's table out by hand (the config before register is kept at $ORIG)" >&2
+        rm -f "$OURS" "$CREATED"
         echo "$changed"
         return
     elif [ -f "$CONFIG" ] && { grep -qF "$BEGIN" "$CONFIG" || grep -qF "\"$DROPIN_REL\"" "$CONFIG"; }; then
@@ -218,6 +295,7 @@ unregister() {
         changed=changed
     elif [ -f "$ORIG" ] && [ -f "$CONFIG" ] && registered_inline; then
         echo "mqfq-containerd: $CONFIG registers the mqfq runtime without register's markers: nothing removed; take it out by hand (the config before register is kept at $ORIG)" >&2
+        rm -f "$OURS" "$CREATED"
         echo "$changed"
         return
     fi

@@ -8,8 +8,10 @@
 //!
 //! It changes the machine (`/usr/bin`, `/etc`), so it runs only when `MQFQ_DEB` names the
 //! package (`scripts/test.sh` builds it with `scripts/build-deb.sh`), and refuses to run where
-//! the package is installed already. The system's `/etc/containerd/config.toml` is put back
-//! afterwards, pass or fail.
+//! the package is installed already, where systemd runs (the package's scripts would restart
+//! the machine's containerd) or where any containerd runs. The system's
+//! `/etc/containerd/config.toml` is put back afterwards, pass or fail (and by `scripts/test.sh`
+//! from a copy on disk, should the test be killed).
 #![expect(
     clippy::tests_outside_test_module,
     reason = "an integration-test crate is the test module"
@@ -157,6 +159,24 @@ async fn the_package_installs_runs_gpu_pods_and_purges_to_the_users_config() {
         return;
     };
     let deb = PathBuf::from(deb);
+    // It restarts nothing and shares runc's default root: only where no containerd runs and
+    // no systemd would restart one onto the test's config.
+    assert!(
+        !Path::new("/run/systemd/system").exists(),
+        "systemd runs here: the package's scripts would restart the machine's containerd"
+    );
+    let running: Vec<_> = std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(Result::ok)
+        .filter(|e| {
+            std::fs::read_to_string(e.path().join("comm")).is_ok_and(|c| c.trim() == "containerd")
+        })
+        .map(|e| e.file_name())
+        .collect();
+    assert!(
+        running.is_empty(),
+        "a containerd runs here (pids {running:?})"
+    );
     assert!(
         !present(),
         "{PACKAGE} is on this machine ({}): this test installs and purges it itself",

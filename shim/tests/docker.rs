@@ -171,14 +171,12 @@ fn docker_runs_execs_pauses_and_gates_gpu_work_on_the_shim() {
     assert_eq!(shims.len(), 1, "{shims:?}");
     let exe = std::fs::read_link(format!("/proc/{}/exe", shims[0])).unwrap();
     assert_eq!(exe, shim, "the container's shim is not ours");
-    // runc's state is in containerd's root for the runtime, not Docker's runc root (where
-    // OpenWhisk's use-runc=true would look: docs/PLATFORMS.md).
+    // runc's state is in containerd's root for the runtime, not Docker's runc root
+    // (`<exec-root>/runtime-runc`, where OpenWhisk's use-runc=true would look:
+    // docs/PLATFORMS.md).
     assert!(c.runc_dir().join(&id).join("state.json").is_file());
-    assert!(
-        !Path::new("/run/docker/runtime-runc/moby")
-            .join(&id)
-            .exists()
-    );
+    let dockers_runc = c.dir().join("docker/exec/runtime-runc/moby");
+    assert!(!dockers_runc.join(&id).exists());
     assert_eq!(docker.ok(&["exec", &id, "echo", "exec-ok"]), "exec-ok");
     docker.ok(&["pause", &id]);
     assert_eq!(

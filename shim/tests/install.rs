@@ -231,6 +231,10 @@ fn hand_edits_are_never_lost() {
     assert_ne!(code, 0);
     assert!(err.contains("already has a runtime named mqfq"), "{err}");
     assert_eq!(std::fs::read_to_string(config(node)).unwrap(), theirs);
+    assert!(
+        !node.join("etc/containerd/conf.d/mqfq.toml").exists(),
+        "a refused register left its drop-in"
+    );
 
     // The begin marker without the end marker: unregister touches nothing.
     let cut = format!(
@@ -243,6 +247,64 @@ fn hand_edits_are_never_lost() {
     assert_eq!((code, out.as_str()), (0, "unchanged"), "{err}");
     assert!(err.contains("not its end marker"), "{err}");
     assert_eq!(std::fs::read_to_string(config(node)).unwrap(), cut);
+}
+
+/// Configs register must leave alone: Docker's containerd.io turns CRI off (nothing to
+/// register, and installing must not fail); a symlinked config.toml (under a mounted host root
+/// its target may resolve elsewhere). An upgrade brings register's own block up to date.
+#[test]
+fn configs_without_cri_or_behind_a_link_are_left_alone_and_blocks_are_refreshed() {
+    if !mqfq_testkit::have("containerd") {
+        eprintln!("SKIPPED: no containerd");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let node = dir.path();
+    std::fs::create_dir_all(node.join("etc/containerd")).unwrap();
+    let docker = "#   Copyright 2018-2022 Docker Inc.\n\ndisabled_plugins = [\"cri\"]\n";
+    std::fs::write(config(node), docker).unwrap();
+    let (code, out, err) = run(node, "register");
+    assert_eq!((code, out.as_str()), (0, "unchanged"), "{err}");
+    assert!(err.contains("CRI plugin off"), "{err}");
+    assert_eq!(std::fs::read_to_string(config(node)).unwrap(), docker);
+
+    std::fs::remove_file(config(node)).unwrap();
+    let real = node.join("elsewhere.toml");
+    std::fs::write(
+        &real,
+        users_config(mqfq_testkit::containerd_version().0 >= 2),
+    )
+    .unwrap();
+    std::os::unix::fs::symlink(&real, config(node)).unwrap();
+    let (code, _, err) = run(node, "register");
+    assert_ne!(code, 0);
+    assert!(err.contains("symbolic link"), "{err}");
+    assert!(
+        std::fs::symlink_metadata(config(node))
+            .unwrap()
+            .file_type()
+            .is_symlink()
+    );
+    std::fs::remove_file(config(node)).unwrap();
+
+    if mqfq_testkit::containerd_version().0 >= 2 {
+        return; // the block is 1.6 / 1.7's
+    }
+    let original = users_config(false);
+    std::fs::write(config(node), &original).unwrap();
+    assert_eq!(run(node, "register").1, "changed");
+    let current = std::fs::read_to_string(config(node)).unwrap();
+    // An older release's block: other annotations.
+    let older = current.replace(
+        "pod_annotations = [\"io.mqfq.*\", \"serving.knative.dev/*\"]",
+        "pod_annotations = [\"io.mqfq.*\"]",
+    );
+    assert_ne!(older, current);
+    std::fs::write(config(node), &older).unwrap();
+    assert_eq!(run(node, "register").1, "changed");
+    assert_eq!(std::fs::read_to_string(config(node)).unwrap(), current);
+    assert_eq!(run(node, "unregister").1, "changed");
+    assert_eq!(std::fs::read_to_string(config(node)).unwrap(), original);
 }
 
 /// The node installer (`packaging/kubernetes/node/mqfq-node-installer.sh`) on a fake host: it

@@ -41,6 +41,9 @@ pub struct Containerd {
     pub version: (u32, u32),
     /// runc's state root for this instance (the namespace is a directory in it).
     runc_root: PathBuf,
+    /// Whether the namespace's runc state is this instance's own, removed on drop (not where
+    /// runc's default root is shared with the machine's own containers).
+    owns_runc_dir: bool,
 }
 
 /// `PATH` with the containerd under test first: `MQFQ_CONTAINERD_DIR` (a directory holding
@@ -209,7 +212,8 @@ impl Containerd {
     /// CRI on a config file the caller wrote, as an installed node runs it: `config` (the
     /// system's `/etc/containerd/config.toml`, say) holds [`users_cri_config`] of `dir`, plus
     /// whatever an installer added. The shims get only `env`: every other setting is their
-    /// default, and runc keeps its state in its default root. Returns `None` (test skipped)
+    /// default, and runc keeps its state in its default root (which drop leaves alone: it may
+    /// hold the machine's own containers). Returns `None` (test skipped)
     /// when the machine cannot run it.
     ///
     /// # Panics
@@ -228,15 +232,9 @@ impl Containerd {
         }
         let env: Vec<(&str, PathBuf)> = env.iter().map(|(k, v)| (*k, PathBuf::from(v))).collect();
         let runc_root = config::runc_root(dir.path(), false);
-        Some(Self::spawn(
-            dir,
-            config,
-            CRI_NAMESPACE,
-            shim_dir,
-            true,
-            &env,
-            runc_root,
-        ))
+        let mut c = Self::spawn(dir, config, CRI_NAMESPACE, shim_dir, true, &env, runc_root);
+        c.owns_runc_dir = false;
+        Some(c)
     }
 
     fn spawn(
@@ -265,6 +263,7 @@ impl Containerd {
             ns: ns.to_owned(),
             version: containerd_version(),
             runc_root,
+            owns_runc_dir: true,
         };
         let deadline = Instant::now() + Duration::from_secs(30);
         while !c.ctr(&["version"]).status.success() {
@@ -709,7 +708,9 @@ impl Drop for Containerd {
                 self.dir.path().display()
             ))
             .status();
-        let _ = std::fs::remove_dir_all(self.runc_dir());
+        if self.owns_runc_dir {
+            let _ = std::fs::remove_dir_all(self.runc_dir());
+        }
     }
 }
 
