@@ -796,7 +796,7 @@ mod outside;
 mod snapshot;
 mod tenants;
 
-pub use snapshot::FlowSnapshot;
+pub use snapshot::{FlowSnapshot, WorkAhead};
 
 #[cfg(test)]
 mod tests;

@@ -45,6 +45,8 @@ fn gpu() -> impl Strategy<Value = GpuView> {
                 utilization_stddev: sd,
                 memory_used: mem,
                 queue: q,
+                // Measured work on some GPUs, not on others (runs are counted then).
+                work_s: (q % 3 == 0).then(|| (f64::from(q) * 0.1, 0.05 + u)),
                 limit: q % 4,
                 power: p,
                 health,

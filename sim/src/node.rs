@@ -248,8 +248,10 @@ impl NodeMqfq {
             PlacementMode::Fitness => {
                 let all: Vec<u32> = gpus.iter().map(|g| g.info.index).collect();
                 // The peak weights (minute 720, noon): the simulator has no time of day.
+                let ahead = self.core.work_ahead(&self.names[func]);
                 let c = self.placer.as_ref()?.choose(
                     &gpus,
+                    &ahead,
                     &all,
                     &self.names[func],
                     &scheduler_core::placement::Near::default(),

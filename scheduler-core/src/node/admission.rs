@@ -861,6 +861,16 @@ impl Core {
             .collect()
     }
 
+    /// Each GPU's work held or waiting, for placing `key`'s next invocation (see
+    /// [`crate::queue::MqfqQueue::work_ahead`]), by GPU index.
+    #[must_use]
+    pub fn work_ahead(&self, key: &str) -> Vec<(u32, crate::queue::WorkAhead)> {
+        self.gpus
+            .iter()
+            .map(|g| (g.info.index, g.queue.work_ahead(key)))
+            .collect()
+    }
+
     /// Every flow on every GPU, with its GPU index.
     #[must_use]
     pub fn flows(&self) -> Vec<(u32, crate::queue::FlowSnapshot)> {

@@ -59,6 +59,10 @@ pub struct GpuView {
     pub memory_used: f64,
     /// Admissions holding or waiting for a slot on it.
     pub queue: u32,
+    /// Where the function's service has been measured (here or on another GPU, scaled by the
+    /// speed of its kind of work): (seconds of work held or waiting here, the function's own
+    /// service here). Expected completion is then their sum; without it, `queue` runs.
+    pub work_s: Option<(f64, f64)>,
     /// How many it runs at once (its concurrency limit in force; at least 1 counts).
     pub limit: u32,
     /// Power draw over its limit, 0..=1, where NVML reports power.
@@ -79,8 +83,10 @@ pub struct Weights {
     pub fitness: f64,
     /// The function's memory already on the GPU.
     pub locality: f64,
-    /// A short expected completion: `1 + queue` runs of the function (the work ahead shares
-    /// the GPU's time) at the GPU's speed for its kind of work, against the best candidate's.
+    /// A short expected completion against the best candidate's: the work ahead in measured
+    /// seconds plus the function's own service there, where every candidate has them; else
+    /// `1 + queue` runs of the function (the work ahead shares the GPU's time) at the GPU's
+    /// speed for its kind of work.
     pub queue: f64,
     /// Short functions packed onto busy GPUs, long ones spread to free and stable ones.
     pub balance: f64,
@@ -95,8 +101,11 @@ impl Default for Weights {
         Weights {
             fitness: 1.0,
             locality: 0.5,
-            queue: 0.5,
-            balance: 0.3,
+            // The expected completion, in measured seconds of the work ahead once functions
+            // are measured: the term that keeps a fast GPU from drawing work while a slower
+            // one idles (docs/PERFORMANCE.md §1b, where these weights were chosen).
+            queue: 3.0,
+            balance: 0.1,
             energy: 0.0,
             affinity: 0.3,
         }
@@ -154,7 +163,7 @@ impl Default for WeightSchedule {
         let peak = Weights::default();
         let off_peak = Weights {
             energy: 0.5,
-            queue: 0.25,
+            queue: 1.5,
             ..peak
         };
         WeightSchedule {
@@ -351,12 +360,18 @@ pub fn choose(
     // GPU's time: co-runners admitted under a limit of D do not run D times as fast (the
     // controller lets them in for a small gain, at a slowdown each), so counting the work ahead
     // in rounds of `limit` made a busy fast GPU look free and left slower ones idle.
-    let completion = |g: &GpuView| {
-        let speed = match bound {
-            Bound::Compute => g.model.tflops,
-            Bound::Memory => g.model.mem_gbps,
-        };
-        (1.0 + f64::from(g.queue)) / speed.max(f64::MIN_POSITIVE)
+    // Where every candidate knows the work ahead in measured seconds (the queued functions'
+    // own service, not runs of this one), that sum is the expected completion.
+    let measured = pool.iter().all(|g| g.work_s.is_some());
+    let completion = |g: &GpuView| match g.work_s {
+        Some((ahead, own)) if measured => ahead.max(0.0) + own.max(f64::MIN_POSITIVE),
+        _ => {
+            let speed = match bound {
+                Bound::Compute => g.model.tflops,
+                Bound::Memory => g.model.mem_gbps,
+            };
+            (1.0 + f64::from(g.queue)) / speed.max(f64::MIN_POSITIVE)
+        }
     };
     let soonest = pool
         .iter()

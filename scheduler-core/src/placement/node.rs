@@ -5,13 +5,14 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use serde::Serialize;
 
-use super::features::{FeatureConfig, Features, Sample, SampleError};
+use super::features::{Bound, Class, FeatureConfig, Features, Sample, SampleError};
 use super::fitness::{Choice, GpuView, Health, Need, PlacementError, WeightSchedule, choose};
 use super::health::{HealthConfig, HealthSample, HealthTracker};
 use super::models::{GpuModel, builtin, lookup};
 use super::processes::{ProcessSamples, ProcessUse};
 use crate::config::{ConfigError, reject};
 use crate::node::admission;
+use crate::queue::WorkAhead;
 use crate::time::Time;
 
 /// Everything placement is configured with.
@@ -209,6 +210,58 @@ impl Placement {
         }
     }
 
+    /// Per candidate: (seconds of work held or waiting there, the function's own service
+    /// there), where the function's service is measured on at least one candidate. Its
+    /// service where it was not measured is scaled from where it was by the speed of its
+    /// kind of work; invocations of functions not yet measured, and placements not yet in the
+    /// queue, count as one run of it each. Empty (placement counts runs) otherwise.
+    fn work_in_seconds(
+        &self,
+        gpus: &[admission::GpuView],
+        ahead: &[(u32, WorkAhead)],
+        candidates: &[u32],
+        class: Class,
+        now: Time,
+    ) -> BTreeMap<u32, (f64, f64)> {
+        let Class::Known { bound, .. } = class else {
+            return BTreeMap::new();
+        };
+        let speed = |index: u32| {
+            gpus.iter()
+                .find(|g| g.info.index == index)
+                .map(|g| {
+                    let m = lookup(&self.cfg.models, &g.info.name);
+                    match bound {
+                        Bound::Compute => m.tflops,
+                        Bound::Memory => m.mem_gbps,
+                    }
+                })
+                .filter(|s| *s > 0.0)
+        };
+        let chosen = || ahead.iter().filter(|(i, _)| candidates.contains(i));
+        // The function's service on a unit-speed GPU: the mean over where it was measured.
+        let units: Vec<f64> = chosen()
+            .filter_map(|(i, w)| Some(w.own_s? * speed(*i)?))
+            .filter(|u| u.is_finite() && *u > 0.0)
+            .collect();
+        if units.is_empty() {
+            return BTreeMap::new();
+        }
+        #[expect(clippy::cast_precision_loss, reason = "a handful of GPUs")]
+        let unit = units.iter().sum::<f64>() / units.len() as f64;
+        chosen()
+            .filter_map(|(i, w)| {
+                let own = w
+                    .own_s
+                    .filter(|s| s.is_finite() && *s > 0.0)
+                    .or_else(|| Some(unit / speed(*i)?))?;
+                #[expect(clippy::cast_precision_loss, reason = "invocation counts")]
+                let guessed = (w.unknown as f64 + f64::from(self.pending(*i, now))) * own;
+                Some((*i, (w.known_s + guessed, own)))
+            })
+            .collect()
+    }
+
     /// Placements on `gpu` still held at `now`.
     fn pending(&self, gpu: u32, now: Time) -> u32 {
         let n = self
@@ -220,21 +273,29 @@ impl Placement {
     }
 
     /// Chooses among `candidates` (NVML indices) for `function`, from the core's view of its
-    /// GPUs, where the function's memory is resident and where the functions it names as
-    /// partners run (`near`), the minute of the day, and the placements made in the last
-    /// [`PLACED_HOLD_S`] before `now`.
+    /// GPUs and the work each holds or waits for (`ahead`, [`admission::Core::work_ahead`] of
+    /// the function's key), where the function's memory is resident and where the functions
+    /// it names as partners run (`near`), the minute of the day, and the placements made in
+    /// the last [`PLACED_HOLD_S`] before `now`.
     ///
     /// # Errors
     /// No usable candidate (none, unknown to the core, or all failed).
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "the choice's inputs, each from its owner"
+    )]
     pub fn choose(
         &self,
         gpus: &[admission::GpuView],
+        ahead: &[(u32, WorkAhead)],
         candidates: &[u32],
         function: &str,
         near: &Near,
         minute_of_day: u32,
         now: Time,
     ) -> Result<Choice, PlacementError> {
+        let class = self.features.class(function);
+        let work = self.work_in_seconds(gpus, ahead, candidates, class, now);
         let views: Vec<GpuView> = candidates
             .iter()
             .filter_map(|&c| gpus.iter().find(|g| g.info.index == c))
@@ -262,6 +323,7 @@ impl Placement {
                         .running
                         .saturating_add(u32::try_from(g.queued).unwrap_or(u32::MAX))
                         .saturating_add(self.pending(g.info.index, now)),
+                    work_s: work.get(&g.info.index).copied(),
                     limit: g.limit,
                     power: self
                         .health
@@ -274,7 +336,7 @@ impl Placement {
             })
             .collect();
         let need = Need {
-            class: self.features.class(function),
+            class,
             features: self.features.get(function),
         };
         choose(

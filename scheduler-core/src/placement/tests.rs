@@ -170,6 +170,7 @@ fn gpu(index: u32, name: &str) -> GpuView {
         utilization_stddev: 0.0,
         memory_used: 0.0,
         queue: 0,
+        work_s: None,
         limit: 2,
         power: None,
         health: Health::Healthy,
@@ -404,6 +405,101 @@ fn the_work_ahead_on_a_fast_gpu_shares_its_time_whatever_its_limit() {
 }
 
 #[test]
+fn measured_work_ahead_outweighs_counted_runs() {
+    let queue_only = Weights {
+        fitness: 0.0,
+        queue: 1.0,
+        ..FITNESS_ONLY
+    };
+    let class = known(Bound::Compute, Length::Long);
+    let mut node = vec![gpu(0, "NVIDIA A30"), gpu(1, "NVIDIA H100 80GB HBM3")];
+    // Counted in runs of this function, one queued run on the H100 still looks sooner than
+    // an idle A30 (it is more than twice as fast).
+    node[1].queue = 1;
+    assert_eq!(pick(&node, class, &queue_only).gpu, 1);
+    // Measured, that one queued invocation is a 20 s job: the A30 finishes this 1 s function
+    // first (2.4 s there against 20.4 s).
+    node[0].work_s = Some((0.0, 2.4));
+    node[1].work_s = Some((20.0, 0.4));
+    assert_eq!(pick(&node, class, &queue_only).gpu, 0);
+    // A short job ahead on the H100: it is sooner again.
+    node[1].work_s = Some((0.5, 0.4));
+    assert_eq!(pick(&node, class, &queue_only).gpu, 1);
+    // Seconds are compared only when every candidate has them; else runs are.
+    node[0].work_s = None;
+    node[1].work_s = Some((20.0, 0.4));
+    assert_eq!(pick(&node, class, &queue_only).gpu, 1);
+}
+
+#[test]
+fn the_node_counts_work_ahead_in_each_gpus_measured_seconds() {
+    use crate::queue::WorkAhead;
+    let mut p = Placement::new(PlacementConfig::default()).unwrap();
+    let gpus = [
+        core_gpu(0, "NVIDIA A30", 0, 0.0),
+        core_gpu(1, "NVIDIA H100 80GB HBM3", 1, 0.0),
+    ];
+    for i in 0..3 {
+        p.observe_burst(
+            "bert",
+            &sample(1000.0, 0.9, 0.1),
+            Time::from_secs_f64(f64::from(i)),
+        )
+        .unwrap();
+    }
+    let none = Near::default();
+    // bert measured at 1 s on the A30 only; the H100 holds one 30 s invocation of another
+    // function and one of a function not yet measured (counted as one run of bert).
+    let ahead = [
+        (
+            0,
+            WorkAhead {
+                known_s: 0.0,
+                unknown: 0,
+                own_s: Some(1.0),
+            },
+        ),
+        (
+            1,
+            WorkAhead {
+                known_s: 30.0,
+                unknown: 1,
+                own_s: None,
+            },
+        ),
+    ];
+    let c = p
+        .choose(&gpus, &ahead, &[0, 1], "bert", &none, 600, T0)
+        .unwrap();
+    assert_eq!(c.gpu, 0, "30 s of work ahead on the H100: {c:?}");
+    // With nothing ahead, the H100's speed wins again (bert scaled by the FLOPS ratio there).
+    let ahead = [
+        (
+            0,
+            WorkAhead {
+                known_s: 0.0,
+                unknown: 0,
+                own_s: Some(1.0),
+            },
+        ),
+        (1, WorkAhead::default()),
+    ];
+    let c = p
+        .choose(&gpus, &ahead, &[0, 1], "bert", &none, 600, T0)
+        .unwrap();
+    assert_eq!(c.gpu, 1, "{c:?}");
+    // A placement just made there counts as one more run of bert until its Start arrives:
+    // enough of them and the A30 is sooner.
+    for _ in 0..8 {
+        p.placed(1, T0);
+    }
+    let c = p
+        .choose(&gpus, &ahead, &[0, 1], "bert", &none, 600, T0)
+        .unwrap();
+    assert_eq!(c.gpu, 0, "{c:?}");
+}
+
+#[test]
 fn health_moves_through_failed_and_overloaded_and_back() {
     let cfg = HealthConfig {
         overload_utilization: 0.95,
@@ -484,7 +580,9 @@ fn the_node_probes_new_functions_then_places_them_by_fitness_and_avoids_failed_g
     ];
     let none = Near::default();
     // New: probed on the idle GPU.
-    let c = p.choose(&gpus, &[0, 1], "bert", &none, 600, T0).unwrap();
+    let c = p
+        .choose(&gpus, &[], &[0, 1], "bert", &none, 600, T0)
+        .unwrap();
     assert_eq!((c.gpu, c.reason), (0, "probe"));
     for i in 0..3 {
         p.observe_burst(
@@ -495,11 +593,15 @@ fn the_node_probes_new_functions_then_places_them_by_fitness_and_avoids_failed_g
         .unwrap();
     }
     // Known, compute-bound and long: the H100's free half (33.5 TFLOPS) beats the idle A30.
-    let c = p.choose(&gpus, &[0, 1], "bert", &none, 600, T0).unwrap();
+    let c = p
+        .choose(&gpus, &[], &[0, 1], "bert", &none, 600, T0)
+        .unwrap();
     assert_eq!((c.gpu, c.reason), (1, "fitness"), "{c:?}");
     // Only the candidates the container was given count.
     assert_eq!(
-        p.choose(&gpus, &[0], "bert", &none, 600, T0).unwrap().gpu,
+        p.choose(&gpus, &[], &[0], "bert", &none, 600, T0)
+            .unwrap()
+            .gpu,
         0
     );
     // GPU 1 fails: avoided until it recovers.
@@ -513,17 +615,17 @@ fn the_node_probes_new_functions_then_places_them_by_fitness_and_avoids_failed_g
         Some((Health::Healthy, Health::Failed))
     );
     assert_eq!(
-        p.choose(&gpus, &[0, 1], "bert", &none, 600, T0)
+        p.choose(&gpus, &[], &[0, 1], "bert", &none, 600, T0)
             .unwrap()
             .gpu,
         0
     );
     assert_eq!(
-        p.choose(&gpus, &[1], "bert", &none, 600, T0),
+        p.choose(&gpus, &[], &[1], "bert", &none, 600, T0),
         Err(PlacementError::NoUsableGpu)
     );
     assert_eq!(
-        p.choose(&gpus, &[9], "bert", &none, 600, T0),
+        p.choose(&gpus, &[], &[9], "bert", &none, 600, T0),
         Err(PlacementError::NoUsableGpu),
         "a GPU the core does not know is no candidate"
     );
@@ -539,15 +641,21 @@ fn placements_made_moments_ago_count_as_queued_work() {
         core_gpu(1, "NVIDIA A30", 0, 0.0),
     ];
     let none = Near::default();
-    let first = p.choose(&gpus, &[0, 1], "a", &none, 600, T0).unwrap().gpu;
+    let first = p
+        .choose(&gpus, &[], &[0, 1], "a", &none, 600, T0)
+        .unwrap()
+        .gpu;
     p.placed(first, T0);
-    let second = p.choose(&gpus, &[0, 1], "b", &none, 600, T0).unwrap().gpu;
+    let second = p
+        .choose(&gpus, &[], &[0, 1], "b", &none, 600, T0)
+        .unwrap()
+        .gpu;
     assert_ne!(first, second, "the second Create sees the first");
     p.placed(second, T0);
     // After the hold, only the core's queue counts again.
     let later = Time::from_secs_f64(30.0);
     assert_eq!(
-        p.choose(&gpus, &[0, 1], "c", &none, 600, later)
+        p.choose(&gpus, &[], &[0, 1], "c", &none, 600, later)
             .unwrap()
             .gpu,
         0
@@ -558,7 +666,7 @@ fn placements_made_moments_ago_count_as_queued_work() {
     }
     // The last 1024 kept, half on each GPU: a tie, broken by index.
     assert_eq!(
-        p.choose(&gpus, &[0, 1], "d", &none, 600, later)
+        p.choose(&gpus, &[], &[0, 1], "d", &none, 600, later)
             .unwrap()
             .gpu,
         0
@@ -567,7 +675,7 @@ fn placements_made_moments_ago_count_as_queued_work() {
     p.placed(0, later);
     p.placed(0, later);
     assert_eq!(
-        p.choose(&gpus, &[0, 1], "e", &none, 600, later)
+        p.choose(&gpus, &[], &[0, 1], "e", &none, 600, later)
             .unwrap()
             .gpu,
         1
@@ -591,14 +699,16 @@ fn a_function_goes_next_to_the_partner_it_names() {
         .unwrap();
     }
     let alone = p
-        .choose(&gpus, &[0, 1], "etl", &Near::default(), 600, T0)
+        .choose(&gpus, &[], &[0, 1], "etl", &Near::default(), 600, T0)
         .unwrap();
     assert_eq!(alone.gpu, 0, "a tie, broken by index");
     let near = Near {
         partners: [1].into(),
         ..Near::default()
     };
-    let c = p.choose(&gpus, &[0, 1], "etl", &near, 600, T0).unwrap();
+    let c = p
+        .choose(&gpus, &[], &[0, 1], "etl", &near, 600, T0)
+        .unwrap();
     assert_eq!(c.gpu, 1, "{c:?}");
     assert!(c.breakdown.affinity > 0.0);
 }
@@ -739,11 +849,11 @@ fn a_gpus_load_variation_and_power_draw_reach_the_choice() {
         .unwrap();
     }
     let c = p
-        .choose(&gpus, &[0, 1], "train", &Near::default(), 180, T0)
+        .choose(&gpus, &[], &[0, 1], "train", &Near::default(), 180, T0)
         .unwrap();
     assert_eq!(c.gpu, 1, "{c:?}");
     let c0 = p
-        .choose(&gpus, &[0], "train", &Near::default(), 180, T0)
+        .choose(&gpus, &[], &[0], "train", &Near::default(), 180, T0)
         .unwrap();
     assert!(c.breakdown.balance > c0.breakdown.balance, "{c:?} {c0:?}");
     assert!(c.breakdown.energy > c0.breakdown.energy, "{c:?} {c0:?}");
@@ -778,13 +888,13 @@ fn a_gpu_whose_slots_are_taken_has_no_room_however_idle_its_sms_look() {
     gpus[0].reading.sm_activity = Some(0.1);
     gpus[1].reading.sm_activity = Some(0.5);
     let c = p
-        .choose(&gpus, &[0, 1], "train", &Near::default(), 600, T0)
+        .choose(&gpus, &[], &[0, 1], "train", &Near::default(), 600, T0)
         .unwrap();
     assert_eq!(c.gpu, 1, "{c:?}");
     // With a slot free on GPU 0 too, its idle SMs win.
     gpus[0].running = 1;
     let c = p
-        .choose(&gpus, &[0, 1], "train", &Near::default(), 600, T0)
+        .choose(&gpus, &[], &[0, 1], "train", &Near::default(), 600, T0)
         .unwrap();
     assert_eq!(c.gpu, 0, "{c:?}");
 }

@@ -39,6 +39,17 @@ pub struct FlowSnapshot {
     pub tenant: Option<String>,
 }
 
+/// See [`MqfqQueue::work_ahead`].
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct WorkAhead {
+    /// Service, seconds, of the invocations running or queued whose flow has an estimate.
+    pub known_s: f64,
+    /// Invocations running or queued whose flow has none yet.
+    pub unknown: usize,
+    /// The asking function's own service estimate on this GPU.
+    pub own_s: Option<f64>,
+}
+
 impl<T> MqfqQueue<T> {
     /// A snapshot of one flow.
     #[must_use]
@@ -61,6 +72,26 @@ impl<T> MqfqQueue<T> {
             resident: f.resident,
             tenant: f.tenant.clone(),
         })
+    }
+
+    /// The work this queue's GPU holds or waits for, for placement: the measured service of its
+    /// running and queued invocations (flows with a service estimate), how many invocations
+    /// have none, and `key`'s own measured service here, if any. Seconds measured on this GPU.
+    #[must_use]
+    pub fn work_ahead(&self, key: &str) -> WorkAhead {
+        let mut w = WorkAhead::default();
+        for f in self.flows.iter().filter(|f| !f.vacant) {
+            let n = f.pending.len().saturating_add(f.in_flight as usize);
+            match f.service.get() {
+                #[expect(clippy::cast_precision_loss, reason = "invocation counts")]
+                Some(s) => w.known_s += s * n as f64,
+                None => w.unknown = w.unknown.saturating_add(n),
+            }
+            if f.key == key {
+                w.own_s = f.service.get();
+            }
+        }
+        w
     }
 
     /// Snapshots of every flow, in creation order.

@@ -202,11 +202,12 @@ pub(super) fn place(d: &Daemon, req: &api::AdmitRequest) -> ttrpc::Result<api::P
             .map(|(_, l)| l.gpu),
     );
     let gpus = inner.core.gpus();
+    let ahead = inner.core.work_ahead(&flow);
     let minute = crate::placement::minute_of_day_utc();
     let Some(p) = inner.placement.as_mut() else {
         return Ok(api::PlaceResponse::default());
     };
-    let choice = p.choose(&gpus, &candidates, &flow, &near, minute, now);
+    let choice = p.choose(&gpus, &ahead, &candidates, &flow, &near, minute, now);
     // Under the same lock: a Create racing this one sees the choice.
     if let Ok(c) = &choice {
         p.placed(c.gpu, now);
