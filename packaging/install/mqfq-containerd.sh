@@ -287,7 +287,7 @@ unregister() {
         return
     elif [ -f "$CONFIG" ] && { grep -qF "$BEGIN" "$CONFIG" || grep -qF "\"$DROPIN_REL\"" "$CONFIG"; }; then
         # Edited since: take out only what register added.
-        sed -E "/^# BEGIN mqfq-shim/,/^# END mqfq-shim\$/d; s|\"$DROPIN_REL\",[[:space:]]*||; s|,[[:space:]]*\"$DROPIN_REL\"||; s|\"$DROPIN_REL\"||" "$CONFIG" > "$CONFIG.tmp"
+        sed -E "/^# BEGIN mqfq-shim/,/^# END mqfq-shim\$/d; s|\"$DROPIN_REL\"[[:space:]]*,[[:space:]]*||; s|,[[:space:]]*\"$DROPIN_REL\"||; s|\"$DROPIN_REL\"||" "$CONFIG" > "$CONFIG.tmp"
         chmod --reference="$CONFIG" "$CONFIG.tmp" 2>/dev/null || true
         chown --reference="$CONFIG" "$CONFIG.tmp" 2>/dev/null || true
         mv "$CONFIG.tmp" "$CONFIG"

@@ -186,6 +186,18 @@ fn an_existing_import_list_gets_one_more_entry() {
     assert!(d.contains("io.containerd.kata.v2"), "{d}");
     assert_eq!(run(root, "unregister").1, "changed");
     assert_eq!(std::fs::read_to_string(config(root)).unwrap(), original);
+
+    // Registered, then the list reformatted by hand: only the entry goes, the list stays TOML.
+    assert_eq!(run(root, "register").1, "changed");
+    std::fs::write(
+        config(root),
+        "version = 3\nimports = [ \"conf.d/mqfq.toml\" , \"extra/a.toml\" ]\n",
+    )
+    .unwrap();
+    assert_eq!(run(root, "unregister").1, "changed");
+    let text = std::fs::read_to_string(config(root)).unwrap();
+    assert_eq!(text, "version = 3\nimports = [ \"extra/a.toml\" ]\n");
+    assert!(dump(root).contains("io.containerd.kata.v2"), "{text}");
 }
 
 /// What the user wrote by hand is never lost: a config registered again after the user took
