@@ -15,7 +15,7 @@ use std::collections::{BTreeMap, HashMap};
 use crate::concurrency::{ConcurrencyController, Reading, Signals};
 use crate::config::{ConcurrencyConfig, GpuMode, QueueConfig};
 use crate::queue::FlowEvent;
-use crate::{FlowId, FlowState, MqfqQueue, Ticket, Time};
+use crate::{FlowId, MqfqQueue, Ticket, Time};
 use serde::{Deserialize, Serialize};
 
 use super::{ContainerKey, is_key};
@@ -859,35 +859,6 @@ impl Core {
                 }
             })
             .collect()
-    }
-
-    /// Each GPU's work held or waiting, for placing `key`'s next invocation (see
-    /// [`crate::queue::MqfqQueue::work_ahead`]), by GPU index.
-    #[must_use]
-    pub fn work_ahead(&self, key: &str) -> Vec<(u32, crate::queue::WorkAhead)> {
-        self.gpus
-            .iter()
-            .map(|g| (g.info.index, g.queue.work_ahead(key)))
-            .collect()
-    }
-
-    /// Every flow on every GPU, with its GPU index.
-    #[must_use]
-    pub fn flows(&self) -> Vec<(u32, crate::queue::FlowSnapshot)> {
-        self.gpus
-            .iter()
-            .flat_map(|g| g.queue.snapshots().into_iter().map(|f| (g.info.index, f)))
-            .collect()
-    }
-
-    /// Text for a flow state.
-    #[must_use]
-    pub fn state_name(s: FlowState) -> &'static str {
-        match s {
-            FlowState::Active => "active",
-            FlowState::Throttled => "throttled",
-            FlowState::Inactive => "inactive",
-        }
     }
 }
 

@@ -1,6 +1,7 @@
 //! What the rest of the node tells the admission core about flows, and asks of it: whether a
 //! function's memory is resident (the pool knows; MQFQ-Sticky's selection prefers resident flows
-//! and stays with them), a flow's state, when the next sticky TTL expires, the limit in force.
+//! and stays with them), a flow's state, when the next sticky TTL expires, the limit in force,
+//! every flow's snapshot, and the work each GPU holds for placement.
 
 use crate::{FlowState, Time};
 
@@ -78,5 +79,34 @@ impl Core {
             slots,
             queued: self.gpus[s].queue.queued(),
         })
+    }
+
+    /// Each GPU's work held or waiting, for placing `key`'s next invocation (see
+    /// [`crate::queue::MqfqQueue::work_ahead`]), by GPU index.
+    #[must_use]
+    pub fn work_ahead(&self, key: &str) -> Vec<(u32, crate::queue::WorkAhead)> {
+        self.gpus
+            .iter()
+            .map(|g| (g.info.index, g.queue.work_ahead(key)))
+            .collect()
+    }
+
+    /// Every flow on every GPU, with its GPU index.
+    #[must_use]
+    pub fn flows(&self) -> Vec<(u32, crate::queue::FlowSnapshot)> {
+        self.gpus
+            .iter()
+            .flat_map(|g| g.queue.snapshots().into_iter().map(|f| (g.info.index, f)))
+            .collect()
+    }
+
+    /// Text for a flow state.
+    #[must_use]
+    pub fn state_name(s: FlowState) -> &'static str {
+        match s {
+            FlowState::Active => "active",
+            FlowState::Throttled => "throttled",
+            FlowState::Inactive => "inactive",
+        }
     }
 }

@@ -3,6 +3,7 @@ use super::*;
 fn k(s: &str) -> ContainerKey {
     s.parse().unwrap()
 }
+use crate::FlowState;
 use crate::config::{Overrun, Selection, StickyTtl};
 use proptest::prelude::*;
 
