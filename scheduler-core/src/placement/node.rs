@@ -217,9 +217,8 @@ impl Placement {
     /// queue, count as one run of it each. Empty (placement counts runs) otherwise.
     fn work_in_seconds(
         &self,
-        gpus: &[admission::GpuView],
+        views: &[GpuView],
         ahead: &[(u32, WorkAhead)],
-        candidates: &[u32],
         class: Class,
         now: Time,
     ) -> BTreeMap<u32, (f64, f64)> {
@@ -227,18 +226,20 @@ impl Placement {
             return BTreeMap::new();
         };
         let speed = |index: u32| {
-            gpus.iter()
-                .find(|g| g.info.index == index)
-                .map(|g| {
-                    let m = lookup(&self.cfg.models, &g.info.name);
-                    match bound {
-                        Bound::Compute => m.tflops,
-                        Bound::Memory => m.mem_gbps,
-                    }
+            views
+                .iter()
+                .find(|v| v.index == index)
+                .map(|v| match bound {
+                    Bound::Compute => v.model.tflops,
+                    Bound::Memory => v.model.mem_gbps,
                 })
                 .filter(|s| *s > 0.0)
         };
-        let chosen = || ahead.iter().filter(|(i, _)| candidates.contains(i));
+        let chosen = || {
+            ahead
+                .iter()
+                .filter(|(i, _)| views.iter().any(|v| v.index == *i))
+        };
         // The function's service on a unit-speed GPU: the mean over where it was measured.
         let units: Vec<f64> = chosen()
             .filter_map(|(i, w)| Some(w.own_s? * speed(*i)?))
@@ -295,8 +296,7 @@ impl Placement {
         now: Time,
     ) -> Result<Choice, PlacementError> {
         let class = self.features.class(function);
-        let work = self.work_in_seconds(gpus, ahead, candidates, class, now);
-        let views: Vec<GpuView> = candidates
+        let mut views: Vec<GpuView> = candidates
             .iter()
             .filter_map(|&c| gpus.iter().find(|g| g.info.index == c))
             .map(|g| {
@@ -323,7 +323,7 @@ impl Placement {
                         .running
                         .saturating_add(u32::try_from(g.queued).unwrap_or(u32::MAX))
                         .saturating_add(self.pending(g.info.index, now)),
-                    work_s: work.get(&g.info.index).copied(),
+                    work_s: None,
                     limit: g.limit,
                     power: self
                         .health
@@ -335,6 +335,10 @@ impl Placement {
                 }
             })
             .collect();
+        let work = self.work_in_seconds(&views, ahead, class, now);
+        for v in &mut views {
+            v.work_s = work.get(&v.index).copied();
+        }
         let need = Need {
             class,
             features: self.features.get(function),
