@@ -10,11 +10,11 @@ mod cri_kit;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use cri_kit::{connect, gpu_server, named_pod, pod_config};
+use cri_kit::{connect, exit_code, gpu_server, named_pod, pod_config, run_pod};
 use k8s_cri::v1::{
-    ContainerConfig, ContainerMetadata, ContainerState, ContainerStatusRequest,
-    CreateContainerRequest, ImageSpec, RemoveContainerRequest, RemovePodSandboxRequest,
-    RunPodSandboxRequest, StartContainerRequest, StopPodSandboxRequest, VersionRequest,
+    ContainerConfig, ContainerMetadata, CreateContainerRequest, ImageSpec, RemoveContainerRequest,
+    RemovePodSandboxRequest, RunPodSandboxRequest, StartContainerRequest, StopPodSandboxRequest,
+    VersionRequest,
 };
 use mqfq_testkit::{BUSYBOX, Containerd, Mqfqd, shim_pids};
 
@@ -88,28 +88,11 @@ async fn pod_lifecycle_through_cri_one_shim_per_pod() {
     }
 
     for id in &ids {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            let st = cri
-                .container_status(ContainerStatusRequest {
-                    container_id: id.clone(),
-                    verbose: false,
-                })
-                .await
-                .unwrap()
-                .into_inner()
-                .status
-                .unwrap();
-            if st.state == ContainerState::ContainerExited as i32 {
-                assert_eq!(st.exit_code, 0, "{st:?}");
-                break;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "container {id} never exited: {st:?}"
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        assert_eq!(
+            exit_code(&mut cri, id).await,
+            Some(0),
+            "container {id} did not exit 0 within 30 s"
+        );
     }
     let log0 = std::fs::read_to_string(logs.join("c0.log")).unwrap_or_default();
     assert!(log0.contains("stdout F hello-cri"), "{log0:?}");
@@ -177,31 +160,10 @@ async fn five_gpu_server_pods_start_and_share_two_slots() {
     let mut pods = Vec::new();
     for name in names {
         let config = named_pod(&logs, name, name);
-        let pod = cri
-            .run_pod_sandbox(RunPodSandboxRequest {
-                config: Some(config.clone()),
-                runtime_handler: "mqfq".into(),
-            })
+        let ids = run_pod(&mut cri, &config, "mqfq", gpu_server(&cuda, name, 20))
             .await
-            .unwrap_or_else(|e| panic!("RunPodSandbox: {e}\n{}", c.log()))
-            .into_inner()
-            .pod_sandbox_id;
-        let id = cri
-            .create_container(CreateContainerRequest {
-                pod_sandbox_id: pod.clone(),
-                config: Some(gpu_server(&cuda, name, 20)),
-                sandbox_config: Some(config),
-            })
-            .await
-            .unwrap_or_else(|e| panic!("CreateContainer: {e}\n{}", c.log()))
-            .into_inner()
-            .container_id;
-        cri.start_container(StartContainerRequest {
-            container_id: id.clone(),
-        })
-        .await
-        .unwrap_or_else(|e| panic!("StartContainer {name}: {e}\n{}", c.log()));
-        pods.push((pod, id));
+            .unwrap_or_else(|e| panic!("{name}: {e}\n{}", c.log()));
+        pods.push(ids);
     }
     let deadline = Instant::now() + Duration::from_secs(60);
     while !names
