@@ -36,4 +36,6 @@ pub use node::{Near, Placement, PlacementConfig};
 pub use processes::{ProcessSamples, ProcessUse};
 
 #[cfg(test)]
+mod start_tests;
+#[cfg(test)]
 mod tests;

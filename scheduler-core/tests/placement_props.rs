@@ -33,9 +33,10 @@ fn gpu() -> impl Strategy<Value = GpuView> {
         ],
         any::<bool>(),
         any::<bool>(),
+        reading(),
     )
         .prop_map(
-            |((m, u, sd, mem, q, p), health, resident, partner)| GpuView {
+            |((m, u, sd, mem, q, p), health, resident, partner, start)| GpuView {
                 index: 0,
                 model: lookup(
                     &builtin(),
@@ -51,6 +52,8 @@ fn gpu() -> impl Strategy<Value = GpuView> {
                 power: p,
                 health,
                 resident,
+                // Seconds before it could start there (NaN and negative included).
+                start_s: start * 5.0,
                 partner,
             },
         )

@@ -145,6 +145,10 @@ struct NodeArgs {
     /// per GPU; default: every GPU the reference A30.
     #[arg(long, value_delimiter = ',')]
     gpu_models: Vec<String>,
+    /// Each GPU's memory, MB, separated by commas, one per GPU (`24576,81920`); default: every
+    /// GPU `--gpu-mem-mb`.
+    #[arg(long, value_delimiter = ',')]
+    gpu_mems_mb: Vec<f64>,
     /// Where mqfq-sticky places each invocation: least-loaded, fitness, round-robin or random.
     #[arg(long, default_value = "least-loaded")]
     placement: String,
@@ -226,6 +230,7 @@ impl NodeArgs {
             },
             baselines: self.baselines.parse()?,
             gpu_models: self.gpu_models.clone(),
+            gpu_mem_each_mb: self.gpu_mems_mb.clone(),
             placement: self.placement.parse()?,
             placement_weights: self
                 .placement_weights

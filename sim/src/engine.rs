@@ -420,6 +420,7 @@ impl<'t> Engine<'t> {
             start_ms: start,
             end_ms: self.now,
             tier,
+            gpu: Some(g),
         });
         policy.complete(inv, self.trace, service_ms, ms(self.now));
     }
@@ -511,6 +512,7 @@ impl Engine<'_> {
             let view = PoolView {
                 best: &self.best,
                 startup_ms: &self.startup,
+                pool: self.pool.as_ref().map(pool::NodePool::pool),
             };
             policy.arrive(clock.next_arrival, trace, ms(self.now), &view);
             clock.next_arrival += 1;
@@ -561,6 +563,7 @@ impl Engine<'_> {
             let view = PoolView {
                 best: &self.best,
                 startup_ms: &self.startup,
+                pool: self.pool.as_ref().map(pool::NodePool::pool),
             };
             let Some(batch) = policy.next(self.trace, ms(self.now), &view, free) else {
                 break;
@@ -671,6 +674,7 @@ impl Engine<'_> {
                         start_ms: f64::NAN,
                         end_ms: f64::NAN,
                         tier: self.pending_start[i].1,
+                        gpu: None,
                     });
                 }
             }
@@ -706,11 +710,10 @@ fn engine<'t>(
     let mut q = cfg.profile.queue();
     let mut conc_cfg = cfg.profile.concurrency(cfg.mode);
     cfg.overrides.apply(&mut q, &mut conc_cfg)?;
-    let budget_mb = cfg.gpu_mem_mb * (1.0 - cfg.tiers.headroom);
     let gpus = (0..cfg.gpus)
-        .map(|_| {
+        .map(|g| {
             Ok(Gpu {
-                budget_mb,
+                budget_mb: cfg.mem_mb(g) * (1.0 - cfg.tiers.headroom),
                 used_mb: 0.0,
                 conc: ConcurrencyController::new(conc_cfg.clone())?,
                 slots: 0,

@@ -171,6 +171,7 @@ mod tests {
             start_ms,
             end_ms,
             tier: Tier::Hot,
+            gpu: Some(0),
         }
     }
 

@@ -111,6 +111,17 @@ pub(crate) fn spread(trace: &Trace, out: &crate::SimOutput) -> (f64, f64) {
     (mean, var.sqrt())
 }
 
+/// How many calls ran on each GPU, in GPU order (`1200 / 2300`).
+pub(crate) fn calls_per_gpu(out: &crate::SimOutput, gpus: usize) -> String {
+    let mut n = vec![0_u64; gpus];
+    for g in out.records.iter().filter_map(|r| r.gpu) {
+        if let Some(c) = n.get_mut(g) {
+            *c += 1;
+        }
+    }
+    n.iter().map(u64::to_string).collect::<Vec<_>>().join(" / ")
+}
+
 /// One `mqfq-sticky` run as the comparison tables report it.
 pub(crate) struct StickyRun {
     pub(crate) summary: crate::Summary,
@@ -151,7 +162,7 @@ pub fn report(
     short_ms: f64,
 ) -> Result<String, crate::SimError> {
     use std::fmt::Write as _;
-    let rows: Vec<(PlacementMode, crate::Summary, f64, f64)> = sticky_runs(
+    let rows: Vec<(PlacementMode, crate::Summary, f64, f64, String)> = sticky_runs(
         trace,
         PLACEMENTS.map(|p| crate::SimConfig {
             placement: p,
@@ -161,17 +172,29 @@ pub fn report(
     )?
     .into_iter()
     .zip(PLACEMENTS)
-    .map(|(r, p)| (p, r.summary, r.mean_s, r.std_s))
+    .map(|(r, p)| {
+        (
+            p,
+            r.summary,
+            r.mean_s,
+            r.std_s,
+            calls_per_gpu(&r.out, cfg.gpus),
+        )
+    })
     .collect();
-    let models = if cfg.gpu_models.is_empty() {
+    let mut models = if cfg.gpu_models.is_empty() {
         format!("{} × reference ({REFERENCE})", cfg.gpus)
     } else {
         cfg.gpu_models.join(" + ")
     };
+    if !cfg.gpu_mem_each_mb.is_empty() {
+        let mb: Vec<String> = cfg.gpu_mem_each_mb.iter().map(|m| format!("{m}")).collect();
+        let _ = write!(models, " ({} MB)", mb.join(" / "));
+    }
     let mut t = format!(
         "node: {models}; {} invocations, {} functions\n\n\
-         | placement | mean s | p99 s | std s | short mean s | GPU busy | busy time | mean / fitness | std / fitness |\n\
-         |---|---|---|---|---|---|---|---|---|\n",
+         | placement | mean s | p99 s | std s | short mean s | GPU busy | busy time | mean / fitness | std / fitness | calls per GPU |\n\
+         |---|---|---|---|---|---|---|---|---|---|\n",
         trace.invocations.len(),
         trace.functions.len()
     );
@@ -179,10 +202,10 @@ pub fn report(
         .iter()
         .find(|r| r.0 == PlacementMode::Fitness)
         .map_or((f64::NAN, f64::NAN), |r| (r.2, r.3));
-    for (p, s, mean, std) in &rows {
+    for (p, s, mean, std, calls) in &rows {
         let _ = writeln!(
             t,
-            "| {} | {:.2} | {:.2} | {:.2} | {} | {:.1} % | {:.1} % | {:.2} | {:.2} |",
+            "| {} | {:.2} | {:.2} | {:.2} | {} | {:.1} % | {:.1} % | {:.2} | {:.2} | {calls} |",
             p.as_str(),
             mean,
             s.p99_ms / 1e3,
@@ -278,6 +301,72 @@ mod tests {
             ..crate::SimConfig::default()
         };
         assert_eq!(cfg.validate().unwrap_err().knob, "gpu-models");
+        for mems in [
+            vec![24_576.0],
+            vec![24_576.0, -1.0],
+            vec![24_576.0, f64::NAN],
+        ] {
+            let cfg = crate::SimConfig {
+                gpus: 2,
+                gpu_mem_each_mb: mems.clone(),
+                ..crate::SimConfig::default()
+            };
+            assert_eq!(cfg.validate().unwrap_err().knob, "gpu-mems-mb", "{mems:?}");
+        }
+    }
+
+    /// Each GPU's own memory: a function too big for the first GPU is admitted over its budget
+    /// there (unified memory oversubscription) and fits on the second.
+    #[test]
+    fn each_gpu_has_the_memory_it_is_given() {
+        let mut t = trace_of(&[0.5]);
+        t.functions[0].mem_mb = 4_000.0;
+        t.invocations = (0..4)
+            .map(|i| Invocation {
+                arrival_ms: f64::from(i) * 100.0,
+                func: 0,
+                exec_ms: 10.0,
+            })
+            .collect();
+        let over = |mems: Vec<f64>| {
+            let cfg = crate::SimConfig {
+                gpus: 2,
+                gpu_mem_each_mb: mems,
+                placement: PlacementMode::RoundRobin,
+                ..crate::SimConfig::default()
+            };
+            let out = crate::run_policy("mqfq-sticky", &t, &cfg).unwrap();
+            assert_eq!(out.audit.unfinished, 0);
+            let on = |g| out.records.iter().filter(|r| r.gpu == Some(g)).count();
+            assert_eq!((on(0), on(1)), (2, 2), "round-robin");
+            out.audit.over_budget_admissions
+        };
+        assert_eq!(over(Vec::new()), 0, "24 GB each");
+        assert!(over(vec![2_000.0, 24_576.0]) > 0, "2 GB on GPU 0");
+        assert_eq!(over(vec![24_576.0, 8_000.0]), 0);
+    }
+
+    /// Fitness reads where the pool holds each function's idle containers, as mqfqd does at
+    /// Create: fewer calls wait for a restore or a cold start than under least-loaded routing.
+    #[test]
+    fn fitness_serves_calls_from_memory_already_on_the_gpu() {
+        let (t, cfg) = a30_and_h100(900.0);
+        let not_hot = |p: PlacementMode| {
+            let c = crate::SimConfig {
+                placement: p,
+                ..cfg.clone()
+            };
+            let out = crate::run_policy("mqfq-sticky", &t, &c).unwrap();
+            out.records
+                .iter()
+                .filter(|r| r.tier != scheduler_core::tiers::Tier::Hot)
+                .count()
+        };
+        let (fit, least) = (
+            not_hot(PlacementMode::Fitness),
+            not_hot(PlacementMode::LeastLoaded),
+        );
+        assert!(fit * 4 < least * 3, "fitness {fit}, least-loaded {least}");
     }
 
     #[test]

@@ -171,17 +171,22 @@ impl NodeMqfq {
     }
 
     /// Places each invocation by `mode` (default: the core's least-loaded routing);
-    /// `weights` replace the default weights at every hour (the simulator has no time of day).
+    /// `weights` replace the default weights at every hour (the simulator has no time of day);
+    /// `cold_start_s` is the node's cold start, as its operator would set it.
     ///
     /// # Errors
-    /// Bad weights.
+    /// Bad weights or cold start.
     pub fn set_placement(
         &mut self,
         mode: PlacementMode,
         weights: Option<scheduler_core::placement::Weights>,
+        cold_start_s: f64,
     ) -> Result<(), ConfigError> {
         self.placement = mode;
-        let mut cfg = scheduler_core::placement::PlacementConfig::default();
+        let mut cfg = scheduler_core::placement::PlacementConfig {
+            cold_start_s,
+            ..Default::default()
+        };
         if let Some(w) = weights {
             cfg.schedule.peak = w;
             cfg.schedule.off_peak = w;
@@ -218,18 +223,18 @@ impl NodeMqfq {
     }
 
     /// The GPUs `func`'s invocation may go to; empty: any (the core routes it).
-    fn candidates(&mut self, func: usize, now: Time) -> Vec<String> {
+    fn candidates(&mut self, func: usize, now: Time, view: &PoolView<'_>) -> Vec<String> {
         if let Some(c) = self.cluster.as_mut() {
             let node = c.pick(&self.names[func], now);
             return c.gpus_of(node);
         }
-        self.place(func, now)
+        self.place(func, now, view)
             .map(|g| vec![g.to_string()])
             .unwrap_or_default()
     }
 
     /// The GPU `placement` puts `func`'s invocation on; `None`: the core routes it.
-    fn place(&mut self, func: usize, now: Time) -> Option<u32> {
+    fn place(&mut self, func: usize, now: Time, view: &PoolView<'_>) -> Option<u32> {
         if self.placement == PlacementMode::LeastLoaded {
             return None;
         }
@@ -249,12 +254,20 @@ impl NodeMqfq {
                 let all: Vec<u32> = gpus.iter().map(|g| g.info.index).collect();
                 // The peak weights (minute 720, noon): the simulator has no time of day.
                 let ahead = self.core.work_ahead(&self.names[func]);
+                // Where its idle containers are, as mqfqd reads them from its pool at Create.
+                let near =
+                    view.pool
+                        .map_or_else(Default::default, |p| scheduler_core::placement::Near {
+                            resident: p.hot_gpus(&self.names[func]),
+                            start_s: p.start_costs(&self.names[func]),
+                            ..Default::default()
+                        });
                 let c = self.placer.as_ref()?.choose(
                     &gpus,
                     &ahead,
                     &all,
                     &self.names[func],
-                    &scheduler_core::placement::Near::default(),
+                    &near,
                     720,
                     now,
                 );
@@ -301,9 +314,9 @@ impl Policy for NodeMqfq {
     fn name(&self) -> &'static str {
         "mqfq-sticky"
     }
-    fn arrive(&mut self, inv: usize, trace: &Trace, now: Time, _: &PoolView<'_>) {
+    fn arrive(&mut self, inv: usize, trace: &Trace, now: Time, view: &PoolView<'_>) {
         let mut info = admit_info(trace, inv);
-        info.gpus = self.candidates(trace.invocations[inv].func, now);
+        info.gpus = self.candidates(trace.invocations[inv].func, now, view);
         // Names, weights and GPUs come from a validated trace: the core accepts them.
         let grants = self.core.admit(&info, now).unwrap_or_default();
         self.keep(Input::Admit(info, now));

@@ -75,6 +75,9 @@ pub struct PoolView<'a> {
     pub best: &'a [Tier],
     /// Expected startup per function for its best tier, ms.
     pub startup_ms: &'a [f64],
+    /// The node's pool, where it decides memory ([`Admission::Node`]): what placement reads of
+    /// where each function's idle containers are, as `mqfqd` reads it at Create.
+    pub pool: Option<&'a scheduler_core::node::pool::Pool>,
 }
 
 /// A flow state change the executor acts on (prefetch, eviction).
@@ -199,8 +202,13 @@ pub fn build(name: &str, trace: &Trace, cfg: &SimConfig) -> Result<Box<dyn Polic
             for (g, name) in gpus.iter_mut().zip(&cfg.gpu_models) {
                 g.name.clone_from(name);
             }
+            for (i, g) in gpus.iter_mut().enumerate() {
+                #[expect(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+                let bytes = (cfg.mem_mb(i).max(0.0) * 1024.0 * 1024.0) as u64;
+                g.memory_total = bytes;
+            }
             let mut p = crate::node::NodeMqfq::new(trace, gpus, &q, &c, false)?;
-            p.set_placement(cfg.placement, cfg.placement_weights)?;
+            p.set_placement(cfg.placement, cfg.placement_weights, cfg.cold_ms / 1e3)?;
             if cfg.nodes > 1 {
                 p.set_cluster(cfg.cluster, cfg.nodes)?;
             }

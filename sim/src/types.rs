@@ -63,6 +63,8 @@ pub struct SimConfig {
     pub baselines: Baselines,
     /// Each GPU's model, NVML-style (`NVIDIA H100`); empty: every GPU the reference A30.
     pub gpu_models: Vec<String>,
+    /// Each GPU's memory, MB (a node of different GPUs); empty: every GPU `gpu_mem_mb`.
+    pub gpu_mem_each_mb: Vec<f64>,
     /// Where `mqfq-sticky` places each invocation.
     pub placement: crate::hetero::PlacementMode,
     /// The fitness placement's weights at every hour (`None`: mqfqd's peak defaults).
@@ -90,6 +92,7 @@ impl Default for SimConfig {
             tiers: TierConfig::default(),
             baselines: Baselines::Strong,
             gpu_models: Vec::new(),
+            gpu_mem_each_mb: Vec::new(),
             placement: crate::hetero::PlacementMode::LeastLoaded,
             placement_weights: None,
             nodes: 1,
@@ -141,7 +144,28 @@ impl SimConfig {
                 "must name one model per GPU (--gpus)",
             ));
         }
+        if !self.gpu_mem_each_mb.is_empty() && self.gpu_mem_each_mb.len() != self.gpus {
+            return Err(ConfigError::new(
+                "gpu-mems-mb",
+                self.gpu_mem_each_mb.len(),
+                "must give one size per GPU (--gpus)",
+            ));
+        }
+        for &m in &self.gpu_mem_each_mb {
+            pos("gpu-mems-mb", m)?;
+        }
         self.tiers.validate()
+    }
+}
+
+impl SimConfig {
+    /// GPU `g`'s memory, MB.
+    #[must_use]
+    pub fn mem_mb(&self, g: usize) -> f64 {
+        self.gpu_mem_each_mb
+            .get(g)
+            .copied()
+            .unwrap_or(self.gpu_mem_mb)
     }
 }
 
@@ -154,6 +178,8 @@ pub struct Record {
     pub end_ms: f64,
     /// Tier of its container at dispatch.
     pub tier: Tier,
+    /// The GPU it ran on (`None`: it never ran).
+    pub gpu: Option<usize>,
 }
 
 /// Checks the simulator keeps on itself; the property tests assert on them.

@@ -9,8 +9,9 @@
 //! already resident), and the bandwidth is multiplied by what is left, so the units agree. Each
 //! term is normalized over the candidates (the best is 1), so only ratios between GPUs matter.
 //!
-//! A function still being probed goes where its measurement is cleanest: the least busy
-//! candidate, among the operator's probe GPUs if any is a candidate. A failed GPU is never
+//! A function still being probed goes where its measurement is clean: a candidate with a free
+//! slot and less than half busy (among the operator's probe GPUs if any is a candidate), the one where an idle container
+//! of it is readiest, then the fastest; the least busy when none is clean. A failed GPU is never
 //! chosen; an overloaded one only when no healthy candidate is left, because placement must
 //! never keep a pod from starting.
 
@@ -71,6 +72,10 @@ pub struct GpuView {
     pub health: Health,
     /// The function's memory is already there (an idle container of it in the pool).
     pub resident: bool,
+    /// Seconds before the function could run there: 0 where an idle container of it holds its
+    /// memory, that container's restore where its memory is on the host, a cold start where
+    /// none is idle.
+    pub start_s: f64,
     /// A function this one names as a partner runs there.
     pub partner: bool,
 }
@@ -84,7 +89,9 @@ pub struct Weights {
     /// The function's memory already on the GPU.
     pub locality: f64,
     /// A short expected completion against the best candidate's: the work ahead in measured
-    /// seconds plus the function's own service there, where every candidate has them; else
+    /// seconds, the function's own service there and its start there (0 where an idle
+    /// container holds its memory, a restore or a cold start elsewhere), where every candidate
+    /// has them; else
     /// `1 + queue` runs of the function (the work ahead shares the GPU's time) at the GPU's
     /// speed for its kind of work.
     pub queue: f64,
@@ -302,6 +309,18 @@ fn raw_fitness(g: &GpuView, bound: Bound, features: Option<&FunctionFeatures>) -
     }
 }
 
+/// Utilization under which a GPU is clean enough to probe a new function on.
+const CLEAN_UTILIZATION: f64 = 0.5;
+
+/// `g.start_s`, where it is a time.
+fn start(g: &GpuView) -> f64 {
+    if g.start_s.is_finite() {
+        g.start_s.max(0.0)
+    } else {
+        0.0
+    }
+}
+
 /// Chooses a GPU among `gpus` for a function with `need`, under `weights`. `probe_gpus` are the
 /// operator's GPUs for probing new functions (empty: any).
 ///
@@ -336,11 +355,24 @@ pub fn choose(
             .filter(|g| probe_gpus.contains(&g.index))
             .collect();
         let among = if probes.is_empty() { &pool } else { &probes };
+        // Clean: a slot free now and less than half busy. Among clean ones, where an idle
+        // container of it is readiest, then the fastest model (the probe run ends sooner
+        // there), then the least busy; with none clean, the least busy.
+        let clean =
+            |g: &GpuView| g.queue < g.limit.max(1) && clamp01(g.utilization) < CLEAN_UTILIZATION;
+        let key = |g: &GpuView| {
+            let busy = (g.queue, clamp01(g.utilization), g.index);
+            if clean(g) {
+                (0, start(g), -g.model.tflops, busy)
+            } else {
+                (1, 0.0, 0.0, busy)
+            }
+        };
         let best = among
             .iter()
             .min_by(|a, b| {
-                (a.queue, clamp01(a.utilization), a.index)
-                    .partial_cmp(&(b.queue, clamp01(b.utilization), b.index))
+                key(a)
+                    .partial_cmp(&key(b))
                     .unwrap_or(std::cmp::Ordering::Equal)
             })
             .ok_or(PlacementError::NoUsableGpu)?;
@@ -361,10 +393,17 @@ pub fn choose(
     // controller lets them in for a small gain, at a slowdown each), so counting the work ahead
     // in rounds of `limit` made a busy fast GPU look free and left slower ones idle.
     // Where every candidate knows the work ahead in measured seconds (the queued functions'
-    // own service, not runs of this one), that sum is the expected completion.
+    // own service, not runs of this one), that sum is the expected completion, with the time
+    // before the function can start there: a short function gains a few milliseconds on a
+    // faster GPU and would lose a restore or a cold start on one where it is not resident.
+    // Only the start beyond the readiest candidate's counts: a cost every candidate pays (a
+    // cold start everywhere) would only flatten the comparison.
     let measured = pool.iter().all(|g| g.work_s.is_some());
+    let readiest = pool.iter().map(|g| start(g)).fold(f64::INFINITY, f64::min);
     let completion = |g: &GpuView| match g.work_s {
-        Some((ahead, own)) if measured => ahead.max(0.0) + own.max(f64::MIN_POSITIVE),
+        Some((ahead, own)) if measured => {
+            ahead.max(0.0) + own.max(f64::MIN_POSITIVE) + (start(g) - readiest).max(0.0)
+        }
         _ => {
             let speed = match bound {
                 Bound::Compute => g.model.tflops,

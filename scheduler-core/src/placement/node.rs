@@ -32,12 +32,19 @@ pub struct PlacementConfig {
     /// replacement): such a GPU takes no new container for `health.xid_recover_samples`. The
     /// others (an application's fault, a page fault, a channel torn down) are its work's.
     pub fatal_xids: Vec<u64>,
+    /// What a cold start costs, seconds: where no idle container of a function is, a call
+    /// there would start one (the pool measures restores, not cold starts).
+    pub cold_start_s: f64,
 }
 
 /// Xids after which NVIDIA's catalog says to drain or reset the GPU: double-bit ECC (48),
 /// row-remap failure (64), NVLink (74), fallen off the bus (79), uncontained ECC (95), GSP
 /// timeout and error (119, 120).
 pub const FATAL_XIDS: [u64; 7] = [48, 64, 74, 79, 95, 119, 120];
+
+/// The default cold start: a GPU container's takes seconds; 3 s is the reference node's
+/// (docs/SIMULATOR.md). An operator who measures theirs sets `placement.cold_start_s`.
+pub const COLD_START_S: f64 = 3.0;
 
 impl Default for PlacementConfig {
     fn default() -> Self {
@@ -48,6 +55,7 @@ impl Default for PlacementConfig {
             features: FeatureConfig::default(),
             health: HealthConfig::default(),
             fatal_xids: FATAL_XIDS.to_vec(),
+            cold_start_s: COLD_START_S,
         }
     }
 }
@@ -76,6 +84,13 @@ impl PlacementConfig {
                 "at most 256 Xids",
             ));
         }
+        if !(self.cold_start_s.is_finite() && (0.0..=3600.0).contains(&self.cold_start_s)) {
+            return Err(reject(
+                "placement.cold_start_s",
+                self.cold_start_s,
+                "must be a number of seconds, 0-3600",
+            ));
+        }
         self.features.validate()?;
         self.health.validate()
     }
@@ -91,12 +106,16 @@ const PLACED_MAX: usize = 1024;
 
 /// Where a function has company: GPUs holding its idle memory, and GPUs running the functions
 /// it names as partners (`io.mqfq.partners`).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct Near {
     /// GPUs where its memory is resident (an idle container of it in the pool).
     pub resident: BTreeSet<u32>,
     /// GPUs where a partner runs or is resident.
     pub partners: BTreeSet<u32>,
+    /// GPUs holding an idle container of it, and how long that container would take to serve
+    /// a call, seconds (0 when its memory is resident, else its restore): the pool's
+    /// [`crate::node::pool::Pool::start_costs`]. A GPU not listed would start one cold.
+    pub start_s: BTreeMap<u32, f64>,
 }
 
 /// The node's placement state.
@@ -331,6 +350,11 @@ impl Placement {
                         .and_then(HealthTracker::power),
                     health: self.health(g.info.index),
                     resident: near.resident.contains(&g.info.index),
+                    start_s: near
+                        .start_s
+                        .get(&g.info.index)
+                        .copied()
+                        .unwrap_or(self.cfg.cold_start_s),
                     partner: near.partners.contains(&g.info.index),
                 }
             })

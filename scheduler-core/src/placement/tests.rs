@@ -175,6 +175,7 @@ fn gpu(index: u32, name: &str) -> GpuView {
         power: None,
         health: Health::Healthy,
         resident: false,
+        start_s: 0.0,
         partner: false,
     }
 }
@@ -307,32 +308,6 @@ fn failed_gpus_are_never_chosen_and_overloaded_ones_only_as_a_last_resort() {
     assert_eq!(
         choose(&[], &need, &Weights::default(), &[]),
         Err(PlacementError::NoUsableGpu)
-    );
-}
-
-#[test]
-fn a_probing_function_runs_where_its_measurement_is_clean() {
-    let mut node = vec![
-        gpu(0, "NVIDIA A30"),
-        gpu(1, "NVIDIA A30"),
-        gpu(2, "NVIDIA H100"),
-    ];
-    node[0].queue = 2;
-    node[2].utilization = 0.4;
-    let need = Need {
-        class: Class::Probing { runs_left: 3 },
-        features: None,
-    };
-    let c = choose(&node, &need, &Weights::default(), &[]).unwrap();
-    assert_eq!((c.gpu, c.reason), (1, "probe"));
-    // The operator's probe GPUs come first when one is a candidate.
-    assert_eq!(
-        choose(&node, &need, &Weights::default(), &[2]).unwrap().gpu,
-        2
-    );
-    assert_eq!(
-        choose(&node, &need, &Weights::default(), &[7]).unwrap().gpu,
-        1
     );
 }
 

@@ -610,6 +610,8 @@ mod tests {
                 "[placement]\noverload_utilization = 2.0",
                 "placement.overload_utilization",
             ),
+            ("[placement]\ncold_start_s = -1.0", "placement.cold_start_s"),
+            ("[placement]\ncold_start_s = 1e9", "placement.cold_start_s"),
         ];
         for (text, key) in cases {
             let e = parse(text).unwrap_err().to_string();

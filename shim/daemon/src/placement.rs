@@ -43,6 +43,9 @@ pub struct PlacementSection {
     pub fatal_xids: Vec<u64>,
     /// GPU models beyond (or overriding) the built-in table.
     pub models: Vec<GpuModel>,
+    /// What a cold start of a GPU container costs on this node, seconds: the price placement
+    /// puts on a GPU where no idle container of the function is.
+    pub cold_start_s: f64,
 }
 
 impl Default for PlacementSection {
@@ -63,6 +66,7 @@ impl Default for PlacementSection {
             xid_recover_samples: h.xid_recover_samples,
             fatal_xids: scheduler_core::placement::node::FATAL_XIDS.to_vec(),
             models: Vec::new(),
+            cold_start_s: scheduler_core::placement::node::COLD_START_S,
         }
     }
 }
@@ -94,6 +98,7 @@ impl PlacementSection {
                 xid_recover_samples: self.xid_recover_samples,
             },
             fatal_xids: self.fatal_xids.clone(),
+            cold_start_s: self.cold_start_s,
         }
     }
 

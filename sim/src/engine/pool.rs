@@ -47,6 +47,13 @@ impl NodePool {
     }
 }
 
+impl NodePool {
+    /// The pool itself.
+    pub(super) fn pool(&self) -> &Pool {
+        &self.pool
+    }
+}
+
 /// The pool's knobs in the simulator: the node's tier knobs, reclaim on (a container past its
 /// warm TTL is gone, as the executor's own memory model has it), host memory not modelled.
 #[must_use]
@@ -83,7 +90,7 @@ impl Engine<'_> {
     /// container's allocations show in the next sample).
     pub(super) fn pool_grant(&mut self, c: usize, policy: &mut dyn Policy) {
         let (f, g) = (self.containers[c].func, self.containers[c].gpu);
-        let (used, total) = (self.used_bytes(g), bytes(self.cfg.gpu_mem_mb));
+        let (used, total) = (self.used_bytes(g), bytes(self.cfg.mem_mb(g)));
         let now = ms(self.now);
         let p = self.node_pool();
         p.pool.observe_memory(super::gpu_index(g), used, total);
@@ -96,7 +103,7 @@ impl Engine<'_> {
     /// it (as its next sample would) and relieves the pressure.
     pub(super) fn pool_need(&mut self, g: usize, mb: f64, policy: &mut dyn Policy) {
         let used = bytes(self.gpus[g].used_mb + mb);
-        let total = bytes(self.cfg.gpu_mem_mb);
+        let total = bytes(self.cfg.mem_mb(g));
         let now = ms(self.now);
         let p = self.node_pool();
         p.pool.observe_memory(super::gpu_index(g), used, total);
@@ -133,11 +140,12 @@ impl Engine<'_> {
     /// The sampling step's half for the pool: memory in use per GPU, then its timers and
     /// pressure (as `mqfqd`'s sampling loop does after the core's step).
     pub(super) fn pool_sample(&mut self, policy: &mut dyn Policy) {
-        let total = bytes(self.cfg.gpu_mem_mb);
-        let used: Vec<u64> = (0..self.gpus.len()).map(|g| self.used_bytes(g)).collect();
+        let used: Vec<(u64, u64)> = (0..self.gpus.len())
+            .map(|g| (self.used_bytes(g), bytes(self.cfg.mem_mb(g))))
+            .collect();
         let now = ms(self.now);
         let p = self.node_pool();
-        for (g, u) in used.into_iter().enumerate() {
+        for (g, (u, total)) in used.into_iter().enumerate() {
             p.pool.observe_memory(super::gpu_index(g), u, total);
         }
         p.pool.tick(now, None);

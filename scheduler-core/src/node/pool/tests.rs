@@ -533,3 +533,42 @@ fn hot_gpus_are_where_the_functions_idle_hot_containers_are() {
     assert_eq!(p.hot_gpus("f"), BTreeSet::from([0, 1]));
     assert!(p.hot_gpus("nobody").is_empty());
 }
+
+#[test]
+fn start_costs_are_what_each_gpus_readiest_idle_container_of_the_function_would_take() {
+    let mut p = pool(30.0, false);
+    p.observe_memory(0, 0, 80 * GIB);
+    p.observe_memory(1, 0, 80 * GIB);
+    // f: one idle Hot container on GPU 0, one evicted on GPU 1 (12 GB at the assumed 12 GB/s,
+    // 10 ms of overhead), one busy on GPU 2; g only on GPU 1.
+    paused(&mut p, "ns/a", "f", GIB, 100.0);
+    p.granted(&k("ns/b"), "f", 1, 7, t(0.0));
+    p.released(&k("ns/b"), true, 12 * GIB, t(0.0));
+    p.granted(&k("ns/c"), "f", 2, 7, t(0.0));
+    p.granted(&k("ns/d"), "g", 1, 7, t(0.0));
+    p.released(&k("ns/d"), true, GIB, t(0.0));
+    p.tick(t(31.0), None);
+    for o in p.take_orders() {
+        assert_eq!(o.action, Action::Evict);
+        assert!(p.report(&ok(&o.key.to_string(), Action::Evict, 0), t(31.0)));
+    }
+    let f = p.start_costs("f");
+    assert_eq!(f.get(&0), Some(&0.0), "{f:?}");
+    let warm = f[&1];
+    assert!(
+        (warm - (12.0 * GIB as f64 / 12e9 + 0.01)).abs() < 1e-9,
+        "{warm}"
+    );
+    assert!(
+        !f.contains_key(&2),
+        "a busy container serves no other call: {f:?}"
+    );
+    assert_eq!(f.len(), 2);
+    // A measured restore replaces the estimate; the cheapest container on a GPU counts.
+    p.granted(&k("ns/b"), "f", 1, 7, t(40.0));
+    assert!(p.report(&ok("ns/b", Action::Restore, 12 * GIB), t(40.5)));
+    p.released(&k("ns/b"), true, 12 * GIB, t(41.0));
+    assert_eq!(p.start_costs("f").get(&1), Some(&0.0), "Hot again");
+    assert_eq!(p.start_costs("g").keys().copied().collect::<Vec<_>>(), [1]);
+    assert!(p.start_costs("nobody").is_empty());
+}

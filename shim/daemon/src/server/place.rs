@@ -189,6 +189,7 @@ pub(super) fn place(d: &Daemon, req: &api::AdmitRequest) -> ttrpc::Result<api::P
     let candidates: Vec<u32> = named.iter().map(|(_, i)| *i).collect();
     let mut near = Near {
         resident: inner.pool.hot_gpus(&flow),
+        start_s: inner.pool.start_costs(&flow),
         ..Near::default()
     };
     for p in &partners {
