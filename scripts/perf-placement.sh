@@ -2,7 +2,8 @@
 # Regenerates the placement figures of docs/PERFORMANCE.md §1b: mqfq-sticky on a heterogeneous
 # node (an A30 and an H100) under each placement — fitness (scheduler-core's, what mqfqd runs),
 # least-loaded (the node core's routing), round-robin, random — on the design mix with half of
-# each kind's functions memory-bound; then four heterogeneous nodes, each invocation's node
+# each kind's functions memory-bound, with the H100 at the simulator's 24 GB and at its own 80 GB;
+# then four heterogeneous nodes, each invocation's node
 # picked by mqfq's extender (from what the nodes published), round-robin or at random, with the
 # nodes' API writes per minute. Prints Markdown.
 set -euo pipefail
@@ -27,18 +28,35 @@ for load in 0.8 1.2 1.6; do
     "$sim" placements --trace "$tmp/h.csv" --gpus 2 --gpu-models "$models" | tail -n +3
     echo
 done
+echo "### The H100 with its own 80 GB, seed 1"
+echo
+echo "Above, both GPUs have the simulator's 24 GB; here the H100 has the 80 GB of the real part"
+echo "(\`--gpu-mems-mb 24576,81920\`), so the trace's functions fit on it without eviction."
+echo
+for load in 0.8 1.2 1.6; do
+    "$sim" gen mix --gpus 2 --load "$load" --memory-bound 0.5 --duration-s 1800 --seed 1 \
+        --out "$tmp/h.csv" 2>/dev/null
+    echo "Load $load, H100 80 GB:"
+    echo
+    "$sim" placements --trace "$tmp/h.csv" --gpus 2 --gpu-models "$models" \
+        --gpu-mems-mb 24576,81920 | tail -n +3
+    echo
+done
 echo "### Seeds 1-3: least-loaded and round-robin against fitness (mean / std of completion time)"
 echo
-echo "| load | seed | least-loaded mean / fitness | least-loaded std / fitness | round-robin mean / fitness | round-robin std / fitness |"
-echo "|---|---|---|---|---|---|"
+echo "| load | seed | H100 memory | least-loaded mean / fitness | least-loaded std / fitness | round-robin mean / fitness | round-robin std / fitness |"
+echo "|---|---|---|---|---|---|---|"
 for load in 0.8 1.2 1.6; do
     for seed in 1 2 3; do
         "$sim" gen mix --gpus 2 --load "$load" --memory-bound 0.5 --duration-s 1800 --seed "$seed" \
             --out "$tmp/h.csv" 2>/dev/null
-        out=$("$sim" placements --trace "$tmp/h.csv" --gpus 2 --gpu-models "$models")
-        ll=$(echo "$out" | grep '^| least-loaded |' | awk -F'|' '{print $9" |"$10}')
-        rr=$(echo "$out" | grep '^| round-robin |' | awk -F'|' '{print $9" |"$10}')
-        echo "| $load | $seed |$ll |$rr |"
+        for mem in 24576 81920; do
+            out=$("$sim" placements --trace "$tmp/h.csv" --gpus 2 --gpu-models "$models" \
+                --gpu-mems-mb "24576,$mem")
+            ll=$(echo "$out" | grep '^| least-loaded |' | awk -F'|' '{print $9" |"$10}')
+            rr=$(echo "$out" | grep '^| round-robin |' | awk -F'|' '{print $9" |"$10}')
+            echo "| $load | $seed | $((mem / 1024)) GB |$ll |$rr |"
+        done
     done
 done
 echo
