@@ -89,9 +89,9 @@ pub struct Weights {
     /// The function's memory already on the GPU.
     pub locality: f64,
     /// A short expected completion against the best candidate's: the work ahead in measured
-    /// seconds, the function's own service there and its start there (0 where an idle
-    /// container holds its memory, a restore or a cold start elsewhere), where every candidate
-    /// has them; else
+    /// seconds (with a slot free, at most one own service per co-runner: it shares the GPU),
+    /// the function's own service there and its start there (0 where an idle container holds
+    /// its memory, a restore or a cold start elsewhere), where every candidate has them; else
     /// `1 + queue` runs of the function (the work ahead shares the GPU's time) at the GPU's
     /// speed for its kind of work.
     pub queue: f64,
@@ -402,7 +402,16 @@ pub fn choose(
     let readiest = pool.iter().map(|g| start(g)).fold(f64::INFINITY, f64::min);
     let completion = |g: &GpuView| match g.work_s {
         Some((ahead, own)) if measured => {
-            ahead.max(0.0) + own.max(f64::MIN_POSITIVE) + (start(g) - readiest).max(0.0)
+            let own = own.max(f64::MIN_POSITIVE);
+            // With a slot free it starts at once and shares the GPU with what runs there: each
+            // co-runner delays it by at most its own length (processor sharing). Without one,
+            // the work ahead drains first.
+            let wait = if g.queue < g.limit.max(1) {
+                ahead.max(0.0).min(f64::from(g.queue) * own)
+            } else {
+                ahead.max(0.0)
+            };
+            wait + own + (start(g) - readiest).max(0.0)
         }
         _ => {
             let speed = match bound {

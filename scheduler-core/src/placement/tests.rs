@@ -396,7 +396,12 @@ fn measured_work_ahead_outweighs_counted_runs() {
     // first (2.4 s there against 20.4 s).
     node[0].work_s = Some((0.0, 2.4));
     node[1].work_s = Some((20.0, 0.4));
+    node[1].limit = 1;
     assert_eq!(pick(&node, class, &queue_only).gpu, 0);
+    // Running beside a free slot, the 20 s job only shares the H100 with it: 0.8 s there.
+    node[1].limit = 2;
+    assert_eq!(pick(&node, class, &queue_only).gpu, 1);
+    node[1].limit = 1;
     // A short job ahead on the H100: it is sooner again.
     node[1].work_s = Some((0.5, 0.4));
     assert_eq!(pick(&node, class, &queue_only).gpu, 1);
@@ -412,7 +417,7 @@ fn the_node_counts_work_ahead_in_each_gpus_measured_seconds() {
     let mut p = Placement::new(PlacementConfig::default()).unwrap();
     let gpus = [
         core_gpu(0, "NVIDIA A30", 0, 0.0),
-        core_gpu(1, "NVIDIA H100 80GB HBM3", 1, 0.0),
+        core_gpu(1, "NVIDIA H100 80GB HBM3", 2, 0.0),
     ];
     for i in 0..3 {
         p.observe_burst(
@@ -423,8 +428,8 @@ fn the_node_counts_work_ahead_in_each_gpus_measured_seconds() {
         .unwrap();
     }
     let none = Near::default();
-    // bert measured at 1 s on the A30 only; the H100 holds one 30 s invocation of another
-    // function and one of a function not yet measured (counted as one run of bert).
+    // bert measured at 1 s on the A30 only; the H100's two slots hold one 30 s invocation of
+    // another function and one of a function not yet measured (counted as one run of bert).
     let ahead = [
         (
             0,
