@@ -15,41 +15,43 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 models="NVIDIA A30,NVIDIA H100 80GB HBM3"
 
+# The design mix on two A30s' worth of load $1, seed $2, into $tmp/h.csv.
+gen() {
+    "$sim" gen mix --gpus 2 --load "$1" --memory-bound 0.5 --duration-s 1800 --seed "$2" \
+        --out "$tmp/h.csv" 2>/dev/null
+}
+
+# Seed 1 at each load, every placement, the H100 with $1 MB.
+seed1_tables() {
+    for load in 0.8 1.2 1.6; do
+        gen "$load" 1
+        echo "Load $load (of two A30s' capacity), H100 $(($1 / 1024)) GB:"
+        echo
+        "$sim" placements --trace "$tmp/h.csv" --gpus 2 --gpu-models "$models" \
+            --gpu-mems-mb "24576,$1" | tail -n +3
+        echo
+    done
+}
+
 echo "### Placement on an A30 + H100 node, seed 1"
 echo
 echo '`mqfq-sim gen mix --gpus 2 --load L --memory-bound 0.5 --duration-s 1800 --seed 1 --out het.csv`'
 echo "\`mqfq-sim placements --trace het.csv --gpus 2 --gpu-models \"$models\"\`"
 echo
-for load in 0.8 1.2 1.6; do
-    "$sim" gen mix --gpus 2 --load "$load" --memory-bound 0.5 --duration-s 1800 --seed 1 \
-        --out "$tmp/h.csv" 2>/dev/null
-    echo "Load $load (of two A30s' capacity):"
-    echo
-    "$sim" placements --trace "$tmp/h.csv" --gpus 2 --gpu-models "$models" | tail -n +3
-    echo
-done
+seed1_tables 24576
 echo "### The H100 with its own 80 GB, seed 1"
 echo
 echo "Above, both GPUs have the simulator's 24 GB; here the H100 has the 80 GB of the real part"
 echo "(\`--gpu-mems-mb 24576,81920\`), so the trace's functions fit on it without eviction."
 echo
-for load in 0.8 1.2 1.6; do
-    "$sim" gen mix --gpus 2 --load "$load" --memory-bound 0.5 --duration-s 1800 --seed 1 \
-        --out "$tmp/h.csv" 2>/dev/null
-    echo "Load $load, H100 80 GB:"
-    echo
-    "$sim" placements --trace "$tmp/h.csv" --gpus 2 --gpu-models "$models" \
-        --gpu-mems-mb 24576,81920 | tail -n +3
-    echo
-done
+seed1_tables 81920
 echo "### Seeds 1-3: least-loaded and round-robin against fitness (mean / std of completion time)"
 echo
 echo "| load | seed | H100 memory | least-loaded mean / fitness | least-loaded std / fitness | round-robin mean / fitness | round-robin std / fitness |"
 echo "|---|---|---|---|---|---|---|"
 for load in 0.8 1.2 1.6; do
     for seed in 1 2 3; do
-        "$sim" gen mix --gpus 2 --load "$load" --memory-bound 0.5 --duration-s 1800 --seed "$seed" \
-            --out "$tmp/h.csv" 2>/dev/null
+        gen "$load" "$seed"
         for mem in 24576 81920; do
             out=$("$sim" placements --trace "$tmp/h.csv" --gpus 2 --gpu-models "$models" \
                 --gpu-mems-mb "24576,$mem")
@@ -67,8 +69,7 @@ echo
 echo "| load | defaults | queue=2 | queue=4 | balance=0 | fitness=0,queue=1,balance=0 | least-loaded |"
 echo "|---|---|---|---|---|---|---|"
 for load in 0.8 1.2 1.6; do
-    "$sim" gen mix --gpus 2 --load "$load" --memory-bound 0.5 --duration-s 1800 --seed 1 \
-        --out "$tmp/h.csv" 2>/dev/null
+    gen "$load" 1
     row="| $load |"
     for w in "" "queue=2" "queue=4" "balance=0" "fitness=0,queue=1,balance=0"; do
         out=$("$sim" placements --trace "$tmp/h.csv" --gpus 2 --gpu-models "$models" \
@@ -86,8 +87,7 @@ echo
 echo "| load | fitness | least-loaded | fitness GPU busy | least-loaded GPU busy |"
 echo "|---|---|---|---|---|"
 for load in 0.8 1.2 1.6; do
-    "$sim" gen mix --gpus 2 --load "$load" --memory-bound 0.5 --duration-s 1800 --seed 1 \
-        --out "$tmp/h.csv" 2>/dev/null
+    gen "$load" 1
     out=$("$sim" placements --trace "$tmp/h.csv" --gpus 2 --gpu-models "$models" --gpm)
     f=$(echo "$out" | grep '^| fitness |' | awk -F'|' '{print $3" /"$5"|"$7}')
     l=$(echo "$out" | grep '^| least-loaded |' | awk -F'|' '{print $3" /"$5"|"$7}')

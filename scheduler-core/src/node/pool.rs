@@ -804,7 +804,8 @@ impl Pool {
             .collect()
     }
 
-    /// The GPUs holding an idle Hot container of `function` (its memory is there).
+    /// The GPUs holding a Hot container of `function`, idle or serving a call: its memory is
+    /// there (placement's locality; how soon a call could start there is [`Pool::start_costs`]).
     #[must_use]
     pub fn hot_gpus(&self, function: &str) -> BTreeSet<u32> {
         self.entries

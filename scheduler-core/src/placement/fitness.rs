@@ -70,7 +70,7 @@ pub struct GpuView {
     pub power: Option<f64>,
     /// Its condition.
     pub health: Health,
-    /// The function's memory is already there (an idle container of it in the pool).
+    /// The function's memory is already there (a Hot container of it in the pool, idle or busy).
     pub resident: bool,
     /// Seconds before the function could run there: 0 where an idle container of it holds its
     /// memory, that container's restore where its memory is on the host, a cold start where

@@ -108,7 +108,7 @@ const PLACED_MAX: usize = 1024;
 /// it names as partners (`io.mqfq.partners`).
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Near {
-    /// GPUs where its memory is resident (an idle container of it in the pool).
+    /// GPUs where its memory is resident (a Hot container of it in the pool, idle or busy).
     pub resident: BTreeSet<u32>,
     /// GPUs where a partner runs or is resident.
     pub partners: BTreeSet<u32>,

@@ -2,6 +2,7 @@
 //! in its expected completion there, and decides among clean GPUs where it is probed.
 
 use super::models::{builtin, lookup};
+use super::tests::core_gpu;
 use super::*;
 use crate::queue::WorkAhead;
 use crate::time::Time;
@@ -127,33 +128,13 @@ fn a_probing_function_runs_where_its_measurement_is_clean() {
     );
 }
 
-fn core_gpu(index: u32, name: &str) -> crate::node::admission::GpuView {
-    crate::node::admission::GpuView {
-        info: crate::node::admission::GpuInfo {
-            index,
-            uuid: format!("GPU-{index}"),
-            name: name.into(),
-            mode: crate::config::GpuMode::Plain,
-            memory_total: 24 << 30,
-            mig: Vec::new(),
-        },
-        d: 4.0,
-        limit: 4,
-        running: 0,
-        reading: crate::concurrency::Reading::default(),
-        memory_used: 1 << 30,
-        virtual_time: 0.0,
-        queued: 0,
-    }
-}
-
 /// The node reads the pool's start costs from `Near`, and prices a GPU it does not list (no
 /// idle container there) at the configured cold start.
 #[test]
 fn the_node_prices_a_gpu_without_an_idle_container_at_the_cold_start() {
     let gpus = [
-        core_gpu(0, "NVIDIA A30"),
-        core_gpu(1, "NVIDIA H100 80GB HBM3"),
+        core_gpu(0, "NVIDIA A30", 0, 0.0),
+        core_gpu(1, "NVIDIA H100 80GB HBM3", 0, 0.0),
     ];
     let ahead = [
         (

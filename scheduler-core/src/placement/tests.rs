@@ -528,7 +528,12 @@ fn health_moves_through_failed_and_overloaded_and_back() {
     assert_eq!(h.errors(), 2);
 }
 
-fn core_gpu(index: u32, name: &str, running: u32, busy: f64) -> crate::node::admission::GpuView {
+pub(super) fn core_gpu(
+    index: u32,
+    name: &str,
+    running: u32,
+    busy: f64,
+) -> crate::node::admission::GpuView {
     crate::node::admission::GpuView {
         info: crate::node::admission::GpuInfo {
             index,

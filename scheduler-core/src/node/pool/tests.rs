@@ -515,7 +515,7 @@ fn a_function_whose_last_container_left_reads_not_resident_until_its_flow_is_for
 }
 
 #[test]
-fn hot_gpus_are_where_the_functions_idle_hot_containers_are() {
+fn hot_gpus_are_where_the_functions_hot_containers_are() {
     let mut p = pool(1000.0, false);
     for (key, f, gpu) in [("ns/a", "f", 0), ("ns/b", "f", 1), ("ns/c", "g", 1)] {
         p.granted(&k(key), f, gpu, 7, t(1.0));
@@ -532,6 +532,10 @@ fn hot_gpus_are_where_the_functions_idle_hot_containers_are() {
     assert_eq!(p.hot_gpus("g"), by_entries("g"));
     assert_eq!(p.hot_gpus("f"), BTreeSet::from([0, 1]));
     assert!(p.hot_gpus("nobody").is_empty());
+    // Serving a call, its memory is still there; it is just not ready for another call.
+    p.granted(&k("ns/a"), "f", 0, 7, t(4.0));
+    assert_eq!(p.hot_gpus("f"), BTreeSet::from([0, 1]));
+    assert!(!p.start_costs("f").contains_key(&0));
 }
 
 #[test]
