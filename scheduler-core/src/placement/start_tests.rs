@@ -1,7 +1,6 @@
 //! Where a function's idle containers are: the time before it could start on each GPU counts
 //! in its expected completion there, and decides among clean GPUs where it is probed.
 
-use super::models::{builtin, lookup};
 use super::tests::core_gpu;
 use super::*;
 use crate::queue::WorkAhead;
@@ -9,19 +8,11 @@ use crate::time::Time;
 
 fn gpu(index: u32, name: &str, own_s: f64, start_s: f64) -> GpuView {
     GpuView {
-        index,
-        model: lookup(&builtin(), name),
-        utilization: 0.0,
-        utilization_stddev: 0.0,
-        memory_used: 0.0,
-        queue: 0,
         work_s: Some((0.0, own_s)),
         limit: 4,
-        power: None,
-        health: Health::Healthy,
         resident: start_s == 0.0,
         start_s,
-        partner: false,
+        ..super::tests::gpu(index, name)
     }
 }
 

@@ -162,7 +162,7 @@ fn models_are_looked_up_by_nvml_name_longest_pattern_first() {
     assert_eq!(lookup(&t, "mqfq simulated GPU").pattern, "(unknown)");
 }
 
-fn gpu(index: u32, name: &str) -> GpuView {
+pub(super) fn gpu(index: u32, name: &str) -> GpuView {
     GpuView {
         index,
         model: lookup(&builtin(), name),
