@@ -16,6 +16,17 @@ fn reading() -> impl Strategy<Value = f64> {
     prop_oneof![8 => 0.0f64..1.0, 1 => Just(f64::NAN), 1 => -1.0f64..3.0]
 }
 
+/// Seconds before a call could start: 0, a time, NaN, negative or never.
+fn start() -> impl Strategy<Value = f64> {
+    prop_oneof![
+        4 => Just(0.0),
+        4 => 0.0f64..10.0,
+        1 => Just(f64::NAN),
+        1 => -5.0f64..0.0,
+        1 => Just(f64::INFINITY),
+    ]
+}
+
 fn gpu() -> impl Strategy<Value = GpuView> {
     (
         (
@@ -33,7 +44,7 @@ fn gpu() -> impl Strategy<Value = GpuView> {
         ],
         any::<bool>(),
         any::<bool>(),
-        reading(),
+        start(),
     )
         .prop_map(
             |((m, u, sd, mem, q, p), health, resident, partner, start)| GpuView {
@@ -52,8 +63,7 @@ fn gpu() -> impl Strategy<Value = GpuView> {
                 power: p,
                 health,
                 resident,
-                // Seconds before it could start there (NaN and negative included).
-                start_s: start * 5.0,
+                start_s: start,
                 partner,
             },
         )

@@ -559,7 +559,12 @@ fn compare(a: &CompareArgs) -> Result<()> {
         trace.invocations.len(),
         trace.functions.len(),
         cfg.gpus,
-        cfg.gpu_mem_mb,
+        if cfg.gpu_mem_each_mb.is_empty() {
+            cfg.gpu_mem_mb.to_string()
+        } else {
+            let each: Vec<String> = cfg.gpu_mem_each_mb.iter().map(f64::to_string).collect();
+            each.join(" / ")
+        },
         cfg.mode,
         cfg.profile,
         cfg.baselines

@@ -816,14 +816,16 @@ impl Pool {
     }
 
     /// Per GPU holding an idle container of `function`: how long before it could serve a call
-    /// there, seconds — 0 for a Hot one, the restore of the cheapest Warm one otherwise. A GPU
-    /// not listed has no idle container of it (a call there would start one cold).
+    /// there, seconds — 0 for a Hot one, the restore of the cheapest Warm one (or of a Hot one
+    /// with an eviction in flight) otherwise. A GPU not listed has no idle container of it (a
+    /// call there would start one cold).
     #[must_use]
     pub fn start_costs(&self, function: &str) -> BTreeMap<u32, f64> {
         let mut out: BTreeMap<u32, f64> = BTreeMap::new();
         for e in self.entries.values().filter(|e| e.function == function) {
             let cost = match e.tier {
                 _ if e.busy => continue,
+                Tier::Hot if matches!(e.pending, Some((Action::Evict, _))) => Self::reload_cost(e),
                 Tier::Hot => 0.0,
                 Tier::Warm => Self::reload_cost(e),
                 Tier::Cold => continue,

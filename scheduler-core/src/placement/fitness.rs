@@ -90,8 +90,9 @@ pub struct Weights {
     pub locality: f64,
     /// A short expected completion against the best candidate's: the work ahead in measured
     /// seconds (with a slot free, at most one own service per co-runner: it shares the GPU),
-    /// the function's own service there and its start there (0 where an idle container holds
-    /// its memory, a restore or a cold start elsewhere), where every candidate has them; else
+    /// the function's own service there and its start there beyond the readiest candidate's (0
+    /// where an idle container holds its memory, a restore or a cold start elsewhere), where
+    /// every candidate has them; else
     /// `1 + queue` runs of the function (the work ahead shares the GPU's time) at the GPU's
     /// speed for its kind of work.
     pub queue: f64,
@@ -312,12 +313,13 @@ fn raw_fitness(g: &GpuView, bound: Bound, features: Option<&FunctionFeatures>) -
 /// Utilization under which a GPU is clean enough to probe a new function on.
 const CLEAN_UTILIZATION: f64 = 0.5;
 
-/// `g.start_s`, where it is a time.
+/// `g.start_s` as a time: NaN reads 0, and "never" (infinite) the longest finite time, so it
+/// still compares (and a start every candidate shares still cancels).
 fn start(g: &GpuView) -> f64 {
-    if g.start_s.is_finite() {
-        g.start_s.max(0.0)
-    } else {
+    if g.start_s.is_nan() {
         0.0
+    } else {
+        g.start_s.clamp(0.0, f64::MAX)
     }
 }
 
@@ -403,9 +405,10 @@ pub fn choose(
     let completion = |g: &GpuView| match g.work_s {
         Some((ahead, own)) if measured => {
             let own = own.max(f64::MIN_POSITIVE);
-            // With a slot free it starts at once and shares the GPU with what runs there: each
-            // co-runner delays it by at most its own length (processor sharing). Without one,
-            // the work ahead drains first.
+            // With a slot free it starts at once and shares the GPU with what runs there: under
+            // processor sharing each co-runner delays it by at most one run of it, and by no more
+            // than the work there (only the sum is known, so this bounds Σ min(rᵢ, own) from
+            // above). Without a free slot, the work ahead drains first.
             let wait = if g.queue < g.limit.max(1) {
                 ahead.max(0.0).min(f64::from(g.queue) * own)
             } else {

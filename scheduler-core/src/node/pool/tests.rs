@@ -575,4 +575,13 @@ fn start_costs_are_what_each_gpus_readiest_idle_container_of_the_function_would_
     assert_eq!(p.start_costs("f").get(&1), Some(&0.0), "Hot again");
     assert_eq!(p.start_costs("g").keys().copied().collect::<Vec<_>>(), [1]);
     assert!(p.start_costs("nobody").is_empty());
+    // Hot with its eviction in flight: priced as the restore it is about to need.
+    p.tick(t(131.0), None);
+    assert!(p.take_orders().contains(&order("ns/a", Action::Evict)));
+    let gib = GIB as f64 / 12e9 + 0.01;
+    assert!(
+        (p.start_costs("f")[&0] - gib).abs() < 1e-9,
+        "{:?}",
+        p.start_costs("f")
+    );
 }
