@@ -559,12 +559,7 @@ fn compare(a: &CompareArgs) -> Result<()> {
         trace.invocations.len(),
         trace.functions.len(),
         cfg.gpus,
-        if cfg.gpu_mem_each_mb.is_empty() {
-            cfg.gpu_mem_mb.to_string()
-        } else {
-            let each: Vec<String> = cfg.gpu_mem_each_mb.iter().map(f64::to_string).collect();
-            each.join(" / ")
-        },
+        cfg.mem_label(),
         cfg.mode,
         cfg.profile,
         cfg.baselines

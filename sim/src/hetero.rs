@@ -188,8 +188,7 @@ pub fn report(
         cfg.gpu_models.join(" + ")
     };
     if !cfg.gpu_mem_each_mb.is_empty() {
-        let mb: Vec<String> = cfg.gpu_mem_each_mb.iter().map(|m| format!("{m}")).collect();
-        let _ = write!(models, " ({} MB)", mb.join(" / "));
+        let _ = write!(models, " ({} MB)", cfg.mem_label());
     }
     let mut t = format!(
         "node: {models}; {} invocations, {} functions\n\n\

@@ -55,16 +55,15 @@ pub enum Input {
 
 /// The simulated GPUs as the daemon's monitor would describe them.
 #[must_use]
-pub fn gpu_infos(gpus: usize, memory_mb: f64, mode: GpuMode) -> Vec<GpuInfo> {
-    #[expect(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
-    let bytes = (memory_mb.max(0.0) * 1024.0 * 1024.0) as u64;
+pub fn gpu_infos(gpus: usize, memory_mb: impl Fn(usize) -> f64, mode: GpuMode) -> Vec<GpuInfo> {
     (0..gpus)
         .map(|g| GpuInfo {
             index: u32::try_from(g).unwrap_or(u32::MAX),
             uuid: format!("GPU-sim-{g}"),
             name: "simulated".into(),
             mode,
-            memory_total: bytes,
+            #[expect(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+            memory_total: (memory_mb(g).max(0.0) * 1024.0 * 1024.0) as u64,
             mig: Vec::new(),
         })
         .collect()
@@ -255,13 +254,14 @@ impl NodeMqfq {
                 // The peak weights (minute 720, noon): the simulator has no time of day.
                 let ahead = self.core.work_ahead(&self.names[func]);
                 // Where its idle containers are, as mqfqd reads them from its pool at Create.
-                let near =
-                    view.pool
-                        .map_or_else(Default::default, |p| scheduler_core::placement::Near {
-                            resident: p.hot_gpus(&self.names[func]),
-                            start_s: p.start_costs(&self.names[func]),
-                            ..Default::default()
-                        });
+                let near = view.pool.map_or_else(Default::default, |p| {
+                    let (resident, start_s) = p.presence(&self.names[func]);
+                    scheduler_core::placement::Near {
+                        resident,
+                        start_s,
+                        ..Default::default()
+                    }
+                });
                 let c = self.placer.as_ref()?.choose(
                     &gpus,
                     &ahead,

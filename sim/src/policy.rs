@@ -198,14 +198,9 @@ pub fn build(name: &str, trace: &Trace, cfg: &SimConfig) -> Result<Box<dyn Polic
             let mut q = cfg.profile.queue();
             let mut c = cfg.profile.concurrency(cfg.mode);
             cfg.overrides.apply(&mut q, &mut c)?;
-            let mut gpus = crate::node::gpu_infos(cfg.gpus, cfg.gpu_mem_mb, cfg.mode);
+            let mut gpus = crate::node::gpu_infos(cfg.gpus, |g| cfg.mem_mb(g), cfg.mode);
             for (g, name) in gpus.iter_mut().zip(&cfg.gpu_models) {
                 g.name.clone_from(name);
-            }
-            for (i, g) in gpus.iter_mut().enumerate() {
-                #[expect(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
-                let bytes = (cfg.mem_mb(i).max(0.0) * 1024.0 * 1024.0) as u64;
-                g.memory_total = bytes;
             }
             let mut p = crate::node::NodeMqfq::new(trace, gpus, &q, &c, false)?;
             p.set_placement(cfg.placement, cfg.placement_weights, cfg.cold_ms / 1e3)?;

@@ -156,9 +156,7 @@ impl SimConfig {
         }
         self.tiers.validate()
     }
-}
 
-impl SimConfig {
     /// GPU `g`'s memory, MB.
     #[must_use]
     pub fn mem_mb(&self, g: usize) -> f64 {
@@ -166,6 +164,17 @@ impl SimConfig {
             .get(g)
             .copied()
             .unwrap_or(self.gpu_mem_mb)
+    }
+
+    /// The GPUs' memory, MB, as reports print it: one size, or each GPU's (`24576 / 81920`).
+    #[must_use]
+    pub fn mem_label(&self) -> String {
+        if self.gpu_mem_each_mb.is_empty() {
+            self.gpu_mem_mb.to_string()
+        } else {
+            let each: Vec<String> = self.gpu_mem_each_mb.iter().map(f64::to_string).collect();
+            each.join(" / ")
+        }
     }
 }
 

@@ -808,11 +808,7 @@ impl Pool {
     /// there (placement's locality; how soon a call could start there is [`Pool::start_costs`]).
     #[must_use]
     pub fn hot_gpus(&self, function: &str) -> BTreeSet<u32> {
-        self.entries
-            .values()
-            .filter(|e| e.function == function && e.tier == Tier::Hot)
-            .map(|e| e.gpu)
-            .collect()
+        self.presence(function).0
     }
 
     /// Per GPU holding an idle container of `function`: how long before it could serve a call
@@ -821,8 +817,19 @@ impl Pool {
     /// call there would start one cold).
     #[must_use]
     pub fn start_costs(&self, function: &str) -> BTreeMap<u32, f64> {
-        let mut out: BTreeMap<u32, f64> = BTreeMap::new();
+        self.presence(function).1
+    }
+
+    /// [`Pool::hot_gpus`] and [`Pool::start_costs`] in one pass over the pool, as placement
+    /// asks for both at every choice.
+    #[must_use]
+    pub fn presence(&self, function: &str) -> (BTreeSet<u32>, BTreeMap<u32, f64>) {
+        let mut hot = BTreeSet::new();
+        let mut start: BTreeMap<u32, f64> = BTreeMap::new();
         for e in self.entries.values().filter(|e| e.function == function) {
+            if e.tier == Tier::Hot {
+                hot.insert(e.gpu);
+            }
             let cost = match e.tier {
                 _ if e.busy => continue,
                 Tier::Hot if matches!(e.pending, Some((Action::Evict, _))) => Self::reload_cost(e),
@@ -830,10 +837,10 @@ impl Pool {
                 Tier::Warm => Self::reload_cost(e),
                 Tier::Cold => continue,
             };
-            let c = out.entry(e.gpu).or_insert(cost);
+            let c = start.entry(e.gpu).or_insert(cost);
             *c = c.min(cost);
         }
-        out
+        (hot, start)
     }
 
     /// Every pooled container.

@@ -1,7 +1,7 @@
 //! Where a function's idle containers are: the time before it could start on each GPU counts
 //! in its expected completion there, and decides among clean GPUs where it is probed.
 
-use super::tests::core_gpu;
+use super::tests::{core_gpu, measured};
 use super::*;
 use crate::queue::WorkAhead;
 use crate::time::Time;
@@ -149,17 +149,7 @@ fn the_node_prices_a_gpu_without_an_idle_container_at_the_cold_start() {
             ..PlacementConfig::default()
         })
         .unwrap();
-        for i in 0..3 {
-            let s = Sample {
-                burst_ms: 2000.0,
-                sm: Some(0.9),
-                dram: Some(0.1),
-                footprint_mib: Some(2048.0),
-                transfer_bytes: Some(0.0),
-            };
-            p.observe_burst("f", &s, Time::from_secs_f64(f64::from(i)))
-                .unwrap();
-        }
+        measured(&mut p, "f", 2000.0);
         p
     };
     // Its idle container is on the A30; the H100 has none.

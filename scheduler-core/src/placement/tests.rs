@@ -15,6 +15,18 @@ fn sample(burst_ms: f64, sm: f64, dram: f64) -> Sample {
     }
 }
 
+/// `function`'s probe runs, compute-bound bursts of `burst_ms`: it is classified after them.
+pub(super) fn measured(p: &mut Placement, function: &str, burst_ms: f64) {
+    for i in 0..3 {
+        p.observe_burst(
+            function,
+            &sample(burst_ms, 0.9, 0.1),
+            Time::from_secs_f64(f64::from(i)),
+        )
+        .unwrap();
+    }
+}
+
 fn feed(f: &mut Features, name: &str, s: &[Sample]) {
     for (i, x) in s.iter().enumerate() {
         f.observe(name, x, Time::from_secs_f64(i as f64)).unwrap();
@@ -419,14 +431,7 @@ fn the_node_counts_work_ahead_in_each_gpus_measured_seconds() {
         core_gpu(0, "NVIDIA A30", 0, 0.0),
         core_gpu(1, "NVIDIA H100 80GB HBM3", 2, 0.0),
     ];
-    for i in 0..3 {
-        p.observe_burst(
-            "bert",
-            &sample(1000.0, 0.9, 0.1),
-            Time::from_secs_f64(f64::from(i)),
-        )
-        .unwrap();
-    }
+    measured(&mut p, "bert", 1000.0);
     let none = Near::default();
     // bert measured at 1 s on the A30 only; the H100's two slots hold one 30 s invocation of
     // another function and one of a function not yet measured (counted as one run of bert).
@@ -569,14 +574,7 @@ fn the_node_probes_new_functions_then_places_them_by_fitness_and_avoids_failed_g
         .choose(&gpus, &[], &[0, 1], "bert", &none, 600, T0)
         .unwrap();
     assert_eq!((c.gpu, c.reason), (0, "probe"));
-    for i in 0..3 {
-        p.observe_burst(
-            "bert",
-            &sample(3000.0, 0.9, 0.1),
-            Time::from_secs_f64(f64::from(i)),
-        )
-        .unwrap();
-    }
+    measured(&mut p, "bert", 3000.0);
     // Known, compute-bound and long: the H100's free half (33.5 TFLOPS) beats the idle A30.
     let c = p
         .choose(&gpus, &[], &[0, 1], "bert", &none, 600, T0)
@@ -675,14 +673,7 @@ fn a_function_goes_next_to_the_partner_it_names() {
         core_gpu(0, "NVIDIA A30", 0, 0.0),
         core_gpu(1, "NVIDIA A30", 0, 0.0),
     ];
-    for i in 0..3 {
-        p.observe_burst(
-            "etl",
-            &sample(3000.0, 0.9, 0.1),
-            Time::from_secs_f64(f64::from(i)),
-        )
-        .unwrap();
-    }
+    measured(&mut p, "etl", 3000.0);
     let alone = p
         .choose(&gpus, &[], &[0, 1], "etl", &Near::default(), 600, T0)
         .unwrap();
@@ -825,14 +816,7 @@ fn a_gpus_load_variation_and_power_draw_reach_the_choice() {
     );
     // A long function is spread to the stable GPU; off peak (3 am), the energy term prefers
     // the one drawing less.
-    for i in 0..3 {
-        p.observe_burst(
-            "train",
-            &sample(5000.0, 0.9, 0.1),
-            Time::from_secs_f64(f64::from(i)),
-        )
-        .unwrap();
-    }
+    measured(&mut p, "train", 5000.0);
     let c = p
         .choose(&gpus, &[], &[0, 1], "train", &Near::default(), 180, T0)
         .unwrap();
@@ -856,14 +840,7 @@ fn a_gpu_whose_slots_are_taken_has_no_room_however_idle_its_sms_look() {
         ..PlacementConfig::default()
     })
     .unwrap();
-    for i in 0..3 {
-        p.observe_burst(
-            "train",
-            &sample(5000.0, 0.9, 0.1),
-            Time::from_secs_f64(f64::from(i)),
-        )
-        .unwrap();
-    }
+    measured(&mut p, "train", 5000.0);
     // GPU 0 runs its limit (2) of light work: SM activity 10 %. GPU 1 runs one heavier run
     // (SM activity 50 %) with a slot free.
     let mut gpus = [

@@ -31,7 +31,7 @@ fn trace(gpus: usize) -> mqfq_sim::Trace {
 fn simulated(trace: &mqfq_sim::Trace, cfg: &SimConfig) -> (Vec<Input>, Vec<Record>) {
     let q = cfg.profile.queue();
     let c = cfg.profile.concurrency(cfg.mode);
-    let gpus = gpu_infos(cfg.gpus, cfg.gpu_mem_mb, cfg.mode);
+    let gpus = gpu_infos(cfg.gpus, |g| cfg.mem_mb(g), cfg.mode);
     let mut p = NodeMqfq::new(trace, gpus, &q, &c, true).unwrap();
     let out = simulate(trace, &mut p, cfg).unwrap();
     assert_eq!(out.audit.unfinished, 0, "every invocation ran");
@@ -77,7 +77,7 @@ fn replayed(mut core: Core, inputs: &[Input]) -> Vec<Record> {
 
 fn daemon_core(toml: &str, cfg: &SimConfig) -> Core {
     let d = DaemonConfig::parse(toml, std::path::Path::new("mqfqd.toml")).unwrap();
-    mqfq_daemon::build_core(&d, gpu_infos(cfg.gpus, cfg.gpu_mem_mb, cfg.mode)).unwrap()
+    mqfq_daemon::build_core(&d, gpu_infos(cfg.gpus, |g| cfg.mem_mb(g), cfg.mode)).unwrap()
 }
 
 fn dispatches(r: &[Record]) -> Vec<(ContainerKey, u32)> {

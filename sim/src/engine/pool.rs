@@ -45,9 +45,7 @@ impl NodePool {
             by_name,
         })
     }
-}
 
-impl NodePool {
     /// The pool itself.
     pub(super) fn pool(&self) -> &Pool {
         &self.pool

@@ -187,9 +187,10 @@ pub(super) fn place(d: &Daemon, req: &api::AdmitRequest) -> ttrpc::Result<api::P
         return Ok(api::PlaceResponse::default());
     }
     let candidates: Vec<u32> = named.iter().map(|(_, i)| *i).collect();
+    let (resident, start_s) = inner.pool.presence(&flow);
     let mut near = Near {
-        resident: inner.pool.hot_gpus(&flow),
-        start_s: inner.pool.start_costs(&flow),
+        resident,
+        start_s,
         ..Near::default()
     };
     for p in &partners {
