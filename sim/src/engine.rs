@@ -8,7 +8,8 @@
 //!   container. D comes from [`ConcurrencyController`] fed with the GPU's utilization averaged
 //!   over each `sample_ms`, or is fixed with the published utilization gate (`mqfq-paper`).
 //! - **Startup.** Hot container: none. Warm container (memory on host): its `mem_mb` over PCIe at
-//!   `pcie_gbps` GB/s. No container: `cold_ms`. Evicting victims to make room also moves their
+//!   `pcie_gbps` GB/s (on a node of GPU models, scaled by each model's host link against the
+//!   reference A30's: an H100's PCIe 5.0 moves twice as fast). No container: `cold_ms`. Evicting victims to make room also moves their
 //!   bytes over PCIe first. Transfers on one GPU's link are serialized.
 //! - **Memory.** Hot containers (busy, idle, or being restored) count against the GPU's budget
 //!   (capacity minus the tier headroom). Victims come from [`TierPolicy`]. A batch that cannot
@@ -45,6 +46,8 @@ struct Gpu {
     used_mb: f64,
     conc: ConcurrencyController,
     slots: u32,
+    /// Its host link, GB/s (`pcie_gbps` scaled by its model's link against the reference's).
+    link_gbps: f64,
     pcie_free_ms: f64,
     gate_est: f64,
     util_smooth: f64,
@@ -132,8 +135,9 @@ impl<'t> Engine<'t> {
     fn mem(&self, f: usize) -> f64 {
         self.trace.functions[f].mem_mb
     }
-    fn transfer_ms(&self, mb: f64) -> f64 {
-        mb / self.cfg.pcie_gbps
+    /// Milliseconds to move `mb` over GPU `g`'s host link.
+    fn transfer_ms(&self, g: usize, mb: f64) -> f64 {
+        mb / self.gpus[g].link_gbps
     }
 
     fn slots_free(&self, g: usize, admission: Admission) -> bool {
@@ -305,7 +309,8 @@ impl<'t> Engine<'t> {
             }
             let until = self.bring_in(c);
             if was == Tier::Warm {
-                self.pool_restored(c, self.transfer_ms(mem) / 1e3);
+                let g = self.containers[c].gpu;
+                self.pool_restored(c, self.transfer_ms(g, mem) / 1e3);
             }
             until
         };
@@ -443,7 +448,7 @@ impl<'t> Engine<'t> {
                     let uses = self.containers[c].uses + 1;
                     let credit = self.tiers.credit(
                         uses,
-                        mb / self.cfg.pcie_gbps / 1e3,
+                        self.transfer_ms(g, mb) / 1e3,
                         (mb * 1024.0 * 1024.0) as u64,
                     );
                     let ct = &mut self.containers[c];
@@ -710,9 +715,11 @@ fn engine<'t>(
     let mut q = cfg.profile.queue();
     let mut conc_cfg = cfg.profile.concurrency(cfg.mode);
     cfg.overrides.apply(&mut q, &mut conc_cfg)?;
+    let links = crate::hetero::link_factors(&cfg.gpu_models, cfg.gpus);
     let gpus = (0..cfg.gpus)
         .map(|g| {
             Ok(Gpu {
+                link_gbps: cfg.pcie_gbps * links.get(g).copied().unwrap_or(1.0),
                 budget_mb: cfg.mem_mb(g) * (1.0 - cfg.tiers.headroom),
                 used_mb: 0.0,
                 conc: ConcurrencyController::new(conc_cfg.clone())?,

@@ -9,9 +9,15 @@
 //! already resident), and the bandwidth is multiplied by what is left, so the units agree. Each
 //! term is normalized over the candidates (the best is 1), so only ratios between GPUs matter.
 //!
-//! A function still being probed goes where its measurement is clean: a candidate with a free
-//! slot and less than half busy (among the operator's probe GPUs if any is a candidate), the one where an idle container
-//! of it is readiest, then the fastest; the least busy when none is clean. A failed GPU is never
+//! Short functions are packed: one gains milliseconds from a faster GPU, while the slots and
+//! memory it holds there are taken from long functions that would gain seconds. Its fitness
+//! term is reversed (it packs onto the GPU least fit for its class), and its measured expected
+//! completions are compared in absolute time ([`SHORT_SCALE_S`]) rather than as a ratio: 9 ms
+//! against 20 ms is no reason to move, a restore or a cold start is.
+//!
+//! A function still being probed runs, among the operator's probe GPUs if any is a candidate,
+//! where its measurement is clean (a slot free, less than half busy), then where an idle
+//! container of it is readiest, then where it gets the largest share of FLOPS. A failed GPU is never
 //! chosen; an overloaded one only when no healthy candidate is left, because placement must
 //! never keep a pod from starting.
 
@@ -310,6 +316,11 @@ fn raw_fitness(g: &GpuView, bound: Bound, features: Option<&FunctionFeatures>) -
     }
 }
 
+/// The time scale on which a short function's expected completions are compared: a difference
+/// of this much scores `1/e` of the soonest. Differences of milliseconds barely count, a
+/// restore or a cold start does (the default threshold of a short function, `short_ms`).
+pub const SHORT_SCALE_S: f64 = 1.0;
+
 /// Utilization under which a GPU is clean enough to probe a new function on.
 const CLEAN_UTILIZATION: f64 = 0.5;
 
@@ -357,18 +368,19 @@ pub fn choose(
             .filter(|g| probe_gpus.contains(&g.index))
             .collect();
         let among = if probes.is_empty() { &pool } else { &probes };
-        // Clean: a slot free now and less than half busy. Among clean ones, where an idle
-        // container of it is readiest, then the fastest model (the probe run ends sooner
-        // there), then the least busy; with none clean, the least busy.
+        // Clean first: a slot free now and less than half busy. Then where an idle container
+        // of it is readiest, then where it gets the largest share of FLOPS: (1 + queue) /
+        // FLOPS, so an H100 running one call still beats an idle A30 (the probe run ends
+        // sooner there), then the least busy.
         let clean =
             |g: &GpuView| g.queue < g.limit.max(1) && clamp01(g.utilization) < CLEAN_UTILIZATION;
         let key = |g: &GpuView| {
-            let busy = (g.queue, clamp01(g.utilization), g.index);
-            if clean(g) {
-                (0, start(g), -g.model.tflops, busy)
-            } else {
-                (1, 0.0, 0.0, busy)
-            }
+            (
+                u8::from(!clean(g)),
+                start(g),
+                (1.0 + f64::from(g.queue)) / g.model.tflops.max(f64::MIN_POSITIVE),
+                (g.queue, clamp01(g.utilization), g.index),
+            )
         };
         let best = among
             .iter()
@@ -385,9 +397,13 @@ pub fn choose(
             reason: if overloaded { "overloaded" } else { "probe" },
         });
     };
+    let short = length == Length::Short;
+    // A short function's fitness term is what the GPU offers the long ones: its free FLOPS or
+    // bandwidth, reversed below; its own copies count in its completion, not there.
+    let features = if short { None } else { need.features };
     let top = pool
         .iter()
-        .map(|g| raw_fitness(g, bound, need.features))
+        .map(|g| raw_fitness(g, bound, features))
         .fold(0.0_f64, f64::max);
     // Expected completion in units of one run on a unit-speed GPU: the work ahead of it plus
     // its own, at the GPU's speed for its kind of work. Work running or queued there shares the
@@ -428,6 +444,15 @@ pub fn choose(
         .iter()
         .map(|g| completion(g))
         .fold(f64::INFINITY, f64::min);
+    // A short function's measured completions in absolute time (see the module's docs).
+    let soon = |g: &GpuView| {
+        let c = completion(g);
+        if short && measured {
+            (-(c - soonest).max(0.0) / SHORT_SCALE_S).exp()
+        } else {
+            clamp01(soonest / c)
+        }
+    };
     let mut best: Option<(&GpuView, Breakdown)> = None;
     for g in &pool {
         let u = clamp01(g.utilization);
@@ -438,12 +463,14 @@ pub fn choose(
         let b = Breakdown {
             fitness: weights.fitness
                 * if top > 0.0 {
-                    raw_fitness(g, bound, need.features) / top
+                    let f = clamp01(raw_fitness(g, bound, features) / top);
+                    // Short: packed onto the least fit, leaving the fittest to long work.
+                    if short { 1.0 - f } else { f }
                 } else {
                     0.0
                 },
             locality: weights.locality * f64::from(u8::from(g.resident)),
-            queue: weights.queue * clamp01(soonest / completion(g)),
+            queue: weights.queue * soon(g),
             balance: weights.balance * balance,
             energy: weights.energy * g.power.map_or(0.5, |p| 1.0 - clamp01(p)),
             affinity: weights.affinity * f64::from(u8::from(g.partner)),

@@ -30,18 +30,18 @@ fn pick(gpus: &[GpuView], bound: Bound, length: Length) -> u32 {
 
 #[test]
 fn a_short_function_stays_where_its_memory_is_rather_than_gain_milliseconds_elsewhere() {
-    // 20 ms on the A30 where its memory is, 4 ms on the H100.
+    // 20 ms on the A30, 4 ms on the H100.
     let mut node = vec![
         gpu(0, "NVIDIA A30", 0.020, 0.0),
         gpu(1, "NVIDIA H100 80GB HBM3", 0.004, 0.0),
     ];
     assert_eq!(
         pick(&node, Bound::Compute, Length::Short),
-        1,
-        "resident on both: the faster"
+        0,
+        "resident on both: packed on the A30, the H100 left to work that gains seconds there"
     );
-    // Its memory on the host there (a 170 ms restore) or no container at all (a cold start):
-    // the 16 ms it would gain are not worth it.
+    // Its memory on the host (a 170 ms restore) or no container at all (a cold start) on one
+    // of them: it goes where its memory is, whichever GPU that is.
     for start in [0.17, 3.0] {
         node[1].start_s = start;
         node[1].resident = false;
@@ -50,7 +50,20 @@ fn a_short_function_stays_where_its_memory_is_rather_than_gain_milliseconds_else
             0,
             "{start} s to start on the H100"
         );
+        node[1].start_s = 0.0;
+        node[1].resident = true;
+        node[0].start_s = start;
+        node[0].resident = false;
+        assert_eq!(
+            pick(&node, Bound::Compute, Length::Short),
+            1,
+            "{start} s to start on the A30"
+        );
+        node[0].start_s = 0.0;
+        node[0].resident = true;
     }
+    // A long function resident on both takes the H100.
+    assert_eq!(pick(&node, Bound::Compute, Length::Long), 1);
 }
 
 #[test]
@@ -71,13 +84,13 @@ fn a_long_function_pays_a_restore_where_it_gains_seconds() {
 }
 
 #[test]
-fn a_probing_function_runs_where_its_measurement_is_clean() {
+fn a_probing_function_runs_where_it_is_clean_then_readiest_then_gets_the_most_flops() {
     let mut node: Vec<GpuView> = [(0, "NVIDIA A30"), (1, "NVIDIA A30"), (2, "NVIDIA H100")]
         .into_iter()
         .map(|(i, name)| GpuView {
             work_s: None,
             limit: 2,
-            ..gpu(i, name, 1.0, 0.0)
+            ..gpu(i, name, 1.0, 3.0)
         })
         .collect();
     node[0].queue = 2;
@@ -86,37 +99,40 @@ fn a_probing_function_runs_where_its_measurement_is_clean() {
         class: Class::Probing { runs_left: 3 },
         features: None,
     };
-    // GPU 0 has no free slot, the H100 is more than half busy: GPU 1.
-    let c = choose(&node, &need, &Weights::default(), &[]).unwrap();
-    assert_eq!((c.gpu, c.reason), (1, "probe"));
+    let probe = |node: &[GpuView], probe_gpus: &[u32]| {
+        let c = choose(node, &need, &Weights::default(), probe_gpus).unwrap();
+        assert_eq!(c.reason, "probe");
+        c.gpu
+    };
+    // A cold start everywhere. GPU 0 has no free slot, the H100 is more than half busy:
+    // GPU 1 is the only clean one.
+    assert_eq!(probe(&node, &[]), 1);
     // The operator's probe GPUs come first when one is a candidate.
-    assert_eq!(
-        choose(&node, &need, &Weights::default(), &[2]).unwrap().gpu,
-        2
-    );
-    assert_eq!(
-        choose(&node, &need, &Weights::default(), &[7]).unwrap().gpu,
-        1
-    );
+    assert_eq!(probe(&node, &[2]), 2);
+    assert_eq!(probe(&node, &[7]), 1);
     // Less than half busy with a slot free, the H100 is clean too, and the fastest.
     node[2].utilization = 0.4;
-    assert_eq!(
-        choose(&node, &need, &Weights::default(), &[]).unwrap().gpu,
-        2
-    );
+    assert_eq!(probe(&node, &[]), 2);
+    // With one call running there (of four slots) it still gives the probe more FLOPS than an
+    // idle A30: 67 / 2 against 10.3.
+    node[2].queue = 1;
+    node[2].limit = 4;
+    assert_eq!(probe(&node, &[]), 2);
     // Among clean ones, an idle container ready there beats a faster model.
-    node[2].start_s = 3.0;
-    assert_eq!(
-        choose(&node, &need, &Weights::default(), &[]).unwrap().gpu,
-        1
-    );
-    // None clean: the least busy.
+    node[1].start_s = 0.0;
+    assert_eq!(probe(&node, &[]), 1);
+    // ... but not cleanliness: a container ready on the full GPU 0 does not draw it.
+    node[1].start_s = 3.0;
+    node[0].start_s = 0.0;
+    assert_eq!(probe(&node, &[]), 2);
+    // None clean: where it is readiest, then where it gets the largest share of FLOPS.
     node[1].utilization = 0.9;
     node[2].utilization = 0.7;
-    assert_eq!(
-        choose(&node, &need, &Weights::default(), &[]).unwrap().gpu,
-        2
-    );
+    assert_eq!(probe(&node, &[]), 0);
+    node[0].start_s = 3.0;
+    assert_eq!(probe(&node, &[]), 2);
+    node[2].queue = 8;
+    assert_eq!(probe(&node, &[]), 1);
 }
 
 /// The node reads the pool's start costs from `Near`, and prices a GPU it does not list (no

@@ -17,6 +17,7 @@ impl Engine<'_> {
         }
         let mut best = Tier::Cold;
         let mut ready = f64::INFINITY;
+        let mut restore = f64::INFINITY;
         for &c in &self.by_func[f] {
             let c = &self.containers[c];
             if c.busy {
@@ -27,13 +28,18 @@ impl Engine<'_> {
                     best = Tier::Hot;
                     ready = ready.min(c.ready_ms);
                 }
-                Tier::Warm if best == Tier::Cold => best = Tier::Warm,
-                _ => {}
+                Tier::Warm => {
+                    if best == Tier::Cold {
+                        best = Tier::Warm;
+                    }
+                    restore = restore.min(self.transfer_ms(c.gpu, self.mem(f)));
+                }
+                Tier::Cold => {}
             }
         }
         let startup = match best {
             Tier::Hot => (ready - self.now).max(0.0),
-            Tier::Warm => self.transfer_ms(self.mem(f)),
+            Tier::Warm => restore,
             Tier::Cold => self.cold_ms(f),
         };
         let changed = (self.best[f] == Tier::Hot) != (best == Tier::Hot)
@@ -48,7 +54,7 @@ impl Engine<'_> {
 
     pub(super) fn pcie(&mut self, g: usize, mb: f64) -> f64 {
         self.pcie_mb += mb;
-        let dur = self.transfer_ms(mb);
+        let dur = self.transfer_ms(g, mb);
         let gpu = &mut self.gpus[g];
         let start = gpu.pcie_free_ms.max(self.now);
         gpu.pcie_free_ms = start + dur;
@@ -81,7 +87,7 @@ impl Engine<'_> {
         if need <= free + EPS {
             return true;
         }
-        let bw = self.cfg.pcie_gbps;
+        let bw = self.gpus[g].link_gbps;
         let cands: Vec<ContainerView> = self
             .containers
             .iter()

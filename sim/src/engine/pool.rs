@@ -197,7 +197,7 @@ impl Engine<'_> {
                 self.containers[c].tier = Tier::Warm;
                 self.gpus[g].used_mb -= mb;
                 self.pcie(g, mb);
-                (Some(bytes(mb)), self.transfer_ms(mb) / 1e3)
+                (Some(bytes(mb)), self.transfer_ms(g, mb) / 1e3)
             }
             (Action::Prefetch, Tier::Warm) => {
                 self.gpus[g].used_mb += mb;
@@ -205,7 +205,7 @@ impl Engine<'_> {
                 let ct = &mut self.containers[c];
                 ct.tier = Tier::Hot;
                 ct.ready_ms = end;
-                (Some(bytes(mb)), self.transfer_ms(mb) / 1e3)
+                (Some(bytes(mb)), self.transfer_ms(g, mb) / 1e3)
             }
             (Action::Reclaim, tier) => {
                 if tier == Tier::Hot {
