@@ -730,6 +730,11 @@ impl Pool {
             Action::Evict => {
                 e.tier = Tier::Warm;
                 e.bytes = o.bytes.max(e.bytes);
+                // The same bytes back over the same link: the best guess at its restore until
+                // one is measured (a GPU's link may be twice the assumed speed, or half).
+                if e.reload_s.is_none() && o.seconds > 0.0 {
+                    e.reload_s = Some(o.seconds);
+                }
             }
             Action::Prefetch | Action::Restore => {
                 e.tier = Tier::Hot;
@@ -738,7 +743,7 @@ impl Pool {
                 if o.bytes > 0 {
                     e.bytes = o.bytes;
                 }
-                if o.action == Action::Restore {
+                if o.action == Action::Restore || o.seconds > 0.0 {
                     e.reload_s = Some(o.seconds);
                 }
             }

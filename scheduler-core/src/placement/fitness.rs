@@ -11,13 +11,16 @@
 //!
 //! Short functions are packed: one gains milliseconds from a faster GPU, while the slots and
 //! memory it holds there are taken from long functions that would gain seconds. Its fitness
-//! term is reversed (it packs onto the GPU least fit for its class), and its measured expected
-//! completions are compared in absolute time ([`SHORT_SCALE_S`]) rather than as a ratio: 9 ms
-//! against 20 ms is no reason to move, a restore or a cold start is.
+//! term is the model's speed for its kind of work reversed (the slowest model scores 1, the
+//! fastest 0; load does not enter it), and its measured expected completions are compared in
+//! absolute time ([`SHORT_SCALE_S`]) rather than as a ratio: 9 ms against 20 ms is no reason to
+//! move, a restore or a cold start is. With the default weights it accepts about 0.3 s more on
+//! an A30 to leave an H100 (`3 × (1 − e^(−Δ/1 s))` against the 0.85 the reversal gives).
 //!
 //! A function still being probed runs, among the operator's probe GPUs if any is a candidate,
 //! where its measurement is clean (a slot free, less than half busy), then where an idle
-//! container of it is readiest, then where it gets the largest share of FLOPS. A failed GPU is never
+//! container of it is readiest, then where it gets the largest share of FLOPS; with no slot free
+//! anywhere, the largest share first. A failed GPU is never
 //! chosen; an overloaded one only when no healthy candidate is left, because placement must
 //! never keep a pod from starting.
 
@@ -94,7 +97,8 @@ pub struct Weights {
     pub fitness: f64,
     /// The function's memory already on the GPU.
     pub locality: f64,
-    /// A short expected completion against the best candidate's: the work ahead in measured
+    /// A short expected completion against the best candidate's (as a ratio; for a short
+    /// function, in absolute time, `exp(−Δ / SHORT_SCALE_S)`): the work ahead in measured
     /// seconds (with a slot free, at most one own service per co-runner: it shares the GPU),
     /// the function's own service there and its start there beyond the readiest candidate's (0
     /// where an idle container holds its memory, a restore or a cold start elsewhere), where
@@ -318,8 +322,17 @@ fn raw_fitness(g: &GpuView, bound: Bound, features: Option<&FunctionFeatures>) -
 
 /// The time scale on which a short function's expected completions are compared: a difference
 /// of this much scores `1/e` of the soonest. Differences of milliseconds barely count, a
-/// restore or a cold start does (the default threshold of a short function, `short_ms`).
+/// restore or a cold start does. The default threshold of a short function (`short_ms`), but
+/// fixed: it does not follow that knob.
 pub const SHORT_SCALE_S: f64 = 1.0;
+
+/// The model's speed for work of `bound`: FLOPS or memory bandwidth.
+fn speed(g: &GpuView, bound: Bound) -> f64 {
+    match bound {
+        Bound::Compute => g.model.tflops,
+        Bound::Memory => g.model.mem_gbps,
+    }
+}
 
 /// Utilization under which a GPU is clean enough to probe a new function on.
 const CLEAN_UTILIZATION: f64 = 0.5;
@@ -368,17 +381,28 @@ pub fn choose(
             .filter(|g| probe_gpus.contains(&g.index))
             .collect();
         let among = if probes.is_empty() { &pool } else { &probes };
-        // Clean first: a slot free now and less than half busy. Then where an idle container
-        // of it is readiest, then where it gets the largest share of FLOPS: (1 + queue) /
-        // FLOPS, so an H100 running one call still beats an idle A30 (the probe run ends
-        // sooner there), then the least busy.
-        let clean =
-            |g: &GpuView| g.queue < g.limit.max(1) && clamp01(g.utilization) < CLEAN_UTILIZATION;
+        // Clean first (a slot free now and less than half busy), then a slot free, then none.
+        // With a slot free: where an idle container of it is readiest, then where it gets the
+        // largest share of FLOPS, (1 + queue) / FLOPS, so an H100 running one call still beats
+        // an idle A30 (the probe run ends sooner there). With none free, that share first (a
+        // container ready behind a long queue is not ready), then readiness. Then the least busy.
+        let free = |g: &GpuView| g.queue < g.limit.max(1);
+        let rank = |g: &GpuView| match (free(g), clamp01(g.utilization) < CLEAN_UTILIZATION) {
+            (true, true) => 0_u8,
+            (true, false) => 1,
+            (false, _) => 2,
+        };
         let key = |g: &GpuView| {
+            let share = (1.0 + f64::from(g.queue)) / g.model.tflops.max(f64::MIN_POSITIVE);
+            let (first, second) = if free(g) {
+                (start(g), share)
+            } else {
+                (share, start(g))
+            };
             (
-                u8::from(!clean(g)),
-                start(g),
-                (1.0 + f64::from(g.queue)) / g.model.tflops.max(f64::MIN_POSITIVE),
+                rank(g),
+                first,
+                second,
                 (g.queue, clamp01(g.utilization), g.index),
             )
         };
@@ -398,13 +422,18 @@ pub fn choose(
         });
     };
     let short = length == Length::Short;
-    // A short function's fitness term is what the GPU offers the long ones: its free FLOPS or
-    // bandwidth, reversed below; its own copies count in its completion, not there.
-    let features = if short { None } else { need.features };
-    let top = pool
-        .iter()
-        .map(|g| raw_fitness(g, bound, features))
-        .fold(0.0_f64, f64::max);
+    // Long: the design's fitness (free FLOPS or bandwidth, less copies). Short: the model's
+    // speed for its kind of work, reversed below, so it packs onto the slowest model, leaving
+    // the fastest to work that gains seconds there; load is left to the queue and balance
+    // terms (on like GPUs this term is the same everywhere).
+    let fit = |g: &GpuView| {
+        if short {
+            speed(g, bound)
+        } else {
+            raw_fitness(g, bound, need.features)
+        }
+    };
+    let top = pool.iter().map(|g| fit(g)).fold(0.0_f64, f64::max);
     // Expected completion in units of one run on a unit-speed GPU: the work ahead of it plus
     // its own, at the GPU's speed for its kind of work. Work running or queued there shares the
     // GPU's time: co-runners admitted under a limit of D do not run D times as fast (the
@@ -432,13 +461,7 @@ pub fn choose(
             };
             wait + own + (start(g) - readiest).max(0.0)
         }
-        _ => {
-            let speed = match bound {
-                Bound::Compute => g.model.tflops,
-                Bound::Memory => g.model.mem_gbps,
-            };
-            (1.0 + f64::from(g.queue)) / speed.max(f64::MIN_POSITIVE)
-        }
+        _ => (1.0 + f64::from(g.queue)) / speed(g, bound).max(f64::MIN_POSITIVE),
     };
     let soonest = pool
         .iter()
@@ -463,8 +486,7 @@ pub fn choose(
         let b = Breakdown {
             fitness: weights.fitness
                 * if top > 0.0 {
-                    let f = clamp01(raw_fitness(g, bound, features) / top);
-                    // Short: packed onto the least fit, leaving the fittest to long work.
+                    let f = clamp01(fit(g) / top);
                     if short { 1.0 - f } else { f }
                 } else {
                     0.0

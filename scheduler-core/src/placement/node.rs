@@ -22,7 +22,8 @@ pub struct PlacementConfig {
     pub schedule: WeightSchedule,
     /// GPU models: the operator's first, then the built-in table.
     pub models: Vec<GpuModel>,
-    /// GPUs new functions are probed on (empty: the least busy candidate).
+    /// GPUs new functions are probed on (empty: any candidate; the cleanest, readiest, then
+    /// the one giving the probe the most FLOPS).
     pub probe_gpus: Vec<u32>,
     /// Measurement and classification.
     pub features: FeatureConfig,

@@ -280,6 +280,15 @@ fn a_memory_bound_function_with_heavy_copies_stays_where_its_memory_is() {
     assert_eq!(c.gpu, 0, "{c:?}");
     node[0].resident = false;
     assert_eq!(choose(&node, &need, &FITNESS_ONLY, &[]).unwrap().gpu, 1);
+    // As what it is, short, its fitness term packs it onto the slower model either way.
+    let short = Need {
+        class: f.class("etl"),
+        ..need
+    };
+    for resident in [true, false] {
+        node[0].resident = resident;
+        assert_eq!(choose(&node, &short, &FITNESS_ONLY, &[]).unwrap().gpu, 0);
+    }
 }
 
 #[test]

@@ -17,7 +17,8 @@ pub struct PlacementSection {
     /// come from `NVIDIA_VISIBLE_DEVICES`, not from a device plugin or CDI); off: they keep all
     /// they were given.
     pub enabled: bool,
-    /// GPUs new functions are probed on (empty: the least busy candidate).
+    /// GPUs new functions are probed on (empty: any candidate; the cleanest, readiest, then
+    /// the one giving the probe the most FLOPS).
     pub probe_gpus: Vec<u32>,
     /// Bursts measured before a function is classified.
     pub probe_runs: u32,

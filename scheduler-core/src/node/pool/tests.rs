@@ -489,7 +489,11 @@ fn residency_says_which_functions_have_an_idle_hot_container_and_what_a_warm_one
     );
     p.tick(t(31.0), None);
     assert_eq!(p.take_orders(), [order("ns/a", Action::Evict)]);
-    p.report(&ok("ns/a", Action::Evict, 12 * GIB), t(31.5));
+    let unmeasured = Outcome {
+        seconds: 0.0,
+        ..ok("ns/a", Action::Evict, 12 * GIB)
+    };
+    p.report(&unmeasured, t(31.5));
     let (_, resident, cost) = p.residency()[0].clone();
     assert!(!resident, "evicted: not resident");
     assert!(
@@ -554,7 +558,12 @@ fn start_costs_are_what_each_gpus_readiest_idle_container_of_the_function_would_
     p.tick(t(31.0), None);
     for o in p.take_orders() {
         assert_eq!(o.action, Action::Evict);
-        assert!(p.report(&ok(&o.key.to_string(), Action::Evict, 0), t(31.0)));
+        // Evictions whose time was not measured.
+        let unmeasured = Outcome {
+            seconds: 0.0,
+            ..ok(&o.key.to_string(), Action::Evict, 0)
+        };
+        assert!(p.report(&unmeasured, t(31.0)));
     }
     let f = p.start_costs("f");
     assert_eq!(f.get(&0), Some(&0.0), "{f:?}");
@@ -584,4 +593,12 @@ fn start_costs_are_what_each_gpus_readiest_idle_container_of_the_function_would_
         "{:?}",
         p.start_costs("f")
     );
+    // Its eviction took 0.3 s over this GPU's link: the restore is priced at that, not at the
+    // assumed speed.
+    let timed = Outcome {
+        seconds: 0.3,
+        ..ok("ns/a", Action::Evict, GIB)
+    };
+    assert!(p.report(&timed, t(131.5)));
+    assert_eq!(p.start_costs("f").get(&0), Some(&0.3));
 }
