@@ -43,24 +43,17 @@ fn a_short_function_stays_where_its_memory_is_rather_than_gain_milliseconds_else
     // Its memory on the host (a 170 ms restore) or no container at all (a cold start) on one
     // of them: it goes where its memory is, whichever GPU that is.
     for start in [0.17, 3.0] {
-        node[1].start_s = start;
-        node[1].resident = false;
-        assert_eq!(
-            pick(&node, Bound::Compute, Length::Short),
-            0,
-            "{start} s to start on the H100"
-        );
-        node[1].start_s = 0.0;
-        node[1].resident = true;
-        node[0].start_s = start;
-        node[0].resident = false;
-        assert_eq!(
-            pick(&node, Bound::Compute, Length::Short),
-            1,
-            "{start} s to start on the A30"
-        );
-        node[0].start_s = 0.0;
-        node[0].resident = true;
+        for (away, stays) in [(1, 0), (0, 1)] {
+            node[away].start_s = start;
+            node[away].resident = false;
+            assert_eq!(
+                pick(&node, Bound::Compute, Length::Short),
+                stays,
+                "{start} s to start on GPU {away}"
+            );
+            node[away].start_s = 0.0;
+            node[away].resident = true;
+        }
     }
     // A long function resident on both takes the H100.
     assert_eq!(pick(&node, Bound::Compute, Length::Long), 1);
