@@ -282,6 +282,23 @@ mod tests {
         }
     }
 
+    /// `functions` functions of `mem_mb` each, called in turn `calls` times, one every `gap_ms`,
+    /// each run `exec_ms` long.
+    fn in_turn(functions: usize, mem_mb: f64, calls: u32, gap_ms: f64, exec_ms: f64) -> Trace {
+        let mut t = trace_of(&vec![0.5; functions]);
+        for f in &mut t.functions {
+            f.mem_mb = mem_mb;
+        }
+        t.invocations = (0..calls)
+            .map(|i| Invocation {
+                arrival_ms: f64::from(i) * gap_ms,
+                func: usize::try_from(i).unwrap() % functions,
+                exec_ms,
+            })
+            .collect();
+        t
+    }
+
     #[test]
     fn a_run_scales_with_flops_or_bandwidth_by_its_bound_share() {
         let t = trace_of(&[0.0, 1.0, 0.5]);
@@ -366,17 +383,7 @@ mod tests {
     fn each_gpu_restores_over_its_own_models_link() {
         // Two 10 GB functions in turn on one 16 GB GPU: after their cold starts each call
         // evicts the other's memory and restores its own, 20 GB over the link.
-        let mut t = trace_of(&[0.5, 0.5]);
-        for f in &mut t.functions {
-            f.mem_mb = 10_000.0;
-        }
-        t.invocations = (0..10)
-            .map(|i| Invocation {
-                arrival_ms: f64::from(i) * 5_000.0,
-                func: usize::try_from(i % 2).unwrap(),
-                exec_ms: 10.0,
-            })
-            .collect();
+        let t = in_turn(2, 10_000.0, 10, 5_000.0, 10.0);
         let startup_ms = |model: &str| {
             let cfg = crate::SimConfig {
                 gpus: 1,
@@ -409,17 +416,7 @@ mod tests {
     /// memory is, where least-loaded routing (and fitness without the pool) restores it.
     #[test]
     fn fitness_serves_calls_from_memory_already_on_the_gpu() {
-        let mut t = trace_of(&[0.5; 4]);
-        for f in &mut t.functions {
-            f.mem_mb = 8_000.0;
-        }
-        t.invocations = (0..200)
-            .map(|i| Invocation {
-                arrival_ms: f64::from(i) * 2_000.0,
-                func: usize::try_from(i % 4).unwrap(),
-                exec_ms: 1_000.0,
-            })
-            .collect();
+        let t = in_turn(4, 8_000.0, 200, 2_000.0, 1_000.0);
         let not_hot = |p: PlacementMode| {
             let cfg = crate::SimConfig {
                 gpus: 2,

@@ -463,13 +463,10 @@ pub fn choose(
         }
         _ => (1.0 + f64::from(g.queue)) / speed(g, bound).max(f64::MIN_POSITIVE),
     };
-    let soonest = pool
-        .iter()
-        .map(|g| completion(g))
-        .fold(f64::INFINITY, f64::min);
+    let completions: Vec<f64> = pool.iter().map(|g| completion(g)).collect();
+    let soonest = completions.iter().copied().fold(f64::INFINITY, f64::min);
     // A short function's measured completions in absolute time (see the module's docs).
-    let soon = |g: &GpuView| {
-        let c = completion(g);
+    let soon = |c: f64| {
         if short && measured {
             (-(c - soonest).max(0.0) / SHORT_SCALE_S).exp()
         } else {
@@ -477,7 +474,7 @@ pub fn choose(
         }
     };
     let mut best: Option<(&GpuView, Breakdown)> = None;
-    for g in &pool {
+    for (g, &c) in pool.iter().zip(&completions) {
         let u = clamp01(g.utilization);
         let balance = match length {
             Length::Short => u,
@@ -492,7 +489,7 @@ pub fn choose(
                     0.0
                 },
             locality: weights.locality * f64::from(u8::from(g.resident)),
-            queue: weights.queue * soon(g),
+            queue: weights.queue * soon(c),
             balance: weights.balance * balance,
             energy: weights.energy * g.power.map_or(0.5, |p| 1.0 - clamp01(p)),
             affinity: weights.affinity * f64::from(u8::from(g.partner)),

@@ -260,8 +260,8 @@ fn a_memory_bound_function_with_heavy_copies_stays_where_its_memory_is() {
     }
     let mut node = vec![gpu(0, "NVIDIA A30"), gpu(1, "NVIDIA H100 80GB HBM3")];
     node[0].resident = true;
-    // Its 10 ms bursts make it short, whose fitness term leaves the copies to its completion;
-    // as a long function, fitness weighs them.
+    // Its 10 ms bursts make it short, whose fitness term is its model's speed alone; as a long
+    // function, fitness weighs its copies.
     assert!(matches!(
         f.class("etl"),
         Class::Known {
