@@ -184,8 +184,28 @@ fn gpu_minors(spec: &Value) -> Vec<String> {
         .collect()
 }
 
+/// The device name of a CDI device NVIDIA's tools name (`nvidia.com/gpu=0`, the device plugin's
+/// `k8s.device-plugin.nvidia.com/gpu=GPU-…`, MIG as `nvidia.com/mig=…`): a vendor of
+/// `nvidia.com` or under it, a class of `gpu` or `mig`. Another vendor's device (`vendor.com/fpga=0`)
+/// is not a GPU, even where its name is one of a GPU's.
+fn nvidia_cdi_name(device: &str) -> Option<String> {
+    let (kind, name) = device.trim().split_once('=')?;
+    let (vendor, class) = kind.split_once('/')?;
+    let nvidia = vendor == "nvidia.com" || vendor.ends_with(".nvidia.com");
+    let name = name.trim();
+    (nvidia && matches!(class, "gpu" | "mig") && !name.is_empty()).then(|| name.to_owned())
+}
+
+/// At most this many characters of a bad annotation's value go into its error (a value may be
+/// as long as the pod author likes).
+const SHOWN_CHARS: usize = 64;
+
 fn invalid(key: &str, value: &str, why: &str) -> Error {
-    Error::InvalidArgument(format!("annotation {key}={value:?}: {why}"))
+    let mut shown: String = value.chars().take(SHOWN_CHARS).collect();
+    if shown.len() < value.len() {
+        shown.push('…');
+    }
+    Error::InvalidArgument(format!("annotation {key}={shown:?}: {why}"))
 }
 
 /// A key or tenant: 1–253 characters from `A–Z a–z 0–9 . _ - : / @ +` (they become metric labels
@@ -362,8 +382,7 @@ pub fn classify(spec: &Value, id: &str, access: GpuAccess) -> Result<Classificat
     let cdi: Vec<String> = annotations(spec)
         .filter(|(k, _)| k.starts_with("cdi.k8s.io/"))
         .flat_map(|(_, v)| v.split(','))
-        .filter_map(|d| d.split_once('=').map(|(_, n)| n.trim().to_owned()))
-        .filter(|n| !n.is_empty())
+        .filter_map(nvidia_cdi_name)
         .collect();
     let mut dev_nodes: Vec<String> = devices(spec)
         .filter_map(|p| p.strip_prefix("/dev/nvidia"))
@@ -609,6 +628,25 @@ mod tests {
         let w =
             gpu(&json!({"annotations": {"cdi.k8s.io/gpu": "nvidia.com/gpu=0,nvidia.com/gpu=1"}}));
         assert_eq!(w.grant, Some(devs(&["0", "1"])));
+        // The device plugin's CDI vendor and MIG devices are NVIDIA's too.
+        let w = gpu(&json!({"annotations": {"cdi.k8s.io/gpu":
+            "k8s.device-plugin.nvidia.com/gpu=GPU-1, nvidia.com/mig=0:1"}}));
+        assert_eq!(w.grant, Some(devs(&["GPU-1", "0:1"])));
+        // A CDI device is NVIDIA's only by its vendor and class: another vendor's device named
+        // `0` or `all` is no GPU grant (it had given GPU 0, and every GPU).
+        for other in [
+            "vendor.com/fpga=0",
+            "example.com/gpu=all",
+            "nvidia.com.evil.io/gpu=0",
+            "nvidia.com/nic=0",
+            "gpu=0",
+        ] {
+            let spec = json!({"annotations": {"cdi.k8s.io/x": other}});
+            assert_eq!(with(&spec, GpuAccess::default()), None, "{other}");
+        }
+        let mixed =
+            json!({"annotations": {"cdi.k8s.io/x": "vendor.com/fpga=all,nvidia.com/gpu=1"}});
+        assert_eq!(gpu(&mixed).grant, Some(devs(&["1"])));
         // A container holding a GPU cannot leave the queue.
         let w = gpu(&json!({"annotations": {"io.mqfq.gpu": "false"},
                             "linux": {"devices": [{"path": "/dev/nvidia0"}]}}));
@@ -711,5 +749,18 @@ mod tests {
             ENV,
         )
         .unwrap_err();
+        // A value as long as the pod author likes is shown cut (the error goes back to the
+        // platform and into logs).
+        let huge = format!("{}é", "a b".repeat(100_000));
+        match classify(
+            &json!({"annotations": {"io.mqfq.partners": huge}}),
+            "c",
+            ENV,
+        ) {
+            Err(Error::InvalidArgument(msg)) => {
+                assert!(msg.contains("io.mqfq.partners") && msg.len() < 300, "{msg}");
+            }
+            other => panic!("{other:?}"),
+        }
     }
 }
