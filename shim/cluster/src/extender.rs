@@ -8,44 +8,149 @@
 //! whose object is stale) passes the filter with score 0 — the extender narrows and ranks,
 //! it never keeps a pod from a node mqfq does not run on. Bad input is an HTTP 400 whose
 //! body names what was wrong. The ranking is `scheduler_core::placement::cluster::rank`.
+//!
+//! Any pod can reach the Service, so a request costs about its own size: node objects are kept
+//! as the text they came in (only their names parsed), at most [`MAX_NODES`] are kept however
+//! many a body lists, the body is read only once a request slot is held, within
+//! [`Extender::body_timeout`], and parsing and ranking run off the async workers.
+//! [`crate::http::serve`] bounds connections and the time to send headers.
 
 use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+use std::marker::PhantomData;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use axum::Router;
-use axum::body::Bytes;
-use axum::extract::{DefaultBodyLimit, State};
-use axum::http::StatusCode;
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use kube::api::{Api, ApiResource, DynamicObject, ListParams};
 use scheduler_core::placement::cluster::{NodeState, NodeSummary, rank};
-use serde::{Deserialize, Serialize};
+use serde::de::{IgnoredAny, SeqAccess, Visitor};
+use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
+use serde_json::value::RawValue;
 
 use crate::crd::{GpuNodeState, GpuNodeStateSpec};
 
-/// The largest request body taken (a `NodeList` of a few thousand nodes fits; configured
-/// `nodeCacheCapable`, kube-scheduler sends names only).
-pub const MAX_BODY: usize = 16 << 20;
+/// The largest request body taken: names of the most nodes a cluster has (configured
+/// `nodeCacheCapable`, as shipped, kube-scheduler sends names only), or whole `Node` objects of
+/// some hundreds of nodes.
+pub const MAX_BODY: usize = 4 << 20;
 /// Requests answered at once; more get 503 (kube-scheduler treats the ignorable extender's
-/// error as no opinion).
-pub const MAX_IN_FLIGHT: usize = 16;
-/// The most candidate nodes one request may name.
-pub const MAX_NODES: usize = 100_000;
+/// error as no opinion). kube-scheduler schedules one pod at a time.
+pub const MAX_IN_FLIGHT: usize = 8;
+/// The most candidate nodes one request may name (Kubernetes supports clusters of 5 000).
+pub const MAX_NODES: usize = 15_000;
+/// How long a request's body may take to arrive once its headers have.
+pub const BODY_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// `ExtenderArgs`: the pod and its candidate nodes.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Debug, Deserialize)]
 pub struct ExtenderArgs {
     /// The pod being scheduled (only its metadata is read).
     pub pod: Option<PodRef>,
     /// Candidate nodes as objects (`nodeCacheCapable: false`).
     #[serde(default)]
-    pub nodes: Option<Value>,
+    pub nodes: Option<NodeList>,
     /// Candidate node names (`nodeCacheCapable: true`).
     #[serde(default)]
-    pub nodenames: Option<Vec<String>>,
+    pub nodenames: Option<Bounded<String>>,
+}
+
+/// A list of which at most [`MAX_NODES`] items are kept; the rest are only counted (read past,
+/// never stored), so a body of a million tiny items costs no more than one of the most kept.
+#[derive(Debug)]
+pub struct Bounded<T> {
+    /// The first items.
+    pub kept: Vec<T>,
+    /// How many the list had.
+    pub count: usize,
+}
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for Bounded<T> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Items<T>(PhantomData<T>);
+        impl<'de, T: Deserialize<'de>> Visitor<'de> for Items<T> {
+            type Value = Bounded<T>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a list")
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+                let mut kept = Vec::new();
+                let mut count = 0;
+                loop {
+                    let more = if count < MAX_NODES {
+                        seq.next_element::<T>()?.map(|t| kept.push(t)).is_some()
+                    } else {
+                        seq.next_element::<IgnoredAny>()?.is_some()
+                    };
+                    if !more {
+                        return Ok(Bounded { kept, count });
+                    }
+                    count += 1;
+                }
+            }
+        }
+        d.deserialize_seq(Items(PhantomData))
+    }
+}
+
+/// `ExtenderArgs.nodes`: a `NodeList`, of which only the items count.
+#[derive(Debug, Deserialize)]
+pub struct NodeList {
+    /// Its items.
+    #[serde(default)]
+    pub items: Option<Bounded<NodeItem>>,
+}
+
+/// One node object: the text it came as (passed back as it was when it passes the filter) and
+/// its `metadata.name`, if it has one.
+#[derive(Debug)]
+pub struct NodeItem {
+    /// `metadata.name`.
+    pub name: Option<String>,
+    /// The object, as sent.
+    pub raw: Box<RawValue>,
+}
+
+impl<'de> Deserialize<'de> for NodeItem {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        struct Meta {
+            name: Option<String>,
+        }
+        #[derive(Deserialize)]
+        struct Named {
+            metadata: Option<Meta>,
+        }
+        let raw = Box::<RawValue>::deserialize(d)?;
+        let name = serde_json::from_str::<Named>(raw.get())
+            .ok()
+            .and_then(|n| n.metadata?.name);
+        Ok(NodeItem { name, raw })
+    }
+}
+
+/// The node objects that pass the filter, as they came.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct NodesOut {
+    /// The objects.
+    pub items: Vec<Box<RawValue>>,
+}
+
+impl PartialEq for NodesOut {
+    fn eq(&self, other: &Self) -> bool {
+        self.items.len() == other.items.len()
+            && self
+                .items
+                .iter()
+                .zip(&other.items)
+                .all(|(a, b)| a.get() == b.get())
+    }
 }
 
 /// The part of a pod the extender reads.
@@ -79,7 +184,7 @@ pub struct PodMeta {
 pub struct FilterResult {
     /// The nodes that pass, as objects (when they came as objects).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub nodes: Option<Value>,
+    pub nodes: Option<NodesOut>,
     /// The nodes that pass, by name (when they came by name).
     #[serde(rename = "nodenames", skip_serializing_if = "Option::is_none")]
     pub node_names: Option<Vec<String>>,
@@ -194,7 +299,9 @@ pub struct Extender {
     /// A summary older than this (seconds) is ignored.
     pub stale_s: f64,
     /// Requests in flight, at most [`MAX_IN_FLIGHT`].
-    pub in_flight: tokio::sync::Semaphore,
+    pub in_flight: Arc<tokio::sync::Semaphore>,
+    /// How long a body may take to arrive ([`BODY_TIMEOUT`]); then the request is answered 408.
+    pub body_timeout: Duration,
 }
 
 impl Extender {
@@ -204,7 +311,8 @@ impl Extender {
         Extender {
             cache,
             stale_s,
-            in_flight: tokio::sync::Semaphore::new(MAX_IN_FLIGHT),
+            in_flight: Arc::new(tokio::sync::Semaphore::new(MAX_IN_FLIGHT)),
+            body_timeout: BODY_TIMEOUT,
         }
     }
 }
@@ -230,33 +338,29 @@ fn function_keys(pod: &PodMeta) -> Vec<String> {
 }
 
 impl Extender {
+    /// The request, its pod's metadata and its candidate nodes' names (the list's own for
+    /// names; for objects, cloned out of them).
     fn parse(body: &[u8]) -> Result<(ExtenderArgs, PodMeta, Vec<String>), BadRequest> {
-        let args: ExtenderArgs =
+        let mut args: ExtenderArgs =
             serde_json::from_slice(body).map_err(|e| BadRequest::Json(e.to_string()))?;
-        let pod = args.pod.clone().ok_or(BadRequest::NoPod)?.metadata;
-        let names = match (&args.nodenames, &args.nodes) {
-            (Some(n), _) => n.clone(),
+        let pod = args.pod.take().ok_or(BadRequest::NoPod)?.metadata;
+        let names = match (&mut args.nodenames, &args.nodes) {
+            (Some(n), _) if n.count > MAX_NODES => return Err(BadRequest::TooMany(n.count)),
+            (Some(n), _) => std::mem::take(&mut n.kept),
             (None, Some(list)) => {
-                let items = list
-                    .get("items")
-                    .and_then(Value::as_array)
-                    .ok_or(BadRequest::NotNodeList)?;
+                let items = list.items.as_ref().ok_or(BadRequest::NotNodeList)?;
+                if items.count > MAX_NODES {
+                    return Err(BadRequest::TooMany(items.count));
+                }
                 items
+                    .kept
                     .iter()
                     .enumerate()
-                    .map(|(i, n)| {
-                        n.pointer("/metadata/name")
-                            .and_then(Value::as_str)
-                            .map(str::to_owned)
-                            .ok_or(BadRequest::NodeName(i))
-                    })
+                    .map(|(i, n)| n.name.clone().ok_or(BadRequest::NodeName(i)))
                     .collect::<Result<_, _>>()?
             }
             (None, None) => return Err(BadRequest::NoNodes),
         };
-        if names.len() > MAX_NODES {
-            return Err(BadRequest::TooMany(names.len()));
-        }
         Ok((args, pod, names))
     }
 
@@ -310,15 +414,18 @@ impl Extender {
         }
         if args.nodenames.is_some() {
             out.node_names = Some(pass);
-        } else if let Some(mut list) = args.nodes {
-            if let Some(items) = list.get_mut("items").and_then(Value::as_array_mut) {
-                items.retain(|n| {
-                    n.pointer("/metadata/name")
-                        .and_then(Value::as_str)
+        } else if let Some(items) = args.nodes.and_then(|l| l.items) {
+            let items = items
+                .kept
+                .into_iter()
+                .filter(|n| {
+                    n.name
+                        .as_ref()
                         .is_some_and(|name| !out.failed_nodes.contains_key(name))
-                });
-            }
-            out.nodes = Some(list);
+                })
+                .map(|n| n.raw)
+                .collect();
+            out.nodes = Some(NodesOut { items });
         }
         Ok(out)
     }
@@ -357,27 +464,71 @@ fn busy() -> Response {
     (StatusCode::SERVICE_UNAVAILABLE, axum::Json(body)).into_response()
 }
 
-/// One verb: within the in-flight bound, `answer` on the body now, JSON or a 400.
-fn respond<T: Serialize>(
-    x: &Extender,
-    body: &[u8],
-    answer: impl FnOnce(&Extender, &[u8], u64) -> Result<T, BadRequest>,
+fn refused(code: StatusCode, error: String) -> Response {
+    tracing::info!("extender request refused: {error}");
+    let body = FilterResult {
+        error,
+        ..FilterResult::default()
+    };
+    (code, axum::Json(body)).into_response()
+}
+
+/// One verb: a request slot first (else 503), then the body within [`MAX_BODY`] and
+/// `x.body_timeout` (else 413 or 408), then `answer` on it off the async workers: JSON, or a 400.
+async fn respond<T: Serialize + Send + 'static>(
+    x: Arc<Extender>,
+    headers: &HeaderMap,
+    body: Body,
+    answer: fn(&Extender, &[u8], u64) -> Result<T, BadRequest>,
 ) -> Response {
-    let Ok(_permit) = x.in_flight.try_acquire() else {
+    let Ok(permit) = x.in_flight.clone().try_acquire_owned() else {
         return busy();
     };
-    match answer(x, body, crate::unix_ms()) {
-        Ok(r) => axum::Json(r).into_response(),
-        Err(e) => bad(&e),
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > MAX_BODY as u64) {
+        return refused(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!("request body over {MAX_BODY} bytes"),
+        );
+    }
+    let body =
+        match tokio::time::timeout(x.body_timeout, axum::body::to_bytes(body, MAX_BODY)).await {
+            Ok(Ok(b)) => b,
+            Ok(Err(e)) => {
+                return refused(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    format!("request body unreadable or over {MAX_BODY} bytes: {e}"),
+                );
+            }
+            Err(_) => {
+                return refused(
+                    StatusCode::REQUEST_TIMEOUT,
+                    format!("request body not sent within {:?}", x.body_timeout),
+                );
+            }
+        };
+    let work = tokio::task::spawn_blocking(move || {
+        let _permit = permit;
+        answer(&x, &body, crate::unix_ms())
+    });
+    match work.await {
+        Ok(Ok(r)) => axum::Json(r).into_response(),
+        Ok(Err(e)) => bad(&e),
+        Err(e) => refused(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("mqfq-extender: {e}"),
+        ),
     }
 }
 
-async fn filter(State(x): State<Arc<Extender>>, body: Bytes) -> Response {
-    respond(&x, &body, Extender::filter)
+async fn filter(State(x): State<Arc<Extender>>, headers: HeaderMap, body: Body) -> Response {
+    respond(x, &headers, body, Extender::filter).await
 }
 
-async fn prioritize(State(x): State<Arc<Extender>>, body: Bytes) -> Response {
-    respond(&x, &body, Extender::prioritize)
+async fn prioritize(State(x): State<Arc<Extender>>, headers: HeaderMap, body: Body) -> Response {
+    respond(x, &headers, body, Extender::prioritize).await
 }
 
 /// The HTTP API: `POST /filter`, `POST /prioritize`, `GET /healthz`.
@@ -386,7 +537,6 @@ pub fn router(x: Arc<Extender>) -> Router {
         .route("/filter", post(filter))
         .route("/prioritize", post(prioritize))
         .route("/healthz", get(|| async { "ok" }))
-        .layer(DefaultBodyLimit::max(MAX_BODY))
         .with_state(x)
 }
 

@@ -7,6 +7,7 @@
 //!   heartbeat, a minimum interval), retrying a conflicting write once re-read.
 //! - [`extender`]: the scheduler-extender HTTP API (filter, prioritize), answering from a
 //!   cache of the objects it lists; the ranking is scheduler-core's.
+//! - [`http`]: serves the extender with bounds on connections and their time.
 //! - [`crd`]: the resource both share.
 //!
 //! A separate crate because kube-rs is heavy and only clusters need it: `mqfqd`, the shim and
@@ -14,6 +15,7 @@
 
 pub mod crd;
 pub mod extender;
+pub mod http;
 pub mod publisher;
 
 /// Milliseconds since the Unix epoch now.

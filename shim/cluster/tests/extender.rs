@@ -14,7 +14,11 @@ use std::time::Duration;
 
 use kube::api::{Api, PostParams};
 use mqfq_cluster::crd::{GpuNodeState, GpuNodeStateSpec};
-use mqfq_cluster::extender::{Cache, Extender, HostPriority, refresh, router, untyped};
+use mqfq_cluster::extender::{
+    BadRequest, Cache, Extender, HostPriority, MAX_BODY, MAX_IN_FLIGHT, MAX_NODES, refresh, router,
+    untyped,
+};
+use mqfq_cluster::http::{Limits, serve};
 use scheduler_core::placement::cluster::{GpuSummary, NodeSummary};
 use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -141,7 +145,7 @@ async fn the_extender_filters_and_ranks_nodes_from_published_state() {
     let x = Arc::new(Extender::new(cache, 180.0));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, router(x)).await });
+    tokio::spawn(serve(listener, router(x), Limits::default()));
 
     // nodeCacheCapable: names in, names out; the failed node fails with why, the node that
     // publishes nothing passes.
@@ -259,4 +263,99 @@ fn a_stale_summary_is_ignored() {
         Some(vec!["gpu-c".to_owned()]),
         "ignored, so it passes"
     );
+}
+
+/// Serves `x` under `limits` on a free port.
+async fn serving(x: Extender, limits: Limits) -> std::net::SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(serve(listener, router(Arc::new(x)), limits));
+    addr
+}
+
+/// Sends `head` (and nothing more) and reads until the server closes; what it answered. A
+/// server that never closes fails the test after 60 s rather than hanging it.
+async fn send_and_wait(addr: std::net::SocketAddr, head: &str) -> String {
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    s.write_all(head.as_bytes()).await.unwrap();
+    let mut out = Vec::new();
+    tokio::time::timeout(Duration::from_secs(60), s.read_to_end(&mut out))
+        .await
+        .expect("the server kept a stalled request open")
+        .unwrap();
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[test]
+fn a_list_longer_than_the_bound_is_counted_not_kept() {
+    let x = Extender::new(Arc::new(Cache::default()), 180.0);
+    // Names past the bound: refused with how many there were.
+    let names: Vec<String> = (0..=MAX_NODES).map(|i| format!("n{i}")).collect();
+    let body = serde_json::json!({"pod": {}, "nodenames": names}).to_string();
+    assert_eq!(
+        x.prioritize(body.as_bytes(), 0).unwrap_err(),
+        BadRequest::TooMany(MAX_NODES + 1)
+    );
+    // About two million one-character items fill the largest body: each would have been held
+    // (as a JSON value, 16 times its text) before any check; now past the bound they are read
+    // over, and the count is the answer.
+    let n = (MAX_BODY - 64) / 2;
+    let mut body = String::from(r#"{"pod": {}, "nodes": {"items": [0"#);
+    body.push_str(&",0".repeat(n - 1));
+    body.push_str("]}}");
+    assert!(body.len() <= MAX_BODY);
+    assert_eq!(
+        x.filter(body.as_bytes(), 0).unwrap_err(),
+        BadRequest::TooMany(n)
+    );
+    // Within the bound, an item that is not a named object is still named in the error.
+    let body = br#"{"pod": {}, "nodes": {"items": [{"metadata": {"name": "a"}}, 0]}}"#;
+    assert_eq!(x.filter(body, 0).unwrap_err(), BadRequest::NodeName(1));
+}
+
+#[tokio::test]
+async fn a_request_cannot_hold_the_extender_by_sending_slowly_or_too_much() {
+    let mut x = Extender::new(Arc::new(Cache::default()), 180.0);
+    x.body_timeout = Duration::from_millis(200);
+    let held = x.in_flight.clone();
+    let addr = serving(
+        x,
+        Limits {
+            header: Duration::from_millis(200),
+            ..Limits::default()
+        },
+    )
+    .await;
+    // A body announced and never sent: 408, and the request slot is free again.
+    let r = send_and_wait(
+        addr,
+        "POST /filter HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\nConnection: close\r\n\r\n{\"pod\"",
+    )
+    .await;
+    assert!(r.starts_with("HTTP/1.1 408"), "{r}");
+    assert!(r.contains("not sent within"), "{r}");
+    assert_eq!(held.available_permits(), MAX_IN_FLIGHT);
+    // Headers never finished: the connection is closed.
+    let r = send_and_wait(addr, "POST /filter HTTP/1.1\r\nHost: x\r\n").await;
+    assert!(!r.starts_with("HTTP/1.1 200"), "{r}");
+    // A body over the bound is refused from its length, unread.
+    let r = send_and_wait(
+        addr,
+        &format!(
+            "POST /prioritize HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+            MAX_BODY + 1
+        ),
+    )
+    .await;
+    assert!(r.starts_with("HTTP/1.1 413"), "{r}");
+    // Every request slot taken: 503, which an ignorable extender's caller reads as no opinion.
+    let all = held
+        .clone()
+        .try_acquire_many_owned(u32::try_from(MAX_IN_FLIGHT).unwrap())
+        .unwrap();
+    let (code, r) = http(addr, "POST", "/filter", br#"{"pod": {}, "nodenames": []}"#).await;
+    assert_eq!(code, 503, "{r}");
+    drop(all);
+    let (code, r) = http(addr, "POST", "/filter", br#"{"pod": {}, "nodenames": []}"#).await;
+    assert_eq!(code, 200, "{r}");
 }

@@ -52,6 +52,6 @@ async fn main() -> anyhow::Result<()> {
         .await
         .with_context(|| format!("listen on {}", a.listen))?;
     tracing::info!(listen = %a.listen, namespace = %a.namespace, "mqfq-extender serving");
-    axum::serve(listener, router(x)).await?;
+    mqfq_cluster::http::serve(listener, router(x), mqfq_cluster::http::Limits::default()).await?;
     Ok(())
 }

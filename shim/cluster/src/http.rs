@@ -1,0 +1,92 @@
+//! Serving the extender's HTTP API with bounds a hostile client cannot lift: at most
+//! [`Limits::connections`] connections at once (the next waits in the listen backlog), request
+//! headers within [`Limits::header`], and each connection closed gracefully after
+//! [`Limits::lifetime`] (its request in progress answered first), so idle or trickling
+//! connections cannot hold every slot for long. The body's own bound is the handler's
+//! ([`crate::extender::Extender::body_timeout`]).
+//!
+//! `axum::serve` sets none of these (hyper has no header timer without one given), hence this
+//! accept loop over hyper's HTTP/1 server.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use hyper::server::conn::http1;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::service::TowerToHyperService;
+use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+
+/// What one client may hold.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// Connections served at once.
+    pub connections: usize,
+    /// Time to send a request's headers.
+    pub header: Duration,
+    /// A connection is closed (gracefully) after this long.
+    pub lifetime: Duration,
+    /// Once closing, how long its request in progress may still take.
+    pub drain: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            connections: 256,
+            header: Duration::from_secs(5),
+            lifetime: Duration::from_secs(120),
+            drain: Duration::from_secs(10),
+        }
+    }
+}
+
+/// Serves `app` on `listener` under `limits`, for ever.
+///
+/// # Errors
+/// Never in practice: the connection semaphore is never closed.
+pub async fn serve(listener: TcpListener, app: Router, limits: Limits) -> std::io::Result<()> {
+    let open = Arc::new(Semaphore::new(limits.connections.max(1)));
+    loop {
+        let permit = open
+            .clone()
+            .acquire_owned()
+            .await
+            .map_err(std::io::Error::other)?;
+        let stream = match listener.accept().await {
+            Ok((s, _)) => s,
+            Err(e) => {
+                // Out of descriptors, say: wait rather than spin.
+                tracing::warn!("accept: {e}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let service = TowerToHyperService::new(app.clone());
+        tokio::spawn(async move {
+            let conn = http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(limits.header)
+                .serve_connection(TokioIo::new(stream), service);
+            tokio::pin!(conn);
+            let done = tokio::select! {
+                r = conn.as_mut() => Some(r),
+                () = tokio::time::sleep(limits.lifetime) => None,
+            };
+            let r = match done {
+                Some(r) => r,
+                None => {
+                    conn.as_mut().graceful_shutdown();
+                    tokio::time::timeout(limits.drain, conn)
+                        .await
+                        .unwrap_or(Ok(()))
+                }
+            };
+            if let Err(e) = r {
+                tracing::debug!("extender connection: {e}");
+            }
+            drop(permit);
+        });
+    }
+}
