@@ -38,8 +38,8 @@ use crate::crd::{GpuNodeState, GpuNodeStateSpec};
 
 /// The largest request body taken: names of the most nodes a cluster has (configured
 /// `nodeCacheCapable`, as shipped, kube-scheduler sends names only), or whole `Node` objects of
-/// some hundreds of nodes.
-pub const MAX_BODY: usize = 4 << 20;
+/// a hundred or two nodes.
+pub const MAX_BODY: usize = 2 << 20;
 /// Requests answered at once; more get 503 (kube-scheduler treats the ignorable extender's
 /// error as no opinion). kube-scheduler schedules one pod at a time.
 pub const MAX_IN_FLIGHT: usize = 8;

@@ -1,9 +1,14 @@
 //! Serving the extender's HTTP API with bounds a hostile client cannot lift: at most
-//! [`Limits::connections`] connections at once (the next waits in the listen backlog), request
-//! headers within [`Limits::header`], and each connection closed gracefully after
-//! [`Limits::lifetime`] (its request in progress answered first), so idle or trickling
-//! connections cannot hold every slot for long. The body's own bound is the handler's
-//! ([`crate::extender::Extender::body_timeout`]).
+//! [`Limits::connections`] connections at once (the next waits in the listen backlog), each
+//! with a 16 KiB read buffer, closed when idle or sending headers for [`Limits::header`], and
+//! closed gracefully after [`Limits::lifetime`] (its request in progress answered first), so
+//! idle, trickling or non-reading connections cannot hold every slot for long. A client that
+//! never reads its answers holds at most one answer (at most the body's size, [`MAX_BODY`])
+//! per connection until then: the connection cap is sized so that this, with every request
+//! slot parsing at once, stays well inside the extender's 256 MiB. The body's own bound is the
+//! handler's ([`crate::extender::Extender::body_timeout`]).
+//!
+//! [`MAX_BODY`]: crate::extender::MAX_BODY
 //!
 //! `axum::serve` sets none of these (hyper has no header timer without one given), hence this
 //! accept loop over hyper's HTTP/1 server.
@@ -18,12 +23,17 @@ use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 
+/// The read buffer of a connection: kube-scheduler's request headers are a few hundred bytes
+/// (hyper's default lets one grow to about 400 KiB).
+const READ_BUFFER: usize = 16 << 10;
+
 /// What one client may hold.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Limits {
     /// Connections served at once.
     pub connections: usize,
-    /// Time to send a request's headers.
+    /// Time to send a request's headers, and the most a connection may sit idle between
+    /// requests (hyper's header timer runs from when it waits for the next request).
     pub header: Duration,
     /// A connection is closed (gracefully) after this long.
     pub lifetime: Duration,
@@ -34,9 +44,9 @@ pub struct Limits {
 impl Default for Limits {
     fn default() -> Self {
         Limits {
-            connections: 256,
+            connections: 32,
             header: Duration::from_secs(5),
-            lifetime: Duration::from_secs(120),
+            lifetime: Duration::from_secs(30),
             drain: Duration::from_secs(10),
         }
     }
@@ -68,6 +78,7 @@ pub async fn serve(listener: TcpListener, app: Router, limits: Limits) -> std::i
             let conn = http1::Builder::new()
                 .timer(TokioTimer::new())
                 .header_read_timeout(limits.header)
+                .max_buf_size(READ_BUFFER)
                 .serve_connection(TokioIo::new(stream), service);
             tokio::pin!(conn);
             let done = tokio::select! {

@@ -296,7 +296,7 @@ fn a_list_longer_than_the_bound_is_counted_not_kept() {
         x.prioritize(body.as_bytes(), 0).unwrap_err(),
         BadRequest::TooMany(MAX_NODES + 1)
     );
-    // About two million one-character items fill the largest body: each would have been held
+    // About a million one-character items fill the largest body: each would have been held
     // (as a JSON value, 16 times its text) before any check; now past the bound they are read
     // over, and the count is the answer.
     let n = (MAX_BODY - 64) / 2;
@@ -335,9 +335,9 @@ async fn a_request_cannot_hold_the_extender_by_sending_slowly_or_too_much() {
     assert!(r.starts_with("HTTP/1.1 408"), "{r}");
     assert!(r.contains("not sent within"), "{r}");
     assert_eq!(held.available_permits(), MAX_IN_FLIGHT);
-    // Headers never finished: the connection is closed.
+    // Headers never finished: the connection is closed, unanswered.
     let r = send_and_wait(addr, "POST /filter HTTP/1.1\r\nHost: x\r\n").await;
-    assert!(!r.starts_with("HTTP/1.1 200"), "{r}");
+    assert!(r.is_empty(), "{r}");
     // A body over the bound is refused from its length, unread.
     let r = send_and_wait(
         addr,
