@@ -17,12 +17,27 @@
 #
 #   mqfq-containerd.sh register | unregister
 #
+# On containerd 2.x the runtime is registered with runtime_type io.containerd.runc.v2 and
+# runtime_path naming the shim: CRI asks only runtimes of runc's type for their features (the
+# shim's `-info` reports its runc's), and without them the kubelet refuses recursive read-only
+# mounts and user namespaces on the handler. containerd 1.6 / 1.7 ask no runtime for features,
+# and 1.6.20's runtime_path does not work, so there it stays io.containerd.mqfq.v2.
+#
 # Environment: ROOT (default /): the host's root as this process sees it (a DaemonSet mounts it
 # at /host); CONTAINERD (default containerd): for its version when there is no config, and for
-# the check; MQFQ_CONTAINERD_CONFIG (default /etc/containerd/config.toml, under ROOT).
+# the check; MQFQ_CONTAINERD_CONFIG (default /etc/containerd/config.toml, under ROOT);
+# MQFQ_SHIM_PATH (default /usr/bin/containerd-shim-mqfq-v2): the shim on the host.
 set -eu
 
 ROOT=${ROOT:-/}
+SHIM_PATH=${MQFQ_SHIM_PATH:-/usr/bin/containerd-shim-mqfq-v2}
+case $SHIM_PATH in
+    /*) ;;
+    *) echo "mqfq-containerd: MQFQ_SHIM_PATH must be an absolute path, not $SHIM_PATH" >&2; exit 1 ;;
+esac
+case $SHIM_PATH in
+    *[!A-Za-z0-9/._-]*) echo "mqfq-containerd: MQFQ_SHIM_PATH has characters it may not: $SHIM_PATH" >&2; exit 1 ;;
+esac
 CONFIG=${ROOT%/}${MQFQ_CONTAINERD_CONFIG:-/etc/containerd/config.toml}
 DIR=$(dirname "$CONFIG")
 DROPIN_REL=conf.d/mqfq.toml
@@ -63,21 +78,25 @@ config_version() {
 # The runtime's table for config version $1.
 runtime_table() {
     case $1 in
-        3) echo "[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.mqfq]" ;;
-        2) echo '[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.mqfq]' ;;
+        3) echo "[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.mqfq]"
+           echo '  # runc'"'"'s type, so that CRI asks the shim for its features (its runc'"'"'s).'
+           echo '  runtime_type = "io.containerd.runc.v2"'
+           echo "  runtime_path = \"$SHIM_PATH\"" ;;
+        2) echo '[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.mqfq]'
+           echo '  runtime_type = "io.containerd.mqfq.v2"' ;;
         *) die "$CONFIG: config version $1 is not supported (containerd 1.6 or later: version 2 or 3)" ;;
     esac
     cat <<'TOML'
-  runtime_type = "io.containerd.mqfq.v2"
   # The scheduling annotations, from the pod to the containers' specs (docs/USAGE.md).
   pod_annotations = ["io.mqfq.*", "serving.knative.dev/*"]
   container_annotations = ["io.mqfq.*"]
 TOML
 }
 
-# Whether config.toml already registers a runtime of type io.containerd.mqfq.v2 itself.
+# Whether config.toml already registers the shim itself: a runtime of type io.containerd.mqfq.v2,
+# or one whose runtime_path is the shim.
 registered_inline() {
-    grep -Eq '^[[:space:]]*runtime_type[[:space:]]*=[[:space:]]*"io\.containerd\.mqfq\.v2"' "$CONFIG" 2>/dev/null
+    grep -Eq '^[[:space:]]*(runtime_type[[:space:]]*=[[:space:]]*"io\.containerd\.mqfq\.v2"|runtime_path[[:space:]]*=[[:space:]]*"[^"]*/containerd-shim-mqfq-v2")' "$CONFIG" 2>/dev/null
 }
 
 # Whether config.toml has a table for a runtime named mqfq, in any quoting of the key.
@@ -137,7 +156,7 @@ config_ok() {
         echo "mqfq-containerd: containerd refuses the new config: $dump" >&2
         return 1
     fi
-    printf '%s' "$dump" | grep -q 'io.containerd.mqfq.v2' && return 0
+    printf '%s' "$dump" | grep -Eq 'io\.containerd\.mqfq\.v2|/containerd-shim-mqfq-v2' && return 0
     echo "mqfq-containerd: containerd's config dump does not show the mqfq runtime" >&2
     return 1
 }

@@ -169,7 +169,24 @@ fn devices(spec: &Value) -> impl Iterator<Item = &str> {
         .filter_map(|d| d.get("path").and_then(Value::as_str))
 }
 
-/// Minors of NVIDIA GPU device nodes (character major 195, minor under 255) in `linux.devices`.
+/// NVIDIA's character major: GPUs, and two control nodes.
+const NVIDIA_MAJOR: i64 = 195;
+/// The first minor of major 195 that is no GPU: 254 is `/dev/nvidia-modeset`, 255
+/// `/dev/nvidiactl`. (`nvidia-uvm`, `nvidia-uvm-tools` and the MIG `nvidia-caps` nodes have majors
+/// of their own.)
+const FIRST_CONTROL_MINOR: i64 = 254;
+/// Control nodes NVIDIA's CDI specs and device plugin list beside the GPUs, whatever numbers
+/// a spec gives them.
+const CONTROL_NODES: &[&str] = &[
+    "/dev/nvidiactl",
+    "/dev/nvidia-modeset",
+    "/dev/nvidia-uvm",
+    "/dev/nvidia-uvm-tools",
+];
+
+/// Minors of NVIDIA GPU device nodes in `linux.devices`: character major 195, minors 0–253,
+/// not one of the control nodes (a GPU under another name — a CDI spec or DRA driver may
+/// choose one — still counts).
 fn gpu_minors(spec: &Value) -> Vec<String> {
     spec.get("linux")
         .and_then(|l| l.get("devices"))
@@ -177,9 +194,14 @@ fn gpu_minors(spec: &Value) -> Vec<String> {
         .into_iter()
         .flatten()
         .filter(|d| d.get("type").and_then(Value::as_str) == Some("c"))
-        .filter(|d| d.get("major").and_then(Value::as_i64) == Some(195))
+        .filter(|d| d.get("major").and_then(Value::as_i64) == Some(NVIDIA_MAJOR))
+        .filter(|d| {
+            d.get("path")
+                .and_then(Value::as_str)
+                .is_none_or(|p| !CONTROL_NODES.contains(&p) && !p.starts_with("/dev/nvidia-caps/"))
+        })
         .filter_map(|d| d.get("minor").and_then(Value::as_i64))
-        .filter(|m| (0..255).contains(m))
+        .filter(|m| (0..FIRST_CONTROL_MINOR).contains(m))
         .map(|m| m.to_string())
         .collect()
 }
@@ -389,8 +411,7 @@ pub fn classify(spec: &Value, id: &str, access: GpuAccess) -> Result<Classificat
         .filter(|s| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()))
         .map(str::to_owned)
         .collect();
-    // A GPU node under another name (a CDI spec or DRA driver may choose one): NVIDIA's major 195,
-    // minors below 255 (255 is nvidiactl).
+    // A GPU node under another name (a CDI spec or DRA driver may choose one).
     for minor in gpu_minors(spec) {
         if !dev_nodes.contains(&minor) {
             dev_nodes.push(minor);
@@ -647,10 +668,43 @@ mod tests {
         let mixed =
             json!({"annotations": {"cdi.k8s.io/x": "vendor.com/fpga=all,nvidia.com/gpu=1"}});
         assert_eq!(gpu(&mixed).grant, Some(devs(&["1"])));
+        // A GPU node under a name of its own counts by its number.
+        let w = gpu(&json!({"linux": {"devices": [
+            {"path": "/dev/dri-gpu", "type": "c", "major": 195, "minor": 2}]}}));
+        assert_eq!(w.grant, Some(devs(&["2"])));
         // A container holding a GPU cannot leave the queue.
         let w = gpu(&json!({"annotations": {"io.mqfq.gpu": "false"},
                             "linux": {"devices": [{"path": "/dev/nvidia0"}]}}));
         assert_eq!(w.grant, Some(devs(&["0"])));
+    }
+
+    /// The device nodes NVIDIA's CDI spec (`nvidia-ctk cdi generate`) and the device plugin put
+    /// beside a GPU: only the GPU is granted. `/dev/nvidia-modeset` (195:254) had been read as
+    /// GPU 254, and Create then failed on an unknown device.
+    #[test]
+    fn only_gpu_nodes_are_gpus_not_nvidias_control_nodes() {
+        let node = |path: &str, major: i64, minor: i64| json!({"path": path, "type": "c", "major": major, "minor": minor});
+        let spec = json!({"annotations": {"io.kubernetes.cri.container-type": "container"},
+            "linux": {"devices": [
+                node("/dev/nvidia0", 195, 0),
+                node("/dev/nvidiactl", 195, 255),
+                node("/dev/nvidia-modeset", 195, 254),
+                node("/dev/nvidia-uvm", 507, 0),
+                node("/dev/nvidia-uvm-tools", 507, 1),
+                node("/dev/nvidia-caps/nvidia-cap1", 510, 1),
+                node("/dev/nvidia-caps/nvidia-cap2", 510, 2),
+        ]}});
+        let w = gpu(&spec);
+        assert_eq!((w.grant, w.gpus), (Some(devs(&["0"])), devs(&["0"])));
+        // Control nodes alone are no GPU, whatever numbers a spec gives them.
+        let control = json!({"annotations": {"io.kubernetes.cri.container-type": "container"},
+            "linux": {"devices": [
+                node("/dev/nvidiactl", 195, 255),
+                node("/dev/nvidia-modeset", 195, 254),
+                node("/dev/nvidia-uvm", 195, 3),
+                node("/dev/nvidia-caps/nvidia-cap1", 195, 1),
+        ]}});
+        assert_eq!(with(&control, GpuAccess::default()), None);
     }
 
     #[test]

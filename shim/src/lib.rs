@@ -7,7 +7,8 @@
 //! - [`service`]: the shim process (`start`, `delete`, the server).
 //! - [`task`]: the Task service (create, start, exec, kill, delete, pause, resume, state, wait,
 //!   pids, stats, update, close_io, resize_pty, connect, shutdown).
-//! - [`runtime`]: the runc seam, with the exit-monitor spawner.
+//! - [`runtime`]: the runc seam, with the exit-monitor spawner; [`info`]: `-info`, the runtime's
+//!   features for containerd 2.x (runc's).
 //! - [`gpu`], [`options`], [`io`], [`console`], [`process`], [`error`]: classification, runtime
 //!   options, stdio, terminals, the process state machine, errors and their ttrpc codes.
 
@@ -18,6 +19,7 @@ pub mod error;
 pub mod fuzzing;
 pub mod gate;
 pub mod gpu;
+pub mod info;
 pub mod io;
 pub mod nvidia;
 pub mod oom;

@@ -547,3 +547,70 @@ fn a_server_paused_mid_burst_takes_a_lease_again_at_resume() {
     common::replay(&d.records(), d.config());
     assert!(c.leftovers().is_empty(), "{:?}", c.leftovers());
 }
+
+/// Containers that do not run as host root — a pod's `runAsUser`, and a pod in a user
+/// namespace (`hostUsers: false`) — reach their shim's burst socket like root ones: both get
+/// burst leases, and on one slot their kernels never overlap with each other's or a root
+/// server's (a server that could not connect would run ungated beside the others).
+#[test]
+fn servers_run_as_another_user_or_in_a_user_namespace_are_admitted() {
+    let Some((c, d, cuda)) = setup(
+        "users",
+        &[],
+        "[concurrency]\nd_max = 1\nd_initial = 1\n[queue]\nshort_charge_s = 0\n",
+    ) else {
+        return;
+    };
+    // Beside a server run as host root, as the other tests run theirs.
+    let mut runs: Vec<(&str, &[&str])> = vec![
+        ("root", &[]),
+        (
+            "userns",
+            &["--uidmap", "0:100000:65536", "--gidmap", "0:100000:65536"],
+        ),
+    ];
+    // ctr 1.6 has no `--user` (the CRI test runs `runAsUser` pods on every line).
+    if c.version >= (1, 7) {
+        runs.push(("uid1000", &["--user", "1000:1000"]));
+    }
+    for &(id, flags) in &runs {
+        // The double's log, written by the container's own user (the folder is root's).
+        let log = cuda.join(format!("{id}.log"));
+        std::fs::write(&log, "").unwrap();
+        std::fs::set_permissions(&log, std::os::unix::fs::PermissionsExt::from_mode(0o666))
+            .unwrap();
+        let mut all = vec!["-d", "--env", "FAKE_CUDA_KERNEL_MS=20"];
+        all.extend_from_slice(flags);
+        let o = c.run_cuda_with(MQFQ, id, id, &cuda, &all, &["serve", "2", "10"]);
+        assert!(o.status.success(), "{id}: {}", text(&o));
+    }
+    let ids: Vec<&str> = runs.iter().map(|r| r.0).collect();
+    d.wait_for("both servers' kernels ran", |_| {
+        ids.iter().all(|id| kernels(&cuda, id).len() >= 6)
+    });
+    let until = mqfq_testkit::monotonic_us();
+    let records = d.records();
+    for &id in &ids {
+        let burst = |r: &&Value| {
+            r["event"] == "enqueue"
+                && r["kind"] == "burst"
+                && r["key"]
+                    .as_str()
+                    .is_some_and(|k| k.ends_with(&format!("/{id}")))
+        };
+        assert!(
+            records.iter().filter(burst).count() >= 2,
+            "{id} took no burst lease: {records:?}"
+        );
+    }
+    let most = mqfq_testkit::most_at_once(&cuda, &ids, until);
+    assert!(
+        most <= 1,
+        "{most} containers' kernels ran at once on d_max = 1"
+    );
+    for &id in &ids {
+        stop(&c, id);
+    }
+    d.wait_for("no lease left", |s| leases(s).is_empty());
+    assert!(c.leftovers().is_empty(), "{:?}", c.leftovers());
+}

@@ -12,9 +12,9 @@ use std::time::{Duration, Instant};
 
 use cri_kit::{connect, exit_code, gpu_server, named_pod, pod_config, run_pod};
 use k8s_cri::v1::{
-    ContainerConfig, ContainerMetadata, CreateContainerRequest, ImageSpec, RemoveContainerRequest,
-    RemovePodSandboxRequest, RunPodSandboxRequest, StartContainerRequest, StopPodSandboxRequest,
-    VersionRequest,
+    ContainerConfig, ContainerMetadata, CreateContainerRequest, ImageSpec, PodSandboxStatusRequest,
+    RemoveContainerRequest, RemovePodSandboxRequest, RunPodSandboxRequest, StartContainerRequest,
+    StopPodSandboxRequest, VersionRequest,
 };
 use mqfq_testkit::{BUSYBOX, Containerd, Mqfqd, shim_pids};
 
@@ -53,7 +53,22 @@ async fn pod_lifecycle_through_cri_one_shim_per_pod() {
     );
 
     let mut ids = Vec::new();
-    for (i, cmd) in ["echo hello-cri", "echo second-container"]
+    // The pod has a network namespace of its own, on the kit's bridge network.
+    let status = cri
+        .pod_sandbox_status(PodSandboxStatusRequest {
+            pod_sandbox_id: pod.clone(),
+            verbose: false,
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .status
+        .unwrap();
+    let ip = status.network.map(|n| n.ip).unwrap_or_default();
+    assert!(ip.starts_with("10.88.0."), "pod IP {ip:?}\n{}", c.log());
+
+    let show_ip = "echo hello-cri; ip -o -4 addr show eth0".to_owned();
+    for (i, cmd) in [show_ip.as_str(), "echo second-container"]
         .iter()
         .enumerate()
     {
@@ -96,6 +111,7 @@ async fn pod_lifecycle_through_cri_one_shim_per_pod() {
     }
     let log0 = std::fs::read_to_string(logs.join("c0.log")).unwrap_or_default();
     assert!(log0.contains("stdout F hello-cri"), "{log0:?}");
+    assert!(log0.contains(&format!("inet {ip}/24")), "{log0:?}");
     let log1 = std::fs::read_to_string(logs.join("c1.log")).unwrap_or_default();
     assert!(log1.contains("stdout F second-container"), "{log1:?}");
 

@@ -23,7 +23,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output};
 use std::time::{Duration, Instant};
 
-use cri_kit::{busybox, connect, exit_code, gpu_server, named_pod, remove_pod, run_pod};
+use cri_kit::{busybox, connect, exit_code, gpu_server, host_network_pod, remove_pod, run_pod};
 use mqfq_testkit::{Containerd, shim_pids, users_cri_config};
 use serde_json::Value;
 
@@ -135,7 +135,7 @@ async fn plain_pod(c: &Containerd, name: &str, handler: &str, word: &str) -> Res
     let mut cri = connect(c.socket()).await;
     let logs = c.dir().join(format!("{name}-logs"));
     std::fs::create_dir_all(&logs).unwrap();
-    let pod = named_pod(&logs, name, name);
+    let pod = host_network_pod(&logs, name, name);
     let (pod_id, id) = run_pod(
         &mut cri,
         &pod,
@@ -250,7 +250,10 @@ async fn the_package_installs_runs_gpu_pods_and_purges_to_the_users_config() {
         .output()
         .unwrap();
     let dump = String::from_utf8_lossy(&dump.stdout);
-    assert!(dump.contains("io.containerd.mqfq.v2"), "{dump}");
+    assert!(
+        dump.contains("io.containerd.mqfq.v2") || dump.contains("/usr/bin/containerd-shim-mqfq-v2"),
+        "{dump}"
+    );
     assert!(
         dump.contains(mqfq_testkit::PAUSE),
         "the user's sandbox image lost: {dump}"
@@ -309,7 +312,7 @@ async fn the_package_installs_runs_gpu_pods_and_purges_to_the_users_config() {
     let mut cri = connect(c.socket()).await;
     let logs = c.dir().join("gpu-logs");
     std::fs::create_dir_all(&logs).unwrap();
-    let pod = named_pod(&logs, "gpu", "deb-gpu");
+    let pod = host_network_pod(&logs, "gpu", "deb-gpu");
     let (pod_id, _) = run_pod(&mut cri, &pod, "mqfq", gpu_server(&cuda, "gpu", 20))
         .await
         .unwrap_or_else(|e| panic!("{e}\n{}", c.log()));

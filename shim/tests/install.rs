@@ -68,8 +68,22 @@ fn users_config(v3: bool) -> String {
     }
 }
 
-fn sees_mqfq(d: &str) {
-    assert!(d.contains("io.containerd.mqfq.v2"), "{d}");
+/// Where the package puts the shim (`register`'s default).
+const PACKAGED_SHIM: &str = "/usr/bin/containerd-shim-mqfq-v2";
+
+/// containerd's dump shows the runtime as `register` writes it: on 1.x by its type; on 2.x by
+/// runc's type with the shim as its path (so that CRI asks the shim for its features).
+fn sees_mqfq(d: &str, shim: &str) {
+    if d.contains("version = 3") {
+        assert!(!d.contains("io.containerd.mqfq.v2"), "{d}");
+        assert!(
+            d.contains(&format!("runtime_path = '{shim}'"))
+                || d.contains(&format!("runtime_path = \"{shim}\"")),
+            "{d}"
+        );
+    } else {
+        assert!(d.contains("io.containerd.mqfq.v2"), "{d}");
+    }
     assert!(d.contains("io.mqfq.*"), "annotations: {d}");
 }
 
@@ -90,7 +104,7 @@ fn register_keeps_the_users_config_and_unregister_gives_it_back() {
     let bare = dir.path().join("bare");
     std::fs::create_dir_all(&bare).unwrap();
     assert_eq!(run(&bare, "register").1, "changed");
-    sees_mqfq(&dump(&bare));
+    sees_mqfq(&dump(&bare), PACKAGED_SHIM);
     assert_eq!(run(&bare, "register").1, "unchanged");
     assert_eq!(run(&bare, "unregister").1, "changed");
     let left: Vec<_> = std::fs::read_dir(bare.join("etc/containerd"))
@@ -106,7 +120,7 @@ fn register_keeps_the_users_config_and_unregister_gives_it_back() {
     let (code, out, err) = run(&node, "register");
     assert_eq!((code, out.as_str()), (0, "changed"), "{err}");
     let d = dump(&node);
-    sees_mqfq(&d);
+    sees_mqfq(&d, PACKAGED_SHIM);
     assert!(
         d.contains("registry.example/pause:9.9"),
         "the user's sandbox image lost: {d}"
@@ -143,7 +157,10 @@ fn register_keeps_the_users_config_and_unregister_gives_it_back() {
     );
     assert!(!now.contains("mqfq"), "{now}");
     let d = dump(&node);
-    assert!(!d.contains("io.containerd.mqfq.v2"), "{d}");
+    assert!(
+        !d.contains("io.containerd.mqfq.v2") && !d.contains("containerd-shim-mqfq-v2"),
+        "{d}"
+    );
     assert!(d.contains("io.containerd.kata.v2"), "{d}");
 
     // A config containerd refuses: register says why and changes nothing.
@@ -182,7 +199,7 @@ fn an_existing_import_list_gets_one_more_entry() {
         "{text}"
     );
     let d = dump(root);
-    sees_mqfq(&d);
+    sees_mqfq(&d, PACKAGED_SHIM);
     assert!(d.contains("io.containerd.kata.v2"), "{d}");
     assert_eq!(run(root, "unregister").1, "changed");
     assert_eq!(std::fs::read_to_string(config(root)).unwrap(), original);
@@ -396,7 +413,7 @@ fn the_node_installer_installs_once_and_uninstalls_everything() {
         let m = std::fs::metadata(host.join(p)).unwrap_or_else(|e| panic!("{p}: {e}"));
         assert_eq!(m.permissions().mode() & 0o777, mode, "{p}");
     }
-    sees_mqfq(&dump(&host));
+    sees_mqfq(&dump(&host), "/usr/local/bin/containerd-shim-mqfq-v2");
     // A pod restart: nothing changed, nothing restarted.
     let (log, _) = installer("install");
     assert_eq!(log, "", "a second install restarted something");

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 mod config;
 mod image;
 mod mqfqd;
-pub use config::users_cri_config;
+pub use config::{cdi_dir, users_cri_config};
 pub use image::{Item, build_busybox_image, build_image, host_glibc};
 pub use mqfqd::{Mqfqd, pool_tiers};
 
@@ -125,6 +125,20 @@ pub fn available() -> Result<bool, String> {
     if !Path::new("/bin/busybox").exists() {
         missing.push("/bin/busybox (busybox-static)".to_owned());
     }
+    // CRI's pods get their own network namespace on the kit's bridge network.
+    for p in config::CNI_PLUGINS {
+        if !Path::new(config::CNI_BIN).join(p).exists() {
+            missing.push(format!(
+                "{}/{p} (containernetworking-plugins)",
+                config::CNI_BIN
+            ));
+        }
+    }
+    for b in ["unshare", "ip"] {
+        if !have(b) {
+            missing.push(format!("{b} (util-linux, iproute2)"));
+        }
+    }
     if missing.is_empty() {
         return Ok(true);
     }
@@ -170,7 +184,10 @@ impl Containerd {
 
     /// Like [`start`](Self::start) with the CRI plugin on (namespace `k8s.io`, runtime handlers
     /// `runc` and `mqfq`, the local pause image, native snapshotter, `restrict_oom_score_adj`).
-    /// The CRI socket is [`socket`](Self::socket).
+    /// The CRI socket is [`socket`](Self::socket). Pods that ask for a network namespace of their
+    /// own (Kubernetes' default) get one on a bridge network: containerd runs in a network
+    /// namespace made for it, where the bridge and its addresses live and die with it, so no
+    /// test touches the machine's network or another test's.
     #[must_use]
     pub fn start_cri(shim_dir: &Path) -> Option<Self> {
         Self::launch(CRI_NAMESPACE, shim_dir, true, &[])
@@ -184,11 +201,17 @@ impl Containerd {
         }
         let dir = scratch_dir();
         let d = dir.path();
-        let config = config::containerd_config(d, cri, containerd_version().0);
+        let config = config::containerd_config(d, cri, containerd_version(), shim_dir);
         std::fs::write(d.join("config.toml"), config).expect("write config");
         if cri {
             std::fs::write(d.join(config::SHIM_CONFIG), config::shim_config(d))
                 .expect("write shim config");
+            std::fs::create_dir_all(d.join("cni/net.d")).expect("CNI config dir");
+            std::fs::write(
+                d.join("cni/net.d/10-mqfq.conflist"),
+                config::cni_conflist(d),
+            )
+            .expect("write CNI config");
         }
         // The shims get the kit's places for mqfqd, the edits, the interposer and their
         // control directories, under this instance's directory.
@@ -205,7 +228,7 @@ impl Containerd {
         let config = d.join("config.toml");
         let runc_root = config::runc_root(d, cri);
         Some(Self::spawn(
-            dir, &config, ns, shim_dir, cri, &kit_env, runc_root,
+            dir, &config, ns, shim_dir, cri, &kit_env, runc_root, true,
         ))
     }
 
@@ -232,11 +255,19 @@ impl Containerd {
         }
         let env: Vec<(&str, PathBuf)> = env.iter().map(|(k, v)| (*k, PathBuf::from(v))).collect();
         let runc_root = config::runc_root(dir.path(), false);
-        let mut c = Self::spawn(dir, config, CRI_NAMESPACE, shim_dir, true, &env, runc_root);
-        c.owns_runc_dir = false;
-        Some(c)
+        Some(Self::spawn(
+            dir,
+            config,
+            CRI_NAMESPACE,
+            shim_dir,
+            true,
+            &env,
+            runc_root,
+            false,
+        ))
     }
 
+    #[expect(clippy::too_many_arguments)]
     fn spawn(
         dir: tempfile::TempDir,
         config: &Path,
@@ -245,10 +276,27 @@ impl Containerd {
         cri: bool,
         env: &[(&str, PathBuf)],
         runc_root: PathBuf,
+        owns_runc_dir: bool,
     ) -> Self {
         let log = std::fs::File::create(dir.path().join("containerd.log")).expect("log");
         let path = format!("{}:{}", shim_dir.display(), tool_path());
-        let child = Command::new("containerd")
+        // CRI instances of the kit's own run in a network namespace of their own (its loopback up
+        // for CRI's stream server); one on the machine's config stays in the machine's.
+        let mut cmd = if cri && owns_runc_dir {
+            let mut c = Command::new("unshare");
+            c.args([
+                "--net",
+                "--",
+                "sh",
+                "-c",
+                "ip link set lo up && exec containerd \"$@\"",
+                "containerd",
+            ]);
+            c
+        } else {
+            Command::new("containerd")
+        };
+        let child = cmd
             .arg("--config")
             .arg(config)
             .env("PATH", path)
@@ -263,7 +311,7 @@ impl Containerd {
             ns: ns.to_owned(),
             version: containerd_version(),
             runc_root,
-            owns_runc_dir: true,
+            owns_runc_dir,
         };
         let deadline = Instant::now() + Duration::from_secs(30);
         while !c.ctr(&["version"]).status.success() {

@@ -28,6 +28,23 @@ impl Mqfqd {
     /// The daemon does not come up within 20 s.
     #[must_use]
     pub fn start(bin: &Path, ctl: &Path, dir: &Path, socket: &Path, extra: &str) -> Self {
+        Self::start_on_driver(bin, ctl, dir, socket, &dir.join("no-driver"), extra)
+    }
+
+    /// As [`start`](Self::start), with the node's NVIDIA edits discovered from the driver root
+    /// `driver_root` (a fake one the test built) and published where the shims read them.
+    ///
+    /// # Panics
+    /// The daemon does not come up within 20 s.
+    #[must_use]
+    pub fn start_on_driver(
+        bin: &Path,
+        ctl: &Path,
+        dir: &Path,
+        socket: &Path,
+        driver_root: &Path,
+        extra: &str,
+    ) -> Self {
         let config = dir.join("mqfqd.toml");
         let log = dir.join("dispatch.jsonl");
         let toml = format!(
@@ -41,7 +58,7 @@ impl Mqfqd {
                 "metrics_addr = \"\"\n"
             },
             dir.join("nvidia-edits.json").display(),
-            dir.join("no-driver").display(),
+            driver_root.display(),
         );
         std::fs::write(&config, toml).expect("write mqfqd.toml");
         let mut d = Mqfqd {

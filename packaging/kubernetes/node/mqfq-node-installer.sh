@@ -57,7 +57,8 @@ install() {
         $SYSTEMCTL restart mqfqd.service
         log "mqfqd (re)started"
     fi
-    changed=$(ROOT="$HOST" MQFQ_REQUIRE_CHECK=1 sh "$SRC/mqfq-containerd.sh" register)
+    changed=$(ROOT="$HOST" MQFQ_REQUIRE_CHECK=1 MQFQ_SHIM_PATH=/usr/local/bin/containerd-shim-mqfq-v2 \
+        sh "$SRC/mqfq-containerd.sh" register)
     if [ "$changed" = changed ]; then
         $SYSTEMCTL restart containerd.service
         log "containerd restarted with the mqfq runtime"

@@ -370,9 +370,7 @@ fn containerd_config(s: &Setup) -> Vec<Finding> {
         .flat_map(|(p, t)| {
             runtimes(t)
                 .into_iter()
-                .filter(|(_, r)| {
-                    r.get("runtime_type").and_then(toml::Value::as_str) == Some(RUNTIME_TYPE)
-                })
+                .filter(|(_, r)| is_ours(r))
                 .map(move |(name, r)| (format!("{name} ({})", p.display()), r))
         })
         .collect();
@@ -380,11 +378,36 @@ fn containerd_config(s: &Setup) -> Vec<Finding> {
         return vec![Finding::bad(
             CHECK,
             Level::Fail,
-            format!("no CRI runtime has runtime_type = \"{RUNTIME_TYPE}\""),
-            "add [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.mqfq] (containerd 2.x) or \
-             [plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.mqfq] (1.6 / 1.7) with that \
-             runtime_type, then restart containerd",
+            format!(
+                "no CRI runtime has runtime_type = \"{RUNTIME_TYPE}\" or runtime_path naming {SHIM}"
+            ),
+            "mqfq-containerd.sh register; by hand, add \
+             [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.mqfq] (containerd 2.x: \
+             runtime_type = \"io.containerd.runc.v2\", runtime_path = the shim) or \
+             [plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.mqfq] (1.6 / 1.7: that \
+             runtime_type), then restart containerd",
         )];
+    };
+    // containerd 2.x's CRI asks only runc-typed runtimes for their features.
+    let v3 = files
+        .iter()
+        .any(|(_, t)| t.get("version").and_then(toml::Value::as_integer) == Some(3));
+    let features = if v3
+        && table.get("runtime_type").and_then(toml::Value::as_str) == Some(RUNTIME_TYPE)
+    {
+        Some(Finding::bad(
+            "features",
+            Level::Warn,
+            format!(
+                "runtime {name} has runtime_type = \"{RUNTIME_TYPE}\": containerd 2.x does not ask \
+                 it for its features, so the kubelet refuses recursive read-only mounts and user \
+                 namespaces on it"
+            ),
+            "set runtime_type = \"io.containerd.runc.v2\" and runtime_path = the shim's path \
+             (mqfq-containerd.sh register writes it so)",
+        ))
+    } else {
+        None
     };
     let ann = if listed(table, "pod_annotations", "io.mqfq.*") {
         Finding::ok(ANN, "pod annotations io.mqfq.* reach the shim")
@@ -396,7 +419,21 @@ fn containerd_config(s: &Setup) -> Vec<Finding> {
             "add pod_annotations = [\"io.mqfq.*\"] to the runtime's table",
         )
     };
-    vec![Finding::ok(CHECK, format!("runtime {name}")), ann]
+    let mut out = vec![Finding::ok(CHECK, format!("runtime {name}")), ann];
+    out.extend(features);
+    out
+}
+
+/// The shim's binary name, as a CRI `runtime_path` names it.
+const SHIM: &str = "containerd-shim-mqfq-v2";
+
+/// A CRI runtime table that runs this shim: by its type (resolved on `PATH`), or by a
+/// `runtime_path` naming the shim (containerd 2.x registration, with runc's type).
+fn is_ours(r: &toml::Table) -> bool {
+    r.get("runtime_type").and_then(toml::Value::as_str) == Some(RUNTIME_TYPE)
+        || r.get("runtime_path")
+            .and_then(toml::Value::as_str)
+            .is_some_and(|p| Path::new(p).file_name() == Some(std::ffi::OsStr::new(SHIM)))
 }
 
 fn runtime_dir(s: &Setup) -> Finding {

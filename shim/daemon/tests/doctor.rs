@@ -134,6 +134,25 @@ fn doctor_passes_a_good_node_and_names_each_break() {
     let (code, all) = doctor(&root, &bin, &sock);
     assert_eq!(code, 0, "{all:#?}");
     assert_eq!(finding(&all, "runtime", "conf.d/mqfq.toml")["level"], "ok");
+    // containerd 2.x's registration: runc's type, the shim as runtime_path.
+    std::fs::write(
+        root.join("etc/containerd/config.toml"),
+        "version = 3\nimports = [\"conf.d/mqfq.toml\"]\n",
+    )
+    .unwrap();
+    std::fs::write(
+        root.join("etc/containerd/conf.d/mqfq.toml"),
+        "version = 3\n[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.mqfq]\n\
+         runtime_type = \"io.containerd.runc.v2\"\n\
+         runtime_path = \"/usr/local/bin/containerd-shim-mqfq-v2\"\n\
+         pod_annotations = [\"io.mqfq.*\"]\n",
+    )
+    .unwrap();
+    let (code, all) = doctor(&root, &bin, &sock);
+    assert_eq!(code, 0, "{all:#?}");
+    assert_eq!(finding(&all, "runtime", "conf.d/mqfq.toml")["level"], "ok");
+    assert!(all.iter().all(|f| f["check"] != "features"), "{all:#?}");
+    good_node(&root, &bin);
 
     // Each break, alone, then mended.
     type Break = (
@@ -183,6 +202,25 @@ fn doctor_passes_a_good_node_and_names_each_break() {
                  runtime_type = \"io.containerd.mqfq.v2\"\n",
             )
             .unwrap();
+            }),
+        ),
+        (
+            "features",
+            "recursive read-only",
+            "warn",
+            0,
+            Box::new(|r: &Path| {
+                std::fs::write(
+                    r.join("etc/containerd/config.toml"),
+                    "version = 3\nimports = [\"conf.d/mqfq.toml\"]\n",
+                )
+                .unwrap();
+                std::fs::write(
+                    r.join("etc/containerd/conf.d/mqfq.toml"),
+                    "version = 3\n[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.mqfq]\n\
+                     runtime_type = \"io.containerd.mqfq.v2\"\npod_annotations = [\"io.mqfq.*\"]\n",
+                )
+                .unwrap();
             }),
         ),
         (

@@ -17,6 +17,25 @@ fn main() {
         println!("containerd-shim-mqfq-v2: {}", mqfq_shim::version());
         return;
     }
+    // containerd 2.x asks the runtime's features (`-info`, options on stdin, RuntimeInfo on
+    // stdout) before it starts any shim; nothing else runs for it.
+    if std::env::args()
+        .skip(1)
+        .any(|a| a == "-info" || a == "--info")
+    {
+        match mqfq_shim::info::run(std::io::stdin().lock()) {
+            Ok(bytes) => {
+                use std::io::Write;
+                let mut out = std::io::stdout().lock();
+                if out.write_all(&bytes).and_then(|()| out.flush()).is_ok() {
+                    return;
+                }
+                eprintln!("containerd-shim-mqfq-v2 -info: cannot write to stdout");
+            }
+            Err(e) => eprintln!("containerd-shim-mqfq-v2 -info: {e}"),
+        }
+        std::process::exit(1);
+    }
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(WORKERS)
         .enable_all()

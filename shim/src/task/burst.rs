@@ -380,7 +380,14 @@ impl BookInner {
     }
 }
 
-/// Binds the container's burst socket in its control directory.
+/// The burst socket's mode: every uid of the container may connect (connecting needs write
+/// permission), whatever user the image or the pod runs as, a user namespace's mapped ids
+/// included (to them the root-owned socket is "other"). Nobody outside the container reaches it:
+/// its directory sits under the root-only control root and is mounted into this container alone.
+pub const SOCKET_MODE: u32 = 0o666;
+
+/// Binds the container's burst socket in its control directory, with [`SOCKET_MODE`] whatever
+/// the umask containerd gave the shim.
 ///
 /// # Errors
 /// The socket cannot be made.
@@ -388,6 +395,27 @@ pub fn bind(dir: &Path) -> Result<std::os::unix::net::UnixListener> {
     let path = dir.join(SOCKET);
     let l = std::os::unix::net::UnixListener::bind(&path)
         .map_err(|e| Error::io(format!("bind {}", path.display()), e))?;
+    let chmod = nix::fcntl::open(
+        dir,
+        nix::fcntl::OFlag::O_DIRECTORY
+            | nix::fcntl::OFlag::O_NOFOLLOW
+            | nix::fcntl::OFlag::O_CLOEXEC,
+        nix::sys::stat::Mode::empty(),
+    )
+    .and_then(|d| {
+        // Never through a link: the directory is one the container writes to (it is bound
+        // before any of its processes exist, but a link swapped in must not aim a root chmod).
+        nix::sys::stat::fchmodat(
+            &d,
+            SOCKET,
+            nix::sys::stat::Mode::from_bits_truncate(SOCKET_MODE),
+            nix::sys::stat::FchmodatFlags::NoFollowSymlink,
+        )
+    });
+    if let Err(e) = chmod {
+        let _ = std::fs::remove_file(&path);
+        return Err(Error::io(format!("chmod {}", path.display()), e.into()));
+    }
     l.set_nonblocking(true)
         .map_err(|e| Error::io(format!("{}", path.display()), e))?;
     Ok(l)
@@ -839,6 +867,22 @@ mod tests {
             start: 1,
         };
         assert!(ended(vec![gone]).report().pids.is_empty());
+    }
+
+    /// containerd runs its shims under umask 022, which would leave the socket 0755: only host
+    /// root could connect, and a container running as any other user (`runAsUser`, a user
+    /// namespace) would run its GPU work unadmitted.
+    #[test]
+    fn the_socket_is_open_to_every_uid_whatever_the_umask() {
+        use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+        let dir = tempfile::tempdir().unwrap();
+        let old = nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o022));
+        let bound = bind(dir.path());
+        nix::sys::stat::umask(old);
+        let _l = bound.unwrap();
+        let meta = std::fs::symlink_metadata(dir.path().join(SOCKET)).unwrap();
+        assert!(meta.file_type().is_socket());
+        assert_eq!(meta.permissions().mode() & 0o7777, SOCKET_MODE);
     }
 
     #[test]

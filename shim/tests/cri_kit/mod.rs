@@ -39,7 +39,19 @@ pub fn pod_config(logs: &Path) -> PodSandboxConfig {
     named_pod(logs, "gpu-fn", "cri-fn")
 }
 
+/// A pod as Kubernetes makes one by default: its own network namespace (the test kit's bridge
+/// network), sharing nothing with the node.
 pub fn named_pod(logs: &Path, name: &str, function: &str) -> PodSandboxConfig {
+    pod_in(logs, name, function, NamespaceMode::Pod)
+}
+
+/// A `hostNetwork: true` pod: for a containerd on the machine's own config, which has no pod
+/// network.
+pub fn host_network_pod(logs: &Path, name: &str, function: &str) -> PodSandboxConfig {
+    pod_in(logs, name, function, NamespaceMode::Node)
+}
+
+fn pod_in(logs: &Path, name: &str, function: &str, network: NamespaceMode) -> PodSandboxConfig {
     PodSandboxConfig {
         metadata: Some(PodSandboxMetadata {
             name: name.into(),
@@ -52,7 +64,7 @@ pub fn named_pod(logs: &Path, name: &str, function: &str) -> PodSandboxConfig {
         linux: Some(LinuxPodSandboxConfig {
             security_context: Some(LinuxSandboxSecurityContext {
                 namespace_options: Some(NamespaceOption {
-                    network: NamespaceMode::Node as i32,
+                    network: network as i32,
                     ..Default::default()
                 }),
                 ..Default::default()
