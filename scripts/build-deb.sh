@@ -35,12 +35,24 @@ cp "$interposer" "$stage/libmqfq_cuda.so"
 sed 's|/usr/local/bin/mqfqd|/usr/bin/mqfqd|' packaging/systemd/mqfqd.service > "$stage/mqfqd.service"
 grep -q '^ExecStart=/usr/bin/mqfqd ' "$stage/mqfqd.service"
 target/release/mqfqctl man | gzip -9n > "$stage/mqfqctl.8.gz"
+for page in mqfqd containerd-shim-mqfq-v2; do
+    gzip -9n < "packaging/man/$page.8" > "$stage/$page.8.gz"
+done
 target/release/mqfqctl completions bash > "$stage/mqfqctl.bash"
 target/release/mqfqctl completions zsh > "$stage/_mqfqctl"
 target/release/mqfqctl completions fish > "$stage/mqfqctl.fish"
 
 version=$(sed -n 's/^version = "\(.*\)"$/\1/p' Cargo.toml | head -n 1)
 stamp=$(date -u -d "@$SOURCE_DATE_EPOCH" +%Y%m%d%H%M%S)
+# The package's Debian changelog: one entry for this build, dated by the commit (reproducible).
+commit=$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
+{
+    echo "mqfq-shim ($version+$stamp-1) unstable; urgency=medium"
+    echo
+    echo "  * Built from mqfq-shim commit $commit."
+    echo
+    echo " -- mqfq-shim developers <mqfq-shim@example.invalid>  $(LC_ALL=C date -u -R -d "@$SOURCE_DATE_EPOCH")"
+} > "$stage/changelog"
 rm -rf target/debian
 cargo deb --quiet --locked --no-build -p mqfq-daemon --deb-version "$version+$stamp-1" \
     -o target/debian/ 1>&2

@@ -5,8 +5,11 @@
 # (paused CUDA containers evicted by mqfqd and restored). Needs root.
 # The policy simulator's comparison is `scripts/perf-sim.sh`.
 # MQFQ_CONTAINERD=1.7 or 2.1 runs it on that containerd release (fetched from Debian's archive by
-# scripts/fetch-containerd.sh) instead of the system's.
+# scripts/fetch-containerd.sh) instead of the system's. Run by a user other than root, it runs
+# itself again through sudo.
 set -euo pipefail
+# shellcheck source=scripts/as-root.sh
+source "$(dirname "$0")/as-root.sh"
 cd "$(dirname "$0")/.."
 scripts/deps.sh
 export PATH="$HOME/.cargo/bin:$PATH"

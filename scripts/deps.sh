@@ -5,9 +5,11 @@ set -euo pipefail
 need_apt=()
 # containerd, runc, busybox-static: the shim's integration tests start a real containerd;
 # protobuf-compiler: the CRI test's client (k8s-cri) compiles the CRI protos;
-# python3-pip: fetches the pinned zig toolchain for the portable interposer (scripts/tools.sh).
+# python3-pip: fetches the pinned zig toolchain for the portable interposer (scripts/tools.sh);
+# containernetworking-plugins, iproute2: the CRI tests' pods get network namespaces of their own
+# on a bridge (in a network namespace made for their containerd); lintian checks the package.
 for pkg in build-essential pkg-config ca-certificates curl git containerd runc busybox-static \
-    protobuf-compiler python3 python3-pip; do
+    protobuf-compiler python3 python3-pip containernetworking-plugins iproute2 lintian; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need_apt+=("$pkg")
 done
 if [ ${#need_apt[@]} -gt 0 ]; then

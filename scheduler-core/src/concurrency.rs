@@ -51,7 +51,8 @@ const MIN_MEASURED_S: f64 = 1e-3;
 /// What the monitor read of a GPU over one sample period; `None`: not available.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
 pub struct Signals {
-    /// NVML busy-time, 0–1: reported, and the input of [`Law::BusyTime`] only.
+    /// NVML busy-time, 0–1: the input of [`Law::BusyTime`]; under the interference law it may
+    /// only let D grow, on a GPU without GPM, in a sample in which no admission ended.
     pub busy: Option<f64>,
     /// SM activity, 0–1 (GPM), where the GPU has it.
     pub sm_activity: Option<f64>,

@@ -446,6 +446,26 @@ impl<T> MqfqQueue<T> {
         self.flows.get(id.ix()).is_some_and(|f| self.is_short(f))
     }
 
+    /// The flow a reserve's slot goes to: the short backlogged flow with the lowest start tag,
+    /// if that is within the over-run threshold.
+    fn reserve_head(&self) -> Option<FlowId> {
+        if self.cfg.short_charge_s <= 0.0 {
+            return None;
+        }
+        let limit = self.v + self.overrun();
+        self.short_backlog
+            .first()
+            .filter(|&&(Vt(s), _)| s <= limit)
+            .map(|&(_, id)| id)
+    }
+
+    /// Whether [`dispatch_slot`](Self::dispatch_slot) with no free slot below the limit would
+    /// dispatch (a reserve's slot has a taker).
+    #[must_use]
+    pub fn reserve_eligible(&self) -> bool {
+        self.reserve_head().is_some()
+    }
+
     /// Flows that count as short (charge ≤ `short_charge_s`) and are not Inactive.
     #[must_use]
     pub fn active_short_flows(&self) -> usize {
@@ -583,14 +603,7 @@ impl<T> MqfqQueue<T> {
     /// slot under the limit never stays empty while work is queued (work conservation).
     pub fn dispatch_slot(&mut self, now: Time, free_slots: u32) -> Option<Dispatched<T>> {
         let id = if free_slots == 0 {
-            if self.cfg.short_charge_s <= 0.0 {
-                return None;
-            }
-            let limit = self.v + self.overrun();
-            self.short_backlog
-                .first()
-                .filter(|&&(Vt(s), _)| s <= limit)
-                .map(|&(_, id)| id)?
+            self.reserve_head()?
         } else {
             self.select()?
         };

@@ -29,6 +29,8 @@ use serde_json::Value;
 
 const CONFIG: &str = "/etc/containerd/config.toml";
 const PACKAGE: &str = "mqfq-shim";
+/// The glibc the README and INSTALL-DEBIAN say the programs need.
+const DOCUMENTED_GLIBC: &str = "2.34";
 
 fn dpkg(args: &[&str]) -> Output {
     Command::new("dpkg")
@@ -204,21 +206,27 @@ async fn the_package_installs_runs_gpu_pods_and_purges_to_the_users_config() {
         .find_map(|d| d.trim().strip_prefix("libc6 (>= "))
         .and_then(|v| v.strip_suffix(')'))
         .unwrap_or_else(|| panic!("no libc6 minimum in Depends: {depends}"));
-    let here = Command::new("dpkg-query")
-        .args(["-W", "-f=${Version}", "libc6"])
-        .output()
-        .unwrap();
-    let here = String::from_utf8_lossy(&here.stdout).into_owned();
-    assert!(
+    // It asks for no less than the packaged programs need (the newest GLIBC_ version they
+    // reference, read from the installed files below), and the docs' "glibc 2.34 or later"
+    // is no less than it.
+    let at_least = |a: &str, b: &str| {
         Command::new("dpkg")
-            .args(["--compare-versions", glibc, "le", &here])
+            .args(["--compare-versions", a, "ge", b])
             .status()
             .unwrap()
-            .success(),
-        "the package needs glibc {glibc}, this machine has {here}"
+            .success()
+    };
+    assert!(
+        at_least(DOCUMENTED_GLIBC, glibc),
+        "the package needs glibc {glibc}; the docs say {DOCUMENTED_GLIBC}"
     );
 
     // Install: the files where the package says, the runtime registered.
+    let needs = |path: &str| {
+        let v = mqfq_shim::elf::glibc_needed(&std::fs::read(path).unwrap())
+            .unwrap_or_else(|| panic!("{path} references no GLIBC_ version"));
+        format!("{}.{}", v.0, v.1)
+    };
     let o = dpkg(&["-i", deb.to_str().unwrap()]);
     let said = String::from_utf8_lossy(&o.stderr).into_owned();
     assert!(o.status.success(), "dpkg -i: {said}");
@@ -234,6 +242,17 @@ async fn the_package_installs_runs_gpu_pods_and_purges_to_the_users_config() {
         "/usr/share/bash-completion/completions/mqfqctl",
     ] {
         assert!(Path::new(f).is_file(), "{f} not installed");
+    }
+    for program in [
+        "/usr/bin/containerd-shim-mqfq-v2",
+        "/usr/bin/mqfqd",
+        "/usr/bin/mqfqctl",
+    ] {
+        let n = needs(program);
+        assert!(
+            at_least(glibc, &n),
+            "{program} needs glibc {n}; the package asks for {glibc}"
+        );
     }
     let conffiles = Command::new("dpkg-query")
         .args(["-W", "-f=${Conffiles}", PACKAGE])

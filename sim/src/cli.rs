@@ -149,9 +149,10 @@ struct NodeArgs {
     /// GPU `--gpu-mem-mb`.
     #[arg(long, value_delimiter = ',')]
     gpu_mems_mb: Vec<f64>,
-    /// Where mqfq-sticky places each invocation: least-loaded, fitness, round-robin or random.
-    #[arg(long, default_value = "least-loaded")]
-    placement: String,
+    /// Where mqfq-sticky places each invocation: least-loaded (the default), fitness,
+    /// round-robin or random. Not for `placements`, which runs each.
+    #[arg(long)]
+    placement: Option<String>,
     /// The fitness placement's weights, `name=value` pairs separated by commas (fitness,
     /// locality, queue, balance, energy, affinity; the others keep mqfqd's peak defaults), to
     /// try weights offline before putting them in `[placement.peak]`.
@@ -231,7 +232,11 @@ impl NodeArgs {
             baselines: self.baselines.parse()?,
             gpu_models: self.gpu_models.clone(),
             gpu_mem_each_mb: self.gpu_mems_mb.clone(),
-            placement: self.placement.parse()?,
+            placement: self
+                .placement
+                .as_deref()
+                .unwrap_or("least-loaded")
+                .parse()?,
             placement_weights: self
                 .placement_weights
                 .as_deref()
@@ -387,6 +392,12 @@ impl Cli {
             Cmd::Compare(a) => compare(&a),
             Cmd::Controllers(a) => controllers(&a),
             Cmd::Placements(a) => {
+                if let Some(p) = &a.node.placement {
+                    bail!(
+                        "--placement {p}: `placements` runs every placement side by side; \
+                         `run --placement {p}` runs one"
+                    );
+                }
                 let cfg = a.node.config()?;
                 let trace = load_trace(&a.trace)?;
                 print!("{}", crate::hetero::report(&trace, &cfg, a.node.short_ms)?);

@@ -399,11 +399,7 @@ impl Policy for NodeMqfq {
     fn node_limits(&self, gpu: usize) -> Limits {
         self.core
             .limits(u32::try_from(gpu).unwrap_or(u32::MAX))
-            .unwrap_or(Limits {
-                any: 0,
-                slots: 0,
-                queued: 0,
-            })
+            .unwrap_or_default()
     }
     fn memory(&self) -> MemoryStyle {
         MemoryStyle::LazyPrefetch

@@ -117,11 +117,7 @@ pub trait Policy {
     }
     /// Under [`Admission::Node`]: the limits in force on a GPU and the work waiting for it.
     fn node_limits(&self, _gpu: usize) -> Limits {
-        Limits {
-            any: 0,
-            slots: 0,
-            queued: 0,
-        }
+        Limits::default()
     }
     /// A sampling step: `(GPU, utilization, memory used in bytes)` for every GPU.
     fn sample(&mut self, _samples: &[GpuReading], _now: Time) {}

@@ -292,3 +292,20 @@ fn cluster_compares_node_choices_and_refuses_nodes_that_do_not_divide_the_gpus()
     assert!(!o.status.success());
     assert!(stderr(&o).contains("nodes"), "{}", stderr(&o));
 }
+
+/// `placements` runs every placement side by side: a `--placement` there (which it had
+/// accepted and ignored) is refused, naming the flag and the command that runs one.
+#[test]
+fn placements_refuses_a_placement_it_would_ignore() {
+    let scratch = tmp("placements");
+    let trace = gen_mix(scratch.path());
+    let o = run(bin()
+        .args(["placements", "--placement", "fitness", "--trace"])
+        .arg(&trace));
+    assert!(!o.status.success());
+    let e = stderr(&o);
+    assert!(
+        e.contains("--placement fitness") && e.contains("run --placement"),
+        "{e}"
+    );
+}

@@ -68,9 +68,11 @@ proptest! {
     /// For every policy: each invocation completes exactly once, never before it arrived and
     /// never faster than its solo exec time; slots never exceed the limit at dispatch; the GPUs
     /// never do more work than their capacity allows; no step ends with a slot free under the
-    /// limit any work may take while work waits for that GPU (work conservation: the over-run
-    /// threshold, the short-slot reserve and sticky flows reorder work but never idle a slot).
-    /// `mqfq-paper`'s published utilization gate is exempt by design.
+    /// limit any work may take while work waits for that GPU, nor the short-slot reserve's while
+    /// a short flow waits within the over-run threshold (work conservation: the over-run
+    /// threshold, the reserve and sticky flows reorder work but never idle a slot).
+    /// `mqfq-paper`'s published utilization gate idles slots by design: the audit counts them
+    /// for it as for the others, and only its count is not held to zero.
     #[test]
     fn every_policy_is_sound(t in trace(), cfg in node()) {
         for p in POLICIES {
@@ -78,7 +80,9 @@ proptest! {
             prop_assert_eq!(out.audit.unfinished, 0, "{}", p);
             prop_assert_eq!(out.audit.double_completions, 0, "{}", p);
             prop_assert_eq!(out.audit.over_limit_dispatches, 0, "{}", p);
-            prop_assert_eq!(out.audit.idle_with_backlog, 0, "{} left a slot idle with a backlog", p);
+            if p != "mqfq-paper" {
+                prop_assert_eq!(out.audit.idle_with_backlog, 0, "{} left a slot idle with a backlog", p);
+            }
             prop_assert!(out.audit.max_slots_held <= cfg.mode.default_d_max(), "{}", p);
             prop_assert_eq!(out.records.len(), t.invocations.len());
             let mut work = 0.0;

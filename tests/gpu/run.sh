@@ -2,7 +2,7 @@
 # The GPU check, for a machine with an NVIDIA GPU (one call, ≤ 5 minutes). Writes everything to
 # $OUT (default ./gpu-out): results.txt plus raw files. Each step is guarded: a missing piece is
 # recorded as such, never fatal. Binaries come from gpu-bin/ (built beforehand with
-# `scripts/gpu-prepare.sh`) or from `cargo build --release` when cargo is available.
+# `scripts/gpu-prepare.sh`) or, when cargo is available, by running that script here.
 #
 # Measures: (1) CUDA context creation in a fresh process, with no other CUDA process and while a
 # held primary context keeps the driver warm; (2) mqfqd's discovery and edits against the real
@@ -33,7 +33,9 @@ fi
 BIN=gpu-bin
 if [ ! -x "$BIN/mqfqd" ]; then
     if command -v cargo >/dev/null; then
-        timeout 240 cargo build --release -q -p mqfq-shim && BIN=target/release
+        # The same build as beforehand: every binary below, into gpu-bin/.
+        timeout 600 scripts/gpu-prepare.sh > "$OUT/gpu-prepare.txt" 2>&1 ||
+            say "gpu-prepare.sh failed: see gpu-prepare.txt"
     fi
 fi
 [ -x "$BIN/mqfqd" ] || say "mqfqd: no binary (run scripts/gpu-prepare.sh first)"

@@ -253,7 +253,7 @@ pub struct GpuView {
 }
 
 /// A GPU's limits in force (see [`Core::limits`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Limits {
     /// Any admission is granted while fewer leases than this are held (⌊D⌋, one less at D_max
     /// while the short-slot reserve is in force).
@@ -262,6 +262,9 @@ pub struct Limits {
     pub slots: u32,
     /// Admissions waiting for this GPU.
     pub queued: usize,
+    /// Whether waiting work may take the reserve's slot (above `any`, below `slots`) now: a
+    /// short flow's head within the over-run threshold.
+    pub reserve_waiting: bool,
 }
 
 /// The daemon's admission state.

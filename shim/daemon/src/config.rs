@@ -513,21 +513,33 @@ mod tests {
         ] {
             assert!(unit.lines().any(|l| l.starts_with(want)), "{want} missing");
         }
-        // systemd's own check of the file, where systemd is installed.
-        let Ok(dir) = tempfile::tempdir() else { return };
+        // systemd's own check of the file: its exit status and what it says of the unit. Where
+        // systemd is not installed the check is skipped, except in CI (scripts/test.sh), where a
+        // missing prerequisite fails.
+        let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("mqfqd.service");
         std::fs::write(&path, unit.replace("/usr/local/bin/mqfqd", "/bin/true")).unwrap();
-        if let Ok(o) = std::process::Command::new("systemd-analyze")
+        match std::process::Command::new("systemd-analyze")
             .args(["verify", "--man=no"])
             .arg(&path)
             .output()
         {
-            let err = String::from_utf8_lossy(&o.stderr);
-            let bad: Vec<&str> = err
-                .lines()
-                .filter(|l| l.contains("mqfqd.service") && !l.contains("Failed to"))
-                .collect();
-            assert!(bad.is_empty(), "{err}");
+            Ok(o) => {
+                let err = String::from_utf8_lossy(&o.stderr);
+                assert!(o.status.success(), "systemd-analyze verify failed: {err}");
+                let bad: Vec<&str> = err
+                    .lines()
+                    .filter(|l| l.contains("mqfqd.service"))
+                    .collect();
+                assert!(bad.is_empty(), "{err}");
+            }
+            Err(e) => {
+                assert!(
+                    std::env::var("MQFQ_REQUIRE_CONTAINERD").as_deref() != Ok("1"),
+                    "systemd-analyze cannot run ({e}): CI needs systemd"
+                );
+                eprintln!("SKIPPED: systemd-analyze cannot run: {e}");
+            }
         }
     }
 

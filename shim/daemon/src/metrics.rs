@@ -182,7 +182,7 @@ impl Metrics {
         registry.register("gpu_leases", "Leases held, per GPU", m.running.clone());
         registry.register(
             "gpu_utilization_ratio",
-            "NVML busy-time (any kernel running) over the last sample, per GPU; reported, never what moves D",
+            "NVML busy-time (any kernel running) over the last sample, per GPU; never cuts D, and lets it grow only without GPM in a sample in which no admission ended",
             m.utilization.clone(),
         );
         registry.register(
@@ -649,18 +649,35 @@ mod tests {
         let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = l.local_addr().unwrap();
         tokio::spawn(serve(l, Arc::new(Metrics::new())));
-        // 200 clients that connect and say nothing.
+        // 200 clients that connect and say nothing: the server takes them until it holds
+        // MAX_CONNECTIONS (polled; the deadline only ends a hang), and never more.
         let mut idle = Vec::new();
         for _ in 0..200 {
             idle.push(tokio::net::TcpStream::connect(addr).await.unwrap());
         }
-        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
-        let server_side = accepted_on(addr.port());
-        assert!(
-            server_side > 0 && server_side <= MAX_CONNECTIONS,
-            "{server_side} connections accepted at once"
-        );
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        loop {
+            let server_side = accepted_on(addr.port());
+            assert!(
+                server_side <= MAX_CONNECTIONS,
+                "{server_side} connections accepted at once"
+            );
+            if server_side == MAX_CONNECTIONS {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "only {server_side} connections ever accepted"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        // Once they go, a real client is served: the cap holds connections, it does not wedge.
         drop(idle);
+        let mut c = tokio::net::TcpStream::connect(addr).await.unwrap();
+        c.write_all(b"GET /metrics HTTP/1.1\r\n\r\n").await.unwrap();
+        let mut page = String::new();
+        c.read_to_string(&mut page).await.unwrap();
+        assert!(page.starts_with("HTTP/1.1 200 OK"), "{page}");
     }
 
     #[tokio::test(start_paused = true)]

@@ -1,8 +1,8 @@
 //! GPU monitoring behind one trait: NVML on NVIDIA nodes, a simulated GPU elsewhere (demo, CI).
 //!
 //! The daemon samples every `sample_interval_ms` (≤ 100 ms) and hands each GPU's reading to its
-//! concurrency controller. NVML's busy-time is read and reported but never moves D on its own
-//! (see `scheduler_core::concurrency`); where the GPU has GPM (Hopper and later), SM activity,
+//! concurrency controller. NVML's busy-time never cuts D, and lets it grow only on a GPU without GPM in a
+//! sample in which no admission ended (see `scheduler_core::concurrency`); where the GPU has GPM (Hopper and later), SM activity,
 //! DRAM bandwidth and PCIe rates come from two GPM samples a period apart — one new sample per
 //! GPU per period, the previous one kept. The NVML backend loads `libnvidia-ml.so.1` at run
 //! time (nvml-wrapper), so a node without the driver still starts; the tests run it against a

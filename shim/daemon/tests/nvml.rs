@@ -178,7 +178,7 @@ fn nvml_backend_reads_the_double_and_drives_d() {
         std::env::remove_var("FAKE_NVML_GPM_CALLS");
     }
 
-    // The daemon on the double: GPU 0 reads 100 % busy, which never moves D by itself; GPU 1 is
+    // The daemon on the double: GPU 0 reads 100 % busy, which never cuts D (and, at or above u_target, never grows it); GPU 1 is
     // a MIG GPU, so D stays at 1.
     std::fs::write(&util, "100\n0\n").unwrap();
     let sock = dir.path().join("d.sock");

@@ -78,6 +78,7 @@ impl Core {
             any,
             slots,
             queued: self.gpus[s].queue.queued(),
+            reserve_waiting: self.gpus[s].queue.reserve_eligible(),
         })
     }
 
