@@ -59,8 +59,8 @@ step "cargo test"
 # Every wait in the tests is bounded; the limit only makes a hang end the run with a message.
 MQFQ_REQUIRE_CONTAINERD=1 within 2400 cargo test --workspace --locked
 step "containerd integration tests on the other release lines (1.7, 2.1; the above ran on the system's)"
-# The shim's tests run mqfqd and mqfqctl from the daemon's crate (built above; kept fresh here).
-within 600 cargo build --locked -p mqfq-daemon --bins
+# The shim's tests run mqfqd and mqfqctl as `cargo test --workspace` built them. --workspace here
+# too: the same features as that build, so nothing is compiled again.
 for line in 1.7 2.1; do
     if ! dir=$(within 300 scripts/fetch-containerd.sh "$line"); then
         echo "ERROR: containerd $line could not be fetched from Debian's archive" >&2
@@ -68,7 +68,7 @@ for line in 1.7 2.1; do
     fi
     step "containerd $line"
     MQFQ_CONTAINERD_DIR="$dir" MQFQ_CONTAINERD_LINE="$line" MQFQ_REQUIRE_CONTAINERD=1 \
-        within 1200 cargo test --locked -p mqfq-shim --test ctr --test cri --test cri_pods \
+        within 1200 cargo test --locked --workspace --test ctr --test cri --test cri_pods \
         --test daemon --test nvidia --test pool --test security --test bursts --test install --test docker
 done
 step "the Debian package: packed twice to the same bytes, then installed, used, removed and purged"
@@ -87,7 +87,7 @@ if [ -e /etc/containerd/config.toml ]; then
     had_config=yes
 fi
 deb_status=0
-MQFQ_DEB="$deb" MQFQ_REQUIRE_CONTAINERD=1 within 900 cargo test --locked -p mqfq-shim --test deb ||
+MQFQ_DEB="$deb" MQFQ_REQUIRE_CONTAINERD=1 within 900 cargo test --locked --workspace --test deb ||
     deb_status=$?
 dpkg -P mqfq-shim >/dev/null 2>&1 || true
 if [ "$had_config" = yes ]; then

@@ -33,14 +33,7 @@ fn setup(name: &str, env: &[(&str, &str)], extra: &str) -> Option<(Containerd, M
         shim.parent().unwrap(),
         env,
     )?;
-    let cuda = c.install_cuda(&mqfq_testkit::built_interposer()).unwrap();
-    let d = Mqfqd::start(
-        &mqfq_testkit::daemon_program("mqfqd"),
-        &mqfq_testkit::daemon_program("mqfqctl"),
-        c.dir(),
-        &c.daemon_socket(),
-        &format!("restart_grace_ms = 0\n{extra}"),
-    );
+    let (cuda, d) = c.cuda_test_node(extra);
     Some((c, d, cuda))
 }
 

@@ -8,15 +8,16 @@
 mod cri_kit;
 
 use std::path::Path;
-use std::time::{Duration, Instant};
 
-use cri_kit::{connect, exit_code, gpu_server, named_pod, pod_config, run_pod};
+use cri_kit::{
+    connect, exit_code, gpu_server, named_pod, no_leftovers, pod_config, run_pod, until_computed,
+};
 use k8s_cri::v1::{
     ContainerConfig, ContainerMetadata, CreateContainerRequest, ImageSpec, PodSandboxStatusRequest,
     RemoveContainerRequest, RemovePodSandboxRequest, RunPodSandboxRequest, StartContainerRequest,
     StopPodSandboxRequest, VersionRequest,
 };
-use mqfq_testkit::{BUSYBOX, Containerd, Mqfqd, shim_pids};
+use mqfq_testkit::{BUSYBOX, Containerd, shim_pids};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pod_lifecycle_through_cri_one_shim_per_pod() {
@@ -144,12 +145,7 @@ async fn pod_lifecycle_through_cri_one_shim_per_pod() {
     .unwrap();
 
     // The shim exits once the pod is gone; runc state and mounts go with it.
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !c.leftovers().is_empty() && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    let left = c.leftovers();
-    assert!(left.is_empty(), "left behind: {left:#?}\n{}", c.log());
+    no_leftovers(&c).await;
 }
 
 /// Five long-running GPU server pods through CRI on a GPU that runs two at a time: every
@@ -161,14 +157,8 @@ async fn five_gpu_server_pods_start_and_share_two_slots() {
     let Some(c) = Containerd::start_cri(shim.parent().unwrap()) else {
         return;
     };
-    let cuda = c.install_cuda(&mqfq_testkit::built_interposer()).unwrap();
-    let d = Mqfqd::start(
-        &mqfq_testkit::daemon_program("mqfqd"),
-        &mqfq_testkit::daemon_program("mqfqctl"),
-        c.dir(),
-        &c.daemon_socket(),
-        "restart_grace_ms = 0\n[concurrency]\nd_max = 2\nd_initial = 2\n[queue]\nshort_charge_s = 0\n",
-    );
+    let (cuda, d) =
+        c.cuda_test_node("[concurrency]\nd_max = 2\nd_initial = 2\n[queue]\nshort_charge_s = 0\n");
     let mut cri = connect(c.socket()).await;
     let logs = c.dir().join("pod-logs");
     std::fs::create_dir_all(&logs).unwrap();
@@ -181,18 +171,7 @@ async fn five_gpu_server_pods_start_and_share_two_slots() {
             .unwrap_or_else(|e| panic!("{name}: {e}\n{}", c.log()));
         pods.push(ids);
     }
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !names
-        .iter()
-        .all(|n| mqfq_testkit::kernel_intervals(&cuda, n).len() >= 6)
-    {
-        assert!(
-            Instant::now() < deadline,
-            "not every server computed\n{}",
-            c.log()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    until_computed(&c, &cuda, &names, 6).await;
     // The most pods whose kernels ran at one instant, among those that ended by now (the
     // double logs a kernel when it is queued).
     let most = mqfq_testkit::most_at_once(&cuda, &names, mqfq_testkit::monotonic_us());
@@ -217,15 +196,7 @@ async fn five_gpu_server_pods_start_and_share_two_slots() {
         .await
         .unwrap();
     }
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !c.leftovers().is_empty() && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert!(
-        c.leftovers().is_empty(),
-        "left behind: {:#?}",
-        c.leftovers()
-    );
+    no_leftovers(&c).await;
     let s = d.wait_for("no lease left", |s| {
         s["leases"].as_array().is_some_and(Vec::is_empty)
     });

@@ -15,7 +15,10 @@ mod fake_driver;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use cri_kit::{busybox, connect, exit_code, gpu_server, named_pod, remove_pod, run_pod};
+use cri_kit::{
+    busybox, connect, exit_code, gpu_server, named_pod, no_leftovers, remove_pod, run_pod,
+    until_computed,
+};
 use k8s_cri::v1::{
     CdiDevice, Device, IdMapping, Int64Value, LinuxContainerConfig, LinuxContainerSecurityContext,
     Mount, NamespaceMode, StatusRequest, UserNamespace,
@@ -34,19 +37,6 @@ fn logs(c: &Containerd) -> PathBuf {
     let l = c.dir().join("pod-logs");
     std::fs::create_dir_all(&l).unwrap();
     l
-}
-
-/// Containerd's ids of the removed pods' leftovers, after at most 30 s.
-async fn settle(c: &Containerd) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !c.leftovers().is_empty() && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert!(
-        c.leftovers().is_empty(),
-        "left behind: {:#?}",
-        c.leftovers()
-    );
 }
 
 fn user(uid: i64) -> LinuxContainerConfig {
@@ -68,14 +58,8 @@ async fn non_root_and_user_namespace_gpu_pods_are_admitted() {
     let Some(c) = Containerd::start_cri(&shim_dir()) else {
         return;
     };
-    let cuda = c.install_cuda(&mqfq_testkit::built_interposer()).unwrap();
-    let d = Mqfqd::start(
-        &mqfq_testkit::daemon_program("mqfqd"),
-        &mqfq_testkit::daemon_program("mqfqctl"),
-        c.dir(),
-        &c.daemon_socket(),
-        "restart_grace_ms = 0\n[concurrency]\nd_max = 1\nd_initial = 1\n[queue]\nshort_charge_s = 0\n",
-    );
+    let (cuda, d) =
+        c.cuda_test_node("[concurrency]\nd_max = 1\nd_initial = 1\n[queue]\nshort_charge_s = 0\n");
     let mut cri = connect(c.socket()).await;
     let logs = logs(&c);
     let mut names = vec!["root", "uid1000"];
@@ -126,22 +110,7 @@ async fn non_root_and_user_namespace_gpu_pods_are_admitted() {
             .unwrap_or_else(|e| panic!("{name}: {e}\n{}", c.log()));
         pods.push(ids);
     }
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !names
-        .iter()
-        .all(|n| mqfq_testkit::kernel_intervals(&cuda, n).len() >= 6)
-    {
-        assert!(
-            Instant::now() < deadline,
-            "not every server computed: {:?}\n{}",
-            names
-                .iter()
-                .map(|n| mqfq_testkit::kernel_intervals(&cuda, n).len())
-                .collect::<Vec<_>>(),
-            c.log()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    until_computed(&c, &cuda, &names, 6).await;
     let most = mqfq_testkit::most_at_once(&cuda, &names, mqfq_testkit::monotonic_us());
     assert!(most <= 1, "{most} pods' kernels at once on d_max = 1");
     let records = d.records();
@@ -160,35 +129,49 @@ async fn non_root_and_user_namespace_gpu_pods_are_admitted() {
     for (pod, _) in &pods {
         remove_pod(&mut cri, pod).await;
     }
-    settle(&c).await;
+    no_leftovers(&c).await;
     d.wait_for("no lease left", |s| {
         s["leases"].as_array().is_some_and(Vec::is_empty)
     });
 }
 
-/// Whether CRI runs pods in user namespaces on the handler (`hostUsers: false`): containerd 2.x,
-/// with a runc that ID-maps mounts (1.2 or later; Debian 12's 1.1 does not). Where it does not,
-/// runc's own handler does not either (the next test holds the two handlers' features equal),
-/// and the kubelet would not ask; `ctr run --uidmap` runs the shim's user-namespace case on
-/// every line (`shim/tests/bursts.rs`).
-async fn userns_pods(
+/// What CRI says the `mqfq` and `runc` handlers support (its Status), checked equal: the shim
+/// reports its runc's features. `None` each where CRI knows none (containerd 1.x).
+async fn handler_features(
     cri: &mut k8s_cri::v1::runtime_service_client::RuntimeServiceClient<tonic::transport::Channel>,
-) -> bool {
+) -> (
+    Option<k8s_cri::v1::RuntimeHandlerFeatures>,
+    Option<k8s_cri::v1::RuntimeHandlerFeatures>,
+) {
     let status = cri
         .status(StatusRequest { verbose: false })
         .await
         .unwrap()
         .into_inner();
-    let userns = |name: &str| {
+    let of = |name: &str| {
         status
             .runtime_handlers
             .iter()
             .find(|h| h.name == name)
             .and_then(|h| h.features)
-            .is_some_and(|f| f.user_namespaces)
     };
-    let (ours, runcs) = (userns("mqfq"), userns("runc"));
+    let (ours, runcs) = (of("mqfq"), of("runc"));
     assert_eq!(ours, runcs, "{status:?}");
+    (ours, runcs)
+}
+
+/// Whether CRI runs pods in user namespaces on the handler (`hostUsers: false`): containerd 2.x,
+/// with a runc that ID-maps mounts (1.2 or later; Debian 12's 1.1 does not). Where it does not,
+/// runc's own handler does not either (the two handlers' features are held equal), and the
+/// kubelet would not ask; `ctr run --uidmap` runs the shim's user-namespace case on every line
+/// (`shim/tests/bursts.rs`).
+async fn userns_pods(
+    cri: &mut k8s_cri::v1::runtime_service_client::RuntimeServiceClient<tonic::transport::Channel>,
+) -> bool {
+    let ours = handler_features(cri)
+        .await
+        .0
+        .is_some_and(|f| f.user_namespaces);
     if !ours {
         eprintln!("CRI runs no pod in a user namespace here (containerd 1.x, or runc < 1.2)");
     }
@@ -337,7 +320,7 @@ async fn gpu_pods_given_nvidia_devices_are_granted_their_gpu_only() {
         assert!(out.contains("only-gpu0"), "{way}: {out}");
         remove_pod(&mut cri, &pod).await;
     }
-    settle(&c).await;
+    no_leftovers(&c).await;
 }
 
 /// `containerd-shim-mqfq-v2 -info` as containerd 2.x runs it: the features of the runc the shim
@@ -373,22 +356,9 @@ async fn the_handler_reports_runcs_features_and_recursive_read_only_mounts_hold(
         return;
     }
     let mut cri = connect(c.socket()).await;
-    let status = cri
-        .status(StatusRequest { verbose: false })
-        .await
-        .unwrap()
-        .into_inner();
-    let features = |name: &str| {
-        status
-            .runtime_handlers
-            .iter()
-            .find(|h| h.name == name)
-            .and_then(|h| h.features)
-            .unwrap_or_else(|| panic!("no handler {name}: {status:?}"))
-    };
-    let (mqfq, runc) = (features("mqfq"), features("runc"));
-    assert_eq!(mqfq, runc);
-    assert!(mqfq.recursive_read_only_mounts, "{status:?}");
+    let (mqfq, _) = handler_features(&mut cri).await;
+    let mqfq = mqfq.expect("containerd 2.x reports the handler's features");
+    assert!(mqfq.recursive_read_only_mounts, "{mqfq:?}");
     // A volume with a submount, mounted recursively read-only: the submount is read-only too.
     let vol = c.dir().join("rro");
     std::fs::create_dir_all(vol.join("sub")).unwrap();
@@ -425,5 +395,5 @@ async fn the_handler_reports_runcs_features_and_recursive_read_only_mounts_hold(
     assert!(out.contains("stdout F read-only"), "{out}");
     remove_pod(&mut cri, &pod).await;
     drop(sub);
-    settle(&c).await;
+    no_leftovers(&c).await;
 }

@@ -423,6 +423,27 @@ impl Containerd {
             .expect("run ctr")
     }
 
+    /// A CUDA node for a test: [`install_cuda`](Self::install_cuda) of the interposer this
+    /// build made, and an `mqfqd` of this build on `restart_grace_ms = 0` plus `extra`. Returns
+    /// the doubles' directory and the daemon.
+    ///
+    /// # Panics
+    /// The interposer cannot be installed, a double does not build, or `mqfqd` does not come up.
+    #[must_use]
+    pub fn cuda_test_node(&self, extra: &str) -> (PathBuf, Mqfqd) {
+        let cuda = self
+            .install_cuda(&built_interposer())
+            .expect("install the interposer and build the doubles");
+        let d = Mqfqd::start(
+            &daemon_program("mqfqd"),
+            &daemon_program("mqfqctl"),
+            self.dir(),
+            &self.daemon_socket(),
+            &format!("restart_grace_ms = 0\n{extra}"),
+        );
+        (cuda, d)
+    }
+
     /// A CUDA node for the benchmarks, from one directory `bin` of built binaries (the
     /// interposer, `mqfqd`, `mqfqctl`): [`install_cuda`](Self::install_cuda), and an `mqfqd`
     /// on `restart_grace_ms = 0` plus `extra`. Returns the doubles' directory and the daemon.

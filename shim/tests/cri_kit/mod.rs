@@ -175,6 +175,43 @@ pub async fn run_pod(
     Ok((pod_id, id))
 }
 
+/// Waits (at most 60 s) until the double logged at least `kernels` kernels for each of `names`;
+/// fails with each one's count and containerd's log.
+pub async fn until_computed(
+    c: &mqfq_testkit::Containerd,
+    cuda: &Path,
+    names: &[&str],
+    kernels: usize,
+) {
+    let counts = || {
+        names
+            .iter()
+            .map(|n| mqfq_testkit::kernel_intervals(cuda, n).len())
+            .collect::<Vec<_>>()
+    };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !counts().iter().all(|k| *k >= kernels) {
+        assert!(
+            Instant::now() < deadline,
+            "not every server computed: {names:?} ran {:?} kernels\n{}",
+            counts(),
+            c.log()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Waits (at most 30 s) until the removed pods left nothing behind — shims, runc state, mounts —
+/// and fails naming what stayed, with containerd's log.
+pub async fn no_leftovers(c: &mqfq_testkit::Containerd) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !c.leftovers().is_empty() && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let left = c.leftovers();
+    assert!(left.is_empty(), "left behind: {left:#?}\n{}", c.log());
+}
+
 /// The exit code of container `id` once it has exited (at most 30 s; `None` if it did not).
 pub async fn exit_code(cri: &mut RuntimeServiceClient<Channel>, id: &str) -> Option<i32> {
     let deadline = Instant::now() + Duration::from_secs(30);
