@@ -37,6 +37,8 @@ case $SHIM_PATH in
 esac
 case $SHIM_PATH in
     *[!A-Za-z0-9/._-]*) echo "mqfq-containerd: MQFQ_SHIM_PATH has characters it may not: $SHIM_PATH" >&2; exit 1 ;;
+    */containerd-shim-mqfq-v2) ;;
+    *) echo "mqfq-containerd: MQFQ_SHIM_PATH must name the shim, .../containerd-shim-mqfq-v2: $SHIM_PATH" >&2; exit 1 ;;
 esac
 CONFIG=${ROOT%/}${MQFQ_CONTAINERD_CONFIG:-/etc/containerd/config.toml}
 DIR=$(dirname "$CONFIG")
@@ -97,6 +99,24 @@ TOML
 # or one whose runtime_path is the shim.
 registered_inline() {
     grep -Eq '^[[:space:]]*(runtime_type[[:space:]]*=[[:space:]]*"io\.containerd\.mqfq\.v2"|runtime_path[[:space:]]*=[[:space:]]*"[^"]*/containerd-shim-mqfq-v2")' "$CONFIG" 2>/dev/null
+}
+
+# The keys config.toml gives the mqfq runtime's options table (one a line). On containerd 2.x
+# the runtime has runc's type, so CRI reads that table as runc's options and drops every other
+# key without a word.
+options_keys() {
+    awk '
+        /^[[:space:]]*\[/ { in_opts = ($0 ~ /runtimes\.["'"'"']?mqfq["'"'"']?\.options[[:space:]]*\]/) ; next }
+        in_opts && /^[[:space:]]*[A-Za-z_][A-Za-z0-9_]*[[:space:]]*=/ { sub(/^[[:space:]]*/, ""); sub(/[[:space:]]*=.*/, ""); print }
+    ' "$CONFIG" 2>/dev/null
+}
+
+# Refuses (config version 3) options for the mqfq runtime that runc's options do not have.
+check_options() {
+    bad=$(options_keys | grep -Eiv '^(BinaryName|Root|SystemdCgroup|NoPivotRoot|NoNewKeyring|ShimCgroup|IoUid|IoGid|CriuImagePath|CriuWorkPath)$' |
+        tr '\n' ' ') || true
+    [ -z "$bad" ] ||
+        die "$CONFIG gives the mqfq runtime options containerd 2.x would pass as runc's and silently drop: $bad- use runc's names (BinaryName, Root, SystemdCgroup, NoPivotRoot, NoNewKeyring; docs/USAGE.md), then register again"
 }
 
 # Whether config.toml has a table for a runtime named mqfq, in any quoting of the key.
@@ -226,6 +246,7 @@ register() {
         return
     fi
     if [ "$version" = 3 ]; then
+        check_options
         if runtime_named_mqfq && ! registered_inline; then
             die "$CONFIG already has a runtime named mqfq of another type; remove or rename it first"
         fi

@@ -175,18 +175,9 @@ const NVIDIA_MAJOR: i64 = 195;
 /// `/dev/nvidiactl`. (`nvidia-uvm`, `nvidia-uvm-tools` and the MIG `nvidia-caps` nodes have majors
 /// of their own.)
 const FIRST_CONTROL_MINOR: i64 = 254;
-/// Control nodes NVIDIA's CDI specs and device plugin list beside the GPUs, whatever numbers
-/// a spec gives them.
-const CONTROL_NODES: &[&str] = &[
-    "/dev/nvidiactl",
-    "/dev/nvidia-modeset",
-    "/dev/nvidia-uvm",
-    "/dev/nvidia-uvm-tools",
-];
-
 /// Minors of NVIDIA GPU device nodes in `linux.devices`: character major 195, minors 0–253,
-/// not one of the control nodes (a GPU under another name — a CDI spec or DRA driver may
-/// choose one — still counts).
+/// whatever their names (a CDI spec or DRA driver may choose one; a GPU's numbers under a
+/// control node's name are still a GPU, so naming cannot take a GPU out of the queue).
 fn gpu_minors(spec: &Value) -> Vec<String> {
     spec.get("linux")
         .and_then(|l| l.get("devices"))
@@ -195,11 +186,6 @@ fn gpu_minors(spec: &Value) -> Vec<String> {
         .flatten()
         .filter(|d| d.get("type").and_then(Value::as_str) == Some("c"))
         .filter(|d| d.get("major").and_then(Value::as_i64) == Some(NVIDIA_MAJOR))
-        .filter(|d| {
-            d.get("path")
-                .and_then(Value::as_str)
-                .is_none_or(|p| !CONTROL_NODES.contains(&p) && !p.starts_with("/dev/nvidia-caps/"))
-        })
         .filter_map(|d| d.get("minor").and_then(Value::as_i64))
         .filter(|m| (0..FIRST_CONTROL_MINOR).contains(m))
         .map(|m| m.to_string())

@@ -87,11 +87,18 @@ fn checked_features(json: &[u8]) -> std::result::Result<Vec<u8>, String> {
     serde_json::to_vec(&v).map_err(|e| e.to_string())
 }
 
-/// Runs `<binary> features` (a name on `PATH` or a path), within [`FEATURES_TIMEOUT`].
+/// Runs `<binary> features` (a name on `PATH` or a path), within [`FEATURES_TIMEOUT`] for its
+/// exit and its output both (a process it left behind holding the pipe open does not hold the
+/// answer: the reader is abandoned, and `-info` exits right after).
 ///
 /// # Errors
 /// It cannot be run, fails, takes too long, or prints more than 1 MiB.
 pub fn runc_features(binary: &str) -> std::result::Result<Vec<u8>, String> {
+    features_within(binary, FEATURES_TIMEOUT)
+}
+
+fn features_within(binary: &str, timeout: Duration) -> std::result::Result<Vec<u8>, String> {
+    let late = || "`features` did not answer in time".to_owned();
     let mut child = Command::new(binary)
         .arg("features")
         .stdin(Stdio::null())
@@ -99,15 +106,15 @@ pub fn runc_features(binary: &str) -> std::result::Result<Vec<u8>, String> {
         .stderr(Stdio::null())
         .spawn()
         .map_err(|e| format!("cannot run it: {e}"))?;
-    let mut out = Vec::new();
-    let reader = child.stdout.take().map(|s| {
+    let (tx, rx) = std::sync::mpsc::channel();
+    if let Some(s) = child.stdout.take() {
         std::thread::spawn(move || {
             let mut buf = Vec::new();
             let _ = s.take(MAX_INPUT + 1).read_to_end(&mut buf);
-            buf
-        })
-    });
-    let deadline = Instant::now() + FEATURES_TIMEOUT;
+            let _ = tx.send(buf);
+        });
+    }
+    let deadline = Instant::now() + timeout;
     let status = loop {
         match child.try_wait() {
             Ok(Some(s)) => break s,
@@ -115,14 +122,14 @@ pub fn runc_features(binary: &str) -> std::result::Result<Vec<u8>, String> {
             Ok(None) => {
                 let _ = child.kill();
                 let _ = child.wait();
-                return Err("`features` did not answer in time".to_owned());
+                return Err(late());
             }
             Err(e) => return Err(e.to_string()),
         }
     };
-    if let Some(r) = reader {
-        out = r.join().unwrap_or_default();
-    }
+    let out = rx
+        .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+        .map_err(|_| late())?;
     if !status.success() {
         return Err(format!("`features` failed ({status})"));
     }
@@ -223,5 +230,19 @@ mod tests {
         assert!(failed.contains("failed"), "{failed}");
         let empty = checked_features(&runc_features("true").unwrap()).unwrap_err();
         assert!(empty.contains("not JSON"), "{empty}");
+    }
+
+    /// A runtime whose `features` exits but leaves a process holding its output open is given
+    /// up on at the deadline, not waited for until that process ends.
+    #[test]
+    fn output_held_open_by_a_leftover_process_is_not_waited_for() {
+        let dir = tempfile::tempdir().unwrap();
+        let fake = dir.path().join("runc");
+        // Waited for, the leftover's 5 s would end in an answer of `{}`.
+        std::fs::write(&fake, "#!/bin/sh\n(sleep 5) &\necho '{}'\n").unwrap();
+        std::fs::set_permissions(&fake, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .unwrap();
+        let e = features_within(fake.to_str().unwrap(), Duration::from_millis(300)).unwrap_err();
+        assert!(e.contains("in time"), "{e}");
     }
 }

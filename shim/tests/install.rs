@@ -217,6 +217,55 @@ fn an_existing_import_list_gets_one_more_entry() {
     assert!(dump(root).contains("io.containerd.kata.v2"), "{text}");
 }
 
+/// containerd 2.x registration gives the runtime runc's type, so CRI would read the mqfq
+/// runtime's options as runc's and drop the others without a word (the shim's own keys, or
+/// `ConfigPath`, as the 1.x form takes them): register refuses such a config, naming the keys,
+/// and changes nothing. A shim path that is not the shim's is refused too. (Checked on the
+/// config file, before containerd is asked: the same on every line.)
+#[test]
+fn register_refuses_options_containerd_2_would_drop() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    std::fs::create_dir_all(root.join("etc/containerd")).unwrap();
+    let users = "version = 3\n[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.mqfq.options]\n  \
+                 BinaryName = \"runc\"\n  ConfigPath = \"/etc/mqfq/shim.toml\"\n  systemd_cgroup = true\n";
+    std::fs::write(config(root), users).unwrap();
+    let (code, _, err) = run(root, "register");
+    assert_ne!(code, 0);
+    assert!(err.contains("drop: ConfigPath systemd_cgroup - "), "{err}");
+    assert_eq!(std::fs::read_to_string(config(root)).unwrap(), users);
+    assert!(!root.join("etc/containerd/conf.d/mqfq.toml").exists());
+    // runc's own names pass that check.
+    std::fs::write(
+        config(root),
+        "version = 3\n[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.mqfq.options]\n  \
+         BinaryName = \"runc\"\n  SystemdCgroup = true\n",
+    )
+    .unwrap();
+    let (_, _, err) = run(root, "register");
+    assert!(!err.contains("silently drop"), "{err}");
+    // The shim's path must name the shim (and be absolute, of plain characters).
+    for bad in [
+        "/usr/bin/runc",
+        "bin/containerd-shim-mqfq-v2",
+        "/x\"y/containerd-shim-mqfq-v2",
+    ] {
+        let o = Command::new("sh")
+            .arg(script())
+            .arg("register")
+            .env("ROOT", root)
+            .env("MQFQ_SHIM_PATH", bad)
+            .output()
+            .unwrap();
+        assert!(!o.status.success(), "{bad}");
+        assert!(
+            String::from_utf8_lossy(&o.stderr).contains("MQFQ_SHIM_PATH"),
+            "{bad}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+}
+
 /// What the user wrote by hand is never lost: a config registered again after the user took
 /// the runtime out is given back as it was at that second register (not as at the first); a
 /// runtime the user named mqfq of another type stops register; a block whose end marker is

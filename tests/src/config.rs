@@ -77,7 +77,7 @@ fn config_text(dir: &Path, cri: bool, major: u32, mqfq: Option<&Path>, cdi: bool
          [grpc]\n  address = \"{d}/containerd.sock\"\n[ttrpc]\n  address = \"{d}/containerd.sock.ttrpc\"\n\
          [debug]\n  level = \"debug\"\n"
     );
-    let cdi = if cdi {
+    let mut cdi = if cdi {
         format!(
             "  enable_cdi = true\n  cdi_spec_dirs = [\"{}\"]\n",
             cdi_dir(dir).display()
@@ -85,6 +85,11 @@ fn config_text(dir: &Path, cri: bool, major: u32, mqfq: Option<&Path>, cdi: bool
     } else {
         String::new()
     };
+    // The kit's own instances pin their pods' network namespaces under their state directory,
+    // which goes with them, not under the machine's /run/netns.
+    if mqfq.is_some() {
+        cdi.push_str("  netns_mounts_under_state_dir = true\n");
+    }
     if major >= 2 {
         v3(&common, &d.to_string(), cri, mqfq, &cdi)
     } else {

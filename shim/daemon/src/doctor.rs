@@ -365,16 +365,16 @@ fn containerd_config(s: &Setup) -> Vec<Finding> {
             )];
         }
     };
-    let ours: Vec<(String, &toml::Table)> = files
+    let ours: Vec<(&str, String, &toml::Table)> = files
         .iter()
         .flat_map(|(p, t)| {
             runtimes(t)
                 .into_iter()
                 .filter(|(_, r)| is_ours(r))
-                .map(move |(name, r)| (format!("{name} ({})", p.display()), r))
+                .map(move |(name, r)| (name, format!("{name} ({})", p.display()), r))
         })
         .collect();
-    let Some((name, table)) = ours.first() else {
+    let Some((key, name, table)) = ours.first() else {
         return vec![Finding::bad(
             CHECK,
             Level::Fail,
@@ -421,8 +421,47 @@ fn containerd_config(s: &Setup) -> Vec<Finding> {
     };
     let mut out = vec![Finding::ok(CHECK, format!("runtime {name}")), ann];
     out.extend(features);
+    // With runc's type, CRI reads the runtime's options as runc's, and drops other keys.
+    if table.get("runtime_type").and_then(toml::Value::as_str) == Some(RUNC_TYPE) {
+        let dropped: Vec<&str> = files
+            .iter()
+            .flat_map(|(_, t)| runtimes(t))
+            .filter(|(n, _)| n == key)
+            .filter_map(|(_, r)| r.get("options").and_then(toml::Value::as_table))
+            .flat_map(|o| o.keys())
+            .map(String::as_str)
+            .filter(|k| !RUNC_OPTIONS.iter().any(|r| r.eq_ignore_ascii_case(k)))
+            .collect();
+        if !dropped.is_empty() {
+            out.push(Finding::bad(
+                "options",
+                Level::Fail,
+                format!(
+                    "runtime {name} has runc's type, so containerd drops its options {}",
+                    dropped.join(", ")
+                ),
+                "use runc's names (BinaryName, Root, SystemdCgroup, NoPivotRoot, NoNewKeyring)",
+            ));
+        }
+    }
     out
 }
+
+/// runc's runtime type, which the 2.x registration gives the shim.
+const RUNC_TYPE: &str = "io.containerd.runc.v2";
+/// The keys of runc's options (`containerd.runc.v1.Options`) as containerd's TOML names them.
+const RUNC_OPTIONS: &[&str] = &[
+    "BinaryName",
+    "Root",
+    "SystemdCgroup",
+    "NoPivotRoot",
+    "NoNewKeyring",
+    "ShimCgroup",
+    "IoUid",
+    "IoGid",
+    "CriuImagePath",
+    "CriuWorkPath",
+];
 
 /// The shim's binary name, as a CRI `runtime_path` names it.
 const SHIM: &str = "containerd-shim-mqfq-v2";

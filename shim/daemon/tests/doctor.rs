@@ -224,6 +224,29 @@ fn doctor_passes_a_good_node_and_names_each_break() {
             }),
         ),
         (
+            "options",
+            "ConfigPath",
+            "fail",
+            1,
+            Box::new(|r: &Path| {
+                std::fs::write(
+                    r.join("etc/containerd/config.toml"),
+                    "version = 3\nimports = [\"conf.d/mqfq.toml\"]\n\
+                     [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.mqfq.options]\n\
+                     ConfigPath = \"/etc/mqfq/shim.toml\"\nBinaryName = \"runc\"\n",
+                )
+                .unwrap();
+                std::fs::write(
+                    r.join("etc/containerd/conf.d/mqfq.toml"),
+                    "version = 3\n[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.mqfq]\n\
+                     runtime_type = \"io.containerd.runc.v2\"\n\
+                     runtime_path = \"/usr/local/bin/containerd-shim-mqfq-v2\"\n\
+                     pod_annotations = [\"io.mqfq.*\"]\n",
+                )
+                .unwrap();
+            }),
+        ),
+        (
             "interposer",
             "mode 666",
             "fail",

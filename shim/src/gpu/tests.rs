@@ -168,15 +168,20 @@ fn only_gpu_nodes_are_gpus_not_nvidias_control_nodes() {
     ]}});
     let w = gpu(&spec);
     assert_eq!((w.grant, w.gpus), (Some(devs(&["0"])), devs(&["0"])));
-    // Control nodes alone are no GPU, whatever numbers a spec gives them.
+    // Control nodes alone are no GPU.
     let control = json!({"annotations": {"io.kubernetes.cri.container-type": "container"},
         "linux": {"devices": [
             node("/dev/nvidiactl", 195, 255),
             node("/dev/nvidia-modeset", 195, 254),
-            node("/dev/nvidia-uvm", 195, 3),
-            node("/dev/nvidia-caps/nvidia-cap1", 195, 1),
+            node("/dev/nvidia-uvm", 507, 0),
+            node("/dev/nvidia-caps/nvidia-cap1", 510, 1),
     ]}});
     assert_eq!(with(&control, GpuAccess::default()), None);
+    // A GPU's numbers under a control node's name are a GPU: the name cannot take it out of
+    // the queue.
+    let renamed = json!({"annotations": {"io.kubernetes.cri.container-type": "container"},
+        "linux": {"devices": [node("/dev/nvidia-uvm", 195, 3)]}});
+    assert_eq!(gpu(&renamed).grant, Some(devs(&["3"])));
 }
 
 #[test]
