@@ -421,10 +421,18 @@ pub fn bind(dir: &Path) -> Result<std::os::unix::net::UnixListener> {
     Ok(l)
 }
 
-/// The longest idle tail a process's `end` may subtract from its burst: the idle time the
-/// shim gave it, plus room for the monitor's tick and its synchronize.
-fn max_tail() -> Duration {
-    Duration::from_millis(crate::uvm::burst_idle_ms().saturating_mul(2) + 50)
+/// The longest idle tail a process's `end` may subtract from its burst: the idle time the shim
+/// gave it, which the shim can vouch for (the interposer ends a burst only after that long
+/// idle) — nothing more. It had also allowed the monitor's tick and synchronize (twice the idle
+/// time plus 50 ms): a process holding the lease 50 ms and claiming 49 ms idle billed 1 ms, and
+/// its flow kept the lowest tag. An honest process now pays for its monitor's latency.
+fn vouched_tail() -> Duration {
+    Duration::from_millis(crate::uvm::burst_idle_ms())
+}
+
+/// When a process's burst ended for its charge: now, less the idle it claims up to `vouched`.
+fn charged_end(now: Instant, claimed_idle: Duration, vouched: Duration) -> Instant {
+    now.checked_sub(claimed_idle.min(vouched)).unwrap_or(now)
 }
 
 /// The kernel's word for who connected: the process's PID in this shim's PID namespace (the
@@ -514,12 +522,9 @@ impl TaskService {
                     None => break,
                 },
                 Ok(Request::End(idle, moved)) => {
-                    // The tail a process may leave out of its charge is what its idle time
-                    // explains, no more: a process cannot bill a long lease as a short burst.
-                    let idle = idle.min(max_tail());
-                    let at = Instant::now()
-                        .checked_sub(idle)
-                        .unwrap_or_else(Instant::now);
+                    // The tail a process may leave out of its charge is what the shim can
+                    // vouch for: a process cannot bill a long lease as a short burst.
+                    let at = charged_end(Instant::now(), idle, vouched_tail());
                     self.end_part(id, book, conn, Some(at), moved).await;
                     "ok".to_owned()
                 }

@@ -196,3 +196,19 @@ fn connections_are_capped() {
         "a closed connection's PID is dropped"
     );
 }
+
+/// A process that held its lease 50 ms and claims 49 ms of idle is billed the 50 ms less the
+/// idle the shim vouches for (its own setting), not 1 ms; an honest claim below it stands.
+#[test]
+fn a_burst_is_billed_what_the_shim_saw_less_only_the_idle_it_vouches_for() {
+    let granted = Instant::now();
+    let now = granted + Duration::from_millis(50);
+    let vouched = Duration::from_millis(5);
+    let lying = charged_end(now, Duration::from_millis(49), vouched);
+    assert_eq!(lying.duration_since(granted), Duration::from_millis(45));
+    let honest = charged_end(now, Duration::from_millis(3), vouched);
+    assert_eq!(honest.duration_since(granted), Duration::from_millis(47));
+    // A claim longer than the process has lived is bounded the same way.
+    let absurd = charged_end(now, Duration::from_secs(49), vouched);
+    assert_eq!(absurd.duration_since(granted), Duration::from_millis(45));
+}
