@@ -232,6 +232,7 @@ impl ConcurrencyController {
         let pressure = slowdown.map(|s| s / self.cfg.slowdown_target);
         let factor = match self.cfg.law {
             Law::BusyTime => busy.map_or(1.0, |u| self.f_u(u)),
+            Law::Fixed => 1.0,
             Law::Interference => {
                 let binds = waiting || self.peak_running >= self.limit();
                 match (pressure, sm) {

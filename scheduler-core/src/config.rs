@@ -249,6 +249,10 @@ pub enum Law {
     /// The published law on NVML's busy-time alone: kept only so that the simulator can show
     /// what it would have done (`mqfq-sim --d-law busy-time`); `mqfqd` never runs it.
     BusyTime,
+    /// D held where it starts (`d_initial`), whatever is measured: the simulator's `--fixed-d`,
+    /// to tell what the order and the memory cost apart from what D does. Set only through
+    /// [`Overrides::fixed_d`]; not a name `d_law` takes, and `mqfqd` never runs it.
+    Fixed,
 }
 
 impl FromStr for Law {
@@ -454,6 +458,9 @@ pub struct Overrides {
     pub law: Option<Law>,
     /// The order admissions are granted in.
     pub order: Option<Order>,
+    /// D held at this many slots on every GPU ([`Law::Fixed`], `d_max` = `d_initial` = it);
+    /// not together with `d_max` or `law`.
+    pub fixed_d: Option<u32>,
 }
 
 impl Overrides {
@@ -513,6 +520,21 @@ impl Overrides {
         }
         if let Some(l) = self.law {
             conc.law = l;
+        }
+        if let Some(d) = self.fixed_d {
+            if self.d_max.is_some() || self.law.is_some_and(|l| l != Law::Fixed) {
+                return Err(reject(
+                    "fixed_d",
+                    "set together with d_max or a law",
+                    "a fixed D is its own ceiling and law",
+                ));
+            }
+            if d == 0 {
+                return Err(reject("fixed_d", "0", "D is at least 1"));
+            }
+            conc.law = Law::Fixed;
+            conc.d_max = d;
+            conc.d_initial = f64::from(d);
         }
         if self.order == Some(Order::Fcfs) {
             if self.short_charge_s.is_some_and(|c| c > 0.0) {
@@ -608,5 +630,37 @@ mod tests {
         assert_eq!(q.overrun, Overrun::Fixed(3.0));
         assert_eq!(q.ttl, StickyTtl::Fixed(0.5));
         assert_eq!(c.d_max, 4);
+    }
+
+    #[test]
+    fn a_fixed_d_is_its_own_ceiling_and_law() {
+        let mut q = QueueConfig::default();
+        let mut c = ConcurrencyConfig::for_mode(GpuMode::Plain, 0.2);
+        Overrides {
+            fixed_d: Some(3),
+            ..Overrides::default()
+        }
+        .apply(&mut q, &mut c)
+        .unwrap();
+        assert_eq!((c.law, c.d_max, c.d_initial), (Law::Fixed, 3, 3.0));
+        for bad in [
+            Overrides {
+                fixed_d: Some(0),
+                ..Overrides::default()
+            },
+            Overrides {
+                fixed_d: Some(2),
+                d_max: Some(4),
+                ..Overrides::default()
+            },
+            Overrides {
+                fixed_d: Some(2),
+                law: Some(Law::BusyTime),
+                ..Overrides::default()
+            },
+        ] {
+            assert_eq!(bad.apply(&mut q, &mut c).unwrap_err().knob, "fixed_d");
+        }
+        assert_eq!("fixed".parse::<Law>().unwrap_err().knob, "d_law");
     }
 }

@@ -121,10 +121,19 @@ struct NodeArgs {
     /// Override D_max.
     #[arg(long)]
     d_max: Option<u32>,
-    /// What moves D: `interference` (mqfqd's controller) or `busy-time` (the published law on
-    /// NVML busy-time alone, for comparison).
-    #[arg(long, default_value = "interference")]
-    d_law: String,
+    /// What moves D: `interference` (mqfqd's controller, the default) or `busy-time` (the
+    /// published law on NVML busy-time alone, for comparison).
+    #[arg(long)]
+    d_law: Option<String>,
+    /// Hold D at this many slots on every GPU, for every policy with a dynamic D (not with
+    /// --d-max or --d-law): what is left of a gap is the order's and the memory's.
+    #[arg(long)]
+    fixed_d: Option<u32>,
+    /// The order mqfq-sticky's core grants in: `mqfq-sticky` (the default) or `fifo` (also
+    /// `fcfs`: arrival order, no short-slot reserve — mqfqd's `policy = "fcfs"`), same gate, D
+    /// and pool.
+    #[arg(long)]
+    order: Option<String>,
     /// Most slowdown a run should suffer from its co-runners.
     #[arg(long)]
     slowdown_target: Option<f64>,
@@ -166,6 +175,16 @@ struct NodeArgs {
     /// memory pushed to the host after every use).
     #[arg(long, default_value = "strong")]
     baselines: String,
+}
+
+/// `--order`: `mqfq-sticky`, or `fifo` / `fcfs` (mqfqd's `policy = "fcfs"`).
+fn parse_order(text: &str) -> Result<scheduler_core::config::Order> {
+    use scheduler_core::config::Order;
+    match text {
+        "mqfq-sticky" => Ok(Order::MqfqSticky),
+        "fifo" | "fcfs" => Ok(Order::Fcfs),
+        other => bail!("--order: {other:?} is not an order (mqfq-sticky or fifo)"),
+    }
 }
 
 /// `fitness=1,queue=2`: the named weights over mqfqd's peak defaults.
@@ -219,8 +238,9 @@ impl NodeArgs {
                 u_target: self.u_target,
                 d_max: self.d_max,
                 slowdown_target: self.slowdown_target,
-                law: Some(self.d_law.parse()?),
-                order: None,
+                law: self.d_law.as_deref().map(str::parse).transpose()?,
+                order: self.order.as_deref().map(parse_order).transpose()?,
+                fixed_d: self.fixed_d,
             },
             gpm: self.gpm,
             tiers: TierConfig {

@@ -309,3 +309,55 @@ fn placements_refuses_a_placement_it_would_ignore() {
         "{e}"
     );
 }
+
+/// `--fixed-d` holds D (every policy with a dynamic D runs at that limit: the summary's mean D
+/// is it) and `--order fifo` runs mqfq-sticky's core in arrival order, so a gap to FCFS can be
+/// split into what D, the order and the memory each do. Bad values name their flag.
+#[test]
+fn fixed_d_and_order_split_a_gap_into_its_parts() {
+    let scratch = tmp("split");
+    let dir = scratch.path();
+    let trace = gen_mix(dir);
+    let summary = |extra: &[&str]| -> serde_json::Value {
+        let o = run(bin()
+            .args(["run", "--trace"])
+            .arg(&trace)
+            .arg("--per-invocation")
+            .arg(dir.join("per.csv"))
+            .args(extra));
+        assert!(o.status.success(), "{extra:?}: {}", stderr(&o));
+        serde_json::from_slice(&o.stdout).unwrap()
+    };
+    for policy in ["mqfq-sticky", "fcfs"] {
+        let s = summary(&["--policy", policy, "--fixed-d", "2"]);
+        assert_eq!(s["mean_d"].as_f64(), Some(2.0), "{policy}: {s}");
+    }
+    let sticky = summary(&["--policy", "mqfq-sticky", "--fixed-d", "2"]);
+    let fifo = summary(&[
+        "--policy",
+        "mqfq-sticky",
+        "--fixed-d",
+        "2",
+        "--order",
+        "fifo",
+    ]);
+    assert_eq!(fifo["invocations"], sticky["invocations"]);
+    assert_ne!(
+        fifo["mean_ms"], sticky["mean_ms"],
+        "the order changed nothing"
+    );
+    for (flags, named) in [
+        (&["--order", "lifo"][..], "--order"),
+        (&["--fixed-d", "0"][..], "fixed_d"),
+        (&["--fixed-d", "2", "--d-max", "4"][..], "fixed_d"),
+    ] {
+        let o = run(bin()
+            .args(["run", "--policy", "mqfq-sticky", "--trace"])
+            .arg(&trace)
+            .arg("--per-invocation")
+            .arg(dir.join("per.csv"))
+            .args(flags));
+        assert!(!o.status.success(), "{flags:?}");
+        assert!(stderr(&o).contains(named), "{flags:?}: {}", stderr(&o));
+    }
+}

@@ -65,6 +65,31 @@ fn the_busy_time_law_is_the_published_one() {
     assert_eq!(c.last().busy, None, "NaN is no reading");
 }
 
+/// The simulator's fixed D: neither an idle GPU nor runs slowed 8x move it.
+#[test]
+fn a_fixed_d_holds_whatever_is_measured() {
+    let run = |law| {
+        let mut cfg = ConcurrencyConfig::for_mode(GpuMode::Plain, 0.2);
+        cfg.law = law;
+        cfg.d_max = 3;
+        cfg.d_initial = 3.0;
+        let mut c = ConcurrencyController::new(cfg).unwrap();
+        let mut id = 0;
+        // A 1 s baseline alone, then runs of three that take 8 s each.
+        round(&mut c, &mut id, 1, "f", 1.0, busy(1.0));
+        for _ in 0..50 {
+            c.observe(busy(0.0), true);
+            round(&mut c, &mut id, 3, "f", 8.0, gpm(1.0, 1.0));
+        }
+        (c.d(), c.limit())
+    };
+    assert_eq!(run(Law::Fixed), (3.0, 3));
+    assert!(
+        run(Law::Interference).0 < 3.0,
+        "the same runs cut D under the interference law"
+    );
+}
+
 #[test]
 fn busy_time_never_cuts_d_and_lets_it_grow_only_while_the_gpu_is_visibly_idle() {
     let mut c = plain();

@@ -418,6 +418,8 @@ impl DaemonConfig {
             law: None,
             // Checked by `check`; a bad name falls back to the default only here.
             order: self.policy.parse::<Order>().ok(),
+            // The simulator's switch only.
+            fixed_d: None,
         }
     }
 
