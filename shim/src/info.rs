@@ -39,7 +39,18 @@ pub fn runtime_info(
     options: &[u8],
     features: impl FnOnce(&str) -> std::result::Result<Vec<u8>, String>,
 ) -> Result<RuntimeInfo> {
-    let opts = crate::options::decode_bytes(options)?;
+    // Parsed once: decoded for the runc it names, and echoed as runc's shim does (the options
+    // containerd will create tasks with).
+    let any = if options.is_empty() {
+        None
+    } else {
+        Some(
+            Any::parse_from_bytes(options)
+                .map_err(|e| Error::InvalidArgument(format!("runtime options: {e}")))?,
+        )
+    };
+    let opts = crate::options::decode(any.as_ref())?;
+    let info_options = any.into();
     let mut info = RuntimeInfo {
         name: NAME.to_owned(),
         version: Some(RuntimeVersion {
@@ -50,16 +61,9 @@ pub fn runtime_info(
             ..Default::default()
         })
         .into(),
+        options: info_options,
         ..Default::default()
     };
-    if !options.is_empty() {
-        // Echoed as runc's shim does: the options containerd will create tasks with.
-        info.options = Some(
-            Any::parse_from_bytes(options)
-                .map_err(|e| Error::InvalidArgument(format!("runtime options: {e}")))?,
-        )
-        .into();
-    }
     let binary = opts.binary_name.as_deref().unwrap_or("runc");
     match features(binary).and_then(|json| checked_features(&json)) {
         Ok(json) => {
