@@ -6,7 +6,9 @@
 //! measured on the admissions themselves, whatever the GPU:
 //!
 //! - Each function's **baseline** service time is learned at the lowest concurrency it has run at
-//!   (the most admissions in flight on the GPU during its run). An admission's **slowdown** is
+//!   (the most admissions in flight on the GPU during its run), and only at or below D's starting
+//!   limit (`d_initial`): a function first seen at D_max would take its slowed run as its
+//!   reference, measure no slowdown, and let D grow on it. An admission's **slowdown** is
 //!   the service it measured (Release carries it) over that baseline, bounded to `[1, k]` at
 //!   concurrency k (fair sharing slows no run more; measurements under 1 ms teach nothing). The
 //!   sample's slowdown is each tenant's mean weighted by GPU time, averaged over the tenants —
@@ -165,6 +167,7 @@ impl ConcurrencyController {
         self.releases += 1;
         let used = self.releases;
         let counted = f.round == self.round;
+        let reference = self.reference_level();
         match self.baselines.get_mut(function) {
             Some(b) if f.peak >= b.level => {
                 // k runs sharing a GPU fairly slow each other k× at most, and none runs faster
@@ -185,6 +188,9 @@ impl ConcurrencyController {
                     }
                 }
             }
+            // A run at more concurrency than D starts at is never its own reference: learned
+            // there, a baseline already holds the slowdown it should measure, and D grows on it.
+            None if f.peak > reference => {}
             _ => {
                 // First seen, or seen at a lower concurrency than before: the new baseline.
                 self.baselines.insert(
@@ -218,6 +224,12 @@ impl ConcurrencyController {
     /// `waiting`: admissions waited for a slot (the limit bound even if not all of it was in
     /// use, as when a slot is held for short work).
     pub fn observe(&mut self, signals: Signals, waiting: bool) -> f64 {
+        self.observe_with(signals, waiting, true)
+    }
+
+    /// [`observe`](Self::observe); with `may_grow` false D does not grow this sample (what
+    /// waits is held back by something other than slots, such as memory), though it may be cut.
+    pub fn observe_with(&mut self, signals: Signals, waiting: bool, may_grow: bool) -> f64 {
         let unit = |v: Option<f64>| v.filter(|v| !v.is_nan()).map(|v| v.clamp(0.0, 1.0));
         let busy = unit(signals.busy);
         let sm = unit(signals.sm_activity);
@@ -254,6 +266,7 @@ impl ConcurrencyController {
                 }
             }
         };
+        let factor = if may_grow { factor } else { factor.min(1.0) };
         self.d = (self.d * factor).clamp(1.0, f64::from(self.cfg.d_max));
         self.last = Reading {
             busy,
@@ -265,6 +278,12 @@ impl ConcurrencyController {
         self.ended = false;
         self.peak_running = u32::try_from(self.inflight.len()).unwrap_or(u32::MAX);
         self.d
+    }
+
+    /// The most concurrency a baseline is learned at: D's starting limit.
+    #[expect(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+    fn reference_level(&self) -> u32 {
+        (self.cfg.d_initial.floor() as u32).max(1)
     }
 
     /// The factor a utilization asks for.

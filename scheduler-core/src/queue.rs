@@ -602,11 +602,21 @@ impl<T> MqfqQueue<T> {
     /// nobody. Any other count serves the flow [`select`](Self::peek) picks, short or long, so a
     /// slot under the limit never stays empty while work is queued (work conservation).
     pub fn dispatch_slot(&mut self, now: Time, free_slots: u32) -> Option<Dispatched<T>> {
-        let id = if free_slots == 0 {
-            self.reserve_head()?
+        let id = self.select_slot(free_slots)?;
+        self.dispatch_flow(now, id)
+    }
+
+    /// The flow [`dispatch_slot`](Self::dispatch_slot) would serve with `free_slots` free.
+    fn select_slot(&self, free_slots: u32) -> Option<FlowId> {
+        if free_slots == 0 {
+            self.reserve_head()
         } else {
-            self.select()?
-        };
+            self.select()
+        }
+    }
+
+    /// Serves the head of backlogged flow `id`.
+    fn dispatch_flow(&mut self, now: Time, id: FlowId) -> Option<Dispatched<T>> {
         let charge = self.charge_of(&self.flows[id.ix()]);
         let was_short = self.counts_short(id);
         let v = self.v;
@@ -804,6 +814,7 @@ impl<T> MqfqQueue<T> {
     }
 }
 
+mod fit;
 mod index;
 mod outside;
 mod snapshot;

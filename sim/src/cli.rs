@@ -137,6 +137,14 @@ struct NodeArgs {
     /// Most slowdown a run should suffer from its co-runners.
     #[arg(long)]
     slowdown_target: Option<f64>,
+    /// What mqfq-sticky charges a function's memory before the pool has measured it, MiB
+    /// (mqfqd's `[queue] default_footprint_mb`).
+    #[arg(long, default_value_t = scheduler_core::node::admission::DEFAULT_FOOTPRINT_MB)]
+    default_footprint_mb: u64,
+    /// mqfq-sticky grants on slots alone, not on GPU memory (mqfqd's `memory_admission =
+    /// false`): what admitting memory is worth.
+    #[arg(long)]
+    no_memory_admission: bool,
     /// The GPUs report SM activity (GPM: Hopper and later); without it, only busy-time and the
     /// measured slowdown (the default A30-class GPU has no GPM).
     #[arg(long)]
@@ -262,6 +270,7 @@ impl NodeArgs {
                 .as_deref()
                 .map(parse_weights)
                 .transpose()?,
+            memory_admission: (!self.no_memory_admission).then_some(self.default_footprint_mb),
             ..SimConfig::default()
         };
         cfg.validate()?;

@@ -609,13 +609,15 @@ impl Engine<'_> {
 
     /// Work conservation, checked after every step: no GPU may hold a slot free that waiting
     /// work may take — one under the limit any work may take, or the short-slot reserve's with
-    /// a short flow waiting within the over-run threshold. A run waiting for memory holds its
-    /// slot, so memory never shows here as an idle slot. Counted for every admission kind: the
+    /// a short flow waiting within the over-run threshold — where the waiting work's memory
+    /// fits (under the node's core, a slot that only memory keeps free is not idle: its
+    /// [`Limits::memory_bound`]). A run waiting for memory holds its slot. Counted for every admission kind: the
     /// published gate (`mqfq-paper`) idles slots by design, and the audit shows how often.
     fn check_work_conserving(&mut self, policy: &dyn Policy) {
         let idle = match self.admission {
             Admission::Node => self.node_limits.iter().zip(&self.gpus).any(|(l, g)| {
-                (l.queued > 0 && g.slots < l.any) || (l.reserve_waiting && g.slots < l.slots)
+                (l.queued > 0 && !l.memory_bound && g.slots < l.any)
+                    || (l.reserve_waiting && g.slots < l.slots)
             }),
             Admission::Dynamic | Admission::Gated { .. } => {
                 policy.queued() > 0

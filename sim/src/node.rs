@@ -42,6 +42,13 @@ pub enum Input {
     },
     /// A sampling step: each GPU's reading.
     Sample(Vec<GpuReading>, Time),
+    /// What a function's containers hold, as the pool measured it.
+    Footprint {
+        /// The function's flow.
+        function: String,
+        /// Bytes.
+        bytes: u64,
+    },
     /// A function's memory became resident or not.
     Residency {
         /// The function's flow.
@@ -167,6 +174,19 @@ impl NodeMqfq {
             rng: SplitMix64::new(0x9e37_79b9),
             cluster: None,
         })
+    }
+
+    /// Memory admission as `cfg` asks (mqfqd's default: on, with the pool's headroom).
+    ///
+    /// # Errors
+    /// A bad default footprint.
+    pub fn set_memory(&mut self, cfg: &crate::types::SimConfig) -> Result<(), ConfigError> {
+        let Some(mb) = cfg.memory_admission else {
+            return Ok(());
+        };
+        let m = scheduler_core::node::admission::MemoryAdmission::new(cfg.tiers.headroom, mb)
+            .map_err(config_error)?;
+        self.core.set_memory(m).map_err(config_error)
     }
 
     /// Places each invocation by `mode` (default: the core's least-loaded routing);
@@ -392,6 +412,11 @@ impl Policy for NodeMqfq {
             resident,
             cost_s,
         });
+    }
+    fn set_footprint(&mut self, func: usize, bytes: u64) {
+        let function = self.names[func].clone();
+        self.core.set_footprint(&function, bytes);
+        self.keep(Input::Footprint { function, bytes });
     }
     fn admission(&self) -> Admission {
         Admission::Node

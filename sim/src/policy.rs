@@ -138,6 +138,8 @@ pub trait Policy {
     /// Residency of a function's memory changed; `switch_ms` is what serving it would cost in
     /// startup (0 when resident).
     fn set_resident(&mut self, _func: usize, _resident: bool, _switch_ms: f64) {}
+    /// What a function's containers were measured to hold on a GPU, bytes (the pool's word).
+    fn set_footprint(&mut self, _func: usize, _bytes: u64) {}
     /// How slots are granted.
     fn admission(&self) -> Admission {
         Admission::Dynamic
@@ -199,6 +201,7 @@ pub fn build(name: &str, trace: &Trace, cfg: &SimConfig) -> Result<Box<dyn Polic
                 g.name.clone_from(name);
             }
             let mut p = crate::node::NodeMqfq::new(trace, gpus, &q, &c, false)?;
+            p.set_memory(cfg)?;
             p.set_placement(cfg.placement, cfg.placement_weights, cfg.cold_ms / 1e3)?;
             if cfg.nodes > 1 {
                 p.set_cluster(cfg.cluster, cfg.nodes)?;

@@ -73,6 +73,10 @@ pub struct SimConfig {
     pub nodes: usize,
     /// How the cluster picks a node when there are several.
     pub cluster: crate::cluster::ClusterMode,
+    /// `mqfq-sticky` admits GPU memory with its slots, charging a function not yet measured
+    /// this many MiB (mqfqd's `[queue] default_footprint_mb`); `None`: slots alone gate
+    /// (`--no-memory-admission`, mqfqd's `memory_admission = false`).
+    pub memory_admission: Option<u64>,
 }
 
 impl Default for SimConfig {
@@ -97,6 +101,7 @@ impl Default for SimConfig {
             placement_weights: None,
             nodes: 1,
             cluster: crate::cluster::ClusterMode::RoundRobin,
+            memory_admission: Some(scheduler_core::node::admission::DEFAULT_FOOTPRINT_MB),
         }
     }
 }

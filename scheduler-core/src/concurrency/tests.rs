@@ -340,6 +340,25 @@ fn baselines_follow_the_lowest_concurrency_seen_and_adopted_runs_teach_nothing()
 }
 
 #[test]
+fn a_baseline_is_learned_only_at_or_below_the_starting_limit() {
+    // d_initial is 2 for a plain GPU: a function first seen at 3 in flight learns nothing there.
+    let mut c = plain();
+    for id in 1..=3 {
+        c.admitted(id, true);
+    }
+    c.released(1, "f", "", Some(3.0));
+    assert_eq!(c.baseline("f"), None, "a run at 3 is no reference");
+    c.released(2, "f", "", Some(3.0));
+    c.released(3, "f", "", Some(3.0));
+    c.admitted(4, true);
+    c.admitted(5, true);
+    c.released(4, "f", "", Some(1.5));
+    assert_eq!(c.baseline("f"), Some((2, 1.5)));
+    c.released(5, "g", "", Some(1.0));
+    assert_eq!(c.baseline("g"), Some((2, 1.0)));
+}
+
+#[test]
 fn mig_is_one() {
     let mut c = ConcurrencyController::new(ConcurrencyConfig::for_mode(GpuMode::Mig, 0.2)).unwrap();
     let mut id = 0;

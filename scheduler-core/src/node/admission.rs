@@ -229,6 +229,8 @@ pub struct Lease {
     long: bool,
     /// The registration epoch it was granted in (see [`Core::register`]).
     epoch: u64,
+    /// The GPU memory it is charged, bytes (its function's footprint at grant).
+    footprint: u64,
 }
 
 /// A read-only view of one GPU.
@@ -250,6 +252,8 @@ pub struct GpuView {
     pub virtual_time: f64,
     /// Admissions waiting.
     pub queued: usize,
+    /// Its memory as admission sees it.
+    pub memory: MemoryView,
 }
 
 /// A GPU's limits in force (see [`Core::limits`]).
@@ -263,8 +267,11 @@ pub struct Limits {
     /// Admissions waiting for this GPU.
     pub queued: usize,
     /// Whether waiting work may take the reserve's slot (above `any`, below `slots`) now: a
-    /// short flow's head within the over-run threshold.
+    /// short flow's head within the over-run threshold, whose memory fits.
     pub reserve_waiting: bool,
+    /// Work waits, and none of it that may take a slot fits the GPU's memory beside the leases
+    /// held: a free slot stays free for memory, not for want of work.
+    pub memory_bound: bool,
 }
 
 /// The daemon's admission state.
@@ -290,6 +297,10 @@ pub struct Core {
     epoch: u64,
     /// The epoch of each shim's last registration.
     registered_at: HashMap<u32, u64>,
+    /// Memory admission's knobs; `None`: slots alone gate.
+    memory: Option<MemoryAdmission>,
+    /// Each function's footprint as the pool measured it, bytes.
+    footprints: BTreeMap<String, u64>,
 }
 
 fn invalid(field: &'static str, reason: impl Into<String>) -> CoreError {
@@ -341,6 +352,8 @@ impl Core {
             waiting_of: HashMap::new(),
             epoch: 0,
             registered_at: HashMap::new(),
+            memory: None,
+            footprints: BTreeMap::new(),
         })
     }
 
@@ -637,13 +650,21 @@ impl Core {
         }
         loop {
             let (d_limit, limit) = self.limits_of(slot);
-            let g = &mut self.gpus[slot];
-            if g.running >= limit {
+            let running = self.gpus[slot].running;
+            if running >= limit {
                 break;
             }
             // 0: only the reserve's slot above ⌊D⌋ is free.
-            let free = d_limit.saturating_sub(g.running);
-            let Some(d) = g.queue.dispatch_slot(now, free) else {
+            let free = d_limit.saturating_sub(running);
+            let Some(flow) = self.gpus[slot].queue.fitting(free, self.fit_test(slot)) else {
+                break;
+            };
+            let footprint = self.gpus[slot]
+                .queue
+                .key(flow)
+                .map_or(0, |k| self.footprint(k));
+            let g = &mut self.gpus[slot];
+            let Some(d) = g.queue.dispatch_slot_fitting(now, free, |f| f == flow) else {
                 break;
             };
             let long = !g.queue.is_short_flow(d.ticket.flow);
@@ -692,6 +713,7 @@ impl Core {
                     ticket: d.ticket,
                     long,
                     epoch: self.epoch,
+                    footprint,
                 },
             );
             self.gpus[slot].conc.admitted(lease, true);
@@ -797,9 +819,12 @@ impl Core {
     pub fn observe(&mut self, reading: &GpuReading, now: Time) -> Vec<Grant> {
         self.tick(now);
         let slot = self.slot(reading.index);
+        // Work that waits for memory does not ask for more slots: D grows only where a slot
+        // would be used, never past what memory admits.
+        let memory_bound = self.gpus[slot].queue.queued() > 0 && !self.fits_waiting(slot, 1);
         let g = &mut self.gpus[slot];
-        let waiting = g.queue.queued() > 0;
-        g.conc.observe(reading.signals, waiting);
+        let waiting = g.queue.queued() > 0 && !memory_bound;
+        g.conc.observe_with(reading.signals, waiting, !memory_bound);
         g.memory_used = reading.memory_used;
         self.pump(slot, now)
     }
@@ -859,6 +884,7 @@ impl Core {
                     memory_used: g.memory_used,
                     virtual_time: g.queue.virtual_time(),
                     queued: g.queue.queued(),
+                    memory: self.memory_view(g.info.index).unwrap_or_default(),
                 }
             })
             .collect()
@@ -867,9 +893,11 @@ impl Core {
 
 mod charge;
 mod flows;
+mod memory;
 mod record;
 mod register;
 
+pub use memory::{DEFAULT_FOOTPRINT_MB, MemoryAdmission, MemoryView};
 pub use record::Record;
 
 #[cfg(test)]

@@ -809,6 +809,19 @@ impl Pool {
             .collect()
     }
 
+    /// What each function's containers hold on a GPU as far as the pool measured (the largest of
+    /// its containers' bytes), for memory admission; functions with nothing measured are left
+    /// out. Sorted by function.
+    #[must_use]
+    pub fn footprints(&self) -> Vec<(String, u64)> {
+        let mut out: BTreeMap<&str, u64> = BTreeMap::new();
+        for e in self.entries.values().filter(|e| e.bytes > 0) {
+            let b = out.entry(&e.function).or_default();
+            *b = (*b).max(e.bytes);
+        }
+        out.into_iter().map(|(f, b)| (f.to_owned(), b)).collect()
+    }
+
     /// The GPUs holding a Hot container of `function`, idle or serving a call: its memory is
     /// there (placement's locality; how soon a call could start there is [`Pool::start_costs`]).
     #[must_use]

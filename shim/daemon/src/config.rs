@@ -15,7 +15,8 @@
 //! restart_grace_ms = 2000           # after start, dispatch nothing while shims re-register
 //!
 //! [queue]          # overrides of the profile: overrun_s | overrun_tau, ttl_s | ttl_iat,
-//!                  # fallback_charge_s, short_charge_s
+//!                  # fallback_charge_s, short_charge_s; memory_admission = true,
+//!                  # default_footprint_mb = 4096
 //! [concurrency]    # alpha, u_target (SM activity), d_max, d_initial, slowdown_target
 //! [simulated]      # gpus = 1, memory_gib = 80, utilization_per_lease = 0.3, mode = "plain"
 //! [nvidia]         # pre-created GPU state: edits = true, driver_root = "/",
@@ -96,6 +97,11 @@ pub struct QueueSection {
     pub fallback_charge_s: Option<f64>,
     /// Short-flow threshold of the reserved slot (0 = off).
     pub short_charge_s: Option<f64>,
+    /// GPU memory is admitted with the slots (default on): a lease is granted only where its
+    /// function's footprint fits beside the leases held, within capacity less `[pool] headroom`.
+    pub memory_admission: Option<bool>,
+    /// What a function is charged before the pool has measured its containers, MiB (4096).
+    pub default_footprint_mb: Option<u64>,
 }
 
 /// Profile overrides for dynamic D.
@@ -375,6 +381,7 @@ impl DaemonConfig {
             },
             ..e
         })?;
+        self.memory_admission()?;
         self.fairness.check()?;
         self.limits.check()?;
         self.placement.check()?;
@@ -421,6 +428,26 @@ impl DaemonConfig {
             // The simulator's switch only.
             fixed_d: None,
         }
+    }
+
+    /// Memory admission's knobs; `None` when `[queue] memory_admission = false`.
+    ///
+    /// # Errors
+    /// A bad `default_footprint_mb`.
+    pub fn memory_admission(
+        &self,
+    ) -> Result<Option<scheduler_core::node::admission::MemoryAdmission>, ConfigError> {
+        use scheduler_core::node::admission::{DEFAULT_FOOTPRINT_MB, MemoryAdmission};
+        if self.queue.memory_admission == Some(false) {
+            return Ok(None);
+        }
+        let mb = self
+            .queue
+            .default_footprint_mb
+            .unwrap_or(DEFAULT_FOOTPRINT_MB);
+        MemoryAdmission::new(self.pool.headroom, mb)
+            .map(Some)
+            .map_err(|_| reject("queue.default_footprint_mb", mb, "must be 1 to 1048576 MiB"))
     }
 
     /// The pool manager's knobs.
@@ -558,6 +585,24 @@ mod tests {
     }
 
     #[test]
+    fn memory_admission_is_on_by_default_with_the_pool_s_headroom() {
+        let m = parse("[pool]\nheadroom = 0.2")
+            .unwrap()
+            .memory_admission()
+            .unwrap();
+        let m = m.expect("on by default");
+        assert_eq!(m.headroom, 0.2);
+        assert_eq!(m.default_footprint, 4096 << 20);
+        let m = parse("[queue]\ndefault_footprint_mb = 512").unwrap();
+        assert_eq!(
+            m.memory_admission().unwrap().unwrap().default_footprint,
+            512 << 20
+        );
+        let off = parse("[queue]\nmemory_admission = false").unwrap();
+        assert_eq!(off.memory_admission().unwrap(), None);
+    }
+
+    #[test]
     fn policy_fcfs_is_fifo_without_the_reserve_on_the_same_d() {
         let ours = parse("").unwrap();
         let fcfs = parse("policy = \"fcfs\"").unwrap();
@@ -597,6 +642,15 @@ mod tests {
             ("[nvidia]\ndriver = \"/\"", "driver"),
             ("sample_interval_ms = \"fast\"", "sample_interval_ms"),
             ("[pool]\nheadroom = 1.5", "pool.headroom"),
+            (
+                "[queue]\ndefault_footprint_mb = 0",
+                "queue.default_footprint_mb",
+            ),
+            (
+                "[queue]\ndefault_footprint_mb = 2000000",
+                "queue.default_footprint_mb",
+            ),
+            ("[queue]\nmemory_admission = \"yes\"", "memory_admission"),
             ("[pool]\nhost_headroom = -1", "pool.host_headroom"),
             ("[pool]\nhot_ttl_s = -1", "pool.hot_ttl_s"),
             ("[pool]\nevict = true", "evict"),

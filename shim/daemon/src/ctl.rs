@@ -68,6 +68,25 @@ pub fn render(s: &api::StatusResponse) -> String {
             g.virtual_time,
             g.name
         );
+        if g.memory_budget > 0 {
+            let free = g
+                .memory_budget
+                .saturating_sub(g.memory_held)
+                .saturating_sub(g.memory_reserved);
+            let _ = writeln!(
+                o,
+                "    admitted memory GiB: held {:.1}, reserved {:.1}, free {:.1} of {:.1}{}",
+                gib(g.memory_held),
+                gib(g.memory_reserved),
+                gib(free),
+                gib(g.memory_budget),
+                if g.memory_blocked {
+                    "; work waits for memory"
+                } else {
+                    ""
+                }
+            );
+        }
         if !g.health.is_empty() && g.health != "healthy" {
             let _ = writeln!(o, "    GPU {} is {} for new containers", g.index, g.health);
         }
@@ -249,6 +268,8 @@ pub fn to_json(s: &api::StatusResponse) -> serde_json::Value {
             "memory_total": g.memory_total, "virtual_time": g.virtual_time,
             "health": (!g.health.is_empty()).then_some(&g.health),
             "tflops": g.tflops, "mem_gbps": g.mem_gbps,
+            "memory_budget": g.memory_budget, "memory_held": g.memory_held,
+            "memory_reserved": g.memory_reserved, "memory_blocked": g.memory_blocked,
         })).collect::<Vec<_>>(),
         "flows": s.flows.iter().map(|f| json!({
             "function": f.function, "gpu": f.gpu, "state": f.state, "start_tag": f.start_tag,

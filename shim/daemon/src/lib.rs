@@ -124,6 +124,9 @@ pub fn build_core(
         GpuMode::Mig => mig.clone(),
     })?;
     core.set_limits(cfg.limits.waiters_per_shim, cfg.limits.containers_per_shim);
+    if let Some(m) = cfg.memory_admission()? {
+        core.set_memory(m)?;
+    }
     Ok(core)
 }
 

@@ -48,6 +48,7 @@ pub struct Metrics {
     slowdown: Family<Labels, Gauge<f64, AtomicU64>>,
     memory_used: Family<Labels, Gauge>,
     memory_total: Family<Labels, Gauge>,
+    memory_admitted: Family<Labels, Gauge>,
     fail_open: Gauge,
     dead_shim_releases: Counter,
     pool_hits: Family<Labels, Counter>,
@@ -108,6 +109,7 @@ impl Metrics {
             slowdown: Family::default(),
             memory_used: Family::default(),
             memory_total: Family::default(),
+            memory_admitted: Family::default(),
             fail_open: Gauge::default(),
             dead_shim_releases: Counter::default(),
             admissions: Family::default(),
@@ -209,6 +211,11 @@ impl Metrics {
             "gpu_memory_total_bytes",
             "GPU memory size",
             m.memory_total.clone(),
+        );
+        registry.register(
+            "gpu_memory_admitted_bytes",
+            "Memory admission per GPU: kind=budget (capacity less headroom), held (footprints of the leases held), reserved (room kept for the largest active short flow)",
+            m.memory_admitted.clone(),
         );
         registry.register(
             "fail_open_starts",
@@ -436,6 +443,17 @@ impl Metrics {
             self.memory_total
                 .get_or_create(&l)
                 .set(i64::try_from(g.info.memory_total).unwrap_or(i64::MAX));
+            for (kind, v) in [
+                ("budget", g.memory.budget),
+                ("held", g.memory.held),
+                ("reserved", g.memory.reserved),
+            ] {
+                let mut k = l.clone();
+                k.push(("kind".into(), kind.into()));
+                self.memory_admitted
+                    .get_or_create(&k)
+                    .set(i64::try_from(v).unwrap_or(i64::MAX));
+            }
         }
         self.fail_open
             .set(i64::try_from(fail_open).unwrap_or(i64::MAX));
@@ -483,6 +501,7 @@ impl Metrics {
             &self.running,
             &self.memory_used,
             &self.memory_total,
+            &self.memory_admitted,
             &self.pool_containers,
             &self.pool_function_containers,
             &self.pool_function_memory,

@@ -33,6 +33,7 @@ fn simulated(trace: &mqfq_sim::Trace, cfg: &SimConfig) -> (Vec<Input>, Vec<Recor
     let c = cfg.profile.concurrency(cfg.mode);
     let gpus = gpu_infos(cfg.gpus, |g| cfg.mem_mb(g), cfg.mode);
     let mut p = NodeMqfq::new(trace, gpus, &q, &c, true).unwrap();
+    p.set_memory(cfg).unwrap();
     let out = simulate(trace, &mut p, cfg).unwrap();
     assert_eq!(out.audit.unfinished, 0, "every invocation ran");
     (p.inputs().to_vec(), p.records().to_vec())
@@ -69,6 +70,7 @@ fn replayed(mut core: Core, inputs: &[Input]) -> Vec<Record> {
                 resident,
                 cost_s,
             } => core.set_residency(function, *resident, *cost_s).unwrap(),
+            Input::Footprint { function, bytes } => core.set_footprint(function, *bytes),
         }
         log.extend(core.drain_log());
     }

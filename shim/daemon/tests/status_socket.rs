@@ -112,6 +112,20 @@ fn the_status_socket_reads_and_never_writes() {
             .unwrap();
         assert_eq!(s.leases.len(), 1);
         assert_eq!(s.leases[0].lease_id, lease);
+        // Memory admission charges the lease the default footprint (nothing measured yet)
+        // against the simulated 80 GiB less the pool's 15 % headroom.
+        let g = &s.gpus[0];
+        assert_eq!(g.memory_held, 4096 << 20);
+        assert_eq!(
+            g.memory_budget,
+            (80.0 * 0.85 * f64::from(1u32 << 30)) as u64
+        );
+        assert!(!g.memory_blocked);
+        let text = mqfq_daemon::ctl::render(&s);
+        assert!(
+            text.contains("admitted memory GiB: held 4.0, reserved 0.0, free 64.0 of 68.0"),
+            "{text}"
+        );
     });
     common::stop(child);
     assert!(!status_sock.exists(), "removed at a clean stop");

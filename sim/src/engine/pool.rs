@@ -28,6 +28,7 @@ pub(super) struct NodePool {
     names: Vec<String>,
     by_name: HashMap<String, usize>,
     told: Vec<Option<(bool, f64)>>,
+    footprint_told: Vec<u64>,
 }
 
 impl NodePool {
@@ -41,6 +42,7 @@ impl NodePool {
         Ok(NodePool {
             pool,
             told: vec![None; names.len()],
+            footprint_told: vec![0; names.len()],
             names,
             by_name,
         })
@@ -234,8 +236,20 @@ impl Engine<'_> {
                 tell.push((f, resident, cost_s));
             }
         }
+        let mut sizes = Vec::new();
+        for (name, bytes) in p.pool.footprints() {
+            if let Some(&f) = p.by_name.get(&name)
+                && p.footprint_told[f] != bytes
+            {
+                p.footprint_told[f] = bytes;
+                sizes.push((f, bytes));
+            }
+        }
         for (f, resident, cost_s) in tell {
             policy.set_resident(f, resident, cost_s * 1e3);
+        }
+        for (f, bytes) in sizes {
+            policy.set_footprint(f, bytes);
         }
     }
 }

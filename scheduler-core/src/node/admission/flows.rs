@@ -74,11 +74,13 @@ impl Core {
     pub fn limits(&self, index: u32) -> Option<Limits> {
         let s = self.gpus.iter().position(|g| g.info.index == index)?;
         let (any, slots) = self.limits_of(s);
+        let g = &self.gpus[s];
         Some(Limits {
             any,
             slots,
-            queued: self.gpus[s].queue.queued(),
-            reserve_waiting: self.gpus[s].queue.reserve_eligible(),
+            queued: g.queue.queued(),
+            reserve_waiting: g.queue.reserve_eligible() && self.fits_waiting(s, 0),
+            memory_bound: g.queue.queued() > 0 && !self.fits_waiting(s, 1),
         })
     }
 

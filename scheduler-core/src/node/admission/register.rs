@@ -133,6 +133,7 @@ impl Core {
             lease,
         });
         self.lease_of.insert(key.clone(), lease);
+        let footprint = self.footprint(&flow_key);
         self.leases.insert(
             lease,
             Lease {
@@ -147,6 +148,7 @@ impl Core {
                 ticket,
                 long,
                 epoch: self.epoch,
+                footprint,
             },
         );
         // Its run began before this daemon knew it: its measurement teaches no baseline.

@@ -503,6 +503,21 @@ fn residency_says_which_functions_have_an_idle_hot_container_and_what_a_warm_one
 }
 
 #[test]
+fn footprints_are_the_largest_container_measured_per_function() {
+    let mut p = pool(30.0, false);
+    p.observe_memory(0, 0, 80 * GIB);
+    paused(&mut p, "ns/a", "f", 3 * GIB, 0.0);
+    paused(&mut p, "ns/b", "f", 5 * GIB, 0.0);
+    paused(&mut p, "ns/c", "g", 2 * GIB, 0.0);
+    // Granted, never released: nothing measured of h yet.
+    p.granted(&k("ns/d"), "h", 0, 7, t(0.0));
+    assert_eq!(
+        p.footprints(),
+        [("f".to_owned(), 5 * GIB), ("g".to_owned(), 2 * GIB)]
+    );
+}
+
+#[test]
 fn a_function_whose_last_container_left_reads_not_resident_until_its_flow_is_forgotten() {
     let mut p = pool(30.0, false);
     p.observe_memory(0, 0, 80 * GIB);

@@ -83,6 +83,10 @@ impl Daemon {
         for (function, resident, cost_s) in inner.pool.residency() {
             let _ = inner.core.set_residency(&function, resident, cost_s);
         }
+        // Memory admission charges each function what its containers were measured to hold.
+        for (function, bytes) in inner.pool.footprints() {
+            inner.core.set_footprint(&function, bytes);
+        }
     }
 }
 

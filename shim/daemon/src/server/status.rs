@@ -58,7 +58,12 @@ impl Daemon {
             .into_iter()
             .map(|g| {
                 let model = lookup(models, &g.info.name);
+                let mem = g.memory;
                 api::GpuStatus {
+                    memory_budget: mem.budget,
+                    memory_held: mem.held,
+                    memory_reserved: mem.reserved,
+                    memory_blocked: mem.blocked,
                     tflops: model.tflops,
                     mem_gbps: model.mem_gbps,
                     index: g.info.index,

@@ -1,0 +1,190 @@
+//! GPU memory as a resource the queue admits. A slot is not enough to run: a lease whose
+//! function's memory does not fit beside the leases already held on its GPU would have the pool
+//! evict memory that running work needs, and the PCIe link thrashes (a policy that grants more
+//! co-runners than memory holds loses to FCFS by orders of magnitude). So each flow has a
+//! footprint — what the pool measured of its containers, else a configured default — and a lease
+//! is granted only where the footprints of the GPU's held leases plus its own fit its budget
+//! (capacity less the pool's headroom), keeping room beside a long flow for the largest active
+//! short flow. A GPU with nothing held always takes the next lease (a function larger than the
+//! budget still runs, alone). Idle containers' memory does not count: the pool evicts them.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use super::{Core, CoreError, invalid};
+use crate::FlowId;
+
+/// Functions whose footprints are kept; past it, a new function is charged the default.
+const MAX_FOOTPRINTS: usize = 4096;
+
+/// What a function is charged before the pool has measured it, MiB (`default_footprint_mb`).
+pub const DEFAULT_FOOTPRINT_MB: u64 = 4096;
+/// The largest `default_footprint_mb` accepted (1 TiB).
+const MAX_FOOTPRINT_MB: u64 = 1 << 20;
+
+/// The memory half of admission (`[queue]` `memory_admission`, `default_footprint_mb`, and the
+/// pool's `gpu_headroom`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct MemoryAdmission {
+    /// Fraction of each GPU's memory kept free (the pool's headroom), in [0, 1).
+    pub headroom: f64,
+    /// What a function the pool has not measured yet is charged, bytes (> 0).
+    pub default_footprint: u64,
+}
+
+/// One GPU's memory as admission sees it (`mqfqctl status`, metrics).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct MemoryView {
+    /// Capacity less headroom, bytes (0: memory admission off or capacity unknown).
+    pub budget: u64,
+    /// Footprints of the leases held.
+    pub held: u64,
+    /// Room kept for the largest active short flow.
+    pub reserved: u64,
+    /// Whether work waits that only memory keeps from a free slot.
+    pub blocked: bool,
+}
+
+impl MemoryAdmission {
+    /// The knobs from the pool's headroom and a default footprint in MiB.
+    ///
+    /// # Errors
+    /// A headroom outside [0, 1) or a default footprint outside 1 MiB – 1 TiB, named.
+    pub fn new(headroom: f64, default_footprint_mb: u64) -> Result<Self, CoreError> {
+        if !(headroom.is_finite() && (0.0..1.0).contains(&headroom)) {
+            return Err(invalid("headroom", format!("{headroom} must be in [0, 1)")));
+        }
+        if !(1..=MAX_FOOTPRINT_MB).contains(&default_footprint_mb) {
+            return Err(invalid(
+                "default_footprint_mb",
+                format!("{default_footprint_mb} must be 1 to {MAX_FOOTPRINT_MB} MiB"),
+            ));
+        }
+        Ok(MemoryAdmission {
+            headroom,
+            default_footprint: default_footprint_mb << 20,
+        })
+    }
+}
+
+impl Core {
+    /// Turns memory admission on with these knobs.
+    ///
+    /// # Errors
+    /// A headroom outside [0, 1) or a zero default footprint, named.
+    pub fn set_memory(&mut self, m: MemoryAdmission) -> Result<(), CoreError> {
+        let checked = MemoryAdmission::new(m.headroom, 1)?;
+        if m.default_footprint == 0 {
+            return Err(invalid("default_footprint_mb", "must be > 0"));
+        }
+        self.memory = Some(MemoryAdmission {
+            default_footprint: m.default_footprint,
+            ..checked
+        });
+        Ok(())
+    }
+
+    /// What `function`'s containers hold on a GPU, bytes, as the pool measured it (0: unknown,
+    /// ignored). Leases already held keep what they were charged.
+    pub fn set_footprint(&mut self, function: &str, bytes: u64) {
+        if bytes == 0 {
+            return;
+        }
+        if !self.footprints.contains_key(function) && self.footprints.len() >= MAX_FOOTPRINTS {
+            return;
+        }
+        self.footprints.insert(function.to_owned(), bytes);
+    }
+
+    /// The footprints known, by function.
+    #[must_use]
+    pub fn footprints(&self) -> &BTreeMap<String, u64> {
+        &self.footprints
+    }
+
+    /// What a lease of `function` is charged.
+    pub(super) fn footprint(&self, function: &str) -> u64 {
+        match (self.footprints.get(function), self.memory) {
+            (Some(&b), _) => b,
+            (None, Some(m)) => m.default_footprint,
+            (None, None) => 0,
+        }
+    }
+
+    /// A GPU's budget, bytes; 0 when memory admission is off or the capacity is unknown.
+    fn budget(&self, slot: usize) -> u64 {
+        let Some(m) = self.memory else { return 0 };
+        #[expect(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+        #[expect(clippy::cast_precision_loss)]
+        let b = (self.gpus[slot].info.memory_total as f64 * (1.0 - m.headroom)) as u64;
+        b
+    }
+
+    /// Footprints of the leases held on a GPU.
+    fn held(&self, slot: usize) -> u64 {
+        let index = self.gpus[slot].info.index;
+        self.leases
+            .values()
+            .filter(|l| l.gpu == index)
+            .fold(0u64, |a, l| a.saturating_add(l.footprint))
+    }
+
+    /// The room a long flow leaves: the largest footprint among the GPU's active short flows.
+    fn short_room(&self, slot: usize) -> u64 {
+        let q = &self.gpus[slot].queue;
+        q.active_short_ids()
+            .filter_map(|id| q.key(id))
+            .map(|k| self.footprint(k))
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// Whether a lease of `flow` fits on GPU `slot` now (see the module docs).
+    pub(super) fn fit_test(&self, slot: usize) -> impl Fn(FlowId) -> bool + '_ {
+        let budget = self.budget(slot);
+        let running = self.gpus[slot].running;
+        let (held, room) = if budget == 0 || running == 0 {
+            (0, 0)
+        } else {
+            (self.held(slot), self.short_room(slot))
+        };
+        move |flow| {
+            if budget == 0 || running == 0 {
+                return true;
+            }
+            let q = &self.gpus[slot].queue;
+            let need = q.key(flow).map_or(0, |k| self.footprint(k));
+            let keep = if q.is_short_flow(flow) { 0 } else { room };
+            held.saturating_add(need).saturating_add(keep) <= budget
+        }
+    }
+
+    /// Whether waiting work could take a slot on GPU `slot` as far as memory goes (`free_slots`
+    /// as [`crate::MqfqQueue::dispatch_slot`] takes it).
+    pub(super) fn fits_waiting(&self, slot: usize, free_slots: u32) -> bool {
+        self.gpus[slot]
+            .queue
+            .fitting(free_slots, self.fit_test(slot))
+            .is_some()
+    }
+
+    /// One GPU's memory as admission sees it; `None` for a GPU the node lacks.
+    #[must_use]
+    pub fn memory_view(&self, index: u32) -> Option<MemoryView> {
+        let s = self.gpus.iter().position(|g| g.info.index == index)?;
+        let budget = self.budget(s);
+        let g = &self.gpus[s];
+        Some(MemoryView {
+            budget,
+            held: self.held(s),
+            reserved: if budget == 0 { 0 } else { self.short_room(s) },
+            blocked: g.queue.queued() > 0
+                && g.running < self.limits_of(s).0
+                && !self.fits_waiting(s, 1),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,210 @@
+use super::super::*;
+use crate::config::{Overrun, Selection, StickyTtl};
+
+const GIB: u64 = 1 << 30;
+
+fn secs(s: f64) -> Time {
+    Time::from_secs_f64(s)
+}
+
+fn qcfg(short_charge_s: f64) -> QueueConfig {
+    QueueConfig {
+        overrun: Overrun::Fixed(0.5),
+        ttl: StickyTtl::Fixed(1.0),
+        fallback_ttl_s: 1.0,
+        fallback_charge_s: 1.0,
+        ewma_alpha: 0.5,
+        charge_correction: true,
+        selection: Selection::StickyResident,
+        short_charge_s,
+    }
+}
+
+/// One 24 GiB GPU with D fixed at `d`, headroom 0.15 (budget 20.4 GiB), memory admission on.
+fn core(d: u32, short_charge_s: f64) -> Core {
+    let gpu = GpuInfo {
+        index: 0,
+        uuid: "GPU-0".into(),
+        name: "sim".into(),
+        mode: GpuMode::Plain,
+        memory_total: 24 * GIB,
+        mig: vec![],
+    };
+    let mut c = Core::new(vec![gpu], &qcfg(short_charge_s), |_| ConcurrencyConfig {
+        d_max: d,
+        d_initial: f64::from(d),
+        ..ConcurrencyConfig::for_mode(GpuMode::Plain, 0.2)
+    })
+    .unwrap();
+    c.set_memory(MemoryAdmission::new(0.15, 4096).unwrap())
+        .unwrap();
+    c
+}
+
+fn req(id: &str, function: &str) -> AdmitInfo {
+    AdmitInfo {
+        namespace: "ns".into(),
+        container_id: id.into(),
+        function: function.into(),
+        tenant: None,
+        tenant_weight: 0.0,
+        weight: 0.0,
+        gpus: vec![],
+        kind: Kind::Burst,
+        shim_pid: 7,
+    }
+}
+
+fn keys(g: &[Grant]) -> Vec<String> {
+    g.iter().map(|g| g.key.to_string()).collect()
+}
+
+#[test]
+fn a_lease_is_granted_only_where_its_memory_fits_and_a_smaller_flow_backfills() {
+    let mut c = core(4, 0.0);
+    c.set_footprint("big", 12 * GIB);
+    c.set_footprint("small", 2 * GIB);
+    assert_eq!(
+        keys(&c.admit(&req("b1", "big"), secs(0.0)).unwrap()),
+        ["ns/b1"]
+    );
+    // A slot is free (D = 4) but 12 + 12 GiB do not fit in 20.4 GiB.
+    assert!(c.admit(&req("b2", "big"), secs(0.0)).unwrap().is_empty());
+    let l = c.limits(0).unwrap();
+    assert!(l.memory_bound && l.queued == 1, "{l:?}");
+    let m = c.memory_view(0).unwrap();
+    assert_eq!(m.held, 12 * GIB);
+    assert!(
+        m.blocked && m.budget > 20 * GIB && m.budget < 21 * GIB,
+        "{m:?}"
+    );
+    // A small function fits beside it and takes the free slot at once.
+    assert_eq!(
+        keys(&c.admit(&req("s1", "small"), secs(0.1)).unwrap()),
+        ["ns/s1"]
+    );
+    assert_eq!(c.memory_view(0).unwrap().held, 14 * GIB);
+    // The big one's release makes room for the waiting big one.
+    let b1 = c.lease_of(&"ns/b1".parse().unwrap()).unwrap();
+    let g = c.release(b1, Some(1.0), "idle", secs(1.0)).unwrap();
+    assert_eq!(keys(&g), ["ns/b2"]);
+    assert!(!c.limits(0).unwrap().memory_bound);
+}
+
+#[test]
+fn without_memory_admission_slots_alone_gate() {
+    let mut c = core(4, 0.0);
+    c.memory = None;
+    c.set_footprint("big", 12 * GIB);
+    c.admit(&req("b1", "big"), secs(0.0)).unwrap();
+    assert_eq!(
+        keys(&c.admit(&req("b2", "big"), secs(0.0)).unwrap()),
+        ["ns/b2"]
+    );
+}
+
+#[test]
+fn a_function_larger_than_the_budget_still_runs_alone() {
+    let mut c = core(4, 0.0);
+    c.set_footprint("huge", 30 * GIB);
+    assert_eq!(
+        keys(&c.admit(&req("h1", "huge"), secs(0.0)).unwrap()),
+        ["ns/h1"]
+    );
+    assert!(c.admit(&req("h2", "huge"), secs(0.0)).unwrap().is_empty());
+}
+
+#[test]
+fn an_unmeasured_function_is_charged_the_default_footprint() {
+    let mut c = core(8, 0.0);
+    // 4 GiB each: five fit in 20.4 GiB, the sixth waits.
+    for i in 0..5 {
+        let g = c.admit(&req(&format!("n{i}"), "new"), secs(0.0)).unwrap();
+        assert_eq!(g.len(), 1, "{i}");
+    }
+    assert!(c.admit(&req("n5", "new"), secs(0.0)).unwrap().is_empty());
+    assert!(c.limits(0).unwrap().memory_bound);
+    // What the pool measures replaces the default for later grants.
+    c.set_footprint("new", GIB);
+    c.set_footprint("ignored", 0);
+    assert!(!c.footprints().contains_key("ignored"));
+    let n0 = c.lease_of(&"ns/n0".parse().unwrap()).unwrap();
+    let g = c.release(n0, Some(1.0), "idle", secs(1.0)).unwrap();
+    assert_eq!(keys(&g), ["ns/n5"]);
+}
+
+#[test]
+fn a_long_flow_leaves_room_for_the_largest_active_short_flow() {
+    // Short flows: charged at most 0.1 s. `s` is short (measured 0.05 s) and stays Active.
+    let mut c = core(4, 0.1);
+    c.set_footprint("s", 6 * GIB);
+    c.set_footprint("long", 8 * GIB);
+    let g = c.admit(&req("s0", "s"), secs(0.0)).unwrap();
+    c.release(g[0].lease, Some(0.05), "idle", secs(0.05))
+        .unwrap();
+    c.admit(&req("l1", "long"), secs(0.1)).unwrap();
+    // 8 + 8 + 6 (the short flow's room) > 20.4 GiB: the second long call waits.
+    assert!(c.admit(&req("l2", "long"), secs(0.1)).unwrap().is_empty());
+    assert_eq!(c.memory_view(0).unwrap().reserved, 6 * GIB);
+    // The short flow's own call fits in the room kept for it.
+    assert_eq!(
+        keys(&c.admit(&req("s1", "s"), secs(0.2)).unwrap()),
+        ["ns/s1"]
+    );
+}
+
+#[test]
+fn d_does_not_grow_while_memory_holds_work_back() {
+    let mut c = Core::new(
+        vec![GpuInfo {
+            index: 0,
+            uuid: "GPU-0".into(),
+            name: "sim".into(),
+            mode: GpuMode::Plain,
+            memory_total: 24 * GIB,
+            mig: vec![],
+        }],
+        &qcfg(0.0),
+        |_| ConcurrencyConfig {
+            alpha: 0.5,
+            d_max: 8,
+            d_initial: 2.0,
+            ..ConcurrencyConfig::for_mode(GpuMode::Plain, 0.5)
+        },
+    )
+    .unwrap();
+    c.set_memory(MemoryAdmission::new(0.15, 4096).unwrap())
+        .unwrap();
+    c.set_footprint("big", 12 * GIB);
+    c.admit(&req("b0", "big"), secs(0.0)).unwrap();
+    c.admit(&req("b1", "big"), secs(0.0)).unwrap();
+    // One lease, one waiting for memory with a slot free; the GPU looks idle.
+    let idle = GpuReading {
+        index: 0,
+        signals: crate::concurrency::Signals {
+            busy: Some(0.1),
+            sm_activity: Some(0.1),
+        },
+        memory_used: 12 * GIB,
+    };
+    for t in 1..20 {
+        c.observe(&idle, secs(f64::from(t) * 0.1));
+    }
+    assert!((c.gpus()[0].d - 2.0).abs() < 1e-9, "{:?}", c.gpus()[0]);
+}
+
+#[test]
+fn bad_memory_knobs_are_named() {
+    let e = MemoryAdmission::new(1.0, 4096).unwrap_err();
+    assert!(e.to_string().contains("headroom"), "{e}");
+    let e = MemoryAdmission::new(0.1, 0).unwrap_err();
+    assert!(e.to_string().contains("default_footprint_mb"), "{e}");
+    let mut c = core(2, 0.0);
+    let e = c
+        .set_memory(MemoryAdmission {
+            headroom: 0.1,
+            default_footprint: 0,
+        })
+        .unwrap_err();
+    assert!(e.to_string().contains("default_footprint_mb"), "{e}");
+}

@@ -1,0 +1,58 @@
+//! Dispatch under a second resource. The node admits GPU memory as well as slots: a flow whose
+//! footprint does not fit beside the leases held must not take a slot (its restore would evict
+//! memory that running work needs, and the PCIe link thrashes). When the flow the rule picks does
+//! not fit, the slot goes to the backlogged flow with the lowest start tag that fits and is within
+//! the over-run threshold T of V — the same bound that lets any flow run ahead of V. A flow that
+//! does not fit keeps V from passing its start tag, so the others run at most T ahead of it before
+//! nothing else is eligible, the GPU drains, and it fits: waiting for memory is bounded by T.
+
+use super::{FlowId, MqfqQueue, Vt};
+use crate::time::Time;
+
+use super::Dispatched;
+
+impl<T> MqfqQueue<T> {
+    /// The flow [`dispatch_slot_fitting`](Self::dispatch_slot_fitting) would serve, without
+    /// serving it.
+    pub fn fitting(&self, free_slots: u32, fits: impl Fn(FlowId) -> bool) -> Option<FlowId> {
+        let first = self.select_slot(free_slots)?;
+        if fits(first) {
+            return Some(first);
+        }
+        let limit = self.v + self.overrun();
+        let longs = (free_slots > 0)
+            .then(|| self.long_backlog.iter())
+            .into_iter()
+            .flatten();
+        let within = |&&(Vt(s), _): &&(Vt, FlowId)| s <= limit;
+        let short = self
+            .short_backlog
+            .iter()
+            .take_while(within)
+            .find(|&&(_, id)| fits(id));
+        let long = longs.take_while(within).find(|&&(_, id)| fits(id));
+        match (short, long) {
+            (Some(a), Some(b)) => Some(if b < a { b.1 } else { a.1 }),
+            (a, b) => a.or(b).map(|&(_, id)| id),
+        }
+    }
+
+    /// Like [`dispatch_slot`](Self::dispatch_slot), serving only a flow `fits` accepts (see the
+    /// module docs); `None` when no eligible flow fits.
+    pub fn dispatch_slot_fitting(
+        &mut self,
+        now: Time,
+        free_slots: u32,
+        fits: impl Fn(FlowId) -> bool,
+    ) -> Option<Dispatched<T>> {
+        let id = self.fitting(free_slots, fits)?;
+        self.dispatch_flow(now, id)
+    }
+
+    /// The flows that count as short and are not Inactive (the short-slot reserve's takers).
+    pub fn active_short_ids(&self) -> impl Iterator<Item = FlowId> + '_ {
+        (0..self.flows.len())
+            .map(|i| FlowId(u32::try_from(i).unwrap_or(u32::MAX)))
+            .filter(|&id| !self.flows[id.ix()].vacant && self.counts_short(id))
+    }
+}
