@@ -48,6 +48,8 @@ pub enum Input {
         function: String,
         /// Bytes.
         bytes: u64,
+        /// When.
+        now: Time,
     },
     /// A function's memory became resident or not.
     Residency {
@@ -413,10 +415,15 @@ impl Policy for NodeMqfq {
             cost_s,
         });
     }
-    fn set_footprint(&mut self, func: usize, bytes: u64) {
+    fn set_footprint(&mut self, func: usize, bytes: u64, now: Time) {
         let function = self.names[func].clone();
-        self.core.set_footprint(&function, bytes);
-        self.keep(Input::Footprint { function, bytes });
+        let grants = self.core.set_footprint(&function, bytes, now);
+        self.take(grants);
+        self.keep(Input::Footprint {
+            function,
+            bytes,
+            now,
+        });
     }
     fn admission(&self) -> Admission {
         Admission::Node

@@ -139,7 +139,7 @@ pub trait Policy {
     /// startup (0 when resident).
     fn set_resident(&mut self, _func: usize, _resident: bool, _switch_ms: f64) {}
     /// What a function's containers were measured to hold on a GPU, bytes (the pool's word).
-    fn set_footprint(&mut self, _func: usize, _bytes: u64) {}
+    fn set_footprint(&mut self, _func: usize, _bytes: u64, _now: Time) {}
     /// How slots are granted.
     fn admission(&self) -> Admission {
         Admission::Dynamic

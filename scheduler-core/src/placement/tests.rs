@@ -577,6 +577,7 @@ pub(super) fn core_gpu(
         memory_used: 1 << 30,
         virtual_time: 0.0,
         queued: 0,
+        memory: crate::node::admission::MemoryView::default(),
     }
 }
 

@@ -277,25 +277,31 @@ impl Daemon {
     /// (which may grant the next one). Then writes the record.
     fn settle(&self, inner: &mut Inner, mut grants: Vec<Grant>) {
         let now = self.now();
-        while let Some(g) = grants.pop() {
-            let delivered = match inner.waiters.remove(&g.key) {
-                Some(tx) => tx.send(Ok(g.clone())).is_ok(),
-                None => false,
-            };
-            if delivered && inner.pooled.contains_key(&g.key) {
-                Self::pool_grant(inner, g.lease, now);
-            }
-            if !delivered {
-                tracing::info!(key = %g.key, lease = g.lease, "grant without a waiter: released");
-                if let Ok(more) = inner.core.release(g.lease, None, "caller gone", now) {
-                    grants.extend(more);
+        loop {
+            while let Some(g) = grants.pop() {
+                let delivered = match inner.waiters.remove(&g.key) {
+                    Some(tx) => tx.send(Ok(g.clone())).is_ok(),
+                    None => false,
+                };
+                if delivered && inner.pooled.contains_key(&g.key) {
+                    Self::pool_grant(inner, g.lease, now);
+                }
+                if !delivered {
+                    tracing::info!(key = %g.key, lease = g.lease, "grant without a waiter: released");
+                    if let Ok(more) = inner.core.release(g.lease, None, "caller gone", now) {
+                        grants.extend(more);
+                    }
                 }
             }
+            for (gpu, function) in inner.core.drain_activated() {
+                inner.pool.activated(gpu, &function, now);
+            }
+            // A footprint measured smaller may let waiting work fit: hand that out too.
+            grants = self.pool_settle(inner, now);
+            if grants.is_empty() {
+                break;
+            }
         }
-        for (gpu, function) in inner.core.drain_activated() {
-            inner.pool.activated(gpu, &function, now);
-        }
-        self.pool_settle(inner);
         let records = inner.core.drain_log();
         if records.is_empty() {
             return;
@@ -435,7 +441,8 @@ impl Daemon {
                     .observe_memory(g.info.index, g.memory_used, g.info.memory_total);
             }
             inner.pool.tick(now, host);
-            self.pool_settle(&mut inner);
+            let grants = self.pool_settle(&mut inner, now);
+            self.settle(&mut inner, grants);
             let fail_open = inner.core.fail_open_starts();
             let counts = inner
                 .pool

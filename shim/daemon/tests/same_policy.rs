@@ -70,7 +70,13 @@ fn replayed(mut core: Core, inputs: &[Input]) -> Vec<Record> {
                 resident,
                 cost_s,
             } => core.set_residency(function, *resident, *cost_s).unwrap(),
-            Input::Footprint { function, bytes } => core.set_footprint(function, *bytes),
+            Input::Footprint {
+                function,
+                bytes,
+                now,
+            } => {
+                core.set_footprint(function, *bytes, *now);
+            }
         }
         log.extend(core.drain_log());
     }

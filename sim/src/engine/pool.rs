@@ -248,8 +248,9 @@ impl Engine<'_> {
         for (f, resident, cost_s) in tell {
             policy.set_resident(f, resident, cost_s * 1e3);
         }
+        let now = ms(self.now);
         for (f, bytes) in sizes {
-            policy.set_footprint(f, bytes);
+            policy.set_footprint(f, bytes, now);
         }
     }
 }

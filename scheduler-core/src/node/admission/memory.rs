@@ -12,8 +12,9 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use super::{Core, CoreError, invalid};
+use super::{Core, CoreError, Grant, invalid};
 use crate::FlowId;
+use crate::Time;
 
 /// Functions whose footprints are kept; past it, a new function is charged the default.
 const MAX_FOOTPRINTS: usize = 4096;
@@ -86,15 +87,22 @@ impl Core {
     }
 
     /// What `function`'s containers hold on a GPU, bytes, as the pool measured it (0: unknown,
-    /// ignored). Leases already held keep what they were charged.
-    pub fn set_footprint(&mut self, function: &str, bytes: u64) {
+    /// ignored). Leases already held keep what they were charged. A smaller footprint may let
+    /// waiting work fit: returns what that granted.
+    pub fn set_footprint(&mut self, function: &str, bytes: u64, now: Time) -> Vec<Grant> {
         if bytes == 0 {
-            return;
+            return Vec::new();
         }
         if !self.footprints.contains_key(function) && self.footprints.len() >= MAX_FOOTPRINTS {
-            return;
+            return Vec::new();
         }
+        let before = self.footprint(function);
         self.footprints.insert(function.to_owned(), bytes);
+        if bytes < before {
+            self.tick_all(now)
+        } else {
+            Vec::new()
+        }
     }
 
     /// The footprints known, by function.

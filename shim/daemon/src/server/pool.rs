@@ -65,8 +65,14 @@ impl Daemon {
         }
     }
 
-    /// Hands the pool's new orders to their shims and its events to the metrics.
-    pub(super) fn pool_settle(&self, inner: &mut Inner) {
+    /// Hands the pool's new orders to their shims and its events to the metrics; returns what
+    /// the footprints it measured let the core grant.
+    #[must_use]
+    pub(super) fn pool_settle(
+        &self,
+        inner: &mut Inner,
+        now: Time,
+    ) -> Vec<scheduler_core::node::admission::Grant> {
         let orders = inner.pool.take_orders();
         if !orders.is_empty() {
             for o in orders {
@@ -84,9 +90,11 @@ impl Daemon {
             let _ = inner.core.set_residency(&function, resident, cost_s);
         }
         // Memory admission charges each function what its containers were measured to hold.
+        let mut grants = Vec::new();
         for (function, bytes) in inner.pool.footprints() {
-            inner.core.set_footprint(&function, bytes);
+            grants.extend(inner.core.set_footprint(&function, bytes, now));
         }
+        grants
     }
 }
 
