@@ -78,14 +78,33 @@ pub fn gpu_infos(gpus: usize, memory_mb: impl Fn(usize) -> f64, mode: GpuMode) -
         .collect()
 }
 
-/// A function's flow name: its trace name when the node would accept it, else `f<index>`.
-#[must_use]
-pub fn flow_name(trace: &Trace, func: usize) -> String {
+/// A function's name as a container asks with it: its trace name when the node would accept
+/// it, else `f<index>`.
+fn function_name(trace: &Trace, func: usize) -> String {
     let name = &trace.functions[func].name;
     if scheduler_core::node::is_key(name) {
         name.clone()
     } else {
         format!("f{func}")
+    }
+}
+
+/// A function's tenant, when the trace gives one the node would accept.
+fn tenant(trace: &Trace, func: usize) -> Option<String> {
+    trace.functions[func]
+        .tenant
+        .clone()
+        .filter(|t| scheduler_core::node::is_key(t))
+}
+
+/// A function's flow name: its name, scoped by its tenant (`tenant/function`) as the node's
+/// core scopes it.
+#[must_use]
+pub fn flow_name(trace: &Trace, func: usize) -> String {
+    let name = function_name(trace, func);
+    match tenant(trace, func) {
+        Some(t) => format!("{t}/{name}"),
+        None => name,
     }
 }
 
@@ -110,8 +129,8 @@ pub fn admit_info(trace: &Trace, inv: usize) -> AdmitInfo {
     AdmitInfo {
         namespace: NAMESPACE.into(),
         container_id: format!("i{inv}"),
-        function: flow_name(trace, f),
-        tenant: None,
+        function: function_name(trace, f),
+        tenant: tenant(trace, f),
         tenant_weight: 0.0,
         weight: trace.functions[f].weight,
         gpus: Vec::new(),

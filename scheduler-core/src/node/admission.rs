@@ -656,7 +656,15 @@ impl Core {
             }
             // 0: only the reserve's slot above ⌊D⌋ is free.
             let free = d_limit.saturating_sub(running);
-            let Some(flow) = self.gpus[slot].queue.fitting(free, self.fit_test(slot)) else {
+            // A tenant at its share of slots yields to another tenant's work that fits; a
+            // slot nobody else can take still goes to it.
+            let flow = {
+                let (fits, share) = (self.fit_test(slot), self.share_test(slot, limit));
+                let q = &self.gpus[slot].queue;
+                q.fitting(free, |f| fits(f) && share(f))
+                    .or_else(|| q.fitting(free, &fits))
+            };
+            let Some(flow) = flow else {
                 break;
             };
             let footprint = self.gpus[slot]
@@ -896,6 +904,7 @@ mod flows;
 mod memory;
 mod record;
 mod register;
+mod share;
 
 pub use memory::{DEFAULT_FOOTPRINT_MB, MemoryAdmission, MemoryView};
 pub use record::Record;

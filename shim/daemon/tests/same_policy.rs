@@ -97,14 +97,28 @@ fn dispatches(r: &[Record]) -> Vec<(ContainerKey, u32)> {
         .collect()
 }
 
+/// The design mix with its functions split between two tenants, most of them in one (tenant
+/// skew): the tenants' shares of slots come into play.
+fn tenant_trace(gpus: usize) -> mqfq_sim::Trace {
+    let mut t = trace(gpus);
+    for (i, f) in t.functions.iter_mut().enumerate() {
+        f.tenant = Some(if i < 2 { "small" } else { "big" }.into());
+    }
+    t
+}
+
 #[test]
 fn the_simulator_and_mqfqd_dispatch_the_same_sequence() {
-    for gpus in [1, 2] {
+    for (gpus, tenants) in [(1, false), (2, false), (1, true), (2, true)] {
         let cfg = SimConfig {
             gpus,
             ..SimConfig::default()
         };
-        let trace = trace(gpus);
+        let trace = if tenants {
+            tenant_trace(gpus)
+        } else {
+            trace(gpus)
+        };
         let (inputs, sim) = simulated(&trace, &cfg);
         let sent = dispatches(&sim);
         assert_eq!(
