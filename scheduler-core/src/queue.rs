@@ -68,6 +68,9 @@ impl Ord for Vt {
     }
 }
 
+/// A backlogged flow's place in an ordered set: its tag, its credit (ties), its index.
+type Tag = (Vt, Vt, FlowId);
+
 /// Hasher for ticket ids: they are sequential integers chosen by the queue itself (no hostile
 /// input), so one multiply is enough and saves SipHash on the hot path.
 #[derive(Debug, Default, Clone, Copy)]
@@ -183,6 +186,10 @@ struct Flow<T> {
     pending: VecDeque<Pending<T>>,
     start: f64,
     finish: f64,
+    /// Breaks ties between equal start tags: the finish tag the flow had when its start was
+    /// set (below its start when it came back idle and took V). Among flows at the same start,
+    /// the one served least recently goes first, whatever its index.
+    credit: f64,
     phase: Phase,
     in_flight: u32,
     last_service: Option<Time>,
@@ -207,10 +214,10 @@ pub struct MqfqQueue<T> {
     cfg: QueueConfig,
     flows: Vec<Flow<T>>,
     by_key: HashMap<String, FlowId>,
-    long_backlog: BTreeSet<(Vt, FlowId)>,
-    resident_backlog: BTreeSet<(Vt, FlowId)>,
-    penalized: BTreeSet<(Vt, FlowId)>,
-    short_backlog: BTreeSet<(Vt, FlowId)>,
+    long_backlog: BTreeSet<Tag>,
+    resident_backlog: BTreeSet<Tag>,
+    penalized: BTreeSet<Tag>,
+    short_backlog: BTreeSet<Tag>,
     /// Backlogged flows by their head's arrival order (kept under FIFO selection only).
     fifo: BTreeSet<(u64, FlowId)>,
     next_seq: u64,
@@ -302,6 +309,7 @@ impl<T> MqfqQueue<T> {
             pending: VecDeque::new(),
             start: self.v,
             finish: self.v,
+            credit: self.v,
             phase: Phase::Inactive,
             in_flight: 0,
             last_service: None,
@@ -455,8 +463,8 @@ impl<T> MqfqQueue<T> {
         let limit = self.v + self.overrun();
         self.short_backlog
             .first()
-            .filter(|&&(Vt(s), _)| s <= limit)
-            .map(|&(_, id)| id)
+            .filter(|&&(Vt(s), _, _)| s <= limit)
+            .map(|&(_, _, id)| id)
     }
 
     /// Whether [`dispatch_slot`](Self::dispatch_slot) with no free slot below the limit would
@@ -566,6 +574,7 @@ impl<T> MqfqQueue<T> {
         self.queued += 1;
         if f.pending.len() == 1 {
             f.start = v.max(f.finish);
+            f.credit = f.finish;
             match f.phase {
                 Phase::Inactive => self.events.push(FlowEvent::Activated(id)),
                 Phase::Lingering { until } => {
@@ -634,6 +643,7 @@ impl<T> MqfqQueue<T> {
         let more = !f.pending.is_empty();
         if more {
             f.start = finish;
+            f.credit = finish;
         } else {
             f.phase = Phase::Running;
         }
@@ -697,6 +707,7 @@ impl<T> MqfqQueue<T> {
                 f.finish += delta;
                 if backlogged {
                     f.start = (f.start + delta).max(v);
+                    f.credit = (f.credit + delta).min(f.start);
                 }
             }
             if backlogged {
@@ -743,6 +754,7 @@ impl<T> MqfqQueue<T> {
         f.finish += delta;
         if backlogged {
             f.start = (f.start + delta).max(v);
+            f.credit = (f.credit + delta).min(f.start);
             self.index_insert(id);
         }
         if let Some(e) = self.outstanding.get_mut(&ticket.id) {

@@ -6,6 +6,8 @@
  *   hostile_ctl flood                   answer every connection with endless bytes, no newline
  *   hostile_ctl lie                     answer "ok" and absurd byte counts
  *   hostile_ctl fill                    make entries until the directory refuses, then sleep
+ *   hostile_ctl burst <hold_ms> <idle>  speak the shim's burst socket itself: begin, hold the
+ *                                       lease hold_ms, end claiming <idle> ns idle, again at once
  *
  * Built static (cc -static), so the preloaded interposer never loads into it. */
 #include <errno.h>
@@ -33,6 +35,17 @@ static int listen_on(const char *name) {
         exit(1);
     }
     return s;
+}
+
+/* Sends one request and reads its one-line answer; -1 when the shim hung up. */
+static int say(int s, const char *req) {
+    if (write(s, req, strlen(req)) < 0) return -1;
+    char c;
+    for (;;) {
+        ssize_t n = read(s, &c, 1);
+        if (n <= 0) return -1;
+        if (c == '\n') return 0;
+    }
 }
 
 static void forever(void) {
@@ -65,6 +78,25 @@ int main(int argc, char **argv) {
         printf("filled %d\n", n);
         fflush(stdout);
         forever();
+    }
+    if (!strcmp(mode, "burst") && argc > 3) {
+        long hold_ms = atol(argv[2]);
+        char end[64];
+        snprintf(end, sizeof end, "end %s\n", argv[3]);
+        struct sockaddr_un a = {.sun_family = AF_UNIX};
+        snprintf(a.sun_path, sizeof a.sun_path, "%s/shim.sock", dir());
+        int b = socket(AF_UNIX, SOCK_STREAM, 0);
+        if (b < 0 || connect(b, (struct sockaddr *)&a, sizeof a) < 0) {
+            perror("hostile_ctl: connect");
+            return 1;
+        }
+        printf("bursting\n");
+        fflush(stdout);
+        for (;;) {
+            if (say(b, "begin\n") < 0) return 1;
+            usleep((useconds_t)hold_ms * 1000);
+            if (say(b, end) < 0) return 1;
+        }
     }
     int s = listen_on(name);
     printf("listening\n");

@@ -6,7 +6,7 @@
 //! does not fit keeps V from passing its start tag, so the others run at most T ahead of it before
 //! nothing else is eligible, the GPU drains, and it fits: waiting for memory is bounded by T.
 
-use super::{FlowId, MqfqQueue, Vt};
+use super::{FlowId, MqfqQueue, Tag, Vt};
 use crate::time::Time;
 
 use super::Dispatched;
@@ -24,16 +24,16 @@ impl<T> MqfqQueue<T> {
             .then(|| self.long_backlog.iter())
             .into_iter()
             .flatten();
-        let within = |&&(Vt(s), _): &&(Vt, FlowId)| s <= limit;
+        let within = |&&(Vt(s), _, _): &&Tag| s <= limit;
         let short = self
             .short_backlog
             .iter()
             .take_while(within)
-            .find(|&&(_, id)| fits(id));
-        let long = longs.take_while(within).find(|&&(_, id)| fits(id));
+            .find(|&&(_, _, id)| fits(id));
+        let long = longs.take_while(within).find(|&&(_, _, id)| fits(id));
         match (short, long) {
-            (Some(a), Some(b)) => Some(if b < a { b.1 } else { a.1 }),
-            (a, b) => a.or(b).map(|&(_, id)| id),
+            (Some(a), Some(b)) => Some(if b < a { b.2 } else { a.2 }),
+            (a, b) => a.or(b).map(|&(_, _, id)| id),
         }
     }
 

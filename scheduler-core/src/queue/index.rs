@@ -4,13 +4,13 @@
 //! cost, weight, charge or head goes through [`MqfqQueue::index_remove`] before and
 //! [`MqfqQueue::index_insert`] after, so no dispatch ever scans the flows.
 
-use super::{FlowId, MqfqQueue, Phase, Vt};
+use super::{FlowId, MqfqQueue, Phase, Tag, Vt};
 use crate::config::Selection;
 
 impl<T> MqfqQueue<T> {
     pub(super) fn index_insert(&mut self, id: FlowId) {
         let f = &self.flows[id.ix()];
-        let key = (Vt(f.start), id);
+        let key = (Vt(f.start), Vt(f.credit), id);
         if self.is_short(f) {
             self.short_backlog.insert(key);
         } else {
@@ -20,7 +20,7 @@ impl<T> MqfqQueue<T> {
             self.resident_backlog.insert(key);
         } else {
             self.penalized
-                .insert((Vt(f.start + f.switch_cost / f.weight), id));
+                .insert((Vt(f.start + f.switch_cost / f.weight), Vt(f.credit), id));
         }
         if self.cfg.selection == Selection::Fifo
             && let Some(head) = f.pending.front()
@@ -32,7 +32,7 @@ impl<T> MqfqQueue<T> {
     /// Removes the flow from the indexes; call before changing its start, cost, weight or charge.
     pub(super) fn index_remove(&mut self, id: FlowId) {
         let f = &self.flows[id.ix()];
-        let key = (Vt(f.start), id);
+        let key = (Vt(f.start), Vt(f.credit), id);
         if self.is_short(f) {
             self.short_backlog.remove(&key);
         } else {
@@ -42,7 +42,7 @@ impl<T> MqfqQueue<T> {
             self.resident_backlog.remove(&key);
         } else {
             self.penalized
-                .remove(&(Vt(f.start + f.switch_cost / f.weight), id));
+                .remove(&(Vt(f.start + f.switch_cost / f.weight), Vt(f.credit), id));
         }
         if let Some(head) = f.pending.front() {
             self.fifo.remove(&(head.seq, id));
@@ -52,12 +52,13 @@ impl<T> MqfqQueue<T> {
     /// The backlogged flow with the lowest start tag (short and long flows are kept apart so each
     /// flow sits in one of them; the minimum is the lower of the two heads).
     pub(super) fn lowest(&self) -> Option<(f64, FlowId)> {
-        let s = self.short_backlog.first().map(|&(Vt(v), id)| (v, id));
-        let l = self.long_backlog.first().map(|&(Vt(v), id)| (v, id));
-        match (s, l) {
-            (Some(a), Some(b)) => Some(if (b.0, b.1) < (a.0, a.1) { b } else { a }),
+        let s = self.short_backlog.first();
+        let l = self.long_backlog.first();
+        let best: Option<&Tag> = match (s, l) {
+            (Some(a), Some(b)) => Some(if b < a { b } else { a }),
             (a, b) => a.or(b),
-        }
+        };
+        best.map(|&(Vt(v), _, id)| (v, id))
     }
 
     pub(super) fn update_v(&mut self) {
@@ -91,18 +92,18 @@ impl<T> MqfqQueue<T> {
             let resident = self
                 .resident_backlog
                 .first()
-                .filter(|&&(Vt(s), _)| s <= limit)
-                .map(|&(Vt(s), id)| (s, id));
+                .filter(|&&(Vt(s), _, _)| s <= limit)
+                .copied();
             let other = self
                 .penalized
                 .first()
-                .filter(|&&(_, id)| self.flows[id.ix()].start <= limit)
-                .map(|&(Vt(s), id)| (s, id));
+                .filter(|&&(_, _, id)| self.flows[id.ix()].start <= limit)
+                .copied();
             let best = match (resident, other) {
                 (Some(r), Some(o)) => Some(if o.0 < r.0 { o } else { r }),
                 (r, o) => r.or(o),
             };
-            if let Some((_, id)) = best {
+            if let Some((_, _, id)) = best {
                 return Some(id);
             }
         }

@@ -353,3 +353,43 @@ fn fifo_serves_in_arrival_order_across_flows() {
     assert_eq!(order, ["l0", "h2", "h3"]);
     assert_eq!(q.queued(), 0);
 }
+
+/// Flows that take V on arrival tie with the flow that defines it; the tie goes to the flow
+/// served least recently (the lowest finish tag it came back with), not to the lowest index: a
+/// light function back from idle is not queued behind every older flow that happens to sit at V.
+#[test]
+fn equal_start_tags_go_to_the_flow_served_least_recently() {
+    for selection in [
+        Selection::LowestStart,
+        Selection::Sticky,
+        Selection::StickyResident,
+    ] {
+        let mut q = MqfqQueue::new(fixed(0.0, 10.0, selection)).unwrap();
+        let a = q.flow("a");
+        let z = q.flow("z");
+        let c = q.flow("c");
+        // c ran 0.1 s, a ran 1 s, z runs on with a second invocation queued.
+        for (f, item) in [(c, "c0"), (a, "a0"), (z, "z0"), (z, "z1")] {
+            q.enqueue(f, item, secs(0.0)).unwrap();
+        }
+        let mut tickets = Vec::new();
+        for _ in 0..3 {
+            let d = q.dispatch(secs(0.0)).unwrap();
+            tickets.push((d.item, d.ticket));
+        }
+        for (item, t) in &tickets {
+            let m = if *item == "c0" { 0.1 } else { 1.0 };
+            q.complete(t, Some(m), secs(1.0)).unwrap();
+        }
+        assert!(
+            (q.virtual_time() - 1.0).abs() < 1e-9,
+            "{}",
+            q.virtual_time()
+        );
+        // a and c come back: both take V = 1.0, as z's next invocation has.
+        q.enqueue(a, "a1", secs(1.0)).unwrap();
+        q.enqueue(c, "c1", secs(1.0)).unwrap();
+        let next = q.dispatch(secs(1.0)).unwrap().item;
+        assert_eq!(next, "c1", "{selection:?}");
+    }
+}
