@@ -178,9 +178,10 @@ struct NodeArgs {
     /// Functions with mean exec below this are "short" in reports, ms.
     #[arg(long, default_value_t = 1000.0)]
     short_ms: f64,
-    /// How fcfs, batch, sjf and paella run: `strong` (our dynamic D, evict under pressure) or
+    /// How fcfs, batch, sjf and paella run: `strong` (our dynamic D, evict under pressure),
     /// `paper` (as the seed compared against: D = 2 behind the published utilization gate,
-    /// memory pushed to the host after every use).
+    /// memory pushed to the host after every use) or `naive` (D = 2, no warm pool: every call
+    /// starts cold).
     #[arg(long, default_value = "strong")]
     baselines: String,
 }

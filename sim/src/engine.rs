@@ -30,7 +30,7 @@ mod sampling;
 
 pub use pool::pool_config;
 
-use crate::policy::{Admission, MemoryStyle, PUBLISHED_GATE, Policy, PoolView, Signal};
+use crate::policy::{Admission, MemoryStyle, NAIVE_GATE, PUBLISHED_GATE, Policy, PoolView, Signal};
 use crate::trace::Trace;
 use crate::types::{Audit, Baselines, Record, SimConfig, SimError, SimOutput};
 use scheduler_core::concurrency::ConcurrencyController;
@@ -476,6 +476,8 @@ impl<'t> Engine<'t> {
                         gpu.slots -= 1;
                         if admission == Admission::Node {
                             self.pool_release(c, policy);
+                        } else if mem == MemoryStyle::ColdEveryCall {
+                            self.discard(c, policy);
                         } else if mem == MemoryStyle::EvictAfterUse
                             || (mem == MemoryStyle::EagerPrefetch && !policy.active(f))
                         {
@@ -784,6 +786,7 @@ pub fn simulate(
     let (admission, mem_style) = match (cfg.baselines, policy.admission()) {
         // A baseline as the seed ran it.
         (Baselines::Paper, Admission::Dynamic) => (PUBLISHED_GATE, MemoryStyle::EvictAfterUse),
+        (Baselines::Naive, Admission::Dynamic) => (NAIVE_GATE, MemoryStyle::ColdEveryCall),
         (_, a) => (a, policy.memory()),
     };
     let mut e = engine(trace, cfg, admission)?;

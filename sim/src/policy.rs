@@ -55,6 +55,12 @@ pub const PUBLISHED_GATE: Admission = Admission::Gated {
     util_limit: 0.95,
 };
 
+/// The naive comparison's admission: a fixed D of 2 and no utilization gate.
+pub const NAIVE_GATE: Admission = Admission::Gated {
+    d: 2,
+    util_limit: 1.0,
+};
+
 /// How a policy manages container memory.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum MemoryStyle {
@@ -66,6 +72,9 @@ pub enum MemoryStyle {
     EagerPrefetch,
     /// Push a container's memory to the host after every use (the seed's baselines).
     EvictAfterUse,
+    /// Keep nothing: a container is gone after its call, so every call starts cold (no warm
+    /// pool: `--baselines naive`).
+    ColdEveryCall,
 }
 
 /// What the executor tells a policy about memory.

@@ -17,6 +17,9 @@ pub enum Baselines {
     /// hints on): the published gate (fixed D = 2, utilization estimate ≤ 0.95) and each
     /// container's memory pushed to the host after every use, so the next call restores it.
     Paper,
+    /// What a node without a warm pool runs: a fixed D of 2, no utilization gate, and no
+    /// container kept after its call — every call starts cold.
+    Naive,
 }
 
 impl std::str::FromStr for Baselines {
@@ -25,7 +28,12 @@ impl std::str::FromStr for Baselines {
         match s {
             "strong" => Ok(Baselines::Strong),
             "paper" => Ok(Baselines::Paper),
-            _ => Err(ConfigError::new("baselines", s, "must be strong or paper")),
+            "naive" => Ok(Baselines::Naive),
+            _ => Err(ConfigError::new(
+                "baselines",
+                s,
+                "must be strong, paper or naive",
+            )),
         }
     }
 }

@@ -224,7 +224,7 @@ fn busy_time_pins_d_where_measured_interference_lets_it_grow() {
 /// and push a container's memory to the host after every use, so each later call of a function
 /// restores it (Warm); the strong baselines find it Hot. mqfq-sticky is not affected.
 #[test]
-fn paper_baselines_restore_every_call_behind_the_published_gate() {
+fn paper_and_naive_baselines_restore_or_start_every_call() {
     use mqfq_sim::Baselines;
     use scheduler_core::tiers::Tier;
     let mut csv = String::from("time_ms,function,exec_ms,mem_mb,cold_ms\n");
@@ -260,6 +260,21 @@ fn paper_baselines_restore_every_call_behind_the_published_gate() {
     }
     assert_eq!(
         tiers(&paper, "mqfq-sticky"),
+        tiers(&SimConfig::default(), "mqfq-sticky")
+    );
+    // `baselines = naive`: no warm pool, so every call of `f` (5 s apart) starts cold, on at
+    // most two slots; mqfq-sticky is not affected either.
+    let naive = SimConfig {
+        baselines: Baselines::Naive,
+        ..SimConfig::default()
+    };
+    for p in ["fcfs", "sjf", "paella"] {
+        let (cold, slots) = tiers(&naive, p);
+        assert_eq!(cold, [Tier::Cold; 4], "{p}");
+        assert!(slots <= 2, "{p}: {slots} slots at a fixed D of 2");
+    }
+    assert_eq!(
+        tiers(&naive, "mqfq-sticky"),
         tiers(&SimConfig::default(), "mqfq-sticky")
     );
 }

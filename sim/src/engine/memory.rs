@@ -73,6 +73,20 @@ impl Engine<'_> {
         self.refresh(f, policy);
     }
 
+    /// Container `c` (idle, Hot) is gone with its memory: its function's next call starts cold.
+    pub(super) fn discard(&mut self, c: usize, policy: &mut dyn Policy) {
+        let (g, f, mb) = {
+            let ct = &mut self.containers[c];
+            debug_assert!(ct.tier == Tier::Hot && !ct.busy);
+            ct.tier = Tier::Cold;
+            ct.alive = false;
+            (ct.gpu, ct.func, self.trace.functions[ct.func].mem_mb)
+        };
+        self.gpus[g].used_mb -= mb;
+        self.by_func[f].retain(|&x| x != c);
+        self.refresh(f, policy);
+    }
+
     /// Frees memory on GPU `g` so `need` MB fit; `active_ok` allows evicting active flows'
     /// containers. Returns false (and evicts nothing) if it cannot.
     #[expect(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
