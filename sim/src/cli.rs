@@ -145,6 +145,10 @@ struct NodeArgs {
     /// false`): what admitting memory is worth.
     #[arg(long)]
     no_memory_admission: bool,
+    /// Under `none`, a start past the GPU's memory: `fail` (its allocations fail; counted) or
+    /// `uvm` (managed memory: it goes on, and runs page the excess in over PCIe).
+    #[arg(long, default_value = "fail")]
+    none_memory: String,
     /// The GPUs report SM activity (GPM: Hopper and later); without it, only busy-time and the
     /// measured slowdown (the default A30-class GPU has no GPM).
     #[arg(long)]
@@ -272,6 +276,7 @@ impl NodeArgs {
                 .map(parse_weights)
                 .transpose()?,
             memory_admission: (!self.no_memory_admission).then_some(self.default_footprint_mb),
+            none_memory: self.none_memory.parse()?,
             ..SimConfig::default()
         };
         cfg.validate()?;
@@ -310,6 +315,10 @@ struct CompareArgs {
     /// Write GPU 0's concurrency limit over time per policy to this SVG.
     #[arg(long)]
     plot_d: Option<PathBuf>,
+    /// Also run `none` (no admission: every call at once, idle containers keep their memory,
+    /// a start past the GPU's memory fails or pages, see --none-memory), what a node runs today.
+    #[arg(long)]
+    with_none: bool,
     #[command(flatten)]
     node: NodeArgs,
 }
@@ -480,9 +489,9 @@ impl Cli {
 }
 
 fn run(a: &RunArgs) -> Result<()> {
-    if !POLICIES.contains(&a.policy.as_str()) {
+    if !POLICIES.contains(&a.policy.as_str()) && a.policy != "none" {
         bail!(
-            "unknown policy `{}` (expected one of {})",
+            "unknown policy `{}` (expected one of {}, or none)",
             a.policy,
             POLICIES.join(", ")
         );
@@ -585,8 +594,13 @@ fn compare(a: &CompareArgs) -> Result<()> {
     let mut sums = Vec::new();
     let mut cdfs = Vec::new();
     let mut limits = Vec::new();
-    for p in POLICIES {
+    let none = a.with_none.then_some("none");
+    let mut failed = None;
+    for p in POLICIES.into_iter().chain(none) {
         let out = run_policy(p, &trace, &cfg)?;
+        if p == "none" {
+            failed = Some(out.audit.failed_starts);
+        }
         limits.push((p, out.limits.clone()));
         let s = summarize(&trace, &out, a.node.short_ms);
         let mut lat = crate::report::latencies_s(&trace, &out);
@@ -606,6 +620,13 @@ fn compare(a: &CompareArgs) -> Result<()> {
         cfg.baselines
     );
     print!("{}", table(&sums));
+    if let Some(n) = failed {
+        println!(
+            "none: {n} of {} calls failed to start (past the GPU's memory, --none-memory {:?}); its latencies are the others'",
+            trace.invocations.len(),
+            cfg.none_memory
+        );
+    }
     if let Some(j) = &a.json {
         write(j, &serde_json::to_string_pretty(&sums)?)?;
     }

@@ -27,6 +27,7 @@ use std::collections::VecDeque;
 mod memory;
 mod pool;
 mod sampling;
+mod unadmitted;
 
 pub use pool::pool_config;
 
@@ -143,6 +144,7 @@ impl<'t> Engine<'t> {
     fn slots_free(&self, g: usize, admission: Admission) -> bool {
         let gpu = &self.gpus[g];
         match admission {
+            Admission::Unlimited => true,
             Admission::Dynamic => gpu.slots < gpu.conc.limit(),
             Admission::Node => gpu.slots < self.node_limits[g].slots,
             Admission::Gated { d, util_limit } => {
@@ -153,6 +155,8 @@ impl<'t> Engine<'t> {
 
     fn limit(&self, g: usize, admission: Admission) -> u32 {
         match admission {
+            // No limit: one more than held, so a dispatch always finds a slot.
+            Admission::Unlimited => self.gpus[g].slots.saturating_add(1),
             Admission::Dynamic => self.gpus[g].conc.limit(),
             Admission::Node => self.node_limits[g].slots,
             Admission::Gated { d, .. } => d.min(self.gpus[g].conc.config().d_max),
@@ -199,6 +203,10 @@ impl<'t> Engine<'t> {
     fn acquire(&mut self, r: usize, force: bool, policy: &mut dyn Policy) {
         if self.admission == Admission::Node {
             self.acquire_node(r, force, policy);
+            return;
+        }
+        if self.admission == Admission::Unlimited {
+            self.acquire_unadmitted(r, policy);
             return;
         }
         let (g, f) = {
@@ -364,7 +372,11 @@ impl<'t> Engine<'t> {
                 if util > 0.0 {
                     self.gpus[g].any_ms += dt;
                 }
-                self.d_integral += f64::from(self.limit(g, self.admission)) * dt;
+                let limit = match self.admission {
+                    Admission::Unlimited => self.gpus[g].slots,
+                    a => self.limit(g, a),
+                };
+                self.d_integral += f64::from(limit) * dt;
                 self.slot_integral += f64::from(self.gpus[g].slots) * dt;
                 for run in self.runs.iter_mut().flatten() {
                     if run.gpu == g
@@ -621,7 +633,7 @@ impl Engine<'_> {
                 (l.queued > 0 && !l.memory_bound && g.slots < l.any)
                     || (l.reserve_waiting && g.slots < l.slots)
             }),
-            Admission::Dynamic | Admission::Gated { .. } => {
+            Admission::Dynamic | Admission::Gated { .. } | Admission::Unlimited => {
                 policy.queued() > 0
                     && (0..self.gpus.len())
                         .any(|g| self.gpus[g].slots < self.limit(g, self.admission))

@@ -9,6 +9,7 @@
 //! | `paella` | per-function FIFOs; smallest head estimate, unless a deficit ≥ 25 (SRPT + fairness) |
 //! | `mqfq-paper` | MQFQ-Sticky as published: T = 5 s, TTL = 1.5 × EWMA exec, D = 2 with the 95 % utilization gate, no charge correction, eager eviction |
 //! | `mqfq-sticky` | ours, as `mqfqd` runs it: the node's admission core ([`crate::node`]) — profile T and TTL, dynamic D per GPU, short-slot reserve, measured-charge correction, resident preference — with lazy eviction and prefetch on activation |
+//! | `none` | no admission (the reference, not compared by default): every call starts at once; idle containers keep their memory until the keep-alive; a start past the GPU's memory fails or pages |
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
@@ -35,6 +36,8 @@ pub const POLICIES: [&str; 6] = [
 /// How a policy wants GPU slots granted.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Admission {
+    /// No admission: every call starts at once (`none`).
+    Unlimited,
     /// D from the dynamic concurrency controller.
     Dynamic,
     /// The node's admission core decides (GPU, limit, order): the executor runs what
@@ -75,6 +78,9 @@ pub enum MemoryStyle {
     /// Keep nothing: a container is gone after its call, so every call starts cold (no warm
     /// pool: `--baselines naive`).
     ColdEveryCall,
+    /// Nothing evicts: an idle container keeps its memory on the GPU until the platform's
+    /// keep-alive (`--hot-ttl-s`) ends it (`none`).
+    KeepAlive,
 }
 
 /// What the executor tells a policy about memory.
@@ -197,6 +203,7 @@ pub fn build(name: &str, trace: &Trace, cfg: &SimConfig) -> Result<Box<dyn Polic
     let n = trace.functions.len();
     Ok(match name {
         "fcfs" => Box::new(Fcfs::default()),
+        "none" => Box::new(NoAdmission::default()),
         "batch" => Box::new(OldestBatch::new(n)),
         "sjf" => Box::new(Sjf::new(n)),
         "paella" => Box::new(Paella::new(n)),
@@ -262,6 +269,49 @@ impl Policy for Fcfs {
     }
     fn active(&self, func: usize) -> bool {
         self.waiting.get(&func).is_some_and(|w| *w > 0)
+    }
+}
+
+/// No admission at all, what a node runs today with plain runc and the NVIDIA toolkit: every
+/// call starts at once, in an idle container of its function or a new one; idle containers keep
+/// their memory until the platform's keep-alive ends them; a start past the GPU's memory fails
+/// or pages (`--none-memory`). A reference point, not a policy to run.
+#[derive(Debug, Default)]
+pub struct NoAdmission {
+    waiting: VecDeque<usize>,
+    per_function: HashMap<usize, usize>,
+}
+
+impl Policy for NoAdmission {
+    fn name(&self) -> &'static str {
+        "none"
+    }
+    fn arrive(&mut self, inv: usize, trace: &Trace, _: Time, _: &PoolView<'_>) {
+        self.waiting.push_back(inv);
+        *self
+            .per_function
+            .entry(trace.invocations[inv].func)
+            .or_default() += 1;
+    }
+    fn next(&mut self, trace: &Trace, _: Time, _: &PoolView<'_>, _: u32) -> Option<Vec<usize>> {
+        let inv = self.waiting.pop_front()?;
+        if let Some(n) = self.per_function.get_mut(&trace.invocations[inv].func) {
+            *n -= 1;
+        }
+        Some(vec![inv])
+    }
+    fn complete(&mut self, _: usize, _: &Trace, _: f64, _: Time) {}
+    fn queued(&self) -> usize {
+        self.waiting.len()
+    }
+    fn active(&self, func: usize) -> bool {
+        self.per_function.get(&func).is_some_and(|n| *n > 0)
+    }
+    fn admission(&self) -> Admission {
+        Admission::Unlimited
+    }
+    fn memory(&self) -> MemoryStyle {
+        MemoryStyle::KeepAlive
     }
 }
 

@@ -38,6 +38,29 @@ impl std::str::FromStr for Baselines {
     }
 }
 
+/// What a start past the GPU's memory does under `none` (no admission, no pool).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NoneMemory {
+    /// The container's allocations fail: the call fails to start (counted, never retried).
+    #[default]
+    Fail,
+    /// Its memory is managed (UVM): the start goes on past physical memory, and each run on an
+    /// oversubscribed GPU first pages its share of the excess in over the PCIe link.
+    Uvm,
+}
+
+impl std::str::FromStr for NoneMemory {
+    type Err = ConfigError;
+    fn from_str(s: &str) -> Result<Self, ConfigError> {
+        match s {
+            "fail" => Ok(NoneMemory::Fail),
+            "uvm" => Ok(NoneMemory::Uvm),
+            _ => Err(ConfigError::new("none-memory", s, "must be fail or uvm")),
+        }
+    }
+}
+
 /// Simulator knobs.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct SimConfig {
@@ -85,6 +108,8 @@ pub struct SimConfig {
     /// this many MiB (mqfqd's `[queue] default_footprint_mb`); `None`: slots alone gate
     /// (`--no-memory-admission`, mqfqd's `memory_admission = false`).
     pub memory_admission: Option<u64>,
+    /// What `none` does past the GPU's memory.
+    pub none_memory: NoneMemory,
 }
 
 impl Default for SimConfig {
@@ -110,6 +135,7 @@ impl Default for SimConfig {
             nodes: 1,
             cluster: crate::cluster::ClusterMode::RoundRobin,
             memory_admission: Some(scheduler_core::node::admission::DEFAULT_FOOTPRINT_MB),
+            none_memory: NoneMemory::Fail,
         }
     }
 }
@@ -221,6 +247,9 @@ pub struct Audit {
     /// work waited for it (0 for a work-conserving policy; the published utilization gate of
     /// `mqfq-paper` is not checked).
     pub idle_with_backlog: u64,
+    /// Invocations that failed to start: under `none` with `--none-memory fail`, a start past
+    /// the GPU's memory (0 for every admitting policy).
+    pub failed_starts: u64,
 }
 
 /// Result of one run.

@@ -278,3 +278,36 @@ fn paper_and_naive_baselines_restore_or_start_every_call() {
         tiers(&SimConfig::default(), "mqfq-sticky")
     );
 }
+
+/// `none`, no admission: ten 5 GB functions called at once on a 24 GB GPU all start at once;
+/// the four that fit run and the other six fail to start (their allocations fail), or, with
+/// managed memory, all run and page the excess in over PCIe. mqfq-sticky runs every call.
+#[test]
+fn none_fails_starts_past_memory_or_pages_them_in() {
+    use mqfq_sim::NoneMemory;
+    let mut csv = String::from("time_ms,function,exec_ms,mem_mb,cold_ms\n");
+    for f in 0..10 {
+        csv.push_str(&format!("0,f{f},1000,5000,100\n"));
+    }
+    let t = Trace::parse(&csv).unwrap();
+    let fail = run_policy("none", &t, &SimConfig::default()).unwrap();
+    assert_eq!(fail.audit.failed_starts, 6);
+    assert_eq!(fail.audit.unfinished, 0);
+    let ran = fail.records.iter().filter(|r| r.end_ms.is_finite()).count();
+    assert_eq!(ran, 4);
+    assert_eq!(fail.pcie_mb, 0.0);
+    let uvm_cfg = SimConfig {
+        none_memory: NoneMemory::Uvm,
+        ..SimConfig::default()
+    };
+    let uvm = run_policy("none", &t, &uvm_cfg).unwrap();
+    assert_eq!(uvm.audit.failed_starts, 0);
+    assert!(uvm.records.iter().all(|r| r.end_ms.is_finite()));
+    assert!(uvm.pcie_mb > 0.0, "the excess is paged in");
+    assert_eq!(uvm.audit.max_slots_held, 10, "no admission: all at once");
+    let sticky = run_policy("mqfq-sticky", &t, &SimConfig::default()).unwrap();
+    assert_eq!(sticky.audit.failed_starts, 0);
+    assert!(sticky.records.iter().all(|r| r.end_ms.is_finite()));
+    let e = "swap".parse::<NoneMemory>().unwrap_err();
+    assert!(e.to_string().contains("none-memory"), "{e}");
+}

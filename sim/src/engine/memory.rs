@@ -198,7 +198,13 @@ impl Engine<'_> {
             }
         }
         for c in evict {
-            self.evict(c, policy);
+            // Without a pool nothing keeps an idle container's memory on the host: the
+            // keep-alive's end is the container's.
+            if mem == MemoryStyle::KeepAlive {
+                self.discard(c, policy);
+            } else {
+                self.evict(c, policy);
+            }
         }
         for c in drop {
             let f = self.containers[c].func;

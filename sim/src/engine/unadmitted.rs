@@ -1,0 +1,63 @@
+//! `none`: what a node runs without admission. Every call starts at once, in an idle container of
+//! its function on the GPU or a new one; nothing evicts an idle container's memory (plain runc
+//! and the NVIDIA toolkit know nothing of it) until the platform's keep-alive ends it. Past the
+//! GPU's physical memory a start either fails — its allocations do — or, with managed memory
+//! (`--none-memory uvm`), goes on oversubscribed, and each run on an oversubscribed GPU first
+//! pages its share of the excess in over the PCIe link.
+
+use scheduler_core::tiers::Tier;
+
+use super::{EPS, Engine};
+use crate::policy::Policy;
+use crate::types::{NoneMemory, Record};
+
+impl Engine<'_> {
+    /// Gives run `r` a container under `none`, or fails it.
+    pub(super) fn acquire_unadmitted(&mut self, r: usize, policy: &mut dyn Policy) {
+        let (g, f) = {
+            let run = self.runs[r].as_ref().expect("run exists");
+            (run.gpu, run.func)
+        };
+        let mem = self.mem(f);
+        let (c, until, tier) = if let Some(c) = self.idle_container(f, g, Tier::Hot) {
+            (c, self.containers[c].ready_ms.max(self.now), Tier::Hot)
+        } else if self.gpus[g].used_mb + mem <= self.cfg.mem_mb(g) + EPS
+            || self.cfg.none_memory == NoneMemory::Uvm
+        {
+            let c = self.new_container(f, g);
+            (c, self.bring_in(c), Tier::Cold)
+        } else {
+            self.fail_start(r);
+            return;
+        };
+        let until = until.max(self.page_in(g, mem));
+        self.containers[c].busy = true;
+        self.runs[r].as_mut().expect("run exists").container = Some(c);
+        self.starting_up(r, until, tier, policy);
+    }
+
+    /// A run on oversubscribed GPU `g` pages in its share of the excess first (`mem` × the
+    /// fraction of the GPU's memory in use that does not fit); returns when that is done.
+    fn page_in(&mut self, g: usize, mem: f64) -> f64 {
+        let (used, cap) = (self.gpus[g].used_mb, self.cfg.mem_mb(g));
+        if used <= cap + EPS {
+            return self.now;
+        }
+        self.pcie(g, mem * (used - cap) / used)
+    }
+
+    /// Run `r`'s call fails to start: its slot is given back and it is recorded as failed.
+    fn fail_start(&mut self, r: usize) {
+        let Some(run) = self.runs[r].take() else {
+            return;
+        };
+        self.gpus[run.gpu].slots = self.gpus[run.gpu].slots.saturating_sub(1);
+        self.audit.failed_starts += 1;
+        self.records[run.current] = Some(Record {
+            start_ms: self.now,
+            end_ms: f64::NAN,
+            tier: Tier::Cold,
+            gpu: Some(run.gpu),
+        });
+    }
+}
