@@ -204,3 +204,10 @@ for load in 0.6 0.7 0.8; do
         echo "$out" | grep "^| $p |" | awk -F'|' -v l="$load" '{print "| "l" |"$2"|"$3"|"$5"|"$9"|"$10"|"}'
     done
 done
+
+echo
+echo "### Random workload sweep: mqfq-sticky against fcfs on 200 seeded draws (issue 34)"
+echo
+echo '`mqfq-sim sweep --draws 200 --seed 1 --duration-s 300`'
+echo
+"$sim" sweep --draws 200 --seed 1 --duration-s 300 | tail -n 3

@@ -38,6 +38,35 @@ enum Cmd {
     /// mqfq-sticky on several nodes under each way of picking a node: mqfq's extender,
     /// round-robin, random; with each node's API writes per minute.
     Cluster(ClusterArgs),
+    /// mqfq-sticky against fcfs on seeded random workloads and nodes (docs/SIMULATOR.md): the
+    /// share of draws where it is no worse, and the worst draws.
+    Sweep(SweepArgs),
+}
+
+#[derive(Debug, Args)]
+struct SweepArgs {
+    /// Draws.
+    #[arg(long, default_value_t = 200)]
+    draws: u64,
+    /// Seed of the sweep.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Seconds of arrivals per draw.
+    #[arg(long, default_value_t = 300.0)]
+    duration_s: f64,
+    /// Functions with mean exec below this are "short", ms.
+    #[arg(long, default_value_t = 1000.0)]
+    short_ms: f64,
+    /// Write every draw's outcome as JSON here.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Instead of running: write draw N's trace to --out and print its node's flags (to look
+    /// into one draw with `compare`).
+    #[arg(long, requires = "out")]
+    write_draw: Option<u64>,
+    /// Where --write-draw writes the trace.
+    #[arg(long)]
+    out: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -440,6 +469,31 @@ impl Cli {
                 let cfg = a.node.config()?;
                 let trace = load_trace(&a.trace)?;
                 print!("{}", crate::hetero::report(&trace, &cfg, a.node.short_ms)?);
+                Ok(())
+            }
+            Cmd::Sweep(a) => {
+                if a.draws == 0 || !(a.duration_s.is_finite() && a.duration_s > 0.0) {
+                    bail!("--draws must be at least 1 and --duration-s > 0");
+                }
+                if let (Some(i), Some(out)) = (a.write_draw, &a.out) {
+                    let (d, t, cfg) = crate::sweep::draw(a.seed, i, a.duration_s);
+                    write(out, &t.to_csv())?;
+                    let mems: Vec<String> =
+                        cfg.gpu_mem_each_mb.iter().map(|m| format!("{m}")).collect();
+                    println!(
+                        "--gpus {} --gpu-mems-mb {}    # {d:?}",
+                        cfg.gpus,
+                        mems.join(",")
+                    );
+                    return Ok(());
+                }
+                let outcomes = (0..a.draws)
+                    .map(|i| crate::sweep::run(a.seed, i, a.duration_s, a.short_ms))
+                    .collect::<Result<Vec<_>, _>>()?;
+                print!("{}", crate::sweep::report(&outcomes));
+                if let Some(j) = &a.json {
+                    write(j, &serde_json::to_string_pretty(&outcomes)?)?;
+                }
                 Ok(())
             }
             Cmd::Cluster(a) => {

@@ -21,6 +21,7 @@ pub mod plot;
 pub mod policy;
 pub mod report;
 pub mod rng;
+pub mod sweep;
 pub mod trace;
 pub mod types;
 pub mod workload;

@@ -311,3 +311,41 @@ fn none_fails_starts_past_memory_or_pages_them_in() {
     let e = "swap".parse::<NoneMemory>().unwrap_err();
     assert!(e.to_string().contains("none-memory"), "{e}");
 }
+
+/// The random sweep draws what it says (5–60 functions, 0.2–20 GB, 10 ms–10 s, 1–4 GPUs of
+/// 16–80 GB, load 0.5–1.3), the same for the same seed and index, and every draw runs both
+/// policies to the end.
+#[test]
+fn the_random_sweep_draws_within_its_ranges_and_runs_every_draw() {
+    for i in 0..6 {
+        let (d, t, cfg) = mqfq_sim::sweep::draw(7, i, 40.0);
+        assert_eq!(mqfq_sim::sweep::draw(7, i, 40.0).1, t, "draw {i} is seeded");
+        assert!((5..=60).contains(&d.functions) && t.functions.len() == d.functions);
+        assert!((1..=4).contains(&cfg.gpus) && cfg.gpu_mem_each_mb.len() == cfg.gpus);
+        assert!(
+            cfg.gpu_mem_each_mb
+                .iter()
+                .all(|m| (16_384.0..=81_920.0).contains(m))
+        );
+        assert!((0.5..=1.3).contains(&d.load));
+        assert!(
+            t.functions
+                .iter()
+                .all(|f| (200.0..=20_000.0).contains(&f.mem_mb))
+        );
+        assert!(
+            t.invocations
+                .iter()
+                .all(|v| (9.0..=11_000.0).contains(&v.exec_ms))
+        );
+        let o = mqfq_sim::sweep::run(7, i, 40.0, 1000.0).unwrap();
+        assert!(o.mean_ratio.is_finite() && o.mean_ratio > 0.0, "{o:?}");
+        for p in ["fcfs", "mqfq-sticky"] {
+            let out = run_policy(p, &t, &cfg).unwrap();
+            assert_eq!(out.audit.unfinished, 0, "draw {i}: {p}");
+            assert_eq!(out.audit.double_completions, 0, "draw {i}: {p}");
+        }
+    }
+    let report = mqfq_sim::sweep::report(&[mqfq_sim::sweep::run(7, 0, 40.0, 1000.0).unwrap()]);
+    assert!(report.contains("1 draws: mean ≤ 1.0× fcfs on"), "{report}");
+}
