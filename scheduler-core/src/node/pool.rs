@@ -182,6 +182,9 @@ struct Calls {
 const ORDER_TIMEOUT_S: f64 = 60.0;
 /// After a failed order, none for the same container for this long.
 const BACKOFF_S: f64 = 10.0;
+/// How long a GPU must go without a pressure eviction before its pressure victims are brought
+/// back for predicted calls (docs/PERFORMANCE.md §1a′ measures it).
+const PRESSURE_QUIET_S: f64 = 30.0;
 /// Restore speed assumed before one is measured: PCIe 4.0 ×16 at about 12 GB/s.
 const ASSUMED_BYTES_PER_S: f64 = 12e9;
 
@@ -203,6 +206,8 @@ pub struct Pool {
     changed: bool,
     /// Whether GPU memory figures are measured (NVML) rather than simulated.
     measured: bool,
+    /// When each GPU last had containers evicted for memory pressure.
+    last_pressure: HashMap<u32, Time>,
 }
 
 /// Pooled containers per (function, tier).
@@ -233,6 +238,7 @@ impl Pool {
             events: Vec::new(),
             changed: true,
             measured: false,
+            last_pressure: HashMap::new(),
         })
     }
 
@@ -513,7 +519,11 @@ impl Pool {
             })
             .collect();
         let cands: Vec<ContainerView> = views.iter().map(|(_, v)| *v).collect();
-        for id in self.policy.choose_victims(&cands, need, free) {
+        let victims = self.policy.choose_victims(&cands, need, free);
+        if !victims.is_empty() {
+            self.last_pressure.insert(gpu, now);
+        }
+        for id in victims {
             let Ok(i) = usize::try_from(id) else { continue };
             let key = views[i].0.clone();
             if let Some(e) = self.entries.get_mut(&key) {
@@ -596,11 +606,20 @@ impl Pool {
                 self.make_room(gpu, used - budget, now);
             }
         }
-        // Predicted arrivals: pressure victims of functions whose next call is due.
+        // Predicted arrivals: pressure victims of functions whose next call is due, on GPUs
+        // that have had no pressure for a while — where memory is contended, a container
+        // brought back ahead of its call takes the room the next admitted run needs, is evicted
+        // again, and its two moves delay that run's restore on the same link.
+        let quiet = |gpu: u32| {
+            self.last_pressure
+                .get(&gpu)
+                .is_none_or(|&t| now.secs_since(t) >= PRESSURE_QUIET_S)
+        };
         let due: Vec<(u32, String)> = self
             .entries
             .values()
             .filter(|e| e.tier == Tier::Warm && e.evicted_for == Why::Pressure)
+            .filter(|e| quiet(e.gpu))
             .filter(|e| {
                 self.calls
                     .get(&e.function)
