@@ -60,6 +60,9 @@ struct SweepArgs {
     /// Write every draw's outcome as JSON here.
     #[arg(long)]
     json: Option<PathBuf>,
+    /// mqfq-sticky's `short_charge_s` on every draw (0: no short-slot reserve).
+    #[arg(long)]
+    short_charge_s: Option<f64>,
     /// Instead of running: write draw N's trace to --out and print its node's flags (to look
     /// into one draw with `compare`).
     #[arg(long, requires = "out")]
@@ -488,7 +491,9 @@ impl Cli {
                     return Ok(());
                 }
                 let outcomes = (0..a.draws)
-                    .map(|i| crate::sweep::run(a.seed, i, a.duration_s, a.short_ms))
+                    .map(|i| {
+                        crate::sweep::run(a.seed, i, a.duration_s, a.short_ms, a.short_charge_s)
+                    })
                     .collect::<Result<Vec<_>, _>>()?;
                 print!("{}", crate::sweep::report(&outcomes));
                 if let Some(j) = &a.json {

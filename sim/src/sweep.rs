@@ -176,12 +176,20 @@ pub struct Outcome {
     pub short_ratio: Option<f64>,
 }
 
-/// Runs draw `index` of `seed` (`duration_s` of arrivals) under fcfs and mqfq-sticky.
+/// Runs draw `index` of `seed` (`duration_s` of arrivals) under fcfs and mqfq-sticky, with
+/// mqfq-sticky's `short_charge_s` overridden where given.
 ///
 /// # Errors
 /// A run that fails ([`SimError`]).
-pub fn run(seed: u64, index: u64, duration_s: f64, short_ms: f64) -> Result<Outcome, SimError> {
-    let (draw, trace, cfg) = draw(seed, index, duration_s);
+pub fn run(
+    seed: u64,
+    index: u64,
+    duration_s: f64,
+    short_ms: f64,
+    short_charge_s: Option<f64>,
+) -> Result<Outcome, SimError> {
+    let (draw, trace, mut cfg) = draw(seed, index, duration_s);
+    cfg.overrides.short_charge_s = short_charge_s;
     let fcfs = run_policy("fcfs", &trace, &cfg)?;
     let ours = run_policy("mqfq-sticky", &trace, &cfg)?;
     let (f, m) = (

@@ -338,7 +338,7 @@ fn the_random_sweep_draws_within_its_ranges_and_runs_every_draw() {
                 .iter()
                 .all(|v| (9.0..=11_000.0).contains(&v.exec_ms))
         );
-        let o = mqfq_sim::sweep::run(7, i, 40.0, 1000.0).unwrap();
+        let o = mqfq_sim::sweep::run(7, i, 40.0, 1000.0, None).unwrap();
         assert!(o.mean_ratio.is_finite() && o.mean_ratio > 0.0, "{o:?}");
         for p in ["fcfs", "mqfq-sticky"] {
             let out = run_policy(p, &t, &cfg).unwrap();
@@ -346,6 +346,7 @@ fn the_random_sweep_draws_within_its_ranges_and_runs_every_draw() {
             assert_eq!(out.audit.double_completions, 0, "draw {i}: {p}");
         }
     }
-    let report = mqfq_sim::sweep::report(&[mqfq_sim::sweep::run(7, 0, 40.0, 1000.0).unwrap()]);
+    let report =
+        mqfq_sim::sweep::report(&[mqfq_sim::sweep::run(7, 0, 40.0, 1000.0, None).unwrap()]);
     assert!(report.contains("1 draws: mean ≤ 1.0× fcfs on"), "{report}");
 }
