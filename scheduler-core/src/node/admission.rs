@@ -910,4 +910,6 @@ pub use memory::{DEFAULT_FOOTPRINT_MB, MemoryAdmission, MemoryView};
 pub use record::Record;
 
 #[cfg(test)]
+mod testing;
+#[cfg(test)]
 mod tests;

@@ -4,7 +4,6 @@ fn k(s: &str) -> ContainerKey {
     s.parse().unwrap()
 }
 use crate::FlowState;
-use crate::config::{Overrun, Selection, StickyTtl};
 use proptest::prelude::*;
 
 fn secs(s: f64) -> Time {
@@ -23,16 +22,7 @@ fn gpu(index: u32) -> GpuInfo {
 }
 
 fn qcfg() -> QueueConfig {
-    QueueConfig {
-        overrun: Overrun::Fixed(0.5),
-        ttl: StickyTtl::Fixed(1.0),
-        fallback_ttl_s: 1.0,
-        fallback_charge_s: 1.0,
-        ewma_alpha: 0.5,
-        charge_correction: true,
-        selection: Selection::StickyResident,
-        short_charge_s: 0.0,
-    }
+    super::testing::qcfg(0.0)
 }
 
 fn core(n: u32, d: u32) -> Core {

@@ -376,16 +376,21 @@ fn re_registered_idle_containers_rejoin_with_their_tier() {
     assert_eq!(p.take_orders(), [order("ns/w", Action::Prefetch)]);
 }
 
-#[test]
-fn a_pressure_victim_is_prefetched_when_its_next_call_is_due() {
-    let mut p = pool(1e6, false);
-    p.observe_memory(0, 0, 10 * GIB);
-    // f is called every 10 s.
+/// `ns/f` (function f, 2 GiB) called at 0, 10, 20 and 30 s, each call a second long.
+fn called_every_10_s(p: &mut Pool) {
     for i in 0..4 {
         let at = f64::from(i) * 10.0;
         p.granted(&k("ns/f"), "f", 0, 7, t(at));
         p.released(&k("ns/f"), true, 2 * GIB, t(at + 1.0));
     }
+}
+
+#[test]
+fn a_pressure_victim_is_prefetched_when_its_next_call_is_due() {
+    let mut p = pool(1e6, false);
+    p.observe_memory(0, 0, 10 * GIB);
+    // f is called every 10 s.
+    called_every_10_s(&mut p);
     p.order(&k("ns/f"), Action::Evict, t(32.0));
     p.take_orders();
     // Evicted under pressure, the pressure gone, and f's next call due (last 30 s, IAT 10 s).
@@ -412,11 +417,7 @@ fn a_pressure_victim_waits_for_its_gpu_to_be_quiet_before_it_comes_back() {
     let mut p = pool(1e6, false);
     p.observe_memory(0, 0, 10 * GIB);
     // f is called every 10 s; g holds a lease (busy) with 7 GiB.
-    for i in 0..4 {
-        let at = f64::from(i) * 10.0;
-        p.granted(&k("ns/f"), "f", 0, 7, t(at));
-        p.released(&k("ns/f"), true, 2 * GIB, t(at + 1.0));
-    }
+    called_every_10_s(&mut p);
     p.granted(&k("ns/g"), "g", 0, 7, t(31.0));
     // 9 GiB in use on a budget of 8.5: f, the only idle container, goes for the pressure.
     p.observe_memory(0, 9 * GIB, 10 * GIB);

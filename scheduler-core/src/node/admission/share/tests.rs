@@ -1,41 +1,10 @@
 use super::super::*;
-use crate::config::{Overrun, Selection, StickyTtl};
 
-const GIB: u64 = 1 << 30;
-
-fn secs(s: f64) -> Time {
-    Time::from_secs_f64(s)
-}
+use super::super::testing::{GIB, secs};
 
 /// One 24 GiB GPU with D fixed at `d`, memory admission on (budget 20.4 GiB), T = 0.5 s.
 fn core(d: u32) -> Core {
-    let gpu = GpuInfo {
-        index: 0,
-        uuid: "GPU-0".into(),
-        name: "sim".into(),
-        mode: GpuMode::Plain,
-        memory_total: 24 * GIB,
-        mig: vec![],
-    };
-    let q = QueueConfig {
-        overrun: Overrun::Fixed(0.5),
-        ttl: StickyTtl::Fixed(1.0),
-        fallback_ttl_s: 1.0,
-        fallback_charge_s: 1.0,
-        ewma_alpha: 0.5,
-        charge_correction: true,
-        selection: Selection::StickyResident,
-        short_charge_s: 0.0,
-    };
-    let mut c = Core::new(vec![gpu], &q, |_| ConcurrencyConfig {
-        d_max: d,
-        d_initial: f64::from(d),
-        ..ConcurrencyConfig::for_mode(GpuMode::Plain, 0.2)
-    })
-    .unwrap();
-    c.set_memory(MemoryAdmission::new(0.15, 1024).unwrap())
-        .unwrap();
-    c
+    super::super::testing::memory_core(d, 0.0, 1024)
 }
 
 fn req(id: &str, function: &str, tenant: &str) -> AdmitInfo {
