@@ -1,6 +1,7 @@
 //! A seeded random workload sweep: a policy result counts only across workloads nobody tuned on.
 //! Each draw is a catalogue and a node from wide ranges — 5–60 functions, footprints 0.2–20 GB,
-//! solo times 10 ms–10 s (size and duration correlated or not), popularity skewed or not, one to
+//! solo times 10 ms–10 s (size and duration correlated or not; never past 85 % of the smallest
+//! GPU), popularity skewed or not, one to
 //! four tenants owning unequal shares of the functions, Poisson or bursty arrivals; one to four
 //! GPUs of 16–80 GB, mixed; an offered load of 0.5–1.3 — and mqfq-sticky runs against fcfs on
 //! it. Draw `i` of seed `s` is the same on every machine.
@@ -47,7 +48,11 @@ pub struct Draw {
     clippy::cast_sign_loss
 )]
 pub fn draw(seed: u64, index: u64, duration_s: f64) -> (Draw, Trace, SimConfig) {
-    let mut rng = SplitMix64::new(seed ^ index.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+    // Each draw's stream starts from (seed, index) hashed, so no two draws are one stream
+    // shifted (SplitMix64 steps by the golden-ratio constant: seeding with `seed ^ index × it`
+    // made draw i + 2 reuse draw i's numbers).
+    let hash = |x: u64| SplitMix64::new(x).next_u64();
+    let mut rng = SplitMix64::new(hash(seed) ^ hash(hash(index) ^ 0xA076_1D64_78BD_642F));
     let log_uniform = |rng: &mut SplitMix64, lo: f64, hi: f64| {
         (lo.ln() + rng.next_f64() * (hi.ln() - lo.ln())).exp()
     };
@@ -56,6 +61,9 @@ pub fn draw(seed: u64, index: u64, duration_s: f64) -> (Draw, Trace, SimConfig) 
     let gpu_mems_mb: Vec<f64> = (0..gpus)
         .map(|_| GPU_MEMS_MB[rng.below(GPU_MEMS_MB.len())])
         .collect();
+    // No footprint past what the smallest GPU admits (85 % of it): such a function cannot run
+    // on real hardware at all.
+    let largest_mb = 0.85 * gpu_mems_mb.iter().copied().fold(f64::INFINITY, f64::min);
     let load = 0.5 + 0.8 * rng.next_f64();
     let bursty = rng.next_f64() < 0.5;
     let correlated = rng.next_f64() < 0.5;
@@ -85,7 +93,7 @@ pub fn draw(seed: u64, index: u64, duration_s: f64) -> (Draw, Trace, SimConfig) 
         };
         functions.push(Function {
             name: format!("fn-{i}"),
-            mem_mb: mem.round(),
+            mem_mb: mem.min(largest_mb).round(),
             cold_ms: None,
             tenant: (tenants > 1).then(|| format!("t{t}")),
             weight: 1.0,

@@ -37,15 +37,25 @@ static int listen_on(const char *name) {
     return s;
 }
 
-/* Sends one request and reads its one-line answer; -1 when the shim hung up. */
+/* Sends one request and reads its one-line answer: 0 for "ok", 1 for anything else, -1 when
+ * the shim hung up. */
 static int say(int s, const char *req) {
-    if (write(s, req, strlen(req)) < 0) return -1;
-    char c;
-    for (;;) {
-        ssize_t n = read(s, &c, 1);
-        if (n <= 0) return -1;
-        if (c == '\n') return 0;
+    size_t len = strlen(req), off = 0;
+    while (off < len) {
+        ssize_t w = write(s, req + off, len - off);
+        if (w <= 0) return -1;
+        off += (size_t)w;
     }
+    char line[128];
+    size_t n = 0;
+    for (;;) {
+        char c;
+        if (read(s, &c, 1) <= 0) return -1;
+        if (c == '\n') break;
+        if (n < sizeof line - 1) line[n++] = c;
+    }
+    line[n] = 0;
+    return strcmp(line, "ok") == 0 ? 0 : 1;
 }
 
 static void forever(void) {
@@ -79,7 +89,11 @@ int main(int argc, char **argv) {
         fflush(stdout);
         forever();
     }
-    if (!strcmp(mode, "burst") && argc > 3) {
+    if (!strcmp(mode, "burst")) {
+        if (argc != 4 || strlen(argv[3]) > 20) {
+            fprintf(stderr, "usage: hostile_ctl burst <hold_ms> <idle_ns>\n");
+            return 2;
+        }
         long hold_ms = atol(argv[2]);
         char end[64];
         snprintf(end, sizeof end, "end %s\n", argv[3]);
@@ -93,7 +107,12 @@ int main(int argc, char **argv) {
         printf("bursting\n");
         fflush(stdout);
         for (;;) {
-            if (say(b, "begin\n") < 0) return 1;
+            int r = say(b, "begin\n");
+            if (r < 0) return 1;
+            if (r > 0) { /* refused: not holding the lease, try again shortly */
+                usleep(10000);
+                continue;
+            }
             usleep((useconds_t)hold_ms * 1000);
             if (say(b, end) < 0) return 1;
         }

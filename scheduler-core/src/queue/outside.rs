@@ -27,6 +27,8 @@ impl<T> MqfqQueue<T> {
                 let f = &mut self.flows[id.ix()];
                 f.start += charge / eff;
                 f.finish += charge / eff;
+                // As served just now: no tie goes to it for having waited.
+                f.credit = f.start;
                 self.index_insert(id);
             }
             Phase::Inactive | Phase::Lingering { .. } | Phase::Running => {

@@ -53,11 +53,12 @@ impl Engine<'_> {
         };
         self.gpus[run.gpu].slots = self.gpus[run.gpu].slots.saturating_sub(1);
         self.audit.failed_starts += 1;
+        // It never ran: no GPU, no end.
         self.records[run.current] = Some(Record {
             start_ms: self.now,
             end_ms: f64::NAN,
             tier: Tier::Cold,
-            gpu: Some(run.gpu),
+            gpu: None,
         });
     }
 }

@@ -4,7 +4,9 @@
 //! another tenant waits on a GPU and could take the slot (its memory fits), a tenant that holds
 //! its weighted share of the GPU's slots — ⌈limit × its weight / the competing tenants' weights⌉,
 //! at least one — takes no more. A slot no other tenant can use still goes to it: the cap never
-//! leaves a slot idle (work conservation). Containers without a tenant count as one tenant.
+//! leaves a slot idle (work conservation). Containers without a tenant count as one tenant here
+//! (the queue weighs each tenantless flow as a tenant of its own): a node with tenants off has
+//! one flat queue and no cap, and one that mixes the two gives the tenantless flows one share.
 
 use std::collections::{HashMap, HashSet};
 
@@ -24,12 +26,18 @@ impl Core {
         // Each waiting flow's tenant (a flow is one function of one tenant), and the tenants
         // whose waiting work could take a slot.
         let mut tenant_of: HashMap<FlowId, Option<&str>> = HashMap::new();
-        let mut ready: HashSet<Option<&str>> = HashSet::new();
         for w in self.waiting.values().filter(|w| w.gpu == index) {
-            let t = w.tenant.as_deref();
-            tenant_of.insert(w.flow, t);
-            if !ready.contains(&t) && fits(w.flow) {
-                ready.insert(t);
+            tenant_of.insert(w.flow, w.tenant.as_deref());
+        }
+        // One tenant (or none) here: nothing to share, and no fit test to run.
+        let tenants: HashSet<Option<&str>> =
+            held.keys().chain(tenant_of.values()).copied().collect();
+        let mut ready: HashSet<Option<&str>> = HashSet::new();
+        if tenants.len() >= 2 {
+            for (&flow, &t) in &tenant_of {
+                if !ready.contains(&t) && fits(flow) {
+                    ready.insert(t);
+                }
             }
         }
         let competing: HashSet<Option<&str>> = held.keys().chain(ready.iter()).copied().collect();
