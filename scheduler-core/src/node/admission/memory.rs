@@ -5,7 +5,9 @@
 //! footprint — what the pool measured of its containers, else a configured default — and a lease
 //! is granted only where the footprints of the GPU's held leases plus its own fit its budget
 //! (capacity less the pool's headroom), keeping room beside a long flow for the largest active
-//! short flow. A GPU with nothing held always takes the next lease (a function larger than the
+//! short flow — one whose footprint is at most a quarter of the budget: a short function that
+//! big would hold a large part of the GPU for calls that seldom come (in the random sweep that
+//! room was what most of the worst draws lost to; docs/PERFORMANCE.md §1a′). A GPU with nothing held always takes the next lease (a function larger than the
 //! budget still runs, alone). Idle containers' memory does not count: the pool evicts them.
 
 use std::collections::BTreeMap;
@@ -15,6 +17,10 @@ use serde::Serialize;
 use super::{Core, CoreError, Grant, invalid};
 use crate::FlowId;
 use crate::Time;
+
+/// The largest share of a GPU's budget a short flow's footprint may have and still get room kept
+/// for it beside long flows.
+const SHORT_ROOM_MAX_SHARE: f64 = 0.25;
 
 /// Functions whose footprints are kept; past it, a new function is charged the default.
 const MAX_FOOTPRINTS: usize = 4096;
@@ -138,12 +144,17 @@ impl Core {
             .fold(0u64, |a, l| a.saturating_add(l.footprint))
     }
 
-    /// The room a long flow leaves: the largest footprint among the GPU's active short flows.
+    /// The room a long flow leaves: the largest footprint among the GPU's active short flows,
+    /// of those no larger than [`SHORT_ROOM_MAX_SHARE`] of its budget.
     fn short_room(&self, slot: usize) -> u64 {
+        #[expect(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+        #[expect(clippy::cast_precision_loss)]
+        let cap = (self.budget(slot) as f64 * SHORT_ROOM_MAX_SHARE) as u64;
         let q = &self.gpus[slot].queue;
         q.active_short_ids()
             .filter_map(|id| q.key(id))
             .map(|k| self.footprint(k))
+            .filter(|&b| b <= cap)
             .max()
             .unwrap_or(0)
     }
