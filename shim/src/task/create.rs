@@ -164,6 +164,10 @@ impl TaskService {
                 tenant = ?w.tenant, gpus = ?w.gpus, granted = ?w.grant, "GPU container created"
             );
         }
+        // Watched from here, not from Start: a process OOM-killed at once (a buffer past its
+        // limit in its first instruction) was gone before a watch made at Start could read its
+        // cgroup, and its TaskOOM was lost (runc's own shim watches from Create too).
+        self.watch_oom(&id, pid);
         let init = Proc::new("", pid, stdio.clone(), Some(io));
         if ctl_dir.is_some() {
             self.start_pool_agent();

@@ -207,7 +207,6 @@ impl TaskService {
 
     fn emit_started(&self, id: &str, exec_id: &str, pid: u32) {
         if exec_id.is_empty() {
-            self.watch_oom(id, pid);
             self.emit(
                 containerd_shim_protos::topics::TASK_START_EVENT_TOPIC,
                 Box::new(TaskStart {
