@@ -544,12 +544,14 @@ impl Core {
         if let Some(&lease) = self.lease_of.get(&key) {
             // Already admitted (a retried call after a lost reply): the same lease again.
             let l = &self.leases[&lease];
-            return Ok(vec![Grant {
+            let mut grants = vec![Grant {
                 key,
                 lease,
                 gpu: l.gpu,
                 waited_ns: 0,
-            }]);
+            }];
+            grants.extend(self.pump_all(now));
+            return Ok(grants);
         }
         let slot = self.route(&candidates);
         let seq = self.next_seq();
@@ -587,7 +589,7 @@ impl Core {
                 kind: info.kind,
             },
         );
-        Ok(self.pump(slot, now))
+        Ok(self.pump_all(now))
     }
 
     /// The flow of an admission, with its weight and its tenant's weight in force.
@@ -735,6 +737,10 @@ impl Core {
         grants
     }
 
+    /// Dispatches on every GPU. Every entry that moved time or the queues ends here, not on the
+    /// one GPU it touched: [`Core::tick`] expires sticky flows on all GPUs, and a flow gone
+    /// Inactive on another GPU frees the memory room kept for it or lets the virtual time move
+    /// on there (a free slot left idle beside fitting work until the next sample, before).
     fn pump_all(&mut self, now: Time) -> Vec<Grant> {
         (0..self.gpus.len())
             .flat_map(|s| self.pump(s, now))
@@ -754,8 +760,18 @@ impl Core {
         self.waiting.get(key).map(|w| w.shim_pid)
     }
 
-    /// Withdraws a waiting admission. Returns whether one was waiting.
-    pub fn cancel(&mut self, key: &ContainerKey, reason: &str, now: Time) -> bool {
+    /// Withdraws a waiting admission. Returns `None` when none was waiting, else the grants the
+    /// withdrawal made (the virtual time may move on without it).
+    pub fn cancel(&mut self, key: &ContainerKey, reason: &str, now: Time) -> Option<Vec<Grant>> {
+        self.withdraw(key, reason, now).then(|| self.pump_all(now))
+    }
+
+    /// Takes a waiting admission out of its queue, dispatching nothing; whether one waited.
+    /// Nothing changes, the clock included, when none did (so nothing is left to dispatch).
+    fn withdraw(&mut self, key: &ContainerKey, reason: &str, now: Time) -> bool {
+        if !self.waiting.contains_key(key) {
+            return false;
+        }
         self.tick(now);
         let Some(w) = self.waiting_remove(key) else {
             return false;
@@ -819,7 +835,7 @@ impl Core {
             measured_s: measured,
             reason: reason.to_owned(),
         });
-        Ok(self.pump(slot, now))
+        Ok(self.pump_all(now))
     }
 
     /// The end of a sample period on one GPU: D moves on what it saw (and on the admissions
@@ -834,7 +850,7 @@ impl Core {
         let waiting = g.queue.queued() > 0 && !memory_bound;
         g.conc.observe_with(reading.signals, waiting, !memory_bound);
         g.memory_used = reading.memory_used;
-        self.pump(slot, now)
+        self.pump_all(now)
     }
 
     /// Expires sticky TTLs and dispatches what is due (a timer calls this).

@@ -598,16 +598,17 @@ impl api::Admission for Service {
             .map_err(|e| status(ttrpc::Code::INVALID_ARGUMENT, e.to_string()))?;
         let now = d.now();
         let mut inner = d.lock();
-        let withdrawn = inner.core.cancel(&key, "cancelled", now);
+        let mut grants = inner.core.cancel(&key, "cancelled", now);
+        let withdrawn = grants.is_some();
         // Cancel comes with every Kill and Delete of a GPU container, and when a shim gave up
         // waiting: a lease it holds ends here (a grant that raced the shim's deadline would
         // otherwise be held by nobody), and the container leaves the pool.
-        let mut grants = Vec::new();
         if let Some(lease) = inner.core.lease_of(&key)
             && let Ok(g) = inner.core.release(lease, None, "cancelled", now)
         {
-            grants = g;
+            grants.get_or_insert_default().extend(g);
         }
+        let grants = grants.unwrap_or_default();
         inner.pooled.remove(&key);
         inner.pool.forget(&key);
         if let Some(tx) = inner.waiters.remove(&key) {

@@ -93,8 +93,9 @@ impl Core {
     }
 
     /// What `function`'s containers hold on a GPU, bytes, as the pool measured it (0: unknown,
-    /// ignored). Leases already held keep what they were charged. A smaller footprint may let
-    /// waiting work fit: returns what that granted.
+    /// ignored). Leases already held keep what they were charged. Any change may let waiting
+    /// work fit — a smaller footprint directly, a larger one by taking a short flow past the
+    /// share that has room kept for it: returns what that granted.
     pub fn set_footprint(&mut self, function: &str, bytes: u64, now: Time) -> Vec<Grant> {
         if bytes == 0 {
             return Vec::new();
@@ -104,7 +105,7 @@ impl Core {
         }
         let before = self.footprint(function);
         self.footprints.insert(function.to_owned(), bytes);
-        if bytes < before {
+        if bytes != before {
             self.tick_all(now)
         } else {
             Vec::new()

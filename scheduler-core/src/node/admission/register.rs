@@ -16,8 +16,9 @@ impl Core {
             .filter(|(_, w)| w.shim_pid == pid)
             .map(|(k, _)| k.clone())
             .collect();
+        let mut grants = Vec::new();
         for k in &keys {
-            self.cancel(k, "shim gone", now);
+            grants.extend(self.cancel(k, "shim gone", now).unwrap_or_default());
         }
         let leases: Vec<u64> = self
             .leases
@@ -25,7 +26,6 @@ impl Core {
             .filter(|(_, l)| l.shim_pid == pid)
             .map(|(&id, _)| id)
             .collect();
-        let mut grants = Vec::new();
         for &id in &leases {
             if let Ok(g) = self.release(id, None, "shim gone", now) {
                 grants.extend(g);
@@ -86,6 +86,8 @@ impl Core {
                 out.released.push((key, id));
             }
         }
+        // The withdrawals above may let waiting work in, and the clock moved on.
+        out.grants.extend(self.pump_all(now));
         Ok(out)
     }
 
@@ -103,7 +105,7 @@ impl Core {
         }
         if self.waiting.contains_key(&key) {
             // It runs, so it no longer waits.
-            self.cancel(&key, "registered as running", now);
+            self.withdraw(&key, "registered as running", now);
         }
         let candidates = self.resolve(&r.info.gpus)?;
         let slot = self.route(&candidates);

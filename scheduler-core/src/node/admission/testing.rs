@@ -1,5 +1,5 @@
-//! What the admission tests build their cores from: one queue config, one 24 GiB GPU with memory
-//! admission on.
+//! What the admission tests build their cores from: one queue config, 24 GiB GPUs (or others)
+//! with memory admission on.
 
 use super::{Core, GpuInfo, MemoryAdmission};
 use crate::Time;
@@ -28,15 +28,23 @@ pub(super) fn qcfg(short_charge_s: f64) -> QueueConfig {
 /// One 24 GiB GPU with D fixed at `d`, headroom 0.15 (budget 20.4 GiB), memory admission on,
 /// charging a function not yet measured `default_mb` MiB.
 pub(super) fn memory_core(d: u32, short_charge_s: f64, default_mb: u64) -> Core {
-    let gpu = GpuInfo {
-        index: 0,
-        uuid: "GPU-0".into(),
-        name: "sim".into(),
-        mode: GpuMode::Plain,
-        memory_total: 24 * GIB,
-        mig: vec![],
-    };
-    let mut c = Core::new(vec![gpu], &qcfg(short_charge_s), |_| ConcurrencyConfig {
+    memory_core_on(&[24], d, short_charge_s, default_mb)
+}
+
+/// [`memory_core`] on GPUs of these sizes (GiB), indexed from 0.
+pub(super) fn memory_core_on(gib: &[u64], d: u32, short_charge_s: f64, default_mb: u64) -> Core {
+    let gpus = (0u32..)
+        .zip(gib)
+        .map(|(index, &g)| GpuInfo {
+            index,
+            uuid: format!("GPU-{index}"),
+            name: "sim".into(),
+            mode: GpuMode::Plain,
+            memory_total: g * GIB,
+            mig: vec![],
+        })
+        .collect();
+    let mut c = Core::new(gpus, &qcfg(short_charge_s), |_| ConcurrencyConfig {
         d_max: d,
         d_initial: f64::from(d),
         ..ConcurrencyConfig::for_mode(GpuMode::Plain, 0.2)

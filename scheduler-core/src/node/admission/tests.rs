@@ -184,8 +184,8 @@ fn cancel_and_dead_shims_free_everything_they_held() {
     let mut other = req("c", "g");
     other.shim_pid = 8;
     c.admit(&other, secs(0.0)).unwrap();
-    assert!(c.cancel(&k("ns/b"), "killed", secs(0.1)));
-    assert!(!c.cancel(&k("ns/b"), "killed", secs(0.1)));
+    assert!(c.cancel(&k("ns/b"), "killed", secs(0.1)).is_some());
+    assert!(c.cancel(&k("ns/b"), "killed", secs(0.1)).is_none());
     // Shim 7 (holding `a`) dies: its lease goes and `c` (shim 8) is dispatched.
     let (withdrawn, released, grants) = c.shim_gone(7, secs(0.2));
     assert!(withdrawn.is_empty());

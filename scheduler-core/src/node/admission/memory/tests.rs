@@ -1,5 +1,7 @@
 use super::super::*;
 
+use proptest::prelude::*;
+
 use super::super::testing::{GIB, qcfg, secs};
 
 /// One 24 GiB GPU with D fixed at `d`, headroom 0.15 (budget 20.4 GiB), memory admission on.
@@ -136,6 +138,53 @@ fn no_room_is_kept_for_a_short_flow_larger_than_a_quarter_of_the_budget() {
     assert_eq!(c.memory_view(0).unwrap().reserved, 0);
 }
 
+/// A short flow measured larger than the share that has room kept for it frees that room: work
+/// it held back is granted by the measurement itself, not left waiting with a slot and the
+/// memory free (the simulator's work-conservation audit caught this).
+#[test]
+fn a_short_flow_measured_past_the_room_cap_lets_waiting_work_in_at_once() {
+    let mut c = core(4, 0.1);
+    c.set_footprint("long", 9 * GIB, secs(0.0));
+    // "s" is charged the 4 GiB default: room of 4 GiB is kept beside long flows.
+    let g = c.admit(&req("s0", "s"), secs(0.0)).unwrap();
+    c.release(g[0].lease, Some(0.05), "idle", secs(0.05))
+        .unwrap();
+    c.admit(&req("l1", "long"), secs(0.1)).unwrap();
+    // 9 + 9 + 4 > 20.4 GiB: the second waits for memory.
+    assert!(c.admit(&req("l2", "long"), secs(0.1)).unwrap().is_empty());
+    assert_eq!(c.memory_view(0).unwrap().reserved, 4 * GIB);
+    // Measured at 6 GiB, past a quarter of the budget: no room is kept, 9 + 9 fit.
+    let g = c.set_footprint("s", 6 * GIB, secs(0.2));
+    assert_eq!(keys(&g), ["ns/l2"]);
+    assert!(!c.limits(0).unwrap().memory_bound);
+}
+
+/// A call about one GPU expires sticky flows on all of them, and one gone Inactive on another
+/// GPU frees the room kept for it there: the call grants what now fits on that GPU too, instead
+/// of leaving its free slot idle until the next sample.
+#[test]
+fn a_release_on_one_gpu_grants_what_a_flow_expiring_on_another_lets_in() {
+    let mut c = super::super::testing::memory_core_on(&[24, 24], 4, 0.1, 4096);
+    c.set_footprint("long", 9 * GIB, secs(0.0));
+    let on = |id: &str, f: &str, gpu: &str| AdmitInfo {
+        gpus: vec![gpu.into()],
+        ..req(id, f)
+    };
+    let x = c.admit(&on("x", "other", "0"), secs(0.0)).unwrap()[0].lease;
+    let s = c.admit(&on("s0", "s", "1"), secs(0.0)).unwrap()[0].lease;
+    c.release(s, Some(0.05), "idle", secs(0.05)).unwrap();
+    c.admit(&on("l1", "long", "1"), secs(0.1)).unwrap();
+    // 9 + 9 + the short flow's 4 GiB > 20.4 GiB on GPU 1.
+    assert!(
+        c.admit(&on("l2", "long", "1"), secs(0.1))
+            .unwrap()
+            .is_empty()
+    );
+    // The short flow's TTL (1 s) has run out by the release on GPU 0.
+    let g = c.release(x, Some(2.0), "idle", secs(2.0)).unwrap();
+    assert_eq!(keys(&g), ["ns/l2"]);
+}
+
 #[test]
 fn d_does_not_grow_while_memory_holds_work_back() {
     let mut c = Core::new(
@@ -190,4 +239,89 @@ fn bad_memory_knobs_are_named() {
         })
         .unwrap_err();
     assert!(e.to_string().contains("default_footprint_mb"), "{e}");
+}
+
+#[derive(Clone, Debug)]
+enum Op {
+    Admit { id: u8, f: u8, gpu: Option<u8> },
+    Release { id: u8, ms: u16 },
+    Cancel(u8),
+    Footprint { f: u8, mib: u16 },
+    Observe { gpu: u8, busy: u8 },
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        3 => (0u8..16, 0u8..4, prop::option::of(0u8..2))
+            .prop_map(|(id, f, gpu)| Op::Admit { id, f, gpu }),
+        3 => (0u8..16, 1u16..3000).prop_map(|(id, ms)| Op::Release { id, ms }),
+        1 => (0u8..16).prop_map(Op::Cancel),
+        1 => (0u8..4, 256u16..16384).prop_map(|(f, mib)| Op::Footprint { f, mib }),
+        1 => (0u8..2, 0u8..=10).prop_map(|(gpu, busy)| Op::Observe { gpu, busy }),
+    ]
+}
+
+fn apply(c: &mut Core, o: &Op, now: Time) {
+    match *o {
+        Op::Admit { id, f, gpu } => {
+            let mut r = req(&format!("c{id}"), &format!("f{f}"));
+            r.gpus = gpu.map(|g| vec![g.to_string()]).unwrap_or_default();
+            let _ = c.admit(&r, now);
+        }
+        Op::Release { id, ms } => {
+            if let Some(l) = c.lease_of(&format!("ns/c{id}").parse().unwrap()) {
+                c.release(l, Some(f64::from(ms) / 1e3), "idle", now)
+                    .unwrap();
+            }
+        }
+        Op::Cancel(id) => {
+            let _ = c.cancel(&format!("ns/c{id}").parse().unwrap(), "killed", now);
+        }
+        Op::Footprint { f, mib } => {
+            c.set_footprint(&format!("f{f}"), u64::from(mib) << 20, now);
+        }
+        Op::Observe { gpu, busy } => {
+            let b = f64::from(busy) / 10.0;
+            let reading = GpuReading {
+                index: u32::from(gpu),
+                signals: crate::concurrency::Signals {
+                    busy: Some(b),
+                    sm_activity: Some(b),
+                },
+                memory_used: 0,
+            };
+            c.observe(&reading, now);
+        }
+    }
+}
+
+proptest! {
+    /// Work conservation after every call, on two GPUs of different sizes with memory admission,
+    /// short flows and sticky TTLs expiring between calls: no GPU is left with a slot free under
+    /// the limit any work may take while waiting work fits its memory, nor the reserve's slot
+    /// while a short flow may take it. (A TTL expiring on one GPU during a call about another
+    /// once left such a slot idle until the next sample; so did a footprint measured larger,
+    /// which can end the room kept for a short flow.)
+    #[test]
+    fn no_call_leaves_a_slot_idle_that_waiting_work_fits(
+        ops in prop::collection::vec((op(), 0u16..1500), 1..120),
+    ) {
+        let mut c = super::super::testing::memory_core_on(&[16, 40], 4, 0.1, 4096);
+        let mut t = 0.0;
+        for (o, dt_ms) in &ops {
+            t += f64::from(*dt_ms) / 1e3;
+            apply(&mut c, o, secs(t));
+            for (i, g) in (0u32..).zip(c.gpus()) {
+                let l = c.limits(i).unwrap();
+                prop_assert!(
+                    !(l.queued > 0 && !l.memory_bound && g.running < l.any),
+                    "GPU {} idles a slot after {:?}: {:?}, running {}", i, o, l, g.running
+                );
+                prop_assert!(
+                    !(l.reserve_waiting && g.running < l.slots),
+                    "GPU {} idles the reserve after {:?}: {:?}, running {}", i, o, l, g.running
+                );
+            }
+        }
+    }
 }
