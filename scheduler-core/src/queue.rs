@@ -204,6 +204,9 @@ struct Flow<T> {
     completed: u64,
     /// The tenant it belongs to (second level of fairness), if any.
     tenant: Option<String>,
+    /// While Lingering, until when it still counts as short for the reserve and the memory room
+    /// (see [`linger`]); `None` once its claim ended, and in every other phase.
+    claim_until: Option<Time>,
     /// An expired flow's slot, free for reuse.
     vacant: bool,
 }
@@ -223,6 +226,8 @@ pub struct MqfqQueue<T> {
     next_seq: u64,
     active_short: usize,
     expiries: BTreeSet<(Time, FlowId)>,
+    /// When lingering flows' claims end, one entry per flow with a `claim_until`.
+    claims: BTreeSet<(Time, FlowId)>,
     v: f64,
     sticky: Option<FlowId>,
     tau: Ewma,
@@ -273,6 +278,7 @@ impl<T> MqfqQueue<T> {
             next_seq: 0,
             active_short: 0,
             expiries: BTreeSet::new(),
+            claims: BTreeSet::new(),
             v: 0.0,
             sticky: None,
             tau: Ewma::new(alpha),
@@ -323,6 +329,7 @@ impl<T> MqfqQueue<T> {
             dispatched: 0,
             completed: 0,
             tenant: None,
+            claim_until: None,
             vacant: false,
         };
         let id = if let Some(id) = self.free.pop() {
@@ -482,9 +489,12 @@ impl<T> MqfqQueue<T> {
 
     fn counts_short(&self, id: FlowId) -> bool {
         let f = &self.flows[id.ix()];
-        self.cfg.short_charge_s > 0.0
-            && f.phase != Phase::Inactive
-            && self.charge_of(f) <= self.cfg.short_charge_s
+        let wanted = match f.phase {
+            Phase::Inactive => false,
+            Phase::Lingering { .. } => f.claim_until.is_some(),
+            Phase::Backlogged | Phase::Running => true,
+        };
+        self.cfg.short_charge_s > 0.0 && wanted && self.charge_of(f) <= self.cfg.short_charge_s
     }
 
     fn recount(&mut self, id: FlowId, was: bool) {
@@ -582,6 +592,7 @@ impl<T> MqfqQueue<T> {
                 }
                 Phase::Backlogged | Phase::Running => {}
             }
+            self.drop_claim(id);
             let f = &mut self.flows[id.ix()];
             f.phase = Phase::Backlogged;
             self.join(id);
@@ -720,8 +731,7 @@ impl<T> MqfqQueue<T> {
         f.last_service = Some(now);
         if f.in_flight == 0 && f.pending.is_empty() {
             let until = now.plus_secs(self.ttl_of(id));
-            self.flows[id.ix()].phase = Phase::Lingering { until };
-            self.expiries.insert((until, id));
+            self.linger(id, until, Some(now));
         }
         self.update_v();
         self.recount(id, was_short);
@@ -767,6 +777,7 @@ impl<T> MqfqQueue<T> {
     /// Expires sticky TTLs up to `now` (Active → Inactive). Call it before dispatching and on a
     /// timer; cost is O(log n) per expiry.
     pub fn tick(&mut self, now: Time) {
+        self.end_claims(now);
         while let Some(&(until, id)) = self.expiries.first() {
             if until > now {
                 break;
@@ -781,6 +792,9 @@ impl<T> MqfqQueue<T> {
             );
             if f.phase == (Phase::Lingering { until }) {
                 f.phase = Phase::Inactive;
+                if let Some(c) = f.claim_until.take() {
+                    self.claims.remove(&(c, id));
+                }
                 if self.sticky == Some(id) {
                     self.sticky = None;
                 }
@@ -793,7 +807,11 @@ impl<T> MqfqQueue<T> {
     /// The next time [`tick`](Self::tick) has work, if any.
     #[must_use]
     pub fn next_expiry(&self) -> Option<Time> {
-        self.expiries.first().map(|&(t, _)| t)
+        let first = |set: &BTreeSet<(Time, FlowId)>| set.first().map(|&(t, _)| t);
+        match (first(&self.expiries), first(&self.claims)) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     /// Takes the Activated / Deactivated events since the last call, in order.
@@ -828,6 +846,9 @@ impl<T> MqfqQueue<T> {
 
 mod fit;
 mod index;
+mod linger;
+#[cfg(test)]
+pub(crate) use linger::CLAIM_IATS;
 mod outside;
 mod snapshot;
 mod tenants;

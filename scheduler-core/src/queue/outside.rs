@@ -38,6 +38,7 @@ impl<T> MqfqQueue<T> {
                 if phase == Phase::Inactive {
                     self.events.push(FlowEvent::Activated(id));
                 }
+                self.drop_claim(id);
                 let f = &mut self.flows[id.ix()];
                 f.finish = f.finish.max(v) + charge / eff;
                 f.phase = Phase::Running;
@@ -83,8 +84,7 @@ impl<T> MqfqQueue<T> {
                 let until = f
                     .last_service
                     .map_or(Time::ZERO, |t| t.plus_secs(self.ttl_of(id)));
-                self.flows[id.ix()].phase = Phase::Lingering { until };
-                self.expiries.insert((until, id));
+                self.linger(id, until, None);
             }
             self.update_v();
         } else {

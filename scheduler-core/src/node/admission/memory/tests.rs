@@ -185,6 +185,40 @@ fn a_release_on_one_gpu_grants_what_a_flow_expiring_on_another_lets_in() {
     assert_eq!(keys(&g), ["ns/l2"]);
 }
 
+/// A short flow that stopped arriving keeps its sticky TTL (Active, memory resident) but not the
+/// short-slot reserve: two inter-arrival times after its last call, the reserve's slot goes to
+/// the long work waiting (in the README demo it stayed empty for the TTL, 1.7 s of a slot).
+#[test]
+fn the_reserve_ends_when_a_short_flow_s_next_call_is_overdue() {
+    // Short: charged at most 0.5 s ("long", unmeasured, is charged 1 s).
+    let mut c = core(3, 0.5);
+    for i in 0..3 {
+        let t = f64::from(i) * 0.1;
+        let g = c.admit(&req(&format!("s{i}"), "s"), secs(t)).unwrap();
+        c.release(g[0].lease, Some(0.05), "idle", secs(t + 0.05))
+            .unwrap();
+    }
+    for l in ["l0", "l1", "l2"] {
+        c.admit(&req(l, "long"), secs(0.26)).unwrap();
+    }
+    let l = c.limits(0).unwrap();
+    assert_eq!((l.any, l.slots, l.queued), (2, 3, 1), "{l:?}");
+    // Its next call is overdue CLAIM_IATS inter-arrival times (0.1 s) after its last, at 0.2 s.
+    let due = 0.2 + crate::queue::CLAIM_IATS * 0.1;
+    assert!(
+        due + 0.1 < 1.25,
+        "the test needs the claim to end within the TTL"
+    );
+    assert!(c.tick_all(secs(due - 0.05)).is_empty());
+    assert_eq!(keys(&c.tick_all(secs(due + 0.05))), ["ns/l2"]);
+    // Still sticky: the TTL (1 s after its last service) runs on.
+    assert_eq!(c.flow_state("s"), Some(crate::queue::FlowState::Active));
+    // A call of it again brings the reserve back.
+    c.admit(&req("s3", "s"), secs(due + 0.1)).unwrap();
+    let l = c.limits(0).unwrap();
+    assert_eq!((l.any, l.slots), (2, 3), "{l:?}");
+}
+
 #[test]
 fn d_does_not_grow_while_memory_holds_work_back() {
     let mut c = Core::new(
