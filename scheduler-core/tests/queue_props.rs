@@ -60,7 +60,7 @@ proptest! {
 
     /// V never decreases; no dispatch starts more than T ahead of V (FIFO selection: the
     /// oldest item goes first instead); every enqueued item is dispatched once and completed
-    /// once; counters agree with what the test holds.
+    /// once; counters agree with what the test holds and with the flows.
     #[test]
     fn queue_invariants(cfg in config(), ops in prop::collection::vec(op(5), 1..300)) {
         let fifo = cfg.selection == Selection::Fifo;
@@ -116,6 +116,9 @@ proptest! {
             last_v = v;
             prop_assert_eq!(q.queued(), queued.len());
             prop_assert_eq!(q.in_flight(), running.len());
+            // The reserve's count, kept incrementally (claims ending on ticks included), agrees
+            // with the flows.
+            prop_assert_eq!(q.active_short_flows(), q.active_short_ids().count());
         }
         // Drain: everything still queued is dispatched and completed exactly once.
         while let Some(d) = q.dispatch(now) {

@@ -17,6 +17,7 @@ impl<T> MqfqQueue<T> {
     /// Flow `id` drained: Lingering until `until`, claiming the reserve until its next call is
     /// due. `now` is `None` when nothing was served (a withdrawn wait): no claim then.
     pub(super) fn linger(&mut self, id: FlowId, until: Time, now: Option<Time>) {
+        self.drop_claim(id);
         let f = &mut self.flows[id.ix()];
         f.phase = Phase::Lingering { until };
         self.expiries.insert((until, id));

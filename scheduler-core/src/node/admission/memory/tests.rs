@@ -100,18 +100,24 @@ fn an_unmeasured_function_is_charged_the_default_footprint() {
     assert!(!c.limits(0).unwrap().memory_bound);
 }
 
+/// A short call of `s` (measured 0.05 s: short, and Active after it), then two calls of `long`
+/// at 0.1 s; what the second one's admission granted.
+fn short_then_two_long(c: &mut Core) -> Vec<Grant> {
+    let g = c.admit(&req("s0", "s"), secs(0.0)).unwrap();
+    c.release(g[0].lease, Some(0.05), "idle", secs(0.05))
+        .unwrap();
+    c.admit(&req("l1", "long"), secs(0.1)).unwrap();
+    c.admit(&req("l2", "long"), secs(0.1)).unwrap()
+}
+
 #[test]
 fn a_long_flow_leaves_room_for_the_largest_active_short_flow() {
     // Short flows: charged at most 0.1 s. `s` is short (measured 0.05 s) and stays Active.
     let mut c = core(4, 0.1);
     c.set_footprint("s", 4 * GIB, secs(0.0));
     c.set_footprint("long", 9 * GIB, secs(0.0));
-    let g = c.admit(&req("s0", "s"), secs(0.0)).unwrap();
-    c.release(g[0].lease, Some(0.05), "idle", secs(0.05))
-        .unwrap();
-    c.admit(&req("l1", "long"), secs(0.1)).unwrap();
     // 9 + 9 + 4 (the short flow's room) > 20.4 GiB: the second long call waits.
-    assert!(c.admit(&req("l2", "long"), secs(0.1)).unwrap().is_empty());
+    assert!(short_then_two_long(&mut c).is_empty());
     assert_eq!(c.memory_view(0).unwrap().reserved, 4 * GIB);
     // The short flow's own call fits in the room kept for it.
     assert_eq!(
@@ -126,15 +132,8 @@ fn no_room_is_kept_for_a_short_flow_larger_than_a_quarter_of_the_budget() {
     // 6 GiB is more than a quarter of the 20.4 GiB budget.
     c.set_footprint("s", 6 * GIB, secs(0.0));
     c.set_footprint("long", 9 * GIB, secs(0.0));
-    let g = c.admit(&req("s0", "s"), secs(0.0)).unwrap();
-    c.release(g[0].lease, Some(0.05), "idle", secs(0.05))
-        .unwrap();
-    c.admit(&req("l1", "long"), secs(0.1)).unwrap();
     // 9 + 9 fit: the short flow, though Active, holds nothing back.
-    assert_eq!(
-        keys(&c.admit(&req("l2", "long"), secs(0.1)).unwrap()),
-        ["ns/l2"]
-    );
+    assert_eq!(keys(&short_then_two_long(&mut c)), ["ns/l2"]);
     assert_eq!(c.memory_view(0).unwrap().reserved, 0);
 }
 
@@ -146,12 +145,8 @@ fn a_short_flow_measured_past_the_room_cap_lets_waiting_work_in_at_once() {
     let mut c = core(4, 0.1);
     c.set_footprint("long", 9 * GIB, secs(0.0));
     // "s" is charged the 4 GiB default: room of 4 GiB is kept beside long flows.
-    let g = c.admit(&req("s0", "s"), secs(0.0)).unwrap();
-    c.release(g[0].lease, Some(0.05), "idle", secs(0.05))
-        .unwrap();
-    c.admit(&req("l1", "long"), secs(0.1)).unwrap();
     // 9 + 9 + 4 > 20.4 GiB: the second waits for memory.
-    assert!(c.admit(&req("l2", "long"), secs(0.1)).unwrap().is_empty());
+    assert!(short_then_two_long(&mut c).is_empty());
     assert_eq!(c.memory_view(0).unwrap().reserved, 4 * GIB);
     // Measured at 6 GiB, past a quarter of the budget: no room is kept, 9 + 9 fit.
     let g = c.set_footprint("s", 6 * GIB, secs(0.2));
