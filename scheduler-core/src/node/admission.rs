@@ -802,6 +802,10 @@ impl Core {
         reason: &str,
         now: Time,
     ) -> Result<Vec<Grant>, CoreError> {
+        // An unknown lease changes nothing, the clock included.
+        if !self.leases.contains_key(&lease) {
+            return Err(CoreError::UnknownLease(lease));
+        }
         self.tick(now);
         let l = self
             .leases

@@ -18,6 +18,7 @@ impl<T> MqfqQueue<T> {
     /// due. `now` is `None` when nothing was served (a withdrawn wait): no claim then.
     pub(super) fn linger(&mut self, id: FlowId, until: Time, now: Option<Time>) {
         self.drop_claim(id);
+        let reserve_on = self.cfg.short_charge_s > 0.0;
         let f = &mut self.flows[id.ix()];
         f.phase = Phase::Lingering { until };
         self.expiries.insert((until, id));
@@ -28,7 +29,7 @@ impl<T> MqfqQueue<T> {
             };
             due.min(until)
         });
-        f.claim_until = claim.filter(|&c| now.is_some_and(|now| c > now));
+        f.claim_until = claim.filter(|&c| reserve_on && now.is_some_and(|now| c > now));
         if let Some(c) = f.claim_until {
             self.claims.insert((c, id));
         }

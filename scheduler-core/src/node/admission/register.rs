@@ -16,10 +16,12 @@ impl Core {
             .filter(|(_, w)| w.shim_pid == pid)
             .map(|(k, _)| k.clone())
             .collect();
-        let mut grants = Vec::new();
+        // Withdrawn without dispatching in between: a grant here could go to a later key of the
+        // same dead shim (released at once below, its flow charged for nothing).
         for k in &keys {
-            grants.extend(self.cancel(k, "shim gone", now).unwrap_or_default());
+            self.withdraw(k, "shim gone", now);
         }
+        let mut grants = Vec::new();
         let leases: Vec<u64> = self
             .leases
             .iter()
@@ -32,6 +34,7 @@ impl Core {
             }
         }
         self.registered_at.remove(&pid);
+        grants.extend(self.pump_all(now));
         (keys, leases, grants)
     }
 

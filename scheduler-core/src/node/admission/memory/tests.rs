@@ -181,7 +181,7 @@ fn a_release_on_one_gpu_grants_what_a_flow_expiring_on_another_lets_in() {
 }
 
 /// A short flow that stopped arriving keeps its sticky TTL (Active, memory resident) but not the
-/// short-slot reserve: two inter-arrival times after its last call, the reserve's slot goes to
+/// short-slot reserve: `CLAIM_IATS` inter-arrival times after its last call, the reserve's slot goes to
 /// the long work waiting (in the README demo it stayed empty for the TTL, 1.7 s of a slot).
 #[test]
 fn the_reserve_ends_when_a_short_flow_s_next_call_is_overdue() {
@@ -212,6 +212,42 @@ fn the_reserve_ends_when_a_short_flow_s_next_call_is_overdue() {
     c.admit(&req("s3", "s"), secs(due + 0.1)).unwrap();
     let l = c.limits(0).unwrap();
     assert_eq!((l.any, l.slots), (2, 3), "{l:?}");
+}
+
+/// A dead shim's waiting calls are all withdrawn before anything is dispatched: withdrawing one
+/// may move the virtual time on and let another of them in, which would be granted to the dead
+/// shim, released at once and charged to its function's flow.
+#[test]
+fn a_dead_shim_s_waiting_calls_are_never_granted() {
+    let mut c = core(2, 0.0);
+    c.set_footprint("big", 12 * GIB, secs(0.0));
+    c.set_footprint("small", GIB, secs(0.0));
+    c.admit(
+        &AdmitInfo {
+            shim_pid: 9,
+            ..req("h", "big")
+        },
+        secs(0.0),
+    )
+    .unwrap();
+    let s0 = c.admit(&req("s0", "small"), secs(0.0)).unwrap()[0].lease;
+    c.release(s0, Some(3.0), "idle", secs(3.0)).unwrap();
+    // "a" sets V but does not fit beside "h"; "small" is 2 s ahead of V, past T = 0.5.
+    assert!(c.admit(&req("a", "big"), secs(3.0)).unwrap().is_empty());
+    assert!(c.admit(&req("b", "small"), secs(3.0)).unwrap().is_empty());
+    c.drain_log();
+    let (keys_gone, leases, grants) = c.shim_gone(7, secs(3.1));
+    assert_eq!(keys_gone.len(), 2);
+    assert!(
+        leases.is_empty() && grants.is_empty(),
+        "{leases:?} {grants:?}"
+    );
+    assert!(
+        !c.drain_log()
+            .iter()
+            .any(|r| matches!(r, Record::Dispatch { .. })),
+        "nothing of the dead shim's is dispatched"
+    );
 }
 
 #[test]
@@ -272,11 +308,26 @@ fn bad_memory_knobs_are_named() {
 
 #[derive(Clone, Debug)]
 enum Op {
-    Admit { id: u8, f: u8, gpu: Option<u8> },
-    Release { id: u8, ms: u16 },
+    Admit {
+        id: u8,
+        f: u8,
+        gpu: Option<u8>,
+    },
+    Release {
+        id: u8,
+        ms: u16,
+    },
     Cancel(u8),
-    Footprint { f: u8, mib: u16 },
-    Observe { gpu: u8, busy: u8 },
+    Footprint {
+        f: u8,
+        mib: u16,
+    },
+    Observe {
+        gpu: u8,
+        busy: u8,
+    },
+    /// The shim of the odd-numbered calls dies.
+    ShimGone,
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -287,6 +338,7 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (0u8..16).prop_map(Op::Cancel),
         1 => (0u8..4, 256u16..16384).prop_map(|(f, mib)| Op::Footprint { f, mib }),
         1 => (0u8..2, 0u8..=10).prop_map(|(gpu, busy)| Op::Observe { gpu, busy }),
+        1 => Just(Op::ShimGone),
     ]
 }
 
@@ -295,6 +347,7 @@ fn apply(c: &mut Core, o: &Op, now: Time) {
         Op::Admit { id, f, gpu } => {
             let mut r = req(&format!("c{id}"), &format!("f{f}"));
             r.gpus = gpu.map(|g| vec![g.to_string()]).unwrap_or_default();
+            r.shim_pid = 7 + u32::from(id % 2);
             let _ = c.admit(&r, now);
         }
         Op::Release { id, ms } => {
@@ -320,6 +373,9 @@ fn apply(c: &mut Core, o: &Op, now: Time) {
                 memory_used: 0,
             };
             c.observe(&reading, now);
+        }
+        Op::ShimGone => {
+            c.shim_gone(8, now);
         }
     }
 }
