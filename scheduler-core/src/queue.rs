@@ -455,56 +455,6 @@ impl<T> MqfqQueue<T> {
         self.set_residency(id, resident, 0.0)
     }
 
-    /// Whether a flow counts as short now (charge ≤ `short_charge_s`, reserve on).
-    #[must_use]
-    pub fn is_short_flow(&self, id: FlowId) -> bool {
-        self.flows.get(id.ix()).is_some_and(|f| self.is_short(f))
-    }
-
-    /// The flow a reserve's slot goes to: the short backlogged flow with the lowest start tag,
-    /// if that is within the over-run threshold.
-    fn reserve_head(&self) -> Option<FlowId> {
-        if self.cfg.short_charge_s <= 0.0 {
-            return None;
-        }
-        let limit = self.v + self.overrun();
-        self.short_backlog
-            .first()
-            .filter(|&&(Vt(s), _, _)| s <= limit)
-            .map(|&(_, _, id)| id)
-    }
-
-    /// Whether [`dispatch_slot`](Self::dispatch_slot) with no free slot below the limit would
-    /// dispatch (a reserve's slot has a taker).
-    #[must_use]
-    pub fn reserve_eligible(&self) -> bool {
-        self.reserve_head().is_some()
-    }
-
-    /// Flows that count as short (charge ≤ `short_charge_s`) and are not Inactive.
-    #[must_use]
-    pub fn active_short_flows(&self) -> usize {
-        self.active_short
-    }
-
-    fn counts_short(&self, id: FlowId) -> bool {
-        let f = &self.flows[id.ix()];
-        let wanted = match f.phase {
-            Phase::Inactive => false,
-            Phase::Lingering { .. } => f.claim_until.is_some(),
-            Phase::Backlogged | Phase::Running => true,
-        };
-        self.cfg.short_charge_s > 0.0 && wanted && self.charge_of(f) <= self.cfg.short_charge_s
-    }
-
-    fn recount(&mut self, id: FlowId, was: bool) {
-        match (was, self.counts_short(id)) {
-            (false, true) => self.active_short += 1,
-            (true, false) => self.active_short -= 1,
-            _ => {}
-        }
-    }
-
     /// Global virtual time V.
     #[must_use]
     pub fn virtual_time(&self) -> f64 {
@@ -556,10 +506,6 @@ impl<T> MqfqQueue<T> {
         f.charge_hint
             .or(f.service.get().filter(|c| *c > 0.0))
             .unwrap_or(self.cfg.fallback_charge_s)
-    }
-
-    fn is_short(&self, f: &Flow<T>) -> bool {
-        self.cfg.short_charge_s > 0.0 && self.charge_of(f) <= self.cfg.short_charge_s
     }
 
     /// Queues `item` on flow `id` at time `now`.
@@ -683,137 +629,6 @@ impl<T> MqfqQueue<T> {
         })
     }
 
-    /// Ends a dispatched invocation at `now`. `measured` is the GPU service it received, in
-    /// seconds, when known: it feeds the function's EWMA and, with `charge_correction`, replaces
-    /// the estimated charge in the flow's tags.
-    ///
-    /// # Errors
-    /// [`QueueError::UnknownTicket`] if the ticket was already completed or is foreign; nothing
-    /// changes then.
-    pub fn complete(
-        &mut self,
-        ticket: &Ticket,
-        measured: Option<f64>,
-        now: Time,
-    ) -> Result<(), QueueError> {
-        let (id, charge, eff) = self
-            .outstanding
-            .remove(&ticket.id)
-            .ok_or(QueueError::UnknownTicket(ticket.id))?;
-        let measured = measured.filter(|m| m.is_finite() && *m >= 0.0);
-        let was_short = self.counts_short(id);
-        let correct = self.cfg.charge_correction;
-        let backlogged = self.flows[id.ix()].phase == Phase::Backlogged;
-        if let Some(m) = measured {
-            self.tau.observe(m);
-            if backlogged {
-                self.index_remove(id);
-            }
-            let v = self.v;
-            let f = &mut self.flows[id.ix()];
-            f.service.observe(m);
-            f.gpu_time += m;
-            if correct {
-                let delta = (m - charge) / eff;
-                f.finish += delta;
-                if backlogged {
-                    f.start = (f.start + delta).max(v);
-                    f.credit = (f.credit + delta).min(f.start);
-                }
-            }
-            if backlogged {
-                self.index_insert(id);
-            }
-        }
-        let f = &mut self.flows[id.ix()];
-        f.in_flight -= 1;
-        f.completed += 1;
-        f.last_service = Some(now);
-        if f.in_flight == 0 && f.pending.is_empty() {
-            let until = now.plus_secs(self.ttl_of(id));
-            self.linger(id, until, Some(now));
-        }
-        self.update_v();
-        self.recount(id, was_short);
-        Ok(())
-    }
-
-    /// Charges an invocation that is still running for the service it has had so far, when
-    /// that is more than it was charged: a burst that never ends (a server keeping the GPU
-    /// busy) moves its flow's virtual time while it runs, not only at its completion, which
-    /// then corrects from this charge (the total is the same as one correction at the end).
-    /// Whether anything changed.
-    ///
-    /// # Errors
-    /// `UnknownTicket` if it is not outstanding.
-    pub fn charge_running(&mut self, ticket: &Ticket, served: f64) -> Result<bool, QueueError> {
-        let &(id, charge, eff) = self
-            .outstanding
-            .get(&ticket.id)
-            .ok_or(QueueError::UnknownTicket(ticket.id))?;
-        if !self.cfg.charge_correction || !served.is_finite() || served <= charge {
-            return Ok(false);
-        }
-        let backlogged = self.flows[id.ix()].phase == Phase::Backlogged;
-        if backlogged {
-            self.index_remove(id);
-        }
-        let v = self.v;
-        let delta = (served - charge) / eff;
-        let f = &mut self.flows[id.ix()];
-        f.finish += delta;
-        if backlogged {
-            f.start = (f.start + delta).max(v);
-            f.credit = (f.credit + delta).min(f.start);
-            self.index_insert(id);
-        }
-        if let Some(e) = self.outstanding.get_mut(&ticket.id) {
-            e.1 = served;
-        }
-        self.update_v();
-        Ok(true)
-    }
-
-    /// Expires sticky TTLs up to `now` (Active → Inactive). Call it before dispatching and on a
-    /// timer; cost is O(log n) per expiry.
-    pub fn tick(&mut self, now: Time) {
-        self.end_claims(now);
-        while let Some(&(until, id)) = self.expiries.first() {
-            if until > now {
-                break;
-            }
-            self.expiries.pop_first();
-            let was_short = self.counts_short(id);
-            let f = &mut self.flows[id.ix()];
-            debug_assert_eq!(
-                f.phase,
-                Phase::Lingering { until },
-                "expiries hold no stale entry"
-            );
-            if f.phase == (Phase::Lingering { until }) {
-                f.phase = Phase::Inactive;
-                if let Some(c) = f.claim_until.take() {
-                    self.claims.remove(&(c, id));
-                }
-                if self.sticky == Some(id) {
-                    self.sticky = None;
-                }
-                self.events.push(FlowEvent::Deactivated(id));
-            }
-            self.recount(id, was_short);
-        }
-    }
-
-    /// The next time [`tick`](Self::tick) has work, if any.
-    #[must_use]
-    pub fn next_expiry(&self) -> Option<Time> {
-        let first = |set: &BTreeSet<(Time, FlowId)>| set.first().map(|&(t, _)| t);
-        match (first(&self.expiries), first(&self.claims)) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
-    }
-
     /// Takes the Activated / Deactivated events since the last call, in order.
     pub fn drain_events(&mut self) -> Vec<FlowEvent> {
         std::mem::take(&mut self.events)
@@ -844,12 +659,14 @@ impl<T> MqfqQueue<T> {
     }
 }
 
+mod complete;
 mod fit;
 mod index;
 mod linger;
 #[cfg(test)]
 pub(crate) use linger::CLAIM_IATS;
 mod outside;
+mod short;
 mod snapshot;
 mod tenants;
 

@@ -209,10 +209,7 @@ impl<'t> Engine<'t> {
             self.acquire_unadmitted(r, policy);
             return;
         }
-        let (g, f) = {
-            let run = self.runs[r].as_ref().expect("run exists");
-            (run.gpu, run.func)
-        };
+        let (g, f) = self.run_site(r);
         let mem = self.mem(f);
         let (c, until, tier) = if let Some(c) = self.idle_container(f, g, Tier::Hot) {
             (c, self.containers[c].ready_ms.max(self.now), Tier::Hot)
@@ -286,6 +283,12 @@ impl<'t> Engine<'t> {
     /// a restore); a container that takes memory then shows the pool the memory in use with it,
     /// as the next sample would, and the pool relieves the pressure; the run waits while its
     /// memory does not fit.
+    /// Run `r`'s GPU and function.
+    fn run_site(&self, r: usize) -> (usize, usize) {
+        let run = self.runs[r].as_ref().expect("run exists");
+        (run.gpu, run.func)
+    }
+
     fn acquire_node(&mut self, r: usize, force: bool, policy: &mut dyn Policy) {
         let (g, f, claimed) = {
             let run = self.runs[r].as_ref().expect("run exists");

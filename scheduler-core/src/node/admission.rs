@@ -523,97 +523,6 @@ impl Core {
         std::mem::take(&mut self.activated)
     }
 
-    /// Queues an admission; returns every grant this made (possibly the request's own).
-    ///
-    /// # Errors
-    /// Invalid fields, unknown GPU, or the container already waiting; nothing changes then.
-    pub fn admit(&mut self, info: &AdmitInfo, now: Time) -> Result<Vec<Grant>, CoreError> {
-        let weight = Self::validate(info)?;
-        let candidates = self.resolve(&info.gpus)?;
-        let key = info.key()?;
-        if self.waiting.contains_key(&key) {
-            return Err(CoreError::AlreadyWaiting(key));
-        }
-        if self.waiting_of.get(&info.shim_pid).copied().unwrap_or(0) >= self.limits.0 {
-            return Err(CoreError::Limit {
-                what: "waiting admissions",
-                limit: self.limits.0,
-            });
-        }
-        self.tick(now);
-        if let Some(&lease) = self.lease_of.get(&key) {
-            // Already admitted (a retried call after a lost reply): the same lease again.
-            let l = &self.leases[&lease];
-            let mut grants = vec![Grant {
-                key,
-                lease,
-                gpu: l.gpu,
-                waited_ns: 0,
-            }];
-            grants.extend(self.pump_all(now));
-            return Ok(grants);
-        }
-        let slot = self.route(&candidates);
-        let seq = self.next_seq();
-        let flow_key = info.flow_key();
-        let g = &mut self.gpus[slot];
-        let flow = Self::flow_of(&mut g.queue, info, &flow_key, weight)?;
-        g.queue
-            .enqueue(flow, key.clone(), now)
-            .map_err(|e| invalid("function", e.to_string()))?;
-        let gpu = g.info.index;
-        self.collect_events(slot);
-        self.log.push(Record::Enqueue {
-            seq,
-            t_ns: now.as_nanos(),
-            gpu,
-            key: key.clone(),
-            function: flow_key.clone(),
-            tenant: info.tenant.clone(),
-            tenant_weight: if info.tenant_weight == 0.0 {
-                1.0
-            } else {
-                info.tenant_weight
-            },
-            weight,
-            kind: info.kind,
-        });
-        self.waiting_insert(
-            key,
-            Waiting {
-                gpu,
-                flow,
-                function: flow_key,
-                tenant: info.tenant.clone(),
-                shim_pid: info.shim_pid,
-                kind: info.kind,
-            },
-        );
-        Ok(self.pump_all(now))
-    }
-
-    /// The flow of an admission, with its weight and its tenant's weight in force.
-    fn flow_of(
-        q: &mut MqfqQueue<ContainerKey>,
-        info: &AdmitInfo,
-        flow_key: &str,
-        weight: f64,
-    ) -> Result<FlowId, CoreError> {
-        let flow = q.flow_in(flow_key, info.tenant.as_deref());
-        q.set_weight(flow, weight)
-            .map_err(|_| invalid("weight", format!("{weight} must be a finite number > 0")))?;
-        if let Some(t) = &info.tenant {
-            let tw = if info.tenant_weight == 0.0 {
-                1.0
-            } else {
-                info.tenant_weight
-            };
-            q.set_tenant_weight(t, tw)
-                .map_err(|_| invalid("tenant_weight", format!("{tw} must be > 0")))?;
-        }
-        Ok(flow)
-    }
-
     /// The limits in force on a GPU: `(any, slots)`. Any work may take a slot while fewer than
     /// `any` run; `slots` bounds everything. Without the short-slot reserve both are ⌊D⌋. While
     /// a short flow is Active, the reserve adds a slot for short flows only above the long
@@ -644,109 +553,6 @@ impl Core {
         self.hold = until;
     }
 
-    /// Dispatches on one GPU while slots are free.
-    fn pump(&mut self, slot: usize, now: Time) -> Vec<Grant> {
-        let mut grants = Vec::new();
-        if now < self.hold {
-            return grants;
-        }
-        loop {
-            let (d_limit, limit) = self.limits_of(slot);
-            let running = self.gpus[slot].running;
-            if running >= limit {
-                break;
-            }
-            // 0: only the reserve's slot above ⌊D⌋ is free.
-            let free = d_limit.saturating_sub(running);
-            // A tenant at its share of slots yields to another tenant's work that fits; a
-            // slot nobody else can take still goes to it.
-            let flow = {
-                let (fits, share) = (self.fit_test(slot), self.share_test(slot, limit));
-                let q = &self.gpus[slot].queue;
-                q.fitting(free, |f| fits(f) && share(f))
-                    .or_else(|| q.fitting(free, &fits))
-            };
-            let Some(flow) = flow else {
-                break;
-            };
-            let footprint = self.gpus[slot]
-                .queue
-                .key(flow)
-                .map_or(0, |k| self.footprint(k));
-            let g = &mut self.gpus[slot];
-            let Some(d) = g.queue.dispatch_slot_fitting(now, free, |f| f == flow) else {
-                break;
-            };
-            let long = !g.queue.is_short_flow(d.ticket.flow);
-            g.running += 1;
-            if long {
-                g.long_running += 1;
-            }
-            let gpu = g.info.index;
-            let running = g.running;
-            let dval = g.conc.d();
-            let key = d.item;
-            let (function, tenant, shim_pid, kind) = self
-                .waiting_remove(&key)
-                .map_or((String::new(), None, 0, Kind::Start), |w| {
-                    (w.function, w.tenant, w.shim_pid, w.kind)
-                });
-            let lease = self.next_lease;
-            self.next_lease += 1;
-            let waited_ns = now.as_nanos().saturating_sub(d.enqueued_at.as_nanos());
-            let seq = self.next_seq();
-            self.log.push(Record::Dispatch {
-                seq,
-                t_ns: now.as_nanos(),
-                gpu,
-                key: key.clone(),
-                function: function.clone(),
-                lease,
-                free,
-                running,
-                limit,
-                d: dval,
-                waited_ns,
-            });
-            self.lease_of.insert(key.clone(), lease);
-            self.leases.insert(
-                lease,
-                Lease {
-                    key: key.clone(),
-                    function,
-                    tenant,
-                    gpu,
-                    shim_pid,
-                    since: now,
-                    kind,
-                    charged: d.ticket.charge,
-                    ticket: d.ticket,
-                    long,
-                    epoch: self.epoch,
-                    footprint,
-                },
-            );
-            self.gpus[slot].conc.admitted(lease, true);
-            grants.push(Grant {
-                key,
-                lease,
-                gpu,
-                waited_ns,
-            });
-        }
-        grants
-    }
-
-    /// Dispatches on every GPU. Every entry that moved time or the queues ends here, not on the
-    /// one GPU it touched: [`Core::tick`] expires sticky flows on all GPUs, and a flow gone
-    /// Inactive on another GPU frees the memory room kept for it or lets the virtual time move
-    /// on there (a free slot left idle beside fitting work until the next sample, before).
-    fn pump_all(&mut self, now: Time) -> Vec<Grant> {
-        (0..self.gpus.len())
-            .flat_map(|s| self.pump(s, now))
-            .collect()
-    }
-
     /// Records which shim holds a freshly granted lease (the server knows the caller).
     pub fn set_holder(&mut self, lease: u64, shim_pid: u32) {
         if let Some(l) = self.leases.get_mut(&lease) {
@@ -758,88 +564,6 @@ impl Core {
     #[must_use]
     pub fn waiter_pid(&self, key: &ContainerKey) -> Option<u32> {
         self.waiting.get(key).map(|w| w.shim_pid)
-    }
-
-    /// Withdraws a waiting admission. Returns `None` when none was waiting, else the grants the
-    /// withdrawal made (the virtual time may move on without it).
-    pub fn cancel(&mut self, key: &ContainerKey, reason: &str, now: Time) -> Option<Vec<Grant>> {
-        self.withdraw(key, reason, now).then(|| self.pump_all(now))
-    }
-
-    /// Takes a waiting admission out of its queue, dispatching nothing; whether one waited.
-    /// Nothing changes, the clock included, when none did (so nothing is left to dispatch).
-    fn withdraw(&mut self, key: &ContainerKey, reason: &str, now: Time) -> bool {
-        if !self.waiting.contains_key(key) {
-            return false;
-        }
-        self.tick(now);
-        let Some(w) = self.waiting_remove(key) else {
-            return false;
-        };
-        let slot = self.slot(w.gpu);
-        self.gpus[slot].queue.withdraw(w.flow, |k| k == key);
-        let seq = self.next_seq();
-        self.log.push(Record::Withdraw {
-            seq,
-            t_ns: now.as_nanos(),
-            gpu: w.gpu,
-            key: key.clone(),
-            function: w.function,
-            reason: reason.to_owned(),
-        });
-        true
-    }
-
-    /// Ends a lease; `measured` is the service it received (seconds) when known. Returns the
-    /// grants the freed slot made.
-    ///
-    /// # Errors
-    /// [`CoreError::UnknownLease`]; nothing changes then.
-    pub fn release(
-        &mut self,
-        lease: u64,
-        measured: Option<f64>,
-        reason: &str,
-        now: Time,
-    ) -> Result<Vec<Grant>, CoreError> {
-        // An unknown lease changes nothing, the clock included.
-        if !self.leases.contains_key(&lease) {
-            return Err(CoreError::UnknownLease(lease));
-        }
-        self.tick(now);
-        let l = self
-            .leases
-            .remove(&lease)
-            .ok_or(CoreError::UnknownLease(lease))?;
-        self.lease_of.remove(&l.key);
-        let slot = self.slot(l.gpu);
-        let g = &mut self.gpus[slot];
-        // What a shim reports comes from its container (a burst's end is the interposer's word):
-        // no run took longer than its lease was held.
-        let held_s = now.secs_since(l.since).max(0.0);
-        let measured = measured.map(|m| m.min(held_s));
-        // The ticket is outstanding by construction; a failure here would be a bug in this file.
-        let _ = g.queue.complete(&l.ticket, measured, now);
-        let ran = charge::ended_as_runs_do(reason);
-        let tenant = l.tenant.as_deref().unwrap_or_default();
-        g.conc
-            .released(lease, &l.function, tenant, measured.filter(|_| ran));
-        g.running = g.running.saturating_sub(1);
-        if l.long {
-            g.long_running = g.long_running.saturating_sub(1);
-        }
-        let seq = self.next_seq();
-        self.log.push(Record::Release {
-            seq,
-            t_ns: now.as_nanos(),
-            gpu: l.gpu,
-            key: l.key,
-            function: l.function,
-            lease,
-            measured_s: measured,
-            reason: reason.to_owned(),
-        });
-        Ok(self.pump_all(now))
     }
 
     /// The end of a sample period on one GPU: D moves on what it saw (and on the admissions
@@ -919,11 +643,14 @@ impl Core {
     }
 }
 
+mod admit;
 mod charge;
+mod dispatch;
 mod flows;
 mod memory;
 mod record;
 mod register;
+mod release;
 mod share;
 
 pub use memory::{DEFAULT_FOOTPRINT_MB, MemoryAdmission, MemoryView};

@@ -3,9 +3,12 @@
 //! its next call is due: [`CLAIM_IATS`] inter-arrival times after its last arrival, at most its
 //! TTL. Past that the reserve's slot and the room go to waiting work (the README demo's long calls
 //! waited ~1.7 s with a slot free behind a short function that had stopped arriving: 10.5 s of
-//! wall time against FCFS's 8.5).
+//! wall time against FCFS's 8.5). The queue's clock lives here too: [`MqfqQueue::tick`] ends the
+//! claims and TTLs that are due.
 
-use super::{FlowId, MqfqQueue, Phase};
+use std::collections::BTreeSet;
+
+use super::{FlowEvent, FlowId, MqfqQueue, Phase};
 use crate::Time;
 
 /// How many of its inter-arrival times after its last arrival a lingering short flow keeps its
@@ -52,6 +55,46 @@ impl<T> MqfqQueue<T> {
             let was_short = self.counts_short(id);
             self.flows[id.ix()].claim_until = None;
             self.recount(id, was_short);
+        }
+    }
+
+    /// Expires sticky TTLs up to `now` (Active → Inactive). Call it before dispatching and on a
+    /// timer; cost is O(log n) per expiry.
+    pub fn tick(&mut self, now: Time) {
+        self.end_claims(now);
+        while let Some(&(until, id)) = self.expiries.first() {
+            if until > now {
+                break;
+            }
+            self.expiries.pop_first();
+            let was_short = self.counts_short(id);
+            let f = &mut self.flows[id.ix()];
+            debug_assert_eq!(
+                f.phase,
+                Phase::Lingering { until },
+                "expiries hold no stale entry"
+            );
+            if f.phase == (Phase::Lingering { until }) {
+                f.phase = Phase::Inactive;
+                if let Some(c) = f.claim_until.take() {
+                    self.claims.remove(&(c, id));
+                }
+                if self.sticky == Some(id) {
+                    self.sticky = None;
+                }
+                self.events.push(FlowEvent::Deactivated(id));
+            }
+            self.recount(id, was_short);
+        }
+    }
+
+    /// The next time [`tick`](Self::tick) has work, if any.
+    #[must_use]
+    pub fn next_expiry(&self) -> Option<Time> {
+        let first = |set: &BTreeSet<(Time, FlowId)>| set.first().map(|&(t, _)| t);
+        match (first(&self.expiries), first(&self.claims)) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
         }
     }
 }

@@ -14,10 +14,7 @@ use crate::types::{NoneMemory, Record};
 impl Engine<'_> {
     /// Gives run `r` a container under `none`, or fails it.
     pub(super) fn acquire_unadmitted(&mut self, r: usize, policy: &mut dyn Policy) {
-        let (g, f) = {
-            let run = self.runs[r].as_ref().expect("run exists");
-            (run.gpu, run.func)
-        };
+        let (g, f) = self.run_site(r);
         let mem = self.mem(f);
         let (c, until, tier) = if let Some(c) = self.idle_container(f, g, Tier::Hot) {
             (c, self.containers[c].ready_ms.max(self.now), Tier::Hot)
