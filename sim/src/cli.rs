@@ -63,6 +63,9 @@ struct SweepArgs {
     /// mqfq-sticky's `short_charge_s` on every draw (0: no short-slot reserve).
     #[arg(long)]
     short_charge_s: Option<f64>,
+    /// mqfq-sticky's maximum burst hold on every draw, seconds (0: none; default: mqfqd's).
+    #[arg(long)]
+    max_burst_hold_s: Option<f64>,
     /// Instead of running: write draw N's trace to --out and print its node's flags (to look
     /// into one draw with `compare`).
     #[arg(long, requires = "out")]
@@ -173,6 +176,10 @@ struct NodeArgs {
     /// (mqfqd's `[queue] default_footprint_mb`).
     #[arg(long, default_value_t = scheduler_core::node::admission::DEFAULT_FOOTPRINT_MB)]
     default_footprint_mb: u64,
+    /// mqfq-sticky's maximum burst hold, seconds (mqfqd's `[limits] max_burst_hold_s`; 0: none):
+    /// an invocation held longer no longer keeps the next one out.
+    #[arg(long, default_value_t = scheduler_core::node::admission::DEFAULT_MAX_BURST_HOLD_S)]
+    max_burst_hold_s: f64,
     /// mqfq-sticky grants on slots alone, not on GPU memory (mqfqd's `memory_admission =
     /// false`): what admitting memory is worth.
     #[arg(long)]
@@ -309,6 +316,7 @@ impl NodeArgs {
                 .transpose()?,
             memory_admission: (!self.no_memory_admission).then_some(self.default_footprint_mb),
             none_memory: self.none_memory.parse()?,
+            max_burst_hold_s: Some(self.max_burst_hold_s).filter(|&s| s != 0.0),
             ..SimConfig::default()
         };
         cfg.validate()?;
@@ -492,7 +500,13 @@ impl Cli {
                 }
                 let outcomes = (0..a.draws)
                     .map(|i| {
-                        crate::sweep::run(a.seed, i, a.duration_s, a.short_ms, a.short_charge_s)
+                        let knobs = crate::sweep::Knobs {
+                            short_charge_s: a.short_charge_s,
+                            max_burst_hold_s: a
+                                .max_burst_hold_s
+                                .map(|s| Some(s).filter(|&s| s != 0.0)),
+                        };
+                        crate::sweep::run(a.seed, i, a.duration_s, a.short_ms, knobs)
                     })
                     .collect::<Result<Vec<_>, _>>()?;
                 print!("{}", crate::sweep::report(&outcomes));

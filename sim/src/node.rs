@@ -159,6 +159,11 @@ pub struct NodeMqfq {
 fn config_error(e: CoreError) -> ConfigError {
     match e {
         CoreError::Config(c) => c,
+        CoreError::Invalid { field, reason } => ConfigError {
+            knob: field,
+            value: reason,
+            reason: "the node's core refused it",
+        },
         other => ConfigError {
             knob: "gpus",
             value: other.to_string(),
@@ -197,17 +202,21 @@ impl NodeMqfq {
         })
     }
 
-    /// Memory admission as `cfg` asks (mqfqd's default: on, with the pool's headroom).
+    /// Memory admission as `cfg` asks (mqfqd's default: on, with the pool's headroom), and the
+    /// maximum burst hold (`[limits]`, which mqfqd applies with it).
     ///
     /// # Errors
-    /// A bad default footprint.
+    /// A bad default footprint or hold.
     pub fn set_memory(&mut self, cfg: &crate::types::SimConfig) -> Result<(), ConfigError> {
         let Some(mb) = cfg.memory_admission else {
             return Ok(());
         };
         let m = scheduler_core::node::admission::MemoryAdmission::new(cfg.tiers.headroom, mb)
             .map_err(config_error)?;
-        self.core.set_memory(m).map_err(config_error)
+        self.core.set_memory(m).map_err(config_error)?;
+        self.core
+            .set_max_burst_hold(cfg.max_burst_hold_s)
+            .map_err(config_error)
     }
 
     /// Places each invocation by `mode` (default: the core's least-loaded routing);

@@ -184,8 +184,17 @@ pub struct Outcome {
     pub short_ratio: Option<f64>,
 }
 
+/// What a sweep changes of every draw's mqfq-sticky (`None`: the draw's own).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Knobs {
+    /// `short_charge_s`.
+    pub short_charge_s: Option<f64>,
+    /// The maximum burst hold, seconds (`Some(None)`: none).
+    pub max_burst_hold_s: Option<Option<f64>>,
+}
+
 /// Runs draw `index` of `seed` (`duration_s` of arrivals) under fcfs and mqfq-sticky, with
-/// mqfq-sticky's `short_charge_s` overridden where given.
+/// mqfq-sticky's `knobs` overridden where given.
 ///
 /// # Errors
 /// A run that fails ([`SimError`]).
@@ -194,10 +203,13 @@ pub fn run(
     index: u64,
     duration_s: f64,
     short_ms: f64,
-    short_charge_s: Option<f64>,
+    knobs: Knobs,
 ) -> Result<Outcome, SimError> {
     let (draw, trace, mut cfg) = draw(seed, index, duration_s);
-    cfg.overrides.short_charge_s = short_charge_s;
+    cfg.overrides.short_charge_s = knobs.short_charge_s;
+    if let Some(hold) = knobs.max_burst_hold_s {
+        cfg.max_burst_hold_s = hold;
+    }
     let fcfs = run_policy("fcfs", &trace, &cfg)?;
     let ours = run_policy("mqfq-sticky", &trace, &cfg)?;
     let (f, m) = (

@@ -110,6 +110,9 @@ pub struct SimConfig {
     pub memory_admission: Option<u64>,
     /// What `none` does past the GPU's memory.
     pub none_memory: NoneMemory,
+    /// `mqfq-sticky`'s maximum burst hold, seconds (mqfqd's `[limits] max_burst_hold_s`; an
+    /// invocation is a burst lease); `None`: none.
+    pub max_burst_hold_s: Option<f64>,
 }
 
 impl Default for SimConfig {
@@ -136,6 +139,7 @@ impl Default for SimConfig {
             cluster: crate::cluster::ClusterMode::RoundRobin,
             memory_admission: Some(scheduler_core::node::admission::DEFAULT_FOOTPRINT_MB),
             none_memory: NoneMemory::Fail,
+            max_burst_hold_s: Some(scheduler_core::node::admission::DEFAULT_MAX_BURST_HOLD_S),
         }
     }
 }

@@ -4,6 +4,7 @@
     reason = "an integration-test crate is the test module"
 )]
 
+use mqfq_sim::sweep::Knobs;
 use mqfq_sim::trace::{Function, Invocation};
 use mqfq_sim::{POLICIES, SimConfig, Trace, run_policy};
 use proptest::prelude::*;
@@ -344,7 +345,7 @@ fn the_random_sweep_draws_within_its_ranges_and_runs_every_draw() {
                 .iter()
                 .all(|v| (9.0..=11_000.0).contains(&v.exec_ms))
         );
-        let o = mqfq_sim::sweep::run(7, i, 40.0, 1000.0, None).unwrap();
+        let o = mqfq_sim::sweep::run(7, i, 40.0, 1000.0, Knobs::default()).unwrap();
         assert!(o.mean_ratio.is_finite() && o.mean_ratio > 0.0, "{o:?}");
         for p in ["fcfs", "mqfq-sticky"] {
             let out = run_policy(p, &t, &cfg).unwrap();
@@ -353,6 +354,8 @@ fn the_random_sweep_draws_within_its_ranges_and_runs_every_draw() {
         }
     }
     let report =
-        mqfq_sim::sweep::report(&[mqfq_sim::sweep::run(7, 0, 40.0, 1000.0, None).unwrap()]);
+        mqfq_sim::sweep::report(&[
+            mqfq_sim::sweep::run(7, 0, 40.0, 1000.0, Knobs::default()).unwrap()
+        ]);
     assert!(report.contains("1 draws: mean ≤ 1.0× fcfs on"), "{report}");
 }

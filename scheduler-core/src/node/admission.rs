@@ -3,8 +3,9 @@
 //! its socket; the simulator's `mqfq-sticky` drives the very same object.
 //!
 //! Every operation takes `now` and first expires sticky TTLs up to it, so the dispatch record
-//! (enqueue, dispatch, release, withdraw, adopt — with times and the free slots each dispatch was
-//! given) is enough to replay the queue's decisions exactly; the integration tests do that.
+//! (enqueue, dispatch, release, withdraw, adopt, charge — with times and the free slots each
+//! dispatch was given; `overtime` lines change no queue) is enough to replay the queue's decisions
+//! exactly; the integration tests do that.
 //!
 //! Each GPU has its own queue and limit; an admission is routed at arrival to the least loaded
 //! GPU among those the container was given. A container given several GPUs is gated on one of
@@ -192,6 +193,8 @@ struct Gpu {
     conc: ConcurrencyController,
     running: u32,
     long_running: u32,
+    /// Leases held in overtime (see `overtime`).
+    overtime: u32,
     memory_used: u64,
 }
 
@@ -231,6 +234,8 @@ pub struct Lease {
     epoch: u64,
     /// The GPU memory it is charged, bytes (its function's footprint at grant).
     footprint: u64,
+    /// A burst held past the maximum hold: it no longer keeps waiting work out (`overtime`).
+    pub overtime: bool,
 }
 
 /// A read-only view of one GPU.
@@ -301,6 +306,8 @@ pub struct Core {
     memory: Option<MemoryAdmission>,
     /// Each function's footprint as the pool measured it, bytes.
     footprints: BTreeMap<String, u64>,
+    /// How long a burst lease may keep waiting work out, seconds (`overtime`); `None`: for ever.
+    max_burst_hold: Option<f64>,
 }
 
 fn invalid(field: &'static str, reason: impl Into<String>) -> CoreError {
@@ -332,6 +339,7 @@ impl Core {
                     info,
                     running: 0,
                     long_running: 0,
+                    overtime: 0,
                     memory_used: 0,
                 })
             })
@@ -354,6 +362,7 @@ impl Core {
             registered_at: HashMap::new(),
             memory: None,
             footprints: BTreeMap::new(),
+            max_burst_hold: Some(overtime::DEFAULT_MAX_BURST_HOLD_S),
         })
     }
 
@@ -527,18 +536,22 @@ impl Core {
     /// `any` run; `slots` bounds everything. Without the short-slot reserve both are ⌊D⌋. While
     /// a short flow is Active, the reserve adds a slot for short flows only above the long
     /// invocations running (and at least a second slot); it lives under D_max, so there `any`
-    /// is at most D_max − 1. A GPU limited to one slot (MIG) has no reserve.
+    /// is at most D_max − 1. A GPU limited to one slot (MIG) has no reserve. Both rise by one
+    /// while a burst lease on the GPU is in overtime (see `overtime`).
     fn limits_of(&self, slot: usize) -> (u32, u32) {
         let g = &self.gpus[slot];
         let d = g.conc.limit();
         let d_max = g.conc.config().d_max;
         let reserve =
             self.queue_cfg.short_charge_s > 0.0 && d_max >= 2 && g.queue.active_short_flows() > 0;
-        if reserve {
+        let (any, slots) = if reserve {
             (d.min(d_max - 1), d.max(g.long_running + 1).clamp(2, d_max))
         } else {
             (d, d)
-        }
+        };
+        // A burst in overtime no longer keeps waiting work out.
+        let extra = self.overtime_slots(slot);
+        (any + extra, slots + extra)
     }
 
     /// The order admissions are granted in (`policy` in mqfqd.toml).
@@ -648,12 +661,14 @@ mod charge;
 mod dispatch;
 mod flows;
 mod memory;
+mod overtime;
 mod record;
 mod register;
 mod release;
 mod share;
 
 pub use memory::{DEFAULT_FOOTPRINT_MB, MemoryAdmission, MemoryView};
+pub use overtime::DEFAULT_MAX_BURST_HOLD_S;
 pub use record::Record;
 
 #[cfg(test)]

@@ -28,7 +28,8 @@
 //!                  # prefetch_iat = 5, reclaim = false, host_headroom = 0.1
 //! [fairness]       # weights and tenants (see `policy`): trust_annotations = false,
 //!                  # tenant_from = "namespace", tenants = {}, [[fairness.rule]] …
-//! [limits]         # waiters_per_shim = 256, containers_per_shim = 256, flow_idle_s = 600
+//! [limits]         # waiters_per_shim = 256, containers_per_shim = 256, flow_idle_s = 600,
+//!                  # max_burst_hold_s = 60
 //! ```
 
 use std::path::{Path, PathBuf};
@@ -662,6 +663,7 @@ mod tests {
                 "[limits]\ncontainers_per_shim = 0",
                 "limits.containers_per_shim",
             ),
+            ("[limits]\nmax_burst_hold_s = -1", "limits.max_burst_hold_s"),
             ("[placement]\nprobe_runs = 0", "placement.probe_runs"),
             (
                 "[placement]\nxid_recover_samples = 0",

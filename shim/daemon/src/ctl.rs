@@ -127,7 +127,7 @@ pub fn render(s: &api::StatusResponse) -> String {
     if !s.leases.is_empty() {
         let _ = writeln!(
             o,
-            "\n{:>6} {:<36} {:<24} {:<6} {:>3} {:>8} {:>8}",
+            "\n{:>6} {:<36} {:<24} {:<8} {:>3} {:>8} {:>8}",
             "LEASE", "CONTAINER", "FUNCTION", "KIND", "GPU", "SHIM", "HELD s"
         );
         for l in &s.leases {
@@ -135,11 +135,12 @@ pub fn render(s: &api::StatusResponse) -> String {
             let held = l.held_ns as f64 / 1e9;
             let _ = writeln!(
                 o,
-                "{:>6} {:<36} {:<24} {:<6} {:>3} {:>8} {:>8.2}",
+                "{:>6} {:<36} {:<24} {:<8} {:>3} {:>8} {:>8.2}",
                 l.lease_id,
                 format!("{}/{}", l.namespace, l.container_id),
                 l.function,
-                l.kind,
+                // A burst past the maximum hold.
+                if l.overtime { "overtime" } else { &l.kind },
                 l.gpu,
                 l.shim_pid,
                 held
@@ -283,7 +284,7 @@ pub fn to_json(s: &api::StatusResponse) -> serde_json::Value {
         "leases": s.leases.iter().map(|l| json!({
             "lease_id": l.lease_id, "namespace": l.namespace, "container_id": l.container_id,
             "function": l.function, "gpu": l.gpu, "shim_pid": l.shim_pid, "held_ns": l.held_ns,
-            "kind": l.kind,
+            "kind": l.kind, "overtime": l.overtime,
         })).collect::<Vec<_>>(),
         "pool": s.pool.iter().map(|e| json!({
             "namespace": e.namespace, "container_id": e.container_id, "function": e.function,

@@ -124,6 +124,7 @@ pub fn build_core(
         GpuMode::Mig => mig.clone(),
     })?;
     core.set_limits(cfg.limits.waiters_per_shim, cfg.limits.containers_per_shim);
+    core.set_max_burst_hold(cfg.limits.max_burst_hold())?;
     if let Some(m) = cfg.memory_admission()? {
         core.set_memory(m)?;
     }

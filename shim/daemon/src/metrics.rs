@@ -51,6 +51,7 @@ pub struct Metrics {
     memory_admitted: Family<Labels, Gauge>,
     fail_open: Gauge,
     dead_shim_releases: Counter,
+    overtime: Family<Labels, Counter>,
     pool_hits: Family<Labels, Counter>,
     pool_moves: Family<Labels, Counter>,
     pool_bytes: Family<Labels, Counter>,
@@ -112,6 +113,7 @@ impl Metrics {
             memory_admitted: Family::default(),
             fail_open: Gauge::default(),
             dead_shim_releases: Counter::default(),
+            overtime: Family::default(),
             admissions: Family::default(),
             pool_hits: Family::default(),
             pool_moves: Family::default(),
@@ -226,6 +228,11 @@ impl Metrics {
             "dead_shim_releases",
             "Leases released because their shim died",
             m.dead_shim_releases.clone(),
+        );
+        registry.register(
+            "burst_overtime",
+            "Burst leases held past [limits] max_burst_hold_s (they keep running; their GPU takes one more lease while any is held)",
+            m.overtime.clone(),
         );
         registry.register(
             "pool_hits",
@@ -398,6 +405,9 @@ impl Metrics {
                         .observe(*waited_ns as f64 / 1e9);
                 }
                 Record::Charge { .. } => {}
+                Record::Overtime { function, .. } => {
+                    self.overtime.get_or_create(&self::function(function)).inc();
+                }
                 Record::Adopt { function, .. } => {
                     self.admitted.get_or_create(&self::function(function)).inc();
                 }

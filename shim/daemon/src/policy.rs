@@ -21,6 +21,7 @@
 //! waiters_per_shim = 256         # admissions one shim may have waiting
 //! containers_per_shim = 256      # containers one shim may register (running + idle)
 //! flow_idle_s = 600              # a flow idle this long is forgotten, with its metric series
+//! max_burst_hold_s = 60          # a burst held longer no longer keeps waiting work out (0: off)
 //! ```
 
 use std::collections::BTreeMap;
@@ -78,6 +79,8 @@ pub struct LimitsSection {
     pub containers_per_shim: usize,
     /// Seconds after which an idle flow is forgotten (0: never).
     pub flow_idle_s: f64,
+    /// Seconds a burst lease may keep waiting work out before it is in overtime (0: for ever).
+    pub max_burst_hold_s: f64,
 }
 
 impl Default for LimitsSection {
@@ -86,6 +89,7 @@ impl Default for LimitsSection {
             waiters_per_shim: 256,
             containers_per_shim: 256,
             flow_idle_s: 600.0,
+            max_burst_hold_s: scheduler_core::node::admission::DEFAULT_MAX_BURST_HOLD_S,
         }
     }
 }
@@ -247,7 +251,20 @@ impl LimitsSection {
                 "must be a finite number >= 0",
             ));
         }
+        if !(self.max_burst_hold_s.is_finite() && self.max_burst_hold_s >= 0.0) {
+            return Err(ConfigError::new(
+                "limits.max_burst_hold_s",
+                self.max_burst_hold_s,
+                "must be a finite number >= 0 (0: no maximum)",
+            ));
+        }
         Ok(())
+    }
+
+    /// The maximum burst hold for the admission core (`None`: none).
+    #[must_use]
+    pub fn max_burst_hold(&self) -> Option<f64> {
+        Some(self.max_burst_hold_s).filter(|&s| s > 0.0)
     }
 }
 

@@ -85,6 +85,7 @@ impl Core {
                     long,
                     epoch: self.epoch,
                     footprint,
+                    overtime: false,
                 },
             );
             self.gpus[slot].conc.admitted(lease, true);

@@ -51,10 +51,12 @@ impl Core {
     }
 
     /// One sampling step of the node, as `mqfqd` runs it every `sample_interval_ms` (and the
-    /// simulator every `sample_ms`): charges long-running bursts, expires sticky TTLs, then feeds
-    /// each GPU's reading. Returns what it granted.
+    /// simulator every `sample_ms`): charges long-running bursts and puts those past the maximum
+    /// hold in overtime, expires sticky TTLs, then feeds each GPU's reading. Returns what it
+    /// granted.
     pub fn sample(&mut self, samples: &[GpuReading], now: Time) -> Vec<Grant> {
         self.charge_running(now);
+        self.mark_overtime(now);
         let mut grants = self.tick_all(now);
         for r in samples {
             grants.extend(self.observe(r, now));

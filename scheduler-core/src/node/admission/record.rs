@@ -93,6 +93,24 @@ pub enum Record {
         /// Service so far, seconds.
         served_s: f64,
     },
+    /// A burst lease passed the maximum hold: it keeps its slot, and its GPU's limits rise by
+    /// one while it (or another lease there in overtime) is held (no queue change).
+    Overtime {
+        /// Sequence number.
+        seq: u64,
+        /// Daemon time, ns.
+        t_ns: u64,
+        /// GPU.
+        gpu: u32,
+        /// Container key.
+        key: ContainerKey,
+        /// Function.
+        function: String,
+        /// The lease.
+        lease: u64,
+        /// How long it had been held, seconds.
+        held_s: f64,
+    },
     /// A waiting admission left the queue.
     Withdraw {
         /// Sequence number.

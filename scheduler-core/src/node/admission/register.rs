@@ -154,6 +154,7 @@ impl Core {
                 long,
                 epoch: self.epoch,
                 footprint,
+                overtime: false,
             },
         );
         // Its run began before this daemon knew it: its measurement teaches no baseline.

@@ -68,6 +68,9 @@ impl Core {
         g.conc
             .released(lease, &l.function, tenant, measured.filter(|_| ran));
         g.running = g.running.saturating_sub(1);
+        if l.overtime {
+            g.overtime = g.overtime.saturating_sub(1);
+        }
         if l.long {
             g.long_running = g.long_running.saturating_sub(1);
         }

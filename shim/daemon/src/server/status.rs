@@ -135,6 +135,7 @@ impl Daemon {
                 shim_pid: l.shim_pid,
                 held_ns: now.as_nanos().saturating_sub(l.since.as_nanos()),
                 kind: l.kind.as_str().to_owned(),
+                overtime: l.overtime,
                 ..Default::default()
             })
             .collect();

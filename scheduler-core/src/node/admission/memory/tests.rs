@@ -328,6 +328,8 @@ enum Op {
     },
     /// The shim of the odd-numbered calls dies.
     ShimGone,
+    /// A sampling step without readings (charges, overtime, TTLs).
+    Sample,
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -339,6 +341,7 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (0u8..4, 256u16..16384).prop_map(|(f, mib)| Op::Footprint { f, mib }),
         1 => (0u8..2, 0u8..=10).prop_map(|(gpu, busy)| Op::Observe { gpu, busy }),
         1 => Just(Op::ShimGone),
+        1 => Just(Op::Sample),
     ]
 }
 
@@ -377,6 +380,9 @@ fn apply(c: &mut Core, o: &Op, now: Time) {
         Op::ShimGone => {
             c.shim_gone(8, now);
         }
+        Op::Sample => {
+            c.sample(&[], now);
+        }
     }
 }
 
@@ -386,12 +392,14 @@ proptest! {
     /// the limit any work may take while waiting work fits its memory, nor the reserve's slot
     /// while a short flow may take it. (A TTL expiring on one GPU during a call about another
     /// once left such a slot idle until the next sample; so did a footprint measured larger,
-    /// which can end the room kept for a short flow.)
+    /// which can end the room kept for a short flow.) Bursts held past a 2 s maximum hold go
+    /// into overtime (the limits rise by one) at sampling steps.
     #[test]
     fn no_call_leaves_a_slot_idle_that_waiting_work_fits(
         ops in prop::collection::vec((op(), 0u16..1500), 1..120),
     ) {
         let mut c = super::super::testing::memory_core_on(&[16, 40], 4, 0.1, 4096);
+        c.set_max_burst_hold(Some(2.0)).unwrap();
         let mut t = 0.0;
         for (o, dt_ms) in &ops {
             t += f64::from(*dt_ms) / 1e3;
