@@ -709,6 +709,59 @@ fn a_paused_server_thawed_for_the_pool_takes_no_lease() {
     assert!(c.leftovers().is_empty(), "{:?}", c.leftovers());
 }
 
+/// Pause racing a queued burst admission (issue 35): a server whose burst waits for the one
+/// slot is paused; the slot frees and the grant goes to it, frozen — it is handed back (no
+/// service measured), so another server takes the slot while it stays paused (before, the
+/// frozen container held it until its Resume). At Resume it waits for a slot again, and runs.
+#[test]
+fn a_grant_that_reaches_a_paused_container_goes_back() {
+    let Some((c, d, cuda)) = setup(
+        "pauserace",
+        &[],
+        "[concurrency]\nd_max = 1\nd_initial = 1\n[limits]\nmax_burst_hold_s = 0\n",
+    ) else {
+        return;
+    };
+    let holds = |s: &Value, id: &str| leases(s).iter().any(|l| l["container_id"] == id);
+    endless_server(&c, &cuda, "hog");
+    d.wait_for("the hog holding the slot", |s| holds(s, "hog"));
+    server(&c, &cuda, "frozen", 10, 1, 100);
+    d.wait_for("its burst waiting", |s| s["waiting"] == 1);
+    assert!(c.ctr(&["task", "pause", "frozen"]).status.success());
+    stop(&c, "hog");
+    let handed_back = |d: &Mqfqd| {
+        d.records()
+            .iter()
+            .filter(|r| r["event"] == "release")
+            .filter(|r| r["key"].as_str().is_some_and(|k| k.ends_with("/frozen")))
+            .map(|r| (r["reason"].clone(), r["measured_s"].clone()))
+            .collect::<Vec<_>>()
+    };
+    d.wait_for("the paused server's grant handed back", |_| {
+        !handed_back(&d).is_empty()
+    });
+    assert_eq!(
+        handed_back(&d),
+        [(Value::from("idle"), Value::Null)],
+        "one release, nothing measured"
+    );
+    server(&c, &cuda, "other", 10, 1, 100);
+    d.wait_for("another server's bursts while it stays paused", |_| {
+        kernels(&cuda, "other").len() >= 3
+    });
+    let s = d.status();
+    assert!(!holds(&s, "frozen"), "{s:#}");
+    assert!(kernels(&cuda, "frozen").is_empty());
+    assert!(c.ctr(&["task", "resume", "frozen"]).status.success());
+    d.wait_for("the resumed server's bursts", |_| {
+        kernels(&cuda, "frozen").len() >= 2
+    });
+    stop(&c, "other");
+    stop(&c, "frozen");
+    d.wait_for("no lease left", |s| leases(s).is_empty());
+    assert!(c.leftovers().is_empty(), "{:?}", c.leftovers());
+}
+
 /// A server paused in the middle of a burst gives its slot back while frozen, and takes a slot
 /// again (a burst lease) before it is thawed to go on with that burst.
 #[test]

@@ -30,8 +30,7 @@ use tokio::net::unix::OwnedReadHalf;
 
 use super::TaskService;
 use crate::error::{Error, Result};
-use crate::gate::{BurstReport, Kind};
-use crate::gpu::Classification;
+use crate::gate::BurstReport;
 use crate::memory::Usage;
 use crate::uvm::client::Command;
 
@@ -72,6 +71,15 @@ struct Ended {
 }
 
 impl Ended {
+    /// A lease handed back unused: no service, nothing copied, no process.
+    fn nothing() -> Self {
+        Ended {
+            service: Duration::ZERO,
+            transfer_bytes: None,
+            peers: Vec::new(),
+        }
+    }
+
     /// The report: only the processes still the ones that connected.
     fn report(self) -> BurstReport {
         BurstReport {
@@ -575,76 +583,6 @@ impl TaskService {
         }
     }
 
-    /// Asks `mqfqd` for the container's burst lease, restores evicted memory once granted,
-    /// and tells the waiting processes.
-    async fn admit_burst(&self, id: &str, book: &Arc<Book>) {
-        let found = {
-            let st = self.state.lock().await;
-            st.containers.get(id).and_then(|c| match &c.gpu {
-                Classification::Gpu(w) => Some((w.clone(), c.pool_lock.clone(), c.pool_failed)),
-                Classification::NotGpu => None,
-            })
-        };
-        let Some((work, lock, unpooled)) = found else {
-            book.admitted(Some("no such GPU container".into()));
-            return;
-        };
-        book.no_release_pending().await;
-        // A paused container's processes run only while the pool thaws it to move its memory:
-        // a burst begun then waits for the container's Resume (a lease taken in that window
-        // would be held, frozen, until then).
-        while self.is_paused(id).await {
-            if book.lock().waiting.is_empty() {
-                book.admitted(Some("the container is paused".into()));
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        let result = loop {
-            match self
-                .gate
-                .admit(&self.namespace, id, &work, Kind::Burst, !unpooled)
-                .await
-            {
-                Ok(()) => break Ok(()),
-                // Fail-closed (the daemon is away, or no slot in time): the burst waits for
-                // as long as a process waits for it.
-                Err(e @ (Error::Unavailable(_) | Error::DeadlineExceeded(_))) => {
-                    if !book.lock().waiting.is_empty() {
-                        tracing::info!(container = %id, "burst admission: {e}; waiting");
-                        tokio::time::sleep(Duration::from_secs(1)).await;
-                        if !book.lock().waiting.is_empty() {
-                            continue;
-                        }
-                    }
-                    break Err(e.to_string());
-                }
-                Err(e) => {
-                    tracing::warn!(container = %id, "burst admission refused: {e}");
-                    break Err(e.to_string());
-                }
-            }
-        };
-        if result.is_ok() {
-            // Memory the pool evicted comes back before the burst's first call runs; a move
-            // in progress finishes first.
-            let _moving = lock.lock().await;
-            self.restore_for_burst(id).await;
-        }
-        if book.admitted(result.err()) {
-            self.after_burst(
-                id,
-                After::Release(Ended {
-                    service: Duration::ZERO,
-                    transfer_bytes: None,
-                    peers: Vec::new(),
-                }),
-            )
-            .await;
-            book.released();
-        }
-    }
-
     /// A process's part of the burst is over (`at`: when its work completed; `None`: it went
     /// away now): the lease goes back if it was the last; the next admission of this
     /// container waits until the daemon has the release (`releasing`).
@@ -704,28 +642,8 @@ impl TaskService {
             }
         }
     }
-
-    async fn is_paused(&self, id: &str) -> bool {
-        let st = self.state.lock().await;
-        st.containers
-            .get(id)
-            .is_some_and(|c| c.init.status() == crate::process::Status::Paused)
-    }
-
-    /// Brings an evicted burst container's memory back (its processes are running).
-    async fn restore_for_burst(&self, id: &str) {
-        let dir = {
-            let st = self.state.lock().await;
-            st.containers
-                .get(id)
-                .filter(|c| c.evicted)
-                .and_then(|c| c.ctl_dir.clone())
-        };
-        if let Some(dir) = dir {
-            self.restore(id, &dir, Instant::now()).await;
-        }
-    }
 }
 
+mod admit;
 #[cfg(test)]
 mod tests;

@@ -55,6 +55,11 @@ pub fn replay(records: &[Value], config: &Path) {
                         .unwrap()
                 );
             }
+            // A waiting admission left (its container was killed or deleted).
+            "withdraw" => assert!(
+                q.withdraw(f, |k| *k == key).is_some(),
+                "replay withdraws too: {r}"
+            ),
             // A burst past the maximum hold: the core's limits rise (the dispatches after it
             // carry the free slots), the queue is unchanged.
             "overtime" => assert!(tickets.contains_key(&r["lease"].as_u64().unwrap())),

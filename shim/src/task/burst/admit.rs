@@ -1,0 +1,127 @@
+//! A burst's admission: the lease asked of mqfqd (fail-closed: for as long as a process
+//! waits), never taken or kept while the container is paused, and evicted memory restored
+//! before the burst's first call runs.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::super::TaskService;
+use super::{After, Book, Ended};
+use crate::error::Error;
+use crate::gate::Kind;
+use crate::gpu::Classification;
+
+impl TaskService {
+    /// Asks `mqfqd` for the container's burst lease, restores evicted memory once granted,
+    /// and tells the waiting processes.
+    pub(super) async fn admit_burst(&self, id: &str, book: &Arc<Book>) {
+        let found = {
+            let st = self.state.lock().await;
+            st.containers.get(id).and_then(|c| match &c.gpu {
+                Classification::Gpu(w) => Some((w.clone(), c.pool_lock.clone(), c.pool_failed)),
+                Classification::NotGpu => None,
+            })
+        };
+        let Some((work, lock, unpooled)) = found else {
+            book.admitted(Some("no such GPU container".into()));
+            return;
+        };
+        book.no_release_pending().await;
+        let result = loop {
+            // A paused container's processes run only while the pool thaws it to move its
+            // memory: a burst begun then waits for the container's Resume (a lease taken in
+            // that window would be held, frozen, until then).
+            while self.is_paused(id).await {
+                if book.lock().waiting.is_empty() {
+                    book.admitted(Some("the container is paused".into()));
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            if let Err(e) = self.admit_until_answered(id, book, &work, unpooled).await {
+                break Err(e);
+            }
+            // Memory the pool evicted comes back before the burst's first call runs; a move
+            // in progress (or a Pause, which holds the same lock) finishes first.
+            let moving = lock.lock().await;
+            if self.is_paused(id).await {
+                // Paused while it waited in the queue: a frozen container must not hold the
+                // slot until its Resume. The grant goes straight back (no service measured:
+                // its flow keeps the dispatch's estimate, as for any grant nobody could use)
+                // and the burst waits for the Resume, then for a slot again.
+                drop(moving);
+                tracing::info!(container = %id, "burst lease granted while paused: handed back");
+                // Its frozen processes cannot say what they hold: what was last known goes.
+                let held = {
+                    let st = self.state.lock().await;
+                    st.containers.get(id).map(|c| c.held).unwrap_or_default()
+                };
+                let report = Ended::nothing().report();
+                self.gate.end_burst(&self.namespace, id, report, held).await;
+                continue;
+            }
+            self.restore_for_burst(id).await;
+            drop(moving);
+            break Ok(());
+        };
+        if book.admitted(result.err()) {
+            self.after_burst(id, After::Release(Ended::nothing())).await;
+            book.released();
+        }
+    }
+
+    /// Asks mqfqd for the container's burst lease until it answers: fail-closed (the daemon is
+    /// away, or no slot in time), the burst waits for as long as a process waits for it.
+    async fn admit_until_answered(
+        &self,
+        id: &str,
+        book: &Book,
+        work: &crate::gpu::GpuWork,
+        unpooled: bool,
+    ) -> std::result::Result<(), String> {
+        loop {
+            match self
+                .gate
+                .admit(&self.namespace, id, work, Kind::Burst, !unpooled)
+                .await
+            {
+                Ok(()) => return Ok(()),
+                Err(e @ (Error::Unavailable(_) | Error::DeadlineExceeded(_))) => {
+                    if !book.lock().waiting.is_empty() {
+                        tracing::info!(container = %id, "burst admission: {e}; waiting");
+                        tokio::time::sleep(Duration::from_secs(1)).await;
+                        if !book.lock().waiting.is_empty() {
+                            continue;
+                        }
+                    }
+                    return Err(e.to_string());
+                }
+                Err(e) => {
+                    tracing::warn!(container = %id, "burst admission refused: {e}");
+                    return Err(e.to_string());
+                }
+            }
+        }
+    }
+
+    async fn is_paused(&self, id: &str) -> bool {
+        let st = self.state.lock().await;
+        st.containers
+            .get(id)
+            .is_some_and(|c| c.init.status() == crate::process::Status::Paused)
+    }
+
+    /// Brings an evicted burst container's memory back (its processes are running).
+    async fn restore_for_burst(&self, id: &str) {
+        let dir = {
+            let st = self.state.lock().await;
+            st.containers
+                .get(id)
+                .filter(|c| c.evicted)
+                .and_then(|c| c.ctl_dir.clone())
+        };
+        if let Some(dir) = dir {
+            self.restore(id, &dir, Instant::now()).await;
+        }
+    }
+}
