@@ -387,6 +387,60 @@ fn a_tenant_of_liars_keeps_an_honest_tenant_behind_at_most_one_of_their_bursts()
     );
 }
 
+/// A process that speaks the burst socket itself and cycles `begin`/`end` as fast as it can (no
+/// hold, no idle) is paced (issue 35): the container's next admission reaches mqfqd no sooner
+/// than the burst idle time (5 ms) after its last release, so it costs mqfqd at most two calls
+/// per idle time, not two per round trip (~0.2 ms before).
+#[test]
+fn a_process_cycling_bursts_is_paced_to_the_idle_time() {
+    let Some((c, d, cuda)) = setup("pace", &[], "") else {
+        return;
+    };
+    mqfq_testkit::build_double("hostile_ctl", &cuda).unwrap();
+    let o = c.run_cuda_program(
+        MQFQ,
+        "cycler",
+        "cycler",
+        &cuda,
+        "hostile_ctl",
+        &["-d"],
+        &["burst", "0", "0"],
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    let enqueued = |d: &Mqfqd| {
+        d.records()
+            .iter()
+            .filter(|r| r["event"] == "enqueue")
+            .count()
+    };
+    d.wait_for("fifty of its bursts", |_| enqueued(&d) >= 50);
+    stop(&c, "cycler");
+    d.wait_for("no lease left", |s| leases(s).is_empty());
+    // Each admission after a release, how long after it (ms).
+    let mut released: Option<u64> = None;
+    let mut gaps = Vec::new();
+    for r in d.records() {
+        let t = r["t_ns"].as_u64().unwrap();
+        match r["event"].as_str() {
+            Some("release") => released = Some(t),
+            Some("enqueue") => {
+                if let Some(at) = released.take() {
+                    #[expect(clippy::cast_precision_loss)]
+                    gaps.push((t - at) as f64 / 1e6);
+                }
+            }
+            _ => {}
+        }
+    }
+    assert!(gaps.len() >= 40, "{gaps:?}");
+    assert!(
+        gaps.iter().all(|&g| g >= 5.0),
+        "admissions sooner than 5 ms after a release: {gaps:?}"
+    );
+    common::replay(&d.records(), d.config());
+    assert!(c.leftovers().is_empty(), "{:?}", c.leftovers());
+}
+
 /// The pool follows bursts: an idle server (running, never paused) is evicted once its hot TTL
 /// passes, without a freeze, and its next burst runs only after its memory is back.
 #[test]

@@ -164,6 +164,9 @@ struct BookInner {
     refused: Option<String>,
     /// A burst's release is on its way to the daemon: the next admission waits for it.
     releasing: bool,
+    /// When the container's last lease went back: its next admission is asked no sooner than
+    /// the burst idle time after it ([`Book::pace`]).
+    last_release: Option<Instant>,
     /// Each connection's process (the kernel's peer credentials), where known.
     pids: HashMap<u64, Peer>,
     /// The current burst's processes (at most [`MAX_BURST_PIDS`]), and the bytes they said
@@ -192,6 +195,7 @@ impl Default for Book {
                 round: 0,
                 refused: None,
                 releasing: false,
+                last_release: None,
                 pids: HashMap::new(),
                 burst_pids: Vec::new(),
                 moved: None,
@@ -351,8 +355,21 @@ impl Book {
     }
 
     fn released(&self) {
-        self.lock().releasing = false;
+        let mut b = self.lock();
+        b.releasing = false;
+        b.last_release = Some(Instant::now());
+        drop(b);
         self.changed.notify_waiters();
+    }
+
+    /// How long the next admission must still wait: a container's bursts are asked at most
+    /// once per `gap` after a release (the idle time an honest interposer keeps between
+    /// bursts anyway), so a process that cycles `begin`/`end` as fast as it can costs mqfqd at
+    /// most two calls per `gap`, not two per round trip.
+    fn pace(&self, gap: Duration) -> Duration {
+        self.lock()
+            .last_release
+            .map_or(Duration::ZERO, |t| gap.saturating_sub(t.elapsed()))
     }
 
     /// Waits until no release is on its way.

@@ -27,6 +27,10 @@ impl TaskService {
             return;
         };
         book.no_release_pending().await;
+        let wait = book.pace(super::vouched_tail());
+        if !wait.is_zero() {
+            tokio::time::sleep(wait).await;
+        }
         let result = loop {
             // A paused container's processes run only while the pool thaws it to move its
             // memory: a burst begun then waits for the container's Resume (a lease taken in

@@ -212,3 +212,20 @@ fn a_burst_is_billed_what_the_shim_saw_less_only_the_idle_it_vouches_for() {
     let absurd = charged_end(now, Duration::from_secs(49), vouched);
     assert_eq!(absurd.duration_since(granted), Duration::from_millis(45));
 }
+
+#[test]
+fn a_container_s_next_admission_waits_out_the_idle_time_after_a_release() {
+    let gap = Duration::from_millis(200);
+    let book = Book::default();
+    assert_eq!(book.pace(gap), Duration::ZERO, "nothing released yet");
+    let conn = book.open(None).unwrap();
+    assert_eq!(book.begin(conn), (false, true, 0));
+    assert!(!book.admitted(None));
+    let After::Release(_) = book.end(conn, None, None) else {
+        panic!("the last process out releases");
+    };
+    book.released();
+    let wait = book.pace(gap);
+    assert!(wait > Duration::ZERO && wait <= gap, "{wait:?}");
+    assert_eq!(book.pace(Duration::ZERO), Duration::ZERO);
+}
