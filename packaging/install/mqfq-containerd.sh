@@ -52,6 +52,16 @@ END='# END mqfq-shim'
 
 die() { echo "mqfq-containerd: $*" >&2; exit 1; }
 
+# Whether $CONFIG holds register's block as a matched pair: the begin marker, then an end
+# marker after it. An end marker anywhere else (above the block: a user's copy) is no end, and
+# what follows a begin marker without one is the user's, never deleted.
+paired() {
+    awk -v begin="$BEGIN" -v end="$END" '
+        $0 == begin { open = 1; next }
+        open && $0 == end { found = 1; exit }
+        END { exit !found }' "$CONFIG"
+}
+
 # Runs the containerd that checks configs with the arguments given: CONTAINERD, or with ROOT
 # set and CONTAINERD not, the host's own containerd chrooted into ROOT. Status 127 when none
 # can run here.
@@ -275,7 +285,10 @@ register() {
         trap - EXIT
         rm -f "$DROPIN.mqfq-old"
     elif [ "$version" = 2 ]; then
-        if grep -qxF "$BEGIN" "$CONFIG" && grep -qxF "$END" "$CONFIG"; then
+        if grep -qxF "$BEGIN" "$CONFIG" && ! paired; then
+            die "$CONFIG has the mqfq-shim begin marker but not its end marker after it: nothing changed; take the mqfq runtime's table out by hand, or end it with a line '$END'"
+        fi
+        if paired; then
             # Ours already: brought up to this version's table (an upgrade) where it differs.
             { echo "$BEGIN"; runtime_table 2; echo "$END"; } > "$CONFIG.block"
             if [ "$(sed -n '/^# BEGIN mqfq-shim/,/^# END mqfq-shim$/p' "$CONFIG")" != "$(cat "$CONFIG.block")" ]; then
@@ -318,7 +331,7 @@ unregister() {
             mv "$CONFIG.tmp" "$CONFIG"
         fi
         changed=changed
-    elif [ -f "$CONFIG" ] && grep -qF "$BEGIN" "$CONFIG" && ! grep -qxF "$END" "$CONFIG"; then
+    elif [ -f "$CONFIG" ] && grep -qF "$BEGIN" "$CONFIG" && ! paired; then
         # The block's end marker is gone: deleting to the end of the file could take the user's
         # settings with it, so nothing is touched.
         echo "mqfq-containerd: $CONFIG has the mqfq-shim begin marker but not its end marker: nothing removed; take the mqfq runtime's table out by hand (the config before register is kept at $ORIG)" >&2

@@ -325,6 +325,19 @@ fn hand_edits_are_never_lost() {
     assert_eq!((code, out.as_str()), (0, "unchanged"), "{err}");
     assert!(err.contains("not its end marker"), "{err}");
     assert_eq!(std::fs::read_to_string(config(node)).unwrap(), cut);
+
+    // An end marker above the begin marker is not its end (issue 35): unregister touches
+    // nothing (it had deleted from the begin marker to the end of the file).
+    let stray = format!(
+        "{}\n# END mqfq-shim\n# BEGIN mqfq-shim (mqfq-containerd.sh; unregister removes this block)\n\
+         [plugins.\"x\"]\n\n# the user's settings after it\nSystemdCgroup = true\n",
+        users_config(v3)
+    );
+    std::fs::write(config(node), &stray).unwrap();
+    let (code, out, err) = run(node, "unregister");
+    assert_eq!((code, out.as_str()), (0, "unchanged"), "{err}");
+    assert!(err.contains("not its end marker"), "{err}");
+    assert_eq!(std::fs::read_to_string(config(node)).unwrap(), stray);
 }
 
 /// Configs register must leave alone: Docker's containerd.io turns CRI off (nothing to
@@ -381,6 +394,18 @@ fn configs_without_cri_or_behind_a_link_are_left_alone_and_blocks_are_refreshed(
     std::fs::write(config(node), &older).unwrap();
     assert_eq!(run(node, "register").1, "changed");
     assert_eq!(std::fs::read_to_string(config(node)).unwrap(), current);
+    // The block's end marker gone, a copy of it above the block: the refresh changes nothing
+    // (it had replaced everything from the begin marker to the end of the file).
+    let stray = format!(
+        "# END mqfq-shim\n{}# the user's settings after it\nSystemdCgroup = true\n",
+        older.replace("# END mqfq-shim\n", "")
+    );
+    std::fs::write(config(node), &stray).unwrap();
+    let (code, _, err) = run(node, "register");
+    assert_ne!(code, 0);
+    assert!(err.contains("not its end marker after it"), "{err}");
+    assert_eq!(std::fs::read_to_string(config(node)).unwrap(), stray);
+    std::fs::write(config(node), &current).unwrap();
     assert_eq!(run(node, "unregister").1, "changed");
     assert_eq!(std::fs::read_to_string(config(node)).unwrap(), original);
 }
