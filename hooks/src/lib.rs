@@ -9,7 +9,8 @@
 //! How the calls are caught: the CUDA runtime does not call the driver by name — it `dlopen`s
 //! `libcuda.so.1` and resolves entry points with `dlsym(handle, …)` or `cuGetProcAddress_v2`,
 //! both of which bypass a plain LD_PRELOAD. So this library exports `dlsym` itself (the real one
-//! is fetched with `dlvsym`), wraps both `cuGetProcAddress` versions, and also exports the
+//! is fetched with `dlvsym`; `RTLD_NEXT` lookups pass through untouched, see [`mod@dlsym`]), wraps
+//! both `cuGetProcAddress` versions, and also exports the
 //! wrapped driver functions for programs linked to libcuda directly. Every wrapper resolves the
 //! real function first and only substitutes successful lookups.
 //!
@@ -29,6 +30,7 @@ macro_rules! log {
 mod burst;
 mod compat;
 mod control;
+mod dlsym;
 mod native;
 mod real;
 mod state;
@@ -55,6 +57,7 @@ pub mod fuzzing {
 
 use std::ffi::{CStr, c_char, c_int, c_uint, c_ulonglong, c_void};
 
+pub use dlsym::dlsym;
 use real::Fn;
 
 /// `CUresult`.
@@ -215,46 +218,6 @@ fn base_name(sym: &[u8]) -> &[u8] {
         }
     }
     sym
-}
-
-/// `dlsym`, exported so that handle-scoped lookups of driver functions come here too.
-///
-/// # Safety
-/// As `dlsym(3)`.
-#[cfg_attr(not(feature = "fuzzing"), unsafe(no_mangle))]
-pub unsafe extern "C" fn dlsym(handle: *mut c_void, symbol: *const c_char) -> *mut c_void {
-    guard(std::ptr::null_mut(), || {
-        let Some(real_dlsym) = real::dlsym() else {
-            return std::ptr::null_mut();
-        };
-        // SAFETY: forwarding the caller's arguments to the real dlsym.
-        let found = unsafe { real_dlsym(handle, symbol) };
-        if found.is_null() || symbol.is_null() {
-            return found;
-        }
-        // SAFETY: dlsym's symbol is a NUL-terminated string (it just resolved).
-        let name = unsafe { CStr::from_ptr(symbol) }.to_bytes();
-        if name == b"cuGetProcAddress" {
-            real::remember(Fn::GetProcAddress, found);
-            return cuGetProcAddress as GetProcAddressFn as *mut c_void;
-        }
-        if !name.starts_with(b"cu") {
-            return found;
-        }
-        match wrapper(base_name(name)) {
-            // Only the exact symbol a wrapper forwards to: the unversioned names of `_v2`
-            // functions (`cuMemAlloc`) are the CUDA 3.1 ABI (32-bit sizes), never substituted.
-            Some((which, ours)) if which.symbol().to_bytes() == name => {
-                // A driver whose own table points at the exported name hands back this library's
-                // function: never take that for the real one (it would call itself).
-                if found != ours {
-                    real::remember(which, found);
-                }
-                ours
-            }
-            Some(_) | None => found,
-        }
-    })
 }
 
 /// The first CUDA version whose entry points are the `_v2` ABI: `cuGetProcAddress` asked for

@@ -88,7 +88,8 @@ impl Fn {
 }
 
 static REAL: [AtomicUsize; COUNT] = [const { AtomicUsize::new(0) }; COUNT];
-static DLSYM: AtomicUsize = AtomicUsize::new(0);
+/// The C library's `dlsym` once resolved (0 before): read by the exported `dlsym`'s trampoline.
+pub(crate) static DLSYM: AtomicUsize = AtomicUsize::new(0);
 static DRIVER: AtomicUsize = AtomicUsize::new(0);
 
 /// The real `dlsym` signature.

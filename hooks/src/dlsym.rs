@@ -1,0 +1,107 @@
+//! The exported `dlsym`, so that handle-scoped lookups of driver functions
+//! (`dlsym(dlopen("libcuda.so.1"), "cuMemAlloc_v2")`, as the CUDA runtime makes them) come here
+//! too; the real one is fetched with `dlvsym`.
+//!
+//! Only CUDA lookups may be answered differently than without the interposer. `RTLD_NEXT` is
+//! resolved by the C library relative to the object that called `dlsym`, which it finds from the
+//! return address: forwarded from here, another preloaded wrapper's `dlsym(RTLD_NEXT, "puts")`
+//! would search after *this* library, find that wrapper's own `puts`, and recurse until the
+//! stack overflowed. So on x86_64 the exported `dlsym` is a trampoline: an `RTLD_NEXT` lookup
+//! jumps straight on to the C library's `dlsym` with the caller's return address still on the
+//! stack — resolved exactly as without the interposer (a CUDA wrapper preloaded after this one
+//! then reaches the driver directly; the application's own lookups still come here) —, and
+//! every other handle goes to [`lookup`]. The real `dlsym` is resolved by a constructor when the
+//! library is loaded; until then, and on other architectures, `RTLD_NEXT` takes [`lookup`] too.
+
+use std::ffi::{CStr, c_char, c_void};
+
+use crate::real::{self, Fn};
+use crate::{GetProcAddressFn, base_name, cuGetProcAddress, guard, wrapper};
+
+/// `dlsym(3)`: see the module docs.
+///
+/// # Safety
+/// As `dlsym(3)`.
+#[cfg(all(target_arch = "x86_64", not(feature = "fuzzing")))]
+#[unsafe(no_mangle)]
+#[unsafe(naked)]
+pub unsafe extern "C" fn dlsym(handle: *mut c_void, symbol: *const c_char) -> *mut c_void {
+    // Neither the stack nor an argument register is touched before the tail jumps: the callee
+    // sees the caller's own frame and return address. `rax` is a scratch register in the
+    // System V ABI. RTLD_NEXT is ((void *) -1).
+    core::arch::naked_asm!(
+        "cmp rdi, -1",
+        "jne 2f",
+        "mov rax, qword ptr [rip + {real}]",
+        "test rax, rax",
+        "jz 2f",
+        "jmp rax",
+        "2:",
+        "jmp {ours}",
+        real = sym real::DLSYM,
+        ours = sym lookup,
+    )
+}
+
+/// `dlsym(3)` where no trampoline is built (other architectures; the fuzzing build, which
+/// exports nothing).
+///
+/// # Safety
+/// As `dlsym(3)`.
+#[cfg(not(all(target_arch = "x86_64", not(feature = "fuzzing"))))]
+#[cfg_attr(not(feature = "fuzzing"), unsafe(no_mangle))]
+pub unsafe extern "C" fn dlsym(handle: *mut c_void, symbol: *const c_char) -> *mut c_void {
+    // SAFETY: the caller's arguments, as dlsym(3) takes them.
+    unsafe { lookup(handle, symbol) }
+}
+
+/// Resolves the real `dlsym` when the library is loaded, before the application runs.
+#[cfg(not(feature = "fuzzing"))]
+#[used]
+#[unsafe(link_section = ".init_array")]
+static RESOLVE_DLSYM: extern "C" fn() = resolve_dlsym;
+
+#[cfg(not(feature = "fuzzing"))]
+extern "C" fn resolve_dlsym() {
+    let _ = real::dlsym();
+}
+
+/// What the exported `dlsym` answers for every handle but `RTLD_NEXT` (see the module docs):
+/// the real lookup, with the wrapper substituted for a driver function this library wraps.
+///
+/// # Safety
+/// As `dlsym(3)`.
+pub unsafe extern "C" fn lookup(handle: *mut c_void, symbol: *const c_char) -> *mut c_void {
+    guard(std::ptr::null_mut(), || {
+        let Some(real_dlsym) = real::dlsym() else {
+            return std::ptr::null_mut();
+        };
+        // SAFETY: forwarding the caller's arguments to the real dlsym.
+        let found = unsafe { real_dlsym(handle, symbol) };
+        if found.is_null() || symbol.is_null() {
+            return found;
+        }
+        // SAFETY: dlsym's symbol is a NUL-terminated string (it just resolved).
+        let name = unsafe { CStr::from_ptr(symbol) }.to_bytes();
+        if name == b"cuGetProcAddress" {
+            real::remember(Fn::GetProcAddress, found);
+            return cuGetProcAddress as GetProcAddressFn as *mut c_void;
+        }
+        if !name.starts_with(b"cu") {
+            return found;
+        }
+        match wrapper(base_name(name)) {
+            // Only the exact symbol a wrapper forwards to: the unversioned names of `_v2`
+            // functions (`cuMemAlloc`) are the CUDA 3.1 ABI (32-bit sizes), never substituted.
+            Some((which, ours)) if which.symbol().to_bytes() == name => {
+                // A driver whose own table points at the exported name hands back this library's
+                // function: never take that for the real one (it would call itself).
+                if found != ours {
+                    real::remember(which, found);
+                }
+                ours
+            }
+            Some(_) | None => found,
+        }
+    })
+}
