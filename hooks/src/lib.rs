@@ -9,7 +9,7 @@
 //! How the calls are caught: the CUDA runtime does not call the driver by name — it `dlopen`s
 //! `libcuda.so.1` and resolves entry points with `dlsym(handle, …)` or `cuGetProcAddress_v2`,
 //! both of which bypass a plain LD_PRELOAD. So this library exports `dlsym` itself (the real one
-//! is fetched with `dlvsym`; `RTLD_NEXT` lookups pass through untouched, see [`mod@dlsym`]), wraps
+//! is fetched with `dlvsym`; `RTLD_NEXT` lookups pass through untouched, see `dlsym.rs`), wraps
 //! both `cuGetProcAddress` versions, and also exports the
 //! wrapped driver functions for programs linked to libcuda directly. Every wrapper resolves the
 //! real function first and only substitutes successful lookups.
