@@ -16,7 +16,7 @@
 use std::ffi::{CStr, c_char, c_void};
 
 use crate::real::{self, Fn};
-use crate::{GetProcAddressFn, base_name, cuGetProcAddress, guard, wrapper};
+use crate::{GetProcAddressFn, base_name, cuGetProcAddress, guard, ptds, wrapper};
 
 /// `dlsym(3)`: see the module docs.
 ///
@@ -90,7 +90,16 @@ pub unsafe extern "C" fn lookup(handle: *mut c_void, symbol: *const c_char) -> *
         if !name.starts_with(b"cu") {
             return found;
         }
-        match wrapper(base_name(name)) {
+        // A per-thread default stream variant (`cuLaunchKernel_ptsz`) has its own wrapper.
+        let (plain, per_thread) = ptds::split(name);
+        let found_wrapper = wrapper(base_name(plain)).and_then(|w| {
+            if per_thread {
+                ptds::per_thread(w.0)
+            } else {
+                Some(w)
+            }
+        });
+        match found_wrapper {
             // Only the exact symbol a wrapper forwards to: the unversioned names of `_v2`
             // functions (`cuMemAlloc`) are the CUDA 3.1 ABI (32-bit sizes), never substituted.
             Some((which, ours)) if which.symbol().to_bytes() == name => {

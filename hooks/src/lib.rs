@@ -224,8 +224,9 @@ fn base_name(sym: &[u8]) -> &[u8] {
 /// an older one hands out the 32-bit-size functions, which are never substituted.
 const V2_ABI: c_int = 3020;
 
-/// Substitutes a successful entry-point lookup of a function we wrap.
-fn substitute(symbol: *const c_char, pfn: *mut *mut c_void, version: c_int) {
+/// Substitutes a successful entry-point lookup of a function we wrap (`flags` say which stream
+/// variant was asked for).
+fn substitute(symbol: *const c_char, pfn: *mut *mut c_void, version: c_int, flags: c_ulonglong) {
     if symbol.is_null() || pfn.is_null() {
         return;
     }
@@ -240,6 +241,12 @@ fn substitute(symbol: *const c_char, pfn: *mut *mut c_void, version: c_int) {
         if base_name(sym) != sym && version < V2_ABI {
             return;
         }
+        // Its per-thread default stream variant has a wrapper and a real function of its own.
+        let (which, ours) = if ptds::asked_per_thread(which, flags, found) {
+            ptds::per_thread(which).unwrap_or((which, ours))
+        } else {
+            (which, ours)
+        };
         if found != ours {
             real::remember(which, found);
         }
@@ -267,7 +274,7 @@ pub unsafe extern "C" fn cuGetProcAddress_v2(
         // SAFETY: forwarding the caller's arguments to the real function.
         let r = unsafe { f(symbol, pfn, version, flags, status) };
         if r == CUDA_SUCCESS {
-            substitute(symbol, pfn, version);
+            substitute(symbol, pfn, version, flags);
         }
         r
     })
@@ -291,7 +298,7 @@ pub unsafe extern "C" fn cuGetProcAddress(
         // SAFETY: forwarding the caller's arguments to the real function.
         let r = unsafe { f(symbol, pfn, version, flags) };
         if r == CUDA_SUCCESS {
-            substitute(symbol, pfn, version);
+            substitute(symbol, pfn, version, flags);
         }
         r
     })
@@ -494,3 +501,5 @@ gated!(
     cuMemcpyDtoDAsync_v2 as MemcpyDtoDAsync: MemcpyAsyncFn, "cuMemcpyDtoDAsync",
     (dst: CuDevicePtr, src: CuDevicePtr, n: usize, stream: *mut c_void)
 );
+
+mod ptds;

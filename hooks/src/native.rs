@@ -14,10 +14,11 @@ use crate::{CUDA_SUCCESS, CuDevicePtr, CuResult, guard};
 type MemCreateFn =
     unsafe extern "C" fn(*mut c_ulonglong, usize, *const c_void, c_ulonglong) -> CuResult;
 type MemReleaseFn = unsafe extern "C" fn(c_ulonglong) -> CuResult;
-type MemAllocAsyncFn = unsafe extern "C" fn(*mut CuDevicePtr, usize, *mut c_void) -> CuResult;
-type MemAllocFromPoolAsyncFn =
+pub(crate) type MemAllocAsyncFn =
+    unsafe extern "C" fn(*mut CuDevicePtr, usize, *mut c_void) -> CuResult;
+pub(crate) type MemAllocFromPoolAsyncFn =
     unsafe extern "C" fn(*mut CuDevicePtr, usize, *mut c_void, *mut c_void) -> CuResult;
-type MemFreeAsyncFn = unsafe extern "C" fn(CuDevicePtr, *mut c_void) -> CuResult;
+pub(crate) type MemFreeAsyncFn = unsafe extern "C" fn(CuDevicePtr, *mut c_void) -> CuResult;
 type ArrayCreateFn = unsafe extern "C" fn(*mut *mut c_void, *const ArrayDescriptor) -> CuResult;
 type Array3DCreateFn = unsafe extern "C" fn(*mut *mut c_void, *const Array3DDescriptor) -> CuResult;
 type ArrayDestroyFn = unsafe extern "C" fn(*mut c_void) -> CuResult;
@@ -114,11 +115,21 @@ pub unsafe extern "C" fn cuMemAllocAsync(
     size: usize,
     stream: *mut c_void,
 ) -> CuResult {
+    alloc_async(Fn::MemAllocAsync, dptr, size, stream)
+}
+
+/// `cuMemAllocAsync` or its per-thread variant (`which`).
+pub(crate) fn alloc_async(
+    which: Fn,
+    dptr: *mut CuDevicePtr,
+    size: usize,
+    stream: *mut c_void,
+) -> CuResult {
     guard(crate::CUDA_ERROR_UNKNOWN, || {
-        let Some(f) = real::get::<MemAllocAsyncFn>(Fn::MemAllocAsync) else {
+        let Some(f) = real::get::<MemAllocAsyncFn>(which) else {
             return real::NOT_FOUND;
         };
-        // SAFETY: forwarding.
+        // SAFETY: forwarding the caller's arguments.
         let r = unsafe { f(dptr, size, stream) };
         if r == CUDA_SUCCESS && !dptr.is_null() {
             // SAFETY: checked non-null; the driver wrote it.
@@ -139,11 +150,22 @@ pub unsafe extern "C" fn cuMemAllocFromPoolAsync(
     pool: *mut c_void,
     stream: *mut c_void,
 ) -> CuResult {
+    alloc_from_pool_async(Fn::MemAllocFromPoolAsync, dptr, size, pool, stream)
+}
+
+/// `cuMemAllocFromPoolAsync` or its per-thread variant (`which`).
+pub(crate) fn alloc_from_pool_async(
+    which: Fn,
+    dptr: *mut CuDevicePtr,
+    size: usize,
+    pool: *mut c_void,
+    stream: *mut c_void,
+) -> CuResult {
     guard(crate::CUDA_ERROR_UNKNOWN, || {
-        let Some(f) = real::get::<MemAllocFromPoolAsyncFn>(Fn::MemAllocFromPoolAsync) else {
+        let Some(f) = real::get::<MemAllocFromPoolAsyncFn>(which) else {
             return real::NOT_FOUND;
         };
-        // SAFETY: forwarding.
+        // SAFETY: forwarding the caller's arguments.
         let r = unsafe { f(dptr, size, pool, stream) };
         if r == CUDA_SUCCESS && !dptr.is_null() {
             // SAFETY: checked non-null; the driver wrote it.
@@ -159,11 +181,16 @@ pub unsafe extern "C" fn cuMemAllocFromPoolAsync(
 /// As the CUDA driver API.
 #[cfg_attr(not(feature = "fuzzing"), unsafe(no_mangle))]
 pub unsafe extern "C" fn cuMemFreeAsync(dptr: CuDevicePtr, stream: *mut c_void) -> CuResult {
+    free_async(Fn::MemFreeAsync, dptr, stream)
+}
+
+/// `cuMemFreeAsync` or its per-thread variant (`which`).
+pub(crate) fn free_async(which: Fn, dptr: CuDevicePtr, stream: *mut c_void) -> CuResult {
     guard(crate::CUDA_ERROR_UNKNOWN, || {
-        let Some(f) = real::get::<MemFreeAsyncFn>(Fn::MemFreeAsync) else {
+        let Some(f) = real::get::<MemFreeAsyncFn>(which) else {
             return real::NOT_FOUND;
         };
-        // SAFETY: forwarding.
+        // SAFETY: forwarding the caller's arguments.
         let r = unsafe { f(dptr, stream) };
         if r == CUDA_SUCCESS {
             // It frees cuMemAlloc memory too (converted or not).

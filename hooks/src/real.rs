@@ -41,9 +41,25 @@ pub enum Fn {
     PointerGetAttribute,
     PointerGetAttributes,
     MemGetAddressRange,
+    // The per-thread default stream variants (`_ptds` / `_ptsz`, see `ptds`).
+    LaunchKernelPtsz,
+    GraphLaunchPtsz,
+    MemcpyHtoDPtds,
+    MemcpyDtoHPtds,
+    MemcpyDtoDPtds,
+    LaunchKernelExPtsz,
+    LaunchCooperativeKernelPtsz,
+    MemcpyPtds,
+    MemcpyAsyncPtsz,
+    MemcpyHtoDAsyncPtsz,
+    MemcpyDtoHAsyncPtsz,
+    MemcpyDtoDAsyncPtsz,
+    MemAllocAsyncPtsz,
+    MemAllocFromPoolAsyncPtsz,
+    MemFreeAsyncPtsz,
 }
 
-const COUNT: usize = 30;
+const COUNT: usize = 45;
 
 impl Fn {
     fn index(self) -> usize {
@@ -83,6 +99,21 @@ impl Fn {
             Fn::PointerGetAttribute => c"cuPointerGetAttribute",
             Fn::PointerGetAttributes => c"cuPointerGetAttributes",
             Fn::MemGetAddressRange => c"cuMemGetAddressRange_v2",
+            Fn::LaunchKernelPtsz => c"cuLaunchKernel_ptsz",
+            Fn::GraphLaunchPtsz => c"cuGraphLaunch_ptsz",
+            Fn::MemcpyHtoDPtds => c"cuMemcpyHtoD_v2_ptds",
+            Fn::MemcpyDtoHPtds => c"cuMemcpyDtoH_v2_ptds",
+            Fn::MemcpyDtoDPtds => c"cuMemcpyDtoD_v2_ptds",
+            Fn::LaunchKernelExPtsz => c"cuLaunchKernelEx_ptsz",
+            Fn::LaunchCooperativeKernelPtsz => c"cuLaunchCooperativeKernel_ptsz",
+            Fn::MemcpyPtds => c"cuMemcpy_ptds",
+            Fn::MemcpyAsyncPtsz => c"cuMemcpyAsync_ptsz",
+            Fn::MemcpyHtoDAsyncPtsz => c"cuMemcpyHtoDAsync_v2_ptsz",
+            Fn::MemcpyDtoHAsyncPtsz => c"cuMemcpyDtoHAsync_v2_ptsz",
+            Fn::MemcpyDtoDAsyncPtsz => c"cuMemcpyDtoDAsync_v2_ptsz",
+            Fn::MemAllocAsyncPtsz => c"cuMemAllocAsync_ptsz",
+            Fn::MemAllocFromPoolAsyncPtsz => c"cuMemAllocFromPoolAsync_ptsz",
+            Fn::MemFreeAsyncPtsz => c"cuMemFreeAsync_ptsz",
         }
     }
 }
@@ -148,7 +179,7 @@ pub fn get<F: Copy>(which: Fn) -> Option<F> {
     as_fn(p)
 }
 
-fn driver_symbol(name: &CStr) -> *mut c_void {
+pub(crate) fn driver_symbol(name: &CStr) -> *mut c_void {
     let mut h = DRIVER.load(Ordering::Acquire);
     if h == 0 {
         // SAFETY: dlopen of a constant name; NOLOAD first so an application's own load is used.

@@ -293,12 +293,9 @@ CUresult cuMemcpyDtoH_v2(void *h, CUdeviceptr d, size_t n) {
     memcpy(h, (const void *)d, n);
     return 0;
 }
-CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
-                        unsigned by, unsigned bz, unsigned shm, CUstream s, void **params,
-                        void **extra) {
-    (void)gx; (void)gy; (void)gz; (void)bx; (void)by; (void)bz; (void)shm; (void)s;
-    (void)extra;
-    note("launch", 0, 0);
+/* A launch, logged as `what` (the legacy and the per-thread stream variants share it). */
+static CUresult launch(const char *what, CUfunction f, void **params) {
+    note(what, 0, 0);
     enqueue_kernel();
     if (f == (CUfunction)&inc_kernel && params) {
         /* The one kernel this double runs: inc(p, n), p[i] += 1. */
@@ -313,6 +310,21 @@ CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, uns
         nanosleep(&t, NULL);
     }
     return 0;
+}
+CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                        unsigned by, unsigned bz, unsigned shm, CUstream s, void **params,
+                        void **extra) {
+    (void)gx; (void)gy; (void)gz; (void)bx; (void)by; (void)bz; (void)shm; (void)s;
+    (void)extra;
+    return launch("launch", f, params);
+}
+/* cuLaunchKernel's per-thread default stream variant: the same launch, logged as its own. */
+CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                             unsigned by, unsigned bz, unsigned shm, CUstream s, void **params,
+                             void **extra) {
+    (void)gx; (void)gy; (void)gz; (void)bx; (void)by; (void)bz; (void)shm; (void)s;
+    (void)extra;
+    return launch("launch ptsz", f, params);
 }
 CUresult cuGraphLaunch(CUgraphExec g, CUstream s) { (void)g; (void)s; note("graph-launch", 0, 0); return 0; }
 CUresult cuLaunchKernelEx(const void *config, CUfunction f, void **params, void **extra) {
@@ -513,10 +525,16 @@ static const struct { const char *name; void *fn; } table[] = {
     {"cuDevicePrimaryCtxReset", (void *)cuDevicePrimaryCtxReset_v2},
 };
 
-/* Base names, as the CUDA runtime asks for them; versioned ABIs are this double's only ones. */
+/* Base names, as the CUDA runtime asks for them; versioned ABIs are this double's only ones.
+ * With CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM (2), cuLaunchKernel is its _ptsz variant. */
 CUresult cuGetProcAddress_v2(const char *sym, void **pfn, int version, unsigned long long flags,
                              int *status) {
-    (void)version; (void)flags;
+    (void)version;
+    if ((flags & 2) && strcmp(sym, "cuLaunchKernel") == 0) {
+        *pfn = (void *)cuLaunchKernel_ptsz;
+        if (status) *status = 0;
+        return 0;
+    }
     for (size_t i = 0; i < sizeof table / sizeof table[0]; i++) {
         if (strcmp(table[i].name, sym) == 0) {
             *pfn = table[i].fn;
