@@ -25,8 +25,9 @@
 //! (its own fail mode decides for it while it lives); a forked child has its own connection.
 
 use std::io::{BufRead, BufReader, Read, Write};
+use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
-use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU8, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -48,6 +49,12 @@ static IN_CALL: AtomicU32 = AtomicU32::new(0);
 static MOVED: AtomicU64 = AtomicU64::new(0);
 /// The shim answered the three-word `end` as unknown: it is older, and hears two words.
 static OLD_SHIM: AtomicBool = AtomicBool::new(false);
+/// The burst connection's descriptor while a request is in flight on it (-1: none). The thread
+/// that asks holds the connection outside the lock; a child forked meanwhile gets a copy of the
+/// descriptor that no thread of its own owns, and it must close it: otherwise the connection
+/// outlives a parent that dies mid-burst, and the shim keeps the parent's lease for as long as
+/// the child lives.
+static IN_FLIGHT_FD: AtomicI32 = AtomicI32::new(-1);
 /// 0: not looked at yet; 1: off; 2: on. Decided from the environment, which a forked child
 /// shares, so it holds for the whole process image (an exec starts over).
 static MODE: AtomicU8 = AtomicU8::new(0);
@@ -246,20 +253,34 @@ fn ask(
             Err(e) => return (None, Err(e)),
         },
     };
-    let sent = conn
-        .get_mut()
-        .write_all(format!("{line}\n").as_bytes())
-        .map_err(|e| format!("send: {e}"));
-    if let Err(e) = sent {
-        return (None, Err(e));
+    IN_FLIGHT_FD.store(conn.get_ref().as_raw_fd(), Ordering::SeqCst);
+    let answer = exchange(&mut conn, line);
+    // Cleared before the connection can be closed (a number a child must not close again).
+    IN_FLIGHT_FD.store(-1, Ordering::SeqCst);
+    match answer {
+        Exchange::Lost(e) => (None, Err(e)),
+        Exchange::Answered(a) => (Some(conn), a),
+    }
+}
+
+enum Exchange {
+    /// The connection is unusable.
+    Lost(String),
+    /// The shim answered (`ok`, or its error).
+    Answered(Result<(), String>),
+}
+
+fn exchange(conn: &mut BufReader<UnixStream>, line: &str) -> Exchange {
+    if let Err(e) = conn.get_mut().write_all(format!("{line}\n").as_bytes()) {
+        return Exchange::Lost(format!("send: {e}"));
     }
     let mut reply = String::new();
     // At most 256 bytes of answer.
-    match (&mut conn).take(256).read_line(&mut reply) {
-        Ok(0) => (None, Err("the shim closed the connection".into())),
-        Err(e) => (None, Err(format!("no answer: {e}"))),
-        Ok(_) if reply.trim_end() == "ok" => (Some(conn), Ok(())),
-        Ok(_) => (Some(conn), Err(format!("shim: {}", reply.trim_end()))),
+    match conn.take(256).read_line(&mut reply) {
+        Ok(0) => Exchange::Lost("the shim closed the connection".into()),
+        Err(e) => Exchange::Lost(format!("no answer: {e}")),
+        Ok(_) if reply.trim_end() == "ok" => Exchange::Answered(Ok(())),
+        Ok(_) => Exchange::Answered(Err(format!("shim: {}", reply.trim_end()))),
     }
 }
 
@@ -385,6 +406,13 @@ fn monitor() {
 pub(crate) fn reset_in_child(g: &mut Inner) {
     // The child's copy of the parent's socket is closed; the parent's connection is untouched.
     g.conn = None;
+    // And the copy of one a parent's thread was asking on (that thread is not in the child).
+    let fd = IN_FLIGHT_FD.swap(-1, Ordering::SeqCst);
+    if fd >= 0 {
+        // SAFETY: `fd` was the parent's connection at the fork; in the child no object owns
+        // this copy (its owner was on another thread's stack), so closing it closes nothing else.
+        unsafe { libc::close(fd) };
+    }
     g.asking = false;
     g.contexts.clear();
     g.monitor = false;

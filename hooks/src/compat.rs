@@ -140,6 +140,13 @@ unsafe extern "C" {
 static PCS: Mutex<Option<HashMap<usize, bool>>> = Mutex::new(None);
 const MAX_PCS: usize = 4096;
 
+/// The return-address cache's lock, for the fork handlers: a child forked while another thread
+/// held it would wait for it for ever at its first allocation.
+pub(crate) fn pcs_for_fork() -> std::sync::MutexGuard<'static, Option<HashMap<usize, bool>>> {
+    PCS.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 fn pc_listed(pc: *mut c_void, libraries: &[String]) -> bool {
     let key = pc as usize;
     if let Some(&hit) = PCS

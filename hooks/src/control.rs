@@ -14,10 +14,51 @@
 //! application down: every failure is an answer or a log line.
 
 use std::io::{BufRead, BufReader, Read, Write};
+use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::Path;
+use std::sync::atomic::{AtomicI32, Ordering};
 
 const MAX_LINE: u64 = 256;
+
+/// The control socket's descriptors in use (its listener, and each connection being served):
+/// a forked child closes its copies, which no thread of its own owns. Kept open there, the
+/// listener would let clients connect to a dead parent's socket and wait for an answer that
+/// never comes, and a connection would not end when the parent dies.
+static FDS: [AtomicI32; 64] = [const { AtomicI32::new(-1) }; 64];
+
+/// A descriptor in [`FDS`] while this lives (`None` when every slot is taken: that one stays
+/// open in a child).
+struct Registered(Option<usize>);
+
+impl Registered {
+    fn new(fd: RawFd) -> Self {
+        Registered(FDS.iter().position(|s| {
+            s.compare_exchange(-1, fd, Ordering::SeqCst, Ordering::SeqCst)
+                .is_ok()
+        }))
+    }
+}
+
+impl Drop for Registered {
+    fn drop(&mut self) {
+        if let Some(i) = self.0 {
+            FDS[i].store(-1, Ordering::SeqCst);
+        }
+    }
+}
+
+/// In a forked child (one thread, this one): closes its copies of the parent's control socket.
+pub(crate) fn close_in_child() {
+    for slot in &FDS {
+        let fd = slot.swap(-1, Ordering::SeqCst);
+        if fd >= 0 {
+            // SAFETY: a copy of one of the parent's control descriptors, which nothing in the
+            // child owns (its owners were the parent's other threads).
+            unsafe { libc::close(fd) };
+        }
+    }
+}
 
 /// Binds the socket and starts the control thread.
 ///
@@ -31,6 +72,7 @@ pub fn start(dir: &Path) -> std::io::Result<()> {
     std::thread::Builder::new()
         .name("mqfq-cuda-ctl".into())
         .spawn(move || {
+            let _listening = Registered::new(listener.as_raw_fd());
             for conn in listener.incoming() {
                 match conn {
                     Ok(c) => {
@@ -55,7 +97,10 @@ fn serve(conn: UnixStream, expected: Option<&str>) {
     let Ok(mut out) = conn.try_clone() else {
         return;
     };
+    let conn_fd = conn.as_raw_fd();
     let mut lines = BufReader::new(conn.take(u64::MAX));
+    // Declared after the streams, so dropped (unregistered) before they are closed.
+    let _serving = (Registered::new(conn_fd), Registered::new(out.as_raw_fd()));
     let mut greeted = false;
     loop {
         let mut line = String::new();

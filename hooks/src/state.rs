@@ -172,6 +172,7 @@ type BothLocks = (
     MutexGuard<'static, Memory>,
     MutexGuard<'static, BTreeMap<(Apart, u64), u64>>,
     crate::burst::Guard,
+    MutexGuard<'static, Option<std::collections::HashMap<usize, bool>>>,
 );
 
 thread_local! {
@@ -186,7 +187,13 @@ extern "C" fn fork_prepare() {
     // Taken in the same order as everywhere else (memory, then apart; the burst lock is never
     // held with either), so a fork never copies a lock another thread held mid-update into
     // the child.
-    let held = (memory(), apart(), crate::burst::lock_for_fork());
+    // The return-address cache's lock is a leaf (never held while taking another): last.
+    let held = (
+        memory(),
+        apart(),
+        crate::burst::lock_for_fork(),
+        crate::compat::pcs_for_fork(),
+    );
     FORK_HELD.with(|h| *h.borrow_mut() = Some(held));
 }
 
@@ -199,12 +206,14 @@ extern "C" fn fork_child() {
     // CUDA state does not survive fork, so the child starts with an empty table and sets itself
     // up (its own control socket) on its first CUDA call.
     FORK_HELD.with(|h| {
-        if let Some((mut m, mut a, mut b)) = h.borrow_mut().take() {
+        if let Some((mut m, mut a, mut b, mut pcs)) = h.borrow_mut().take() {
             *m = Memory::default();
             a.clear();
             crate::burst::reset_in_child(&mut b);
+            *pcs = None;
         }
     });
+    crate::control::close_in_child();
     REFUSED.store(0, Ordering::Release);
     EXPORTING.store(false, Ordering::Release);
     SETUP_PID.store(0, Ordering::Release);

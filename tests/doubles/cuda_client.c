@@ -10,6 +10,8 @@
  *   launchex cuLaunchKernelEx through cuGetProcAddress_v2, then prints "launchedex rc=<r>"
  *   copyasync  cuMemcpyHtoDAsync_v2 (direct), then prints "copied rc=<r>"
  *   threads  four threads launch at once; prints "threads rc=<sum>" when all four returned
+ *   launch-bg  a thread launches, and the client prints "started" at once (a launch in flight
+ *            while the main thread goes on)
  *   fork     forks a child that allocates 1 MiB, prints "child kind=<k> pid=<pid>", and exits
  *            once the file named by CLIENT_CHILD_DONE exists (at most 20 s)
  *   quit
@@ -204,6 +206,14 @@ int main(int argc, char **argv) {
             r = gpa ? gpa("cuLaunchKernelEx", &fl, 12000, 0, &st) : -1;
             r = fl ? ((launch_ex_fn)fl)(NULL, NULL, NULL, NULL) : -1;
             printf("launchedex rc=%d\n", r);
+            continue;
+        }
+        if (strncmp(line, "launch-bg", 9) == 0) {
+            /* A launch on a thread of its own: the main thread takes the next command at once. */
+            static pthread_t bg;
+            static int bg_rc;
+            pthread_create(&bg, NULL, launcher, &bg_rc);
+            printf("started\n");
             continue;
         }
         if (strncmp(line, "threads", 7) == 0) {
