@@ -33,3 +33,7 @@ for comp in clippy rustfmt; do
         rustup component add "$comp"
     fi
 done
+# The interposer is also built for aarch64 (scripts/build-interposer.sh aarch64): its std.
+if ! rustup target list --installed | grep -qx aarch64-unknown-linux-gnu; then
+    rustup target add aarch64-unknown-linux-gnu
+fi

@@ -39,6 +39,9 @@ within 900 scripts/deny.sh
 step "portable interposer (glibc >= 2.17) and an old glibc to test it on"
 MQFQ_PORTABLE_INTERPOSER=$(within 900 scripts/build-interposer.sh)
 export MQFQ_PORTABLE_INTERPOSER
+# The same for aarch64 (shim/tests/interposer_glibc.rs checks the versions it asks for).
+MQFQ_PORTABLE_INTERPOSER_AARCH64=$(within 900 scripts/build-interposer.sh aarch64)
+export MQFQ_PORTABLE_INTERPOSER_AARCH64
 # shellcheck source=scripts/tools.sh
 source scripts/tools.sh
 export MQFQ_ZIG="$ZIG"

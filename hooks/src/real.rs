@@ -126,11 +126,20 @@ static DRIVER: AtomicUsize = AtomicUsize::new(0);
 /// The real `dlsym` signature.
 pub type DlsymFn = unsafe extern "C" fn(*mut c_void, *const c_char) -> *mut c_void;
 
+/// The versions glibc has exported `dlsym` under, newest first: 2.34 (libdl merged into libc)
+/// and the architecture's base version before it (x86_64's 2.2.5, aarch64's 2.17).
+#[cfg(target_arch = "x86_64")]
+const DLSYM_VERSIONS: [&CStr; 2] = [c"GLIBC_2.34", c"GLIBC_2.2.5"];
+#[cfg(target_arch = "aarch64")]
+const DLSYM_VERSIONS: [&CStr; 2] = [c"GLIBC_2.34", c"GLIBC_2.17"];
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+compile_error!("the interposer names dlsym's glibc versions for x86_64 and aarch64 only");
+
 /// The C library's `dlsym`, found with `dlvsym` (glibc ≥ 2.34 first, then the older version).
 pub fn dlsym() -> Option<DlsymFn> {
     let mut p = DLSYM.load(Ordering::Acquire);
     if p == 0 {
-        for version in [c"GLIBC_2.34", c"GLIBC_2.2.5"] {
+        for version in DLSYM_VERSIONS {
             // SAFETY: dlvsym with constant NUL-terminated strings.
             let f = unsafe { libc::dlvsym(libc::RTLD_NEXT, c"dlsym".as_ptr(), version.as_ptr()) };
             if !f.is_null() {

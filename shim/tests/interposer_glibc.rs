@@ -3,8 +3,9 @@
 //! (glibc 2.31) runs under its own loader with it preloaded — converting allocations too —
 //! while the interposer as cargo builds it on this machine stops that program from starting.
 //!
-//! Needs the portable build and the old glibc, which `scripts/test.sh` prepares and names in
-//! `MQFQ_PORTABLE_INTERPOSER`, `MQFQ_OLD_GLIBC_ROOT` and `MQFQ_ZIG`; without them the tests skip,
+//! Needs the portable builds and the old glibc, which `scripts/test.sh` prepares and names in
+//! `MQFQ_PORTABLE_INTERPOSER` (and `…_AARCH64`), `MQFQ_OLD_GLIBC_ROOT` and `MQFQ_ZIG`; without
+//! them the tests skip,
 //! unless `MQFQ_REQUIRE_PORTABLE=1`.
 #![expect(
     clippy::tests_outside_test_module,
@@ -77,6 +78,30 @@ fn the_portable_interposer_needs_glibc_2_17_at_most() {
     // What the shim checks at Create: an image with glibc 2.17 fits.
     mqfq_shim::uvm::fits(needs, Some((2, 17))).unwrap();
     assert_eq!(mqfq_shim::uvm::interposer_needs(&so), Some(needs));
+}
+
+/// The interposer built for aarch64 (`scripts/build-interposer.sh aarch64`) needs glibc 2.17
+/// at most and asks for `dlsym` under aarch64's versions — 2.34, else its base version 2.17 —
+/// never x86_64's 2.2.5, which an aarch64 glibc never had (it had asked for that one: before
+/// glibc 2.34 it found no `dlsym`, and every lookup of a driver function failed).
+#[test]
+fn the_aarch64_interposer_needs_glibc_2_17_and_asks_for_dlsym_by_its_versions() {
+    let Some(so) = var("MQFQ_PORTABLE_INTERPOSER_AARCH64") else {
+        return;
+    };
+    let bytes = std::fs::read(&so).unwrap();
+    // e_machine: EM_AARCH64.
+    assert_eq!(
+        bytes.get(18..20),
+        Some(&183u16.to_le_bytes()[..]),
+        "{}",
+        so.display()
+    );
+    let needs = elf::glibc_needed(&bytes).unwrap();
+    assert!(needs <= (2, 17), "needs GLIBC_{}.{}", needs.0, needs.1);
+    let has = |s: &[u8]| bytes.windows(s.len()).any(|w| w == s);
+    assert!(has(b"GLIBC_2.17\0") && has(b"GLIBC_2.34\0"));
+    assert!(!has(b"GLIBC_2.2.5"), "asks for x86_64's version");
 }
 
 #[test]
