@@ -208,11 +208,11 @@ impl ConcurrencyController {
 
     fn trim(&mut self) {
         while self.baselines.len() > MAX_BASELINES {
-            let oldest = self
-                .baselines
-                .iter()
-                .min_by_key(|(_, b)| b.used)
-                .map(|(k, _)| k.clone());
+            // The least recently used of the tenant holding the most: a tenant cycling
+            // function names relearns its own baselines, not others'.
+            let oldest =
+                crate::tenant_lru::victim(self.baselines.iter().map(|(k, b)| (k.as_str(), b.used)))
+                    .map(str::to_owned);
             match oldest {
                 Some(k) => self.baselines.remove(&k),
                 None => break,

@@ -26,6 +26,7 @@ pub mod native;
 pub mod node;
 pub mod placement;
 pub mod queue;
+pub mod tenant_lru;
 pub mod tiers;
 pub mod time;
 

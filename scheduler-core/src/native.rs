@@ -26,16 +26,19 @@ pub struct NativeAdvice {
 }
 
 impl NativeAdvice {
-    /// A container of `function` had an export of converted memory refused.
+    /// A container of `function` had an export of converted memory refused. Past
+    /// [`CAPACITY`] functions, one is forgotten: the least recently seen of the tenant that
+    /// holds the most ([`crate::tenant_lru`]), so a tenant cycling names forgets its own.
     pub fn learn(&mut self, function: &str, now: Time) {
+        self.learn_within(function, now, CAPACITY);
+    }
+
+    fn learn_within(&mut self, function: &str, now: Time, capacity: usize) {
         self.seen.insert(function.to_owned(), now);
-        while self.seen.len() > CAPACITY {
-            let oldest = self
-                .seen
-                .iter()
-                .min_by_key(|(_, t)| **t)
-                .map(|(f, _)| f.clone());
-            match oldest {
+        while self.seen.len() > capacity {
+            let victim = crate::tenant_lru::victim(self.seen.iter().map(|(f, t)| (f.as_str(), *t)))
+                .map(str::to_owned);
+            match victim {
                 Some(f) => self.seen.remove(&f),
                 None => break,
             };
@@ -176,6 +179,24 @@ mod tests {
         assert!(a.advises("f", t(2.0 + 2.0 * FORGET_AFTER_S - 2.0)));
         assert!(!a.advises("f", t(10.0 * FORGET_AFTER_S)), "forgotten");
         assert!(a.is_empty());
+    }
+
+    #[test]
+    fn a_tenant_cycling_function_names_forgets_only_its_own() {
+        let mut a = NativeAdvice::default();
+        for (i, f) in ["victim/f0", "victim/f1", "victim/f2"].iter().enumerate() {
+            #[expect(clippy::cast_precision_loss)]
+            a.learn_within(f, t(i as f64), 8);
+        }
+        for i in 0..1000 {
+            a.learn_within(&format!("hostile/n{i}"), t(10.0 + f64::from(i)), 8);
+        }
+        assert_eq!(a.len(), 8);
+        let now = t(2000.0);
+        for f in ["victim/f0", "victim/f1", "victim/f2"] {
+            assert!(a.advises(f, now), "{f} was forgotten");
+        }
+        assert!(a.advises("hostile/n999", now) && !a.advises("hostile/n0", now));
     }
 
     proptest! {

@@ -466,3 +466,21 @@ proptest! {
         prop_assert!(end(slow_lo, u_lo) >= end(slow_lo, u_hi));
     }
 }
+
+#[test]
+fn a_tenant_cycling_function_names_relearns_only_its_own_baselines() {
+    let mut c = plain();
+    c.admitted(1, true);
+    c.released(1, "victim/f", "victim", Some(1.0));
+    for i in 0..5000u64 {
+        c.admitted(i + 2, true);
+        c.released(i + 2, &format!("hostile/n{i}"), "hostile", Some(1.0));
+    }
+    assert_eq!(
+        c.baseline("victim/f"),
+        Some((1, 1.0)),
+        "evicted by another tenant"
+    );
+    assert_eq!(c.baseline("hostile/n4999"), Some((1, 1.0)));
+    assert_eq!(c.baseline("hostile/n0"), None);
+}

@@ -304,7 +304,8 @@ impl Features {
     }
 
     /// Adds one ended burst of `function`'s work. A new function past `max_functions` makes
-    /// room by forgetting the one seen least recently.
+    /// room by forgetting the one seen least recently of the tenant that holds the most
+    /// ([`crate::tenant_lru`]): a tenant cycling function names forgets its own.
     ///
     /// # Errors
     /// A reading out of range (the sample is dropped, nothing changes).
@@ -318,12 +319,13 @@ impl Features {
         if !self.by_function.contains_key(function)
             && self.by_function.len() >= self.cfg.max_functions
         {
-            let oldest = self
-                .by_function
-                .iter()
-                .min_by(|a, b| (a.1.last_seen, a.0).cmp(&(b.1.last_seen, b.0)))
-                .map(|(name, _)| name.clone());
-            if let Some(name) = oldest {
+            let victim = crate::tenant_lru::victim(
+                self.by_function
+                    .iter()
+                    .map(|(name, f)| (name.as_str(), f.last_seen)),
+            )
+            .map(str::to_owned);
+            if let Some(name) = victim {
                 self.by_function.remove(&name);
             }
         }
