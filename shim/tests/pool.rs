@@ -200,6 +200,9 @@ fn idle_containers_are_evicted_restored_at_resume_and_prefetched_on_activation()
     });
     assert!(c.wait_status("b", "PAUSED"));
     no_launch_while_evicted(&driver_log(&cuda, "b"));
+    // The driver's log shows the prefetch before the shim's report of it reaches mqfqd: the
+    // metrics are read once mqfqd has it (b is Hot again).
+    d.wait_for("b's prefetch reported", |s| tier_is(s, "b", "hot"));
 
     let m = metrics(port);
     assert_eq!(
