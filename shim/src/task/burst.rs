@@ -33,6 +33,7 @@ use crate::error::{Error, Result};
 use crate::gate::BurstReport;
 use crate::memory::Usage;
 use crate::uvm::client::Command;
+use peer::{Peer, peer, start_time};
 
 /// Connections one container may hold open (the control tmpfs has 64 inodes anyway).
 pub const MAX_CONNS: usize = 64;
@@ -45,22 +46,6 @@ const STATUS_EVERY: Duration = Duration::from_secs(5);
 /// Processes of one burst whose PIDs go to mqfqd (as many as it reads): a container that
 /// forks and connects without end cannot grow the release.
 pub const MAX_BURST_PIDS: usize = 64;
-
-/// A connected process as the kernel named it: its host PID, and its start time then (so a
-/// PID that was reused since — the process gone, another in its place — is not sent as its).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Peer {
-    pid: u32,
-    start: u64,
-}
-
-/// `pid`'s start time (clock ticks since boot, `/proc/<pid>/stat` field 22), if it runs.
-fn start_time(pid: u32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The command name may hold spaces and parentheses: fields count from the last ')'.
-    let rest = &stat[stat.rfind(')')? + 1..];
-    rest.split_whitespace().nth(19)?.parse().ok()
-}
 
 /// What a burst's end measured, before its processes are checked.
 #[derive(Debug, PartialEq)]
@@ -460,22 +445,6 @@ fn charged_end(now: Instant, claimed_idle: Duration, vouched: Duration) -> Insta
     now.checked_sub(claimed_idle.min(vouched)).unwrap_or(now)
 }
 
-/// The kernel's word for who connected: the process's PID in this shim's PID namespace (the
-/// host's), which mqfqd matches with NVML's per-process samples, and its start time. Not what
-/// the process says.
-fn peer(stream: &UnixStream) -> Option<Peer> {
-    let pid = stream
-        .peer_cred()
-        .ok()
-        .and_then(|c| c.pid())
-        .and_then(|p| u32::try_from(p).ok())
-        .filter(|p| *p > 0)?;
-    Some(Peer {
-        pid,
-        start: start_time(pid)?,
-    })
-}
-
 /// Reads one line of at most [`MAX_LINE`] bytes; `None` at end of stream, on an error or an
 /// overlong line.
 async fn read_line(rd: &mut BufReader<OwnedReadHalf>) -> Option<Vec<u8>> {
@@ -662,5 +631,6 @@ impl TaskService {
 }
 
 mod admit;
+mod peer;
 #[cfg(test)]
 mod tests;
