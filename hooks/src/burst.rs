@@ -217,12 +217,9 @@ fn begin(call: &str) {
             continue;
         }
         g.asking = true;
-        let conn = g.conn.take();
-        drop(g);
-        let (conn, answer) = ask(conn, "begin");
-        g = inner();
+        let answer;
+        (g, answer) = converse(g, "begin");
         g.asking = false;
-        g.conn = conn;
         if let Err(e) = &answer {
             log!("{call}: burst admission: {e}; the burst runs without it");
         }
@@ -240,26 +237,36 @@ fn begin(call: &str) {
     }
 }
 
-/// One request to the shim on this process's connection (made if there is none); the
-/// connection back if it is still good, and the answer.
-fn ask(
-    conn: Option<BufReader<UnixStream>>,
+/// One request to the shim on this process's connection (made if there is none), the burst
+/// lock `g` given up while the shim answers and taken back; the answer.
+///
+/// The connection is taken out, made and put back or closed only under the lock, and the
+/// descriptor in flight is published in [`IN_FLIGHT_FD`] for as long as it is out: the fork
+/// handlers hold the lock, so a forked child always knows which copy of it to close, and never
+/// one already closed (whose number may be another's by then).
+fn converse(
+    mut g: MutexGuard<'static, Inner>,
     line: &str,
-) -> (Option<BufReader<UnixStream>>, Result<(), String>) {
-    let mut conn = match conn {
+) -> (MutexGuard<'static, Inner>, Result<(), String>) {
+    let mut conn = match g.conn.take() {
         Some(c) => c,
         None => match connect() {
             Ok(c) => c,
-            Err(e) => return (None, Err(e)),
+            Err(e) => return (g, Err(e)),
         },
     };
     IN_FLIGHT_FD.store(conn.get_ref().as_raw_fd(), Ordering::SeqCst);
+    drop(g);
     let answer = exchange(&mut conn, line);
-    // Cleared before the connection can be closed (a number a child must not close again).
+    let mut g = inner();
     IN_FLIGHT_FD.store(-1, Ordering::SeqCst);
     match answer {
-        Exchange::Lost(e) => (None, Err(e)),
-        Exchange::Answered(a) => (Some(conn), a),
+        // Closed here, under the lock, after the number is withdrawn.
+        Exchange::Lost(e) => (g, Err(e)),
+        Exchange::Answered(a) => {
+            g.conn = Some(conn);
+            (g, a)
+        }
     }
 }
 
@@ -356,9 +363,17 @@ fn monitor() {
         if last_call.elapsed() < idle {
             continue;
         }
+        let monitor = monitor_lock();
+        // A capture open: synchronizing would invalidate it, and the burst is not over.
+        if crate::lifecycle::capturing() {
+            drop(monitor);
+            last_call = Instant::now();
+            continue;
+        }
         let contexts = inner().contexts.clone();
         let before = Instant::now();
         synchronize(&contexts);
+        drop(monitor);
         // Work still running when the idle time was up ended when the synchronize returned;
         // otherwise it ended by the last call (as near as this thread can see).
         let completed = if before.elapsed() > tick {
@@ -376,25 +391,23 @@ fn monitor() {
             continue;
         }
         let idle_ns = u64::try_from(completed.elapsed().as_nanos()).unwrap_or(u64::MAX);
-        if let Some(conn) = g.conn.take() {
+        if g.conn.is_some() {
             // A begin that comes now waits for this end (`asking`), so the shim always hears
             // them in order; the lock itself is not held while the shim answers.
             g.asking = true;
-            drop(g);
-            let (mut conn, mut answer) = ask(Some(conn), &end_line(idle_ns));
+            let mut answer;
+            (g, answer) = converse(g, &end_line(idle_ns));
             if answer
                 .as_ref()
                 .is_err_and(|e| e == "shim: error unknown request")
                 && !OLD_SHIM.swap(true, Ordering::Relaxed)
             {
-                (conn, answer) = ask(conn, &end_line(idle_ns));
+                (g, answer) = converse(g, &end_line(idle_ns));
             }
             if let Err(e) = answer {
                 log!("burst end: {e}");
             }
-            g = inner();
             g.asking = false;
-            g.conn = conn;
         }
         drop(g);
         CHANGED.notify_all();
@@ -419,6 +432,25 @@ pub(crate) fn reset_in_child(g: &mut Inner) {
     STATE.store(IDLE, Ordering::Release);
     IN_CALL.store(0, Ordering::Release);
     MOVED.store(0, Ordering::Release);
+}
+
+/// Held by the monitor while it synchronizes the burst's contexts, by a capture while it begins
+/// and by a context's destruction (see `lifecycle`): taken before the burst lock, never after.
+static MONITOR: Mutex<()> = Mutex::new(());
+
+/// The monitor's lock (see [`MONITOR`]).
+pub(crate) fn monitor_lock() -> MutexGuard<'static, ()> {
+    MONITOR
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// A context is about to be destroyed: the monitor is not synchronizing one, and forgets the
+/// burst's contexts, so it never uses this one again. Held until the destruction returns.
+pub(crate) fn forget_contexts() -> MutexGuard<'static, ()> {
+    let g = monitor_lock();
+    inner().contexts.clear();
+    g
 }
 
 /// The burst lock, for the fork handlers (taken after the interposer's others).

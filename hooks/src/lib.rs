@@ -31,6 +31,7 @@ mod burst;
 mod compat;
 mod control;
 mod dlsym;
+mod lifecycle;
 mod native;
 mod real;
 mod state;
@@ -205,7 +206,11 @@ fn wrapper(base: &[u8]) -> Option<(Fn, *mut c_void)> {
             Fn::MemcpyDtoDAsync,
             cuMemcpyDtoDAsync_v2 as MemcpyAsyncFn as *mut c_void,
         ),
-        other => return native::wrapper(other).or_else(|| compat::wrapper(other)),
+        other => {
+            return native::wrapper(other)
+                .or_else(|| compat::wrapper(other))
+                .or_else(|| lifecycle::wrapper(other));
+        }
     };
     Some(w)
 }

@@ -9,6 +9,7 @@
 
 use std::ffi::{c_uint, c_ulonglong, c_void};
 
+use crate::lifecycle::{self, BeginCaptureFn, EndCaptureFn};
 use crate::native::{self, MemAllocAsyncFn, MemAllocFromPoolAsyncFn, MemFreeAsyncFn};
 use crate::real::{self, Fn};
 use crate::{
@@ -102,6 +103,14 @@ pub fn per_thread(which: Fn) -> Option<(Fn, *mut c_void)> {
         Fn::MemFreeAsync => (
             Fn::MemFreeAsyncPtsz,
             cuMemFreeAsync_ptsz as MemFreeAsyncFn as *mut c_void,
+        ),
+        Fn::StreamBeginCapture => (
+            Fn::StreamBeginCapturePtsz,
+            cuStreamBeginCapture_v2_ptsz as BeginCaptureFn as *mut c_void,
+        ),
+        Fn::StreamEndCapture => (
+            Fn::StreamEndCapturePtsz,
+            cuStreamEndCapture_ptsz as EndCaptureFn as *mut c_void,
         ),
         _ => return None,
     };
@@ -208,6 +217,30 @@ pub unsafe extern "C" fn cuMemFreeAsync_ptsz(dptr: CuDevicePtr, stream: *mut c_v
     native::free_async(Fn::MemFreeAsyncPtsz, dptr, stream)
 }
 
+/// `cuStreamBeginCapture_v2_ptsz`, tracked.
+///
+/// # Safety
+/// As the CUDA driver API.
+#[cfg_attr(not(feature = "fuzzing"), unsafe(no_mangle))]
+pub unsafe extern "C" fn cuStreamBeginCapture_v2_ptsz(
+    stream: *mut c_void,
+    mode: std::ffi::c_int,
+) -> CuResult {
+    lifecycle::begin_capture(Fn::StreamBeginCapturePtsz, stream, mode)
+}
+
+/// `cuStreamEndCapture_ptsz`, tracked.
+///
+/// # Safety
+/// As the CUDA driver API.
+#[cfg_attr(not(feature = "fuzzing"), unsafe(no_mangle))]
+pub unsafe extern "C" fn cuStreamEndCapture_ptsz(
+    stream: *mut c_void,
+    graph: *mut *mut c_void,
+) -> CuResult {
+    lifecycle::end_capture(Fn::StreamEndCapturePtsz, stream, graph)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -230,6 +263,8 @@ mod tests {
             Fn::MemAllocAsync,
             Fn::MemAllocFromPoolAsync,
             Fn::MemFreeAsync,
+            Fn::StreamBeginCapture,
+            Fn::StreamEndCapture,
         ];
         for which in calls {
             let (variant, _) = per_thread(which).unwrap();

@@ -57,9 +57,17 @@ pub enum Fn {
     MemAllocAsyncPtsz,
     MemAllocFromPoolAsyncPtsz,
     MemFreeAsyncPtsz,
+    // Context lifetimes and stream capture (see `lifecycle`).
+    StreamBeginCapture,
+    StreamEndCapture,
+    StreamBeginCapturePtsz,
+    StreamEndCapturePtsz,
+    CtxDestroy,
+    PrimaryCtxReset,
+    PrimaryCtxRelease,
 }
 
-const COUNT: usize = 45;
+const COUNT: usize = 52;
 
 impl Fn {
     fn index(self) -> usize {
@@ -114,6 +122,13 @@ impl Fn {
             Fn::MemAllocAsyncPtsz => c"cuMemAllocAsync_ptsz",
             Fn::MemAllocFromPoolAsyncPtsz => c"cuMemAllocFromPoolAsync_ptsz",
             Fn::MemFreeAsyncPtsz => c"cuMemFreeAsync_ptsz",
+            Fn::StreamBeginCapture => c"cuStreamBeginCapture_v2",
+            Fn::StreamEndCapture => c"cuStreamEndCapture",
+            Fn::StreamBeginCapturePtsz => c"cuStreamBeginCapture_v2_ptsz",
+            Fn::StreamEndCapturePtsz => c"cuStreamEndCapture_ptsz",
+            Fn::CtxDestroy => c"cuCtxDestroy_v2",
+            Fn::PrimaryCtxReset => c"cuDevicePrimaryCtxReset_v2",
+            Fn::PrimaryCtxRelease => c"cuDevicePrimaryCtxRelease_v2",
         }
     }
 }

@@ -169,6 +169,7 @@ fn memory() -> MutexGuard<'static, Memory> {
 
 /// The interposer's locks, held together.
 type BothLocks = (
+    MutexGuard<'static, ()>,
     MutexGuard<'static, Memory>,
     MutexGuard<'static, BTreeMap<(Apart, u64), u64>>,
     crate::burst::Guard,
@@ -189,6 +190,8 @@ extern "C" fn fork_prepare() {
     // the child.
     // The return-address cache's lock is a leaf (never held while taking another): last.
     let held = (
+        // The burst monitor's lock comes before every other (it is taken before the burst's).
+        crate::burst::monitor_lock(),
         memory(),
         apart(),
         crate::burst::lock_for_fork(),
@@ -206,7 +209,7 @@ extern "C" fn fork_child() {
     // CUDA state does not survive fork, so the child starts with an empty table and sets itself
     // up (its own control socket) on its first CUDA call.
     FORK_HELD.with(|h| {
-        if let Some((mut m, mut a, mut b, mut pcs)) = h.borrow_mut().take() {
+        if let Some((_monitor, mut m, mut a, mut b, mut pcs)) = h.borrow_mut().take() {
             *m = Memory::default();
             a.clear();
             crate::burst::reset_in_child(&mut b);

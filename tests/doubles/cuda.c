@@ -27,6 +27,12 @@
  * IS_LEGACY_CUDA_IPC_CAPABLE 0 for managed memory. cuMemGetAddressRange_v2 on managed memory
  * answers CUDA_ERROR_NOT_FOUND (500): the real driver's answer is not documented, so the double
  * takes the unhelpful one (the GPU check, tests/gpu/run.sh, reports the real one).
+ *
+ * Context lifetimes and stream capture, as far as an interposer can break them: a context reset
+ * (cuDevicePrimaryCtxReset_v2) or destroyed (cuCtxDestroy_v2) and then made current or
+ * synchronized logs "used destroyed context" (a real driver may crash there); synchronizing the
+ * context while a capture is open invalidates it (cuStreamEndCapture then answers 901,
+ * CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, and logs "capture invalidated").
  */
 #define _GNU_SOURCE
 #include <fcntl.h>
@@ -97,10 +103,18 @@ CUresult cuDeviceGet(CUdevice *d, int ordinal) {
     return 0;
 }
 
+/* Contexts destroyed (reset) and not retained since: using one is what a real driver may crash
+ * on, logged "used destroyed context". */
+static int destroyed[8];
+/* A stream capture in progress, and whether something invalidated it (synchronizing the context
+ * while it is open, as CUDA's global capture mode has it). */
+static int capturing, capture_invalidated;
+
 CUresult cuDevicePrimaryCtxRetain(CUcontext *ctx, CUdevice d) {
     if (!initialized) return 3;
     if (d < 0 || d >= count()) return 101;
     contexts[d]++;
+    destroyed[d] = 0;
     *ctx = &contexts[d];
     note("retain %ld", d, 0);
     return 0;
@@ -113,7 +127,45 @@ CUresult cuDevicePrimaryCtxRelease_v2(CUdevice d) {
     return 0;
 }
 
-CUresult cuCtxSetCurrent(CUcontext c) { current = c; return 0; }
+static int is_destroyed(CUcontext c) {
+    for (int d = 0; d < 8; d++)
+        if (c == (CUcontext)&contexts[d]) return destroyed[d];
+    return 0;
+}
+CUresult cuCtxSetCurrent(CUcontext c) {
+    if (c && is_destroyed(c)) {
+        note("used destroyed context", 0, 0);
+        return 201;
+    }
+    current = c;
+    return 0;
+}
+CUresult cuCtxDestroy_v2(CUcontext c) {
+    for (int d = 0; d < 8; d++)
+        if (c == (CUcontext)&contexts[d]) destroyed[d] = 1;
+    if (current == c) current = NULL;
+    note("destroy", 0, 0);
+    return 0;
+}
+CUresult cuStreamBeginCapture_v2(CUstream s, int mode) {
+    (void)s; (void)mode;
+    capturing = 1;
+    capture_invalidated = 0;
+    note("capture begin", 0, 0);
+    return 0;
+}
+CUresult cuStreamEndCapture(CUstream s, void **graph) {
+    (void)s;
+    if (!capturing) return 401;
+    capturing = 0;
+    if (graph) *graph = NULL;
+    if (capture_invalidated) {
+        note("capture invalidated", 0, 0);
+        return 901;
+    }
+    note("capture end", 0, 0);
+    return 0;
+}
 CUresult cuCtxGetCurrent(CUcontext *c) { *c = current; return 0; }
 /* The timeline of FAKE_CUDA_KERNEL_MS work: when the last queued kernel ends. */
 static pthread_mutex_t timeline = PTHREAD_MUTEX_INITIALIZER;
@@ -146,6 +198,8 @@ static long long pending_us(void) {
     return left;
 }
 CUresult cuCtxSynchronize(void) {
+    if (capturing) capture_invalidated = 1;
+    if (current && is_destroyed(current)) note("used destroyed context", 0, 0);
     long long left = pending_us();
     if (left > 0) usleep((useconds_t)left);
     note("sync", 0, 0);
@@ -473,7 +527,10 @@ CUresult cuMemGetAddressRange_v2(CUdeviceptr *base, size_t *size, CUdeviceptr p)
 
 /* Resetting the primary context frees every allocation (behind an interposer's back). */
 CUresult cuDevicePrimaryCtxReset_v2(CUdevice d) {
-    (void)d;
+    if (d >= 0 && d < 8) {
+        destroyed[d] = 1;
+        if (current == (CUcontext)&contexts[d]) current = NULL;
+    }
     for (int i = 0; i < MAX_ALLOCS; i++)
         if (allocs[i].ptr) release(i);
     note("reset", 0, 0);
@@ -523,6 +580,9 @@ static const struct { const char *name; void *fn; } table[] = {
     {"cuPointerGetAttributes", (void *)cuPointerGetAttributes},
     {"cuMemGetAddressRange", (void *)cuMemGetAddressRange_v2},
     {"cuDevicePrimaryCtxReset", (void *)cuDevicePrimaryCtxReset_v2},
+    {"cuCtxDestroy", (void *)cuCtxDestroy_v2},
+    {"cuStreamBeginCapture", (void *)cuStreamBeginCapture_v2},
+    {"cuStreamEndCapture", (void *)cuStreamEndCapture},
 };
 
 /* Base names, as the CUDA runtime asks for them; versioned ABIs are this double's only ones.

@@ -12,6 +12,9 @@
  *   threads  four threads launch at once; prints "threads rc=<sum>" when all four returned
  *   launch-bg  a thread launches, and the client prints "started" at once (a launch in flight
  *            while the main thread goes on)
+ *   capture  on a new stream: begins a capture, launches, idles 100 ms, ends the capture; prints
+ *            "captured rc=<sum> end=<cuStreamEndCapture's result>"
+ *   reset    cuDevicePrimaryCtxReset_v2 of its device; prints "reset rc=<r>"
  *   fork     forks a child that allocates 1 MiB, prints "child kind=<k> pid=<pid>", and exits
  *            once the file named by CLIENT_CHILD_DONE exists (at most 20 s)
  *   quit
@@ -57,6 +60,10 @@ CUresult cuArrayDestroy(void *);
 CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr, const void *, size_t, void *);
 CUresult cuMemcpyHtoD_v2(CUdeviceptr, const void *, size_t);
 CUresult cuCtxSynchronize(void);
+CUresult cuStreamCreate(void **, unsigned);
+CUresult cuStreamBeginCapture_v2(void *, int);
+CUresult cuStreamEndCapture(void *, void **);
+CUresult cuDevicePrimaryCtxReset_v2(int);
 static long long mono_ns(void) {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
@@ -206,6 +213,21 @@ int main(int argc, char **argv) {
             r = gpa ? gpa("cuLaunchKernelEx", &fl, 12000, 0, &st) : -1;
             r = fl ? ((launch_ex_fn)fl)(NULL, NULL, NULL, NULL) : -1;
             printf("launchedex rc=%d\n", r);
+            continue;
+        }
+        if (strncmp(line, "capture", 7) == 0) {
+            /* A stream capture that stays open past the burst idle time, a launch inside it. */
+            void *stream = NULL, *graph = NULL;
+            int rc = cuStreamCreate(&stream, 0);
+            rc += cuStreamBeginCapture_v2(stream, 0);
+            rc += cuLaunchKernel(NULL, 1, 1, 1, 1, 1, 1, 0, stream, NULL, NULL);
+            usleep(100000);
+            int end = cuStreamEndCapture(stream, &graph);
+            printf("captured rc=%d end=%d\n", rc, end);
+            continue;
+        }
+        if (strncmp(line, "reset", 5) == 0) {
+            printf("reset rc=%d\n", cuDevicePrimaryCtxReset_v2(dev));
             continue;
         }
         if (strncmp(line, "launch-bg", 9) == 0) {
