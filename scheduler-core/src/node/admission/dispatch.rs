@@ -1,5 +1,6 @@
 //! Dispatch: while a GPU has a slot under its limit and waiting work fits its memory (and its
-//! tenant's share), the queue's choice is granted a lease. Every call into the core ends here.
+//! tenant's share; a slot an overtime lease freed, only another tenant's), the queue's choice is
+//! granted a lease. Every call into the core ends here.
 
 use super::{Core, Grant, Kind, Lease, Record};
 use crate::Time;
@@ -23,9 +24,10 @@ impl Core {
             // slot nobody else can take still goes to it.
             let flow = {
                 let (fits, share) = (self.fit_test(slot), self.share_test(slot, limit));
+                let over = self.overtime_test(slot);
                 let q = &self.gpus[slot].queue;
-                q.fitting(free, |f| fits(f) && share(f))
-                    .or_else(|| q.fitting(free, &fits))
+                q.fitting(free, |f| fits(f) && over(f) && share(f))
+                    .or_else(|| q.fitting(free, |f| fits(f) && over(f)))
             };
             let Some(flow) = flow else {
                 break;

@@ -181,11 +181,13 @@ impl Core {
     }
 
     /// Whether waiting work could take a slot on GPU `slot` as far as memory goes (`free_slots`
-    /// as [`crate::MqfqQueue::dispatch_slot`] takes it).
+    /// as [`crate::MqfqQueue::dispatch_slot`] takes it; a slot an overtime lease freed only for
+    /// work that may take it, see `overtime`).
     pub(super) fn fits_waiting(&self, slot: usize, free_slots: u32) -> bool {
+        let (fits, over) = (self.fit_test(slot), self.overtime_test(slot));
         self.gpus[slot]
             .queue
-            .fitting(free_slots, self.fit_test(slot))
+            .fitting(free_slots, |f| fits(f) && over(f))
             .is_some()
     }
 
