@@ -231,7 +231,7 @@ impl Metrics {
         );
         registry.register(
             "burst_overtime",
-            "Burst leases held past [limits] max_burst_hold_s (they keep running; their GPU takes one more lease, for another tenant, while each is held)",
+            "Burst leases held past [limits] max_burst_hold_s (they keep running; their GPU takes one more lease, for another function, while each is held)",
             m.overtime.clone(),
         );
         registry.register(

@@ -6,11 +6,13 @@
 //! the maximum hold is in **overtime**: it keeps running, still charged, still counted in its
 //! GPU's memory and its tenant's share, but it no longer keeps others out — the GPU's limits
 //! rise by one for each lease in overtime, and a slot above the normal limit goes only to work
-//! of a tenant (a flow, for work without a tenant) that holds no overtime lease on that GPU. So
-//! a tenant's endless bursts free slots for everyone but itself: it cannot grow past what it
-//! held when they overstayed, and a second endless burst of its own (it had taken the raised
-//! slot before, and starved the GPU's other work again) never gets one. Start and resume leases
-//! are container lifetimes gated by pausing, never in overtime.
+//! of a flow that holds no overtime lease on that GPU. So a function's endless bursts free slots
+//! for every other function but not for itself: a second endless burst of its own (it had taken
+//! the raised slot, and starved the GPU's other work again) never gets one. Another function of
+//! the same tenant may take it (a node whose pods share one namespace is one tenant, and its
+//! other functions must not starve behind a runaway one); what bounds a tenant is its share of
+//! the slots, in which overtime leases count, while other tenants' work waits. Start and resume
+//! leases are container lifetimes gated by pausing, never in overtime.
 //!
 //! Marked at each sampling step (`Core::sample`), so the hold is bounded to within a sample
 //! interval; the dispatch record has an `overtime` line for each.
@@ -83,36 +85,26 @@ impl Core {
     }
 
     /// For GPU `slot`: whether a flow's work may take the next slot — any may below the normal
-    /// limit; above it (a slot an overtime lease freed) only work of a tenant (or, without a
-    /// tenant, a flow) holding no overtime lease there.
+    /// limit; above it (a slot an overtime lease freed) only a flow holding no overtime lease
+    /// there.
     pub(super) fn overtime_test(&self, slot: usize) -> impl Fn(FlowId) -> bool + '_ {
         let g = &self.gpus[slot];
         let index = g.info.index;
         let normal = self.limits_of(slot).1.saturating_sub(g.overtime);
         let open = g.overtime == 0 || g.running < normal;
-        let mut over: HashSet<(Option<&str>, &str)> = HashSet::new();
-        let mut unit_of: HashMap<FlowId, (Option<&str>, &str)> = HashMap::new();
+        let mut over: HashSet<&str> = HashSet::new();
+        let mut flow_of: HashMap<FlowId, &str> = HashMap::new();
         if !open {
-            for l in self
-                .leases
-                .values()
-                .filter(|l| l.gpu == index && l.overtime)
-            {
-                over.insert(unit(l.tenant.as_deref(), &l.function));
+            for l in self.leases.values() {
+                if l.gpu == index && l.overtime {
+                    over.insert(&l.function);
+                }
             }
             for w in self.waiting.values().filter(|w| w.gpu == index) {
-                unit_of.insert(w.flow, unit(w.tenant.as_deref(), &w.function));
+                flow_of.insert(w.flow, &w.function);
             }
         }
-        move |flow| open || unit_of.get(&flow).is_none_or(|u| !over.contains(u))
-    }
-}
-
-/// Who an overtime lease stands for: its tenant, or its flow when it has none.
-fn unit<'a>(tenant: Option<&'a str>, flow: &'a str) -> (Option<&'a str>, &'a str) {
-    match tenant {
-        Some(t) => (Some(t), ""),
-        None => (None, flow),
+        move |flow| open || flow_of.get(&flow).is_none_or(|f| !over.contains(f))
     }
 }
 
