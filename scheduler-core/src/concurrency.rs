@@ -91,6 +91,8 @@ struct Baseline {
     service_s: f64,
     /// Last use, in releases, for eviction.
     used: u64,
+    /// The tenant of the function ("" for none), for the registry's bound.
+    tenant: String,
 }
 
 /// D for one GPU (or one MIG instance).
@@ -199,6 +201,7 @@ impl ConcurrencyController {
                         level: f.peak,
                         service_s: s,
                         used,
+                        tenant: tenant.to_owned(),
                     },
                 );
                 self.trim();
@@ -210,9 +213,14 @@ impl ConcurrencyController {
         while self.baselines.len() > MAX_BASELINES {
             // The least recently used of the tenant holding the most: a tenant cycling
             // function names relearns its own baselines, not others'.
-            let oldest =
-                crate::tenant_lru::victim(self.baselines.iter().map(|(k, b)| (k.as_str(), b.used)))
-                    .map(str::to_owned);
+            let oldest = crate::tenant_lru::victim(self.baselines.iter().map(|(k, b)| {
+                (
+                    k.as_str(),
+                    Some(b.tenant.as_str()).filter(|t| !t.is_empty()),
+                    b.used,
+                )
+            }))
+            .map(str::to_owned);
             match oldest {
                 Some(k) => self.baselines.remove(&k),
                 None => break,

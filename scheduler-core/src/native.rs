@@ -21,23 +21,29 @@ pub const FORGET_AFTER_S: f64 = 86_400.0;
 /// The functions whose containers asked to export converted memory.
 #[derive(Clone, Debug, Default)]
 pub struct NativeAdvice {
-    /// Function → when it was last seen exporting or advised.
-    seen: BTreeMap<String, Time>,
+    /// Function → when it was last seen exporting or advised, and its tenant.
+    seen: BTreeMap<String, (Time, Option<String>)>,
 }
 
 impl NativeAdvice {
-    /// A container of `function` had an export of converted memory refused. Past
-    /// [`CAPACITY`] functions, one is forgotten: the least recently seen of the tenant that
-    /// holds the most ([`crate::tenant_lru`]), so a tenant cycling names forgets its own.
-    pub fn learn(&mut self, function: &str, now: Time) {
-        self.learn_within(function, now, CAPACITY);
+    /// A container of `function` (of `tenant`, if any) had an export of converted memory
+    /// refused. Past [`CAPACITY`] functions, one is forgotten: the least recently seen of the
+    /// tenant that holds the most ([`crate::tenant_lru`]), so a tenant cycling names forgets its
+    /// own.
+    pub fn learn(&mut self, function: &str, tenant: Option<&str>, now: Time) {
+        self.learn_within(function, tenant, now, CAPACITY);
     }
 
-    fn learn_within(&mut self, function: &str, now: Time, capacity: usize) {
-        self.seen.insert(function.to_owned(), now);
+    fn learn_within(&mut self, function: &str, tenant: Option<&str>, now: Time, capacity: usize) {
+        self.seen
+            .insert(function.to_owned(), (now, tenant.map(str::to_owned)));
         while self.seen.len() > capacity {
-            let victim = crate::tenant_lru::victim(self.seen.iter().map(|(f, t)| (f.as_str(), *t)))
-                .map(str::to_owned);
+            let victim = crate::tenant_lru::victim(
+                self.seen
+                    .iter()
+                    .map(|(f, (t, tenant))| (f.as_str(), tenant.as_deref(), *t)),
+            )
+            .map(str::to_owned);
             match victim {
                 Some(f) => self.seen.remove(&f),
                 None => break,
@@ -49,7 +55,7 @@ impl NativeAdvice {
     /// renews the memory (a function created often is never forgotten).
     pub fn advises(&mut self, function: &str, now: Time) -> bool {
         match self.seen.get_mut(function) {
-            Some(t) if now.secs_since(*t) < FORGET_AFTER_S => {
+            Some((t, _)) if now.secs_since(*t) < FORGET_AFTER_S => {
                 *t = now;
                 true
             }
@@ -171,7 +177,7 @@ mod tests {
     fn a_learned_function_is_advised_until_forgotten() {
         let mut a = NativeAdvice::default();
         assert!(!a.advises("f", t(0.0)));
-        a.learn("f", t(1.0));
+        a.learn("f", None, t(1.0));
         assert!(a.advises("f", t(2.0)));
         assert!(!a.advises("g", t(2.0)), "only the function that exported");
         // Asked again within the day: renewed from each question.
@@ -186,10 +192,15 @@ mod tests {
         let mut a = NativeAdvice::default();
         for (i, f) in ["victim/f0", "victim/f1", "victim/f2"].iter().enumerate() {
             #[expect(clippy::cast_precision_loss)]
-            a.learn_within(f, t(i as f64), 8);
+            a.learn_within(f, Some("victim"), t(i as f64), 8);
         }
         for i in 0..1000 {
-            a.learn_within(&format!("hostile/n{i}"), t(10.0 + f64::from(i)), 8);
+            a.learn_within(
+                &format!("hostile/n{i}"),
+                Some("hostile"),
+                t(10.0 + f64::from(i)),
+                8,
+            );
         }
         assert_eq!(a.len(), 8);
         let now = t(2000.0);
@@ -206,7 +217,7 @@ mod tests {
             let mut a = NativeAdvice::default();
             for i in 0..n {
                 #[expect(clippy::cast_precision_loss)]
-                a.learn(&format!("f{i}"), t(i as f64));
+                a.learn(&format!("f{i}"), None, t(i as f64));
             }
             prop_assert!(a.len() <= CAPACITY);
             #[expect(clippy::cast_precision_loss)]

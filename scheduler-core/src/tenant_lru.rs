@@ -5,25 +5,22 @@
 //! seen of the tenant that holds the most entries — a tenant's entries go only once it holds at
 //! least as many as anyone, so one that cycles names forgets its own.
 //!
-//! The tenant of a key is what precedes its first `/` (flow keys are `tenant/function`); a node
-//! without tenants (`tenant_from = "none"`) groups its function keys by that prefix, if any.
+//! Each entry carries the tenant its flow was admitted in, as the node's policy decided it (not
+//! read from the key: function keys may hold `/`); every entry without one is one group, so a
+//! node without tenants forgets the least recently seen, as before.
 
 use std::collections::HashMap;
 
-/// The tenant part of a flow key (`""` for a key without one).
-#[must_use]
-pub fn tenant_of(key: &str) -> &str {
-    key.split_once('/').map_or("", |(t, _)| t)
-}
-
-/// The key to forget among `entries` (key, when last seen or used, in any order): the least
-/// recently seen of the tenant holding the most (ties between tenants: the one whose oldest
-/// entry is older; between entries: the smaller key). `None` for no entries.
-pub fn victim<'a, S: Ord + Copy>(entries: impl Iterator<Item = (&'a str, S)>) -> Option<&'a str> {
+/// The key to forget among `entries` (key, its tenant, when last seen or used, in any order):
+/// the least recently seen of the tenant holding the most (ties between tenants: the one whose
+/// oldest entry is older; between entries: the smaller key). `None` for no entries.
+pub fn victim<'a, S: Ord + Copy>(
+    entries: impl Iterator<Item = (&'a str, Option<&'a str>, S)>,
+) -> Option<&'a str> {
     // Per tenant: how many entries, and its least recently seen one.
-    let mut tenants: HashMap<&str, (usize, (S, &str))> = HashMap::new();
-    for (k, seen) in entries {
-        let e = tenants.entry(tenant_of(k)).or_insert((0, (seen, k)));
+    let mut tenants: HashMap<Option<&str>, (usize, (S, &str))> = HashMap::new();
+    for (k, tenant, seen) in entries {
+        let e = tenants.entry(tenant).or_insert((0, (seen, k)));
         e.0 += 1;
         e.1 = e.1.min((seen, k));
     }
@@ -44,14 +41,26 @@ mod tests {
 
     #[test]
     fn the_largest_tenant_forgets_its_oldest() {
-        let e = [("a/x", t(1.0)), ("b/y", t(2.0)), ("b/z", t(3.0))];
+        let (a, b) = (Some("a"), Some("b"));
+        let e = [("a/x", a, t(1.0)), ("b/y", b, t(2.0)), ("b/z", b, t(3.0))];
         assert_eq!(victim(e.iter().copied()), Some("b/y"));
         // Equal holdings: the oldest entry overall.
-        let e = [("a/x", t(5.0)), ("b/y", t(2.0))];
+        let e = [("a/x", a, t(5.0)), ("b/y", b, t(2.0))];
         assert_eq!(victim(e.iter().copied()), Some("b/y"));
-        assert_eq!(victim(std::iter::empty::<(&str, Time)>()), None);
-        assert_eq!(tenant_of("f"), "");
-        assert_eq!(tenant_of("t/docker.io/f"), "t");
+        assert_eq!(
+            victim(std::iter::empty::<(&str, Option<&str>, Time)>()),
+            None
+        );
+        // The tenant is the entry's, never read from the key: entries without one are one group
+        // however their keys look (`r1/f`, `r2/f`: no tenants of one entry each).
+        let e = [
+            ("victim/a", a, t(1.0)),
+            ("victim/b", a, t(2.0)),
+            ("r1/f", None, t(3.0)),
+            ("r2/f", None, t(4.0)),
+            ("r3/f", None, t(5.0)),
+        ];
+        assert_eq!(victim(e.iter().copied()), Some("r1/f"));
     }
 
     /// The placement registry: a tenant that cycles function names keeps another tenant's
@@ -67,10 +76,16 @@ mod tests {
             burst_ms: 10.0,
             ..Sample::default()
         };
-        f.observe("victim/model", &s, t(0.0)).unwrap();
+        f.observe_in("victim/model", Some("victim"), &s, t(0.0))
+            .unwrap();
         for i in 0..500 {
-            f.observe(&format!("hostile/n{i}"), &s, t(1.0 + f64::from(i)))
-                .unwrap();
+            f.observe_in(
+                &format!("hostile/n{i}"),
+                Some("hostile"),
+                &s,
+                t(1.0 + f64::from(i)),
+            )
+            .unwrap();
         }
         assert_eq!(f.len(), 8);
         assert!(f.get("victim/model").is_some());

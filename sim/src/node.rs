@@ -392,7 +392,12 @@ impl Policy for NodeMqfq {
                 footprint_mib: Some(f.mem_mb),
                 transfer_bytes: None,
             };
-            let _ = p.observe_burst(&self.names[trace.invocations[inv].func], &s, now);
+            let _ = p.observe_burst(
+                &self.names[trace.invocations[inv].func],
+                f.tenant.as_deref(),
+                &s,
+                now,
+            );
         }
         let measured_s = service_ms / 1e3;
         let grants = self

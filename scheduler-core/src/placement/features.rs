@@ -285,6 +285,8 @@ fn check(s: &Sample) -> Result<(), SampleError> {
 pub struct Features {
     cfg: FeatureConfig,
     by_function: HashMap<String, FunctionFeatures>,
+    /// The tenant each function was admitted in, where it had one (for the bound).
+    tenant_of: HashMap<String, String>,
 }
 
 impl Features {
@@ -294,6 +296,7 @@ impl Features {
         Features {
             cfg,
             by_function: HashMap::new(),
+            tenant_of: HashMap::new(),
         }
     }
 
@@ -315,19 +318,38 @@ impl Features {
         sample: &Sample,
         now: Time,
     ) -> Result<(), SampleError> {
+        self.observe_in(function, None, sample, now)
+    }
+
+    /// [`observe`](Self::observe) of a function admitted in `tenant`.
+    ///
+    /// # Errors
+    /// A reading out of range (the sample is dropped, nothing changes).
+    pub fn observe_in(
+        &mut self,
+        function: &str,
+        tenant: Option<&str>,
+        sample: &Sample,
+        now: Time,
+    ) -> Result<(), SampleError> {
         check(sample)?;
         if !self.by_function.contains_key(function)
             && self.by_function.len() >= self.cfg.max_functions
         {
-            let victim = crate::tenant_lru::victim(
-                self.by_function
-                    .iter()
-                    .map(|(name, f)| (name.as_str(), f.last_seen)),
-            )
+            let victim = crate::tenant_lru::victim(self.by_function.iter().map(|(name, f)| {
+                let tenant = self.tenant_of.get(name).map(String::as_str);
+                (name.as_str(), tenant, f.last_seen)
+            }))
             .map(str::to_owned);
             if let Some(name) = victim {
                 self.by_function.remove(&name);
+                self.tenant_of.remove(&name);
             }
+        }
+        if let Some(t) = tenant
+            && !self.by_function.contains_key(function)
+        {
+            self.tenant_of.insert(function.to_owned(), t.to_owned());
         }
         let a = self.cfg.alpha;
         let f = self

@@ -159,17 +159,18 @@ impl Placement {
         &self.features
     }
 
-    /// One ended burst of `function`'s work.
+    /// One ended burst of `function`'s work (admitted in `tenant`, if any).
     ///
     /// # Errors
     /// A reading out of range (dropped).
     pub fn observe_burst(
         &mut self,
         function: &str,
+        tenant: Option<&str>,
         sample: &Sample,
         now: Time,
     ) -> Result<(), SampleError> {
-        self.features.observe(function, sample, now)
+        self.features.observe_in(function, tenant, sample, now)
     }
 
     /// Whether Xid `xid` says the GPU itself is failing.

@@ -20,6 +20,7 @@ pub(super) fn measured(p: &mut Placement, function: &str, burst_ms: f64) {
     for i in 0..3 {
         p.observe_burst(
             function,
+            None,
             &sample(burst_ms, 0.9, 0.1),
             Time::from_secs_f64(f64::from(i)),
         )

@@ -541,16 +541,21 @@ impl api::Admission for Service {
         };
         let now = d.now();
         let mut inner = d.lock();
-        let lease = inner
-            .core
-            .lease(req.lease_id)
-            .map(|l| (l.key.clone(), l.function.clone(), l.gpu, l.since));
+        let lease = inner.core.lease(req.lease_id).map(|l| {
+            (
+                l.key.clone(),
+                l.function.clone(),
+                l.gpu,
+                l.since,
+                l.tenant.clone(),
+            )
+        });
         let ran = inner.core.run_measured(req.lease_id, measured, reason, now);
         let grants = inner
             .core
             .release(req.lease_id, measured, reason, now)
             .map_err(|e| to_ttrpc(&e))?;
-        if let (Some((_, function, gpu, since)), Some(service_s)) = (&lease, ran) {
+        if let (Some((_, function, gpu, since, tenant)), Some(service_s)) = (&lease, ran) {
             let held = req.native.as_ref().map_or(0, |n| {
                 mqfq_proto::memory::from_proto(n)
                     .total()
@@ -558,6 +563,7 @@ impl api::Admission for Service {
             });
             let run = place::Ended {
                 function,
+                tenant: tenant.as_deref(),
                 gpu: *gpu,
                 since: *since,
                 service_s,

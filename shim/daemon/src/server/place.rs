@@ -18,6 +18,8 @@ const MAX_PIDS: usize = 64;
 pub(super) struct Ended<'a> {
     /// Its flow key.
     pub function: &'a str,
+    /// Its tenant, if any.
+    pub tenant: Option<&'a str>,
     /// The GPU its lease was on, and since when.
     pub gpu: u32,
     pub since: Time,
@@ -56,7 +58,7 @@ impl Daemon {
             footprint_mib: run.footprint.map(|b| b as f64 / f64::from(1u32 << 20)),
             transfer_bytes: run.transfer_bytes.map(|b| b as f64),
         };
-        if let Err(e) = p.observe_burst(run.function, &s, now) {
+        if let Err(e) = p.observe_burst(run.function, run.tenant, &s, now) {
             tracing::debug!(function = run.function, "placement sample dropped: {e}");
         }
     }

@@ -106,7 +106,8 @@ pub(super) fn advise(
     exported: bool,
 ) -> ttrpc::Result<api::AdviseResponse> {
     check_asked(req.weight, &req.tenant, &req.pod_namespace).map_err(|e| to_ttrpc(&e))?;
-    let flow = admit_info(&d.policy, req, Kind::Start).flow_key();
+    let info = admit_info(&d.policy, req, Kind::Start);
+    let flow = info.flow_key();
     let flow = flow.as_str();
     let now = d.now();
     let native = {
@@ -117,7 +118,7 @@ pub(super) fn advise(
                     "an export of converted GPU memory was refused: new containers of this \
                      function keep their allocations native");
             }
-            inner.advice.learn(flow, now);
+            inner.advice.learn(flow, info.tenant.as_deref(), now);
         }
         inner.advice.advises(flow, now)
     };
