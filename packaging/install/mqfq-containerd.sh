@@ -52,14 +52,35 @@ END='# END mqfq-shim'
 
 die() { echo "mqfq-containerd: $*" >&2; exit 1; }
 
-# Whether $CONFIG holds register's block as a matched pair: the begin marker, then an end
-# marker after it. An end marker anywhere else (above the block: a user's copy) is no end, and
-# what follows a begin marker without one is the user's, never deleted.
+# Whether $CONFIG holds register's block as a matched pair: one begin marker (a second line
+# starting like it is no pair), then an end marker after it. An end marker anywhere else (above
+# the block: a user's copy) is no end, and what follows a begin marker without one is the
+# user's, never deleted.
 paired() {
     awk -v begin="$BEGIN" -v end="$END" '
-        $0 == begin { open = 1; next }
-        open && $0 == end { found = 1; exit }
-        END { exit !found }' "$CONFIG"
+        index($0, "# BEGIN mqfq-shim") == 1 { begins++; open = ($0 == begin); next }
+        open && $0 == end { found++; open = 0 }
+        END { exit !(begins == 1 && found == 1) }' "$CONFIG"
+}
+
+# $CONFIG without register's block (the matched pair, exactly as `paired` finds it), or with it
+# replaced by the file named in $1.
+block_replaced() {
+    awk -v begin="$BEGIN" -v end="$END" -v block="${1:-}" '
+        !done && $0 == begin {
+            if (block != "") while ((getline line < block) > 0) print line
+            skip = 1; next
+        }
+        skip && $0 == end { skip = 0; done = 1; next }
+        !skip' "$CONFIG"
+}
+
+# Register's block as it stands in $CONFIG (the matched pair).
+current_block() {
+    awk -v begin="$BEGIN" -v end="$END" '
+        $0 == begin { on = 1 }
+        on { print }
+        on && $0 == end { exit }' "$CONFIG"
 }
 
 # Runs the containerd that checks configs with the arguments given: CONTAINERD, or with ROOT
@@ -286,16 +307,13 @@ register() {
         rm -f "$DROPIN.mqfq-old"
     elif [ "$version" = 2 ]; then
         if grep -qxF "$BEGIN" "$CONFIG" && ! paired; then
-            die "$CONFIG has the mqfq-shim begin marker but not its end marker after it: nothing changed; take the mqfq runtime's table out by hand, or end it with a line '$END'"
+            die "$CONFIG has the mqfq-shim begin marker but not its end marker after it (or more than one block): nothing changed; take the mqfq runtime's table out by hand, or end it with a line '$END'"
         fi
         if paired; then
             # Ours already: brought up to this version's table (an upgrade) where it differs.
             { echo "$BEGIN"; runtime_table 2; echo "$END"; } > "$CONFIG.block"
-            if [ "$(sed -n '/^# BEGIN mqfq-shim/,/^# END mqfq-shim$/p' "$CONFIG")" != "$(cat "$CONFIG.block")" ]; then
-                awk -v block="$CONFIG.block" '
-                    /^# BEGIN mqfq-shim/ { while ((getline line < block) > 0) print line; skip = 1; next }
-                    skip && /^# END mqfq-shim$/ { skip = 0; next }
-                    !skip' "$CONFIG" > "$CONFIG.tmp"
+            if [ "$(current_block)" != "$(cat "$CONFIG.block")" ]; then
+                block_replaced "$CONFIG.block" > "$CONFIG.tmp"
                 rm -f "$CONFIG.block"
                 install_config "$CONFIG.tmp"
                 cp "$CONFIG" "$OURS"
@@ -334,13 +352,14 @@ unregister() {
     elif [ -f "$CONFIG" ] && grep -qF "$BEGIN" "$CONFIG" && ! paired; then
         # The block's end marker is gone: deleting to the end of the file could take the user's
         # settings with it, so nothing is touched.
-        echo "mqfq-containerd: $CONFIG has the mqfq-shim begin marker but not its end marker: nothing removed; take the mqfq runtime's table out by hand (the config before register is kept at $ORIG)" >&2
+        echo "mqfq-containerd: $CONFIG has the mqfq-shim begin marker but not its end marker after it (or more than one block): nothing removed; take the mqfq runtime's table out by hand (the config before register is kept at $ORIG)" >&2
         rm -f "$OURS" "$CREATED"
         echo "$changed"
         return
     elif [ -f "$CONFIG" ] && { grep -qF "$BEGIN" "$CONFIG" || grep -qF "\"$DROPIN_REL\"" "$CONFIG"; }; then
         # Edited since: take out only what register added.
-        sed -E "/^# BEGIN mqfq-shim/,/^# END mqfq-shim\$/d; s|\"$DROPIN_REL\"[[:space:]]*,[[:space:]]*||; s|,[[:space:]]*\"$DROPIN_REL\"||; s|\"$DROPIN_REL\"||" "$CONFIG" > "$CONFIG.tmp"
+        block_replaced |
+            sed -E "s|\"$DROPIN_REL\"[[:space:]]*,[[:space:]]*||; s|,[[:space:]]*\"$DROPIN_REL\"||; s|\"$DROPIN_REL\"||" > "$CONFIG.tmp"
         chmod --reference="$CONFIG" "$CONFIG.tmp" 2>/dev/null || true
         chown --reference="$CONFIG" "$CONFIG.tmp" 2>/dev/null || true
         mv "$CONFIG.tmp" "$CONFIG"

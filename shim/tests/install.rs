@@ -338,6 +338,19 @@ fn hand_edits_are_never_lost() {
     assert_eq!((code, out.as_str()), (0, "unchanged"), "{err}");
     assert!(err.contains("not its end marker"), "{err}");
     assert_eq!(std::fs::read_to_string(config(node)).unwrap(), stray);
+
+    // A whole block, then a second begin marker without an end: not one matched pair, so
+    // nothing is deleted (the prefix match had deleted from the second one to the end).
+    let begin = "# BEGIN mqfq-shim (mqfq-containerd.sh; unregister removes this block)";
+    let twice = format!(
+        "{}\n{begin}\n[plugins.\"x\"]\n# END mqfq-shim\n{begin}\n# the user's settings after it\n\
+         SystemdCgroup = true\n",
+        users_config(v3)
+    );
+    std::fs::write(config(node), &twice).unwrap();
+    let (code, out, err) = run(node, "unregister");
+    assert_eq!((code, out.as_str()), (0, "unchanged"), "{err}");
+    assert_eq!(std::fs::read_to_string(config(node)).unwrap(), twice);
 }
 
 /// Configs register must leave alone: Docker's containerd.io turns CRI off (nothing to

@@ -126,12 +126,19 @@ impl Rotating {
         let _ = self.w.flush();
         let mut old = self.path.clone().into_os_string();
         old.push(".1");
-        if let Err(e) = std::fs::rename(&self.path, &old) {
-            tracing::warn!("dispatch log: cannot rotate {}: {e}", self.path.display());
-        }
-        match Rotating::open(self.path.clone(), self.max_bytes) {
+        let reopened = match std::fs::rename(&self.path, &old) {
+            Ok(()) => Rotating::open(self.path.clone(), self.max_bytes)
+                .map_err(|e| format!("cannot reopen {}: {e}", self.path.display())),
+            Err(e) => Err(format!("cannot rotate {}: {e}", self.path.display())),
+        };
+        match reopened {
             Ok(fresh) => *self = fresh,
-            Err(e) => tracing::warn!("dispatch log: cannot reopen {}: {e}", self.path.display()),
+            Err(why) => {
+                // Tried again only once as much more is written, not at every line (so this is
+                // said once per try); the file grows past its bound meanwhile.
+                tracing::warn!("dispatch log: {why}; writing on");
+                self.written = 0;
+            }
         }
     }
 }
