@@ -11,7 +11,8 @@
 //! stack — resolved exactly as without the interposer (a CUDA wrapper preloaded after this one
 //! then reaches the driver directly; the application's own lookups still come here) —, and
 //! every other handle goes to [`lookup`]. The real `dlsym` is resolved by a constructor when the
-//! library is loaded; until then, and on other architectures, `RTLD_NEXT` takes [`lookup`] too.
+//! library is loaded, or by the trampoline itself if another library's constructor asks first;
+//! on other architectures `RTLD_NEXT` takes [`lookup`] too.
 
 use std::ffi::{CStr, c_char, c_void};
 
@@ -26,19 +27,34 @@ use crate::{GetProcAddressFn, base_name, cuGetProcAddress, guard, ptds, wrapper}
 #[unsafe(no_mangle)]
 #[unsafe(naked)]
 pub unsafe extern "C" fn dlsym(handle: *mut c_void, symbol: *const c_char) -> *mut c_void {
-    // Neither the stack nor an argument register is touched before the tail jumps: the callee
-    // sees the caller's own frame and return address. `rax` is a scratch register in the
-    // System V ABI. RTLD_NEXT is ((void *) -1).
+    // At each tail jump the stack and the argument registers are as the caller left them: the
+    // callee sees the caller's own frame and return address. `rax` is a scratch register in the
+    // System V ABI. RTLD_NEXT is ((void *) -1). Before this library's constructor ran (another
+    // preloaded library's constructor may run first and look up with RTLD_NEXT), the real dlsym
+    // is resolved here: the arguments are saved, the stack aligned to 16 bytes for the call
+    // (8 mod 16 at entry, two pushes and 8 more), and all of it undone before the jump.
     core::arch::naked_asm!(
         "cmp rdi, -1",
         "jne 2f",
         "mov rax, qword ptr [rip + {real}]",
         "test rax, rax",
+        "jnz 3f",
+        "push rdi",
+        "push rsi",
+        "sub rsp, 8",
+        "call {resolve}",
+        "add rsp, 8",
+        "pop rsi",
+        "pop rdi",
+        "mov rax, qword ptr [rip + {real}]",
+        "test rax, rax",
         "jz 2f",
+        "3:",
         "jmp rax",
         "2:",
         "jmp {ours}",
         real = sym real::DLSYM,
+        resolve = sym resolve_dlsym,
         ours = sym lookup,
     )
 }
@@ -61,9 +77,13 @@ pub unsafe extern "C" fn dlsym(handle: *mut c_void, symbol: *const c_char) -> *m
 #[unsafe(link_section = ".init_array")]
 static RESOLVE_DLSYM: extern "C" fn() = resolve_dlsym;
 
+/// Resolves the real `dlsym` (the constructor, and the trampoline before it ran). Never
+/// unwinds: a panic is caught here, inside the library.
 #[cfg(not(feature = "fuzzing"))]
 extern "C" fn resolve_dlsym() {
-    let _ = real::dlsym();
+    guard((), || {
+        let _ = real::dlsym();
+    });
 }
 
 /// What the exported `dlsym` answers for every handle but `RTLD_NEXT` (see the module docs):

@@ -25,6 +25,23 @@ int puts(const char *s) {
 }
 "#;
 
+/// The same wrapper resolving in its constructor, which the loader may run before the
+/// interposer's own.
+const WRAP_AT_LOAD: &str = r#"
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <stdio.h>
+static int (*next)(const char *);
+__attribute__((constructor)) static void find(void) {
+    next = (int (*)(const char *))dlsym(RTLD_NEXT, "puts");
+}
+int puts(const char *s) {
+    if (!next) return -1;
+    fputs("wrapped: ", stdout);
+    return next(s);
+}
+"#;
+
 const MAIN: &str = "#include <stdio.h>\nint main(void) { puts(\"hello\"); return 0; }\n";
 
 fn cc(dir: &Path, out: &str, src: &str, args: &[&str]) {
@@ -42,7 +59,8 @@ fn cc(dir: &Path, out: &str, src: &str, args: &[&str]) {
 }
 
 /// Another preloaded wrapper's `dlsym(RTLD_NEXT, "puts")` resolves as without the interposer,
-/// whichever of the two is preloaded first: to the C library's `puts`. (With the interposer
+/// whichever of the two is preloaded first, when it is called or in the wrapper's constructor
+/// (which may run before the interposer's): to the C library's `puts`. (With the interposer
 /// first, it found the wrapper's own `puts` — the lookup was made from the interposer — and
 /// recursed until the stack overflowed.)
 #[test]
@@ -50,14 +68,15 @@ fn another_wrappers_rtld_next_lookups_resolve_as_without_the_interposer() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     cc(d, "libwrap.so", WRAP, &["-shared", "-fPIC"]);
+    cc(d, "libwrapload.so", WRAP_AT_LOAD, &["-shared", "-fPIC"]);
     cc(d, "main", MAIN, &[]);
-    let wrap = d.join("libwrap.so").display().to_string();
     let ours = common::interposer().display().to_string();
-    for preload in [
-        format!("{ours}:{wrap}"),
-        format!("{wrap}:{ours}"),
-        wrap.clone(),
-    ] {
+    let mut orders = Vec::new();
+    for lib in ["libwrap.so", "libwrapload.so"] {
+        let wrap = d.join(lib).display().to_string();
+        orders.extend([format!("{ours}:{wrap}"), format!("{wrap}:{ours}"), wrap]);
+    }
+    for preload in orders {
         let o = Command::new(d.join("main"))
             .env("LD_PRELOAD", &preload)
             .output()
