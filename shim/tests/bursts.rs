@@ -796,7 +796,7 @@ fn a_grant_that_reaches_a_paused_container_goes_back() {
     });
     assert_eq!(
         handed_back(&d),
-        [(Value::from("idle"), Value::Null)],
+        [(Value::from("unused"), Value::Null)],
         "one release, nothing measured"
     );
     server(&c, &cuda, "other", 10, 1, 100);

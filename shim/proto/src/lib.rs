@@ -22,9 +22,13 @@ pub async fn connect(socket: &std::path::Path) -> Result<api::AdmissionClient, t
     Ok(api::AdmissionClient::new(c))
 }
 
-/// Whether a lease that ended for `reason` leaves its container living on, idle: paused, or
-/// between bursts (the release reasons `pause` and `idle`).
+/// The release reason of a lease granted to a container that could not use it (paused while
+/// its burst waited): handed back at once, no service measured, its memory left where it was.
+pub const UNUSED: &str = "unused";
+
+/// Whether a lease that ended for `reason` leaves its container living on, idle: paused, between
+/// bursts, or handed a lease it could not use (the release reasons `pause`, `idle`, `unused`).
 #[must_use]
 pub fn stays_idle(reason: &str) -> bool {
-    matches!(reason, "pause" | "idle")
+    matches!(reason, "pause" | "idle" | UNUSED)
 }

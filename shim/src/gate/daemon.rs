@@ -29,6 +29,9 @@ struct Held {
     /// What the burst measured: its GPU-busy time, reported instead of the time held, and
     /// its bytes and processes.
     burst: Option<BurstReport>,
+    /// A pooled container's memory was evicted when the lease was granted (what it stays if
+    /// the lease goes back `unused`).
+    was_evicted: bool,
 }
 
 /// A pooled container that is paused: no lease, memory Hot or evicted.
@@ -194,6 +197,14 @@ impl DaemonGate {
 
     fn idle(&self) -> MutexGuard<'_, HashMap<ContainerKey, Idle>> {
         self.idle.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Whether a paused pooled container is known here with its memory evicted (`None`: not
+    /// idle here), as the next registration reports it.
+    #[cfg(test)]
+    pub(super) fn idle_evicted(&self, ns: &str, id: &str) -> Option<bool> {
+        let k = ContainerKey::new(ns, id).ok()?;
+        self.idle().get(&k).map(|i| i.evicted)
     }
 
     /// Folds what the shim did for the pool into the paused set it re-registers.
@@ -568,7 +579,7 @@ impl Gate for Arc<DaemonGate> {
             }
         };
         let result = outcome.map(|lease| {
-            self.idle().remove(&k);
+            let was_evicted = self.idle().remove(&k).is_some_and(|i| i.evicted);
             self.held().insert(
                 k.clone(),
                 Held {
@@ -579,6 +590,7 @@ impl Gate for Arc<DaemonGate> {
                     pooled,
                     kind,
                     burst: None,
+                    was_evicted,
                 },
             );
             self.start_heartbeat();
@@ -641,17 +653,21 @@ impl Gate for Arc<DaemonGate> {
                     key: h.key.clone(),
                     work: h.work.clone(),
                     held,
-                    evicted: false,
+                    // A lease that went back unused restored nothing.
+                    evicted: h.was_evicted && reason == mqfq_proto::UNUSED,
                 },
             );
         }
         if h.lease == 0 {
             return;
         }
-        let service = h
-            .burst
-            .as_ref()
-            .map_or_else(|| h.since.elapsed(), |b| b.service);
+        let service = if reason == mqfq_proto::UNUSED {
+            Duration::ZERO
+        } else {
+            h.burst
+                .as_ref()
+                .map_or_else(|| h.since.elapsed(), |b| b.service)
+        };
         let burst = h.burst.unwrap_or_default();
         let req = api::ReleaseRequest {
             lease_id: h.lease,

@@ -143,3 +143,61 @@ async fn a_release_racing_a_registration_leaves_no_lease_behind() {
         "a lease outlived its container: {leases:?}"
     );
 }
+
+/// A lease handed back unused (its container was paused while its burst waited) leaves the
+/// container's memory where it was: evicted memory is still reported evicted at the next
+/// registration (it had been reported on the GPU), and the release reports no service.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_handed_back_unused_leaves_evicted_memory_evicted() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("mqfqd.sock");
+    let daemon = mqfqd();
+    let mut server = ttrpc::r#async::Server::new()
+        .bind(&format!("unix://{}", socket.display()))
+        .unwrap()
+        .register_service(api::create_admission(Arc::new(Service(daemon.clone()))));
+    server.start().await.unwrap();
+    let gate = DaemonGate::new(GateConfig {
+        socket,
+        fail_open: false,
+        reconnect_grace: Duration::ZERO,
+        admit_timeout: None,
+    });
+    let work = GpuWork {
+        function: "f".into(),
+        weight: 1.0,
+        tenant: None,
+        pod_namespace: String::new(),
+        gpus: GpuSelection::All,
+        grant: None,
+        placeable: false,
+        partners: Vec::new(),
+    };
+    let none = crate::memory::Usage::default();
+    gate.admit("ns", "c1", &work, Kind::Burst, true)
+        .await
+        .unwrap();
+    gate.release("ns", "c1", "idle", none).await;
+    gate.pool_done(&[api::PoolResult {
+        namespace: "ns".into(),
+        container_id: "c1".into(),
+        action: api::PoolAction::EVICT.into(),
+        ok: true,
+        ..Default::default()
+    }]);
+    assert_eq!(gate.idle_evicted("ns", "c1"), Some(true));
+    // Granted, then handed back unused: still evicted.
+    gate.admit("ns", "c1", &work, Kind::Burst, true)
+        .await
+        .unwrap();
+    assert_eq!(gate.idle_evicted("ns", "c1"), None, "held, not idle");
+    gate.release("ns", "c1", mqfq_proto::UNUSED, none).await;
+    assert_eq!(gate.idle_evicted("ns", "c1"), Some(true));
+    // A burst that ran restored it (the shim brings evicted memory back before it runs).
+    gate.admit("ns", "c1", &work, Kind::Burst, true)
+        .await
+        .unwrap();
+    gate.release("ns", "c1", "idle", none).await;
+    assert_eq!(gate.idle_evicted("ns", "c1"), Some(false));
+    assert!(daemon.status().leases.is_empty());
+}

@@ -55,13 +55,15 @@ impl TaskService {
                 // and the burst waits for the Resume, then for a slot again.
                 drop(moving);
                 tracing::info!(container = %id, "burst lease granted while paused: handed back");
-                // Its frozen processes cannot say what they hold: what was last known goes.
+                // Its frozen processes cannot say what they hold: what was last known goes; its
+                // memory stays where it was (reason `unused`: evicted memory stays evicted).
                 let held = {
                     let st = self.state.lock().await;
                     st.containers.get(id).map(|c| c.held).unwrap_or_default()
                 };
-                let report = Ended::nothing().report();
-                self.gate.end_burst(&self.namespace, id, report, held).await;
+                self.gate
+                    .release(&self.namespace, id, mqfq_proto::UNUSED, held)
+                    .await;
                 continue;
             }
             self.restore_for_burst(id).await;
