@@ -12,8 +12,14 @@
 //!
 //! `axum::serve` sets none of these (hyper has no header timer without one given), hence this
 //! accept loop over hyper's HTTP/1 server.
+//!
+//! Each peer address holds at most [`Limits::per_peer`] of those connections (the next is closed
+//! at once), so one client — a pod on the cluster network — cannot take them all. With TLS
+//! ([`crate::tls`]) the handshake, bounded by the header time, comes before any of it.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::Router;
@@ -22,6 +28,7 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
+use tokio_rustls::TlsAcceptor;
 
 /// The read buffer of a connection: kube-scheduler's request headers are a few hundred bytes
 /// (hyper's default lets one grow to about 400 KiB).
@@ -32,6 +39,8 @@ const READ_BUFFER: usize = 16 << 10;
 pub struct Limits {
     /// Connections served at once.
     pub connections: usize,
+    /// Connections one peer address may hold at once.
+    pub per_peer: usize,
     /// Time to send a request's headers, and the most a connection may sit idle between
     /// requests (hyper's header timer runs from when it waits for the next request).
     pub header: Duration,
@@ -45,6 +54,7 @@ impl Default for Limits {
     fn default() -> Self {
         Limits {
             connections: 32,
+            per_peer: 8,
             header: Duration::from_secs(5),
             lifetime: Duration::from_secs(30),
             drain: Duration::from_secs(10),
@@ -52,20 +62,26 @@ impl Default for Limits {
     }
 }
 
-/// Serves `app` on `listener` under `limits`, for ever.
+/// Serves `app` on `listener` under `limits`, for ever; over TLS with `tls`.
 ///
 /// # Errors
 /// Never in practice: the connection semaphore is never closed.
-pub async fn serve(listener: TcpListener, app: Router, limits: Limits) -> std::io::Result<()> {
+pub async fn serve(
+    listener: TcpListener,
+    app: Router,
+    limits: Limits,
+    tls: Option<TlsAcceptor>,
+) -> std::io::Result<()> {
     let open = Arc::new(Semaphore::new(limits.connections.max(1)));
+    let peers: Arc<Mutex<HashMap<IpAddr, usize>>> = Arc::default();
     loop {
         let permit = open
             .clone()
             .acquire_owned()
             .await
             .map_err(std::io::Error::other)?;
-        let stream = match listener.accept().await {
-            Ok((s, _)) => s,
+        let (stream, addr) = match listener.accept().await {
+            Ok(s) => s,
             Err(e) => {
                 // Out of descriptors, say: wait rather than spin.
                 tracing::warn!("accept: {e}");
@@ -73,31 +89,93 @@ pub async fn serve(listener: TcpListener, app: Router, limits: Limits) -> std::i
                 continue;
             }
         };
+        let Some(peer) = PeerSlot::take(&peers, addr.ip(), limits.per_peer) else {
+            tracing::debug!(peer = %addr.ip(), "extender: too many connections from one peer; closed");
+            continue;
+        };
         let service = TowerToHyperService::new(app.clone());
+        let tls = tls.clone();
         tokio::spawn(async move {
-            let conn = http1::Builder::new()
-                .timer(TokioTimer::new())
-                .header_read_timeout(limits.header)
-                .max_buf_size(READ_BUFFER)
-                .serve_connection(TokioIo::new(stream), service);
-            tokio::pin!(conn);
-            let done = tokio::select! {
-                r = conn.as_mut() => Some(r),
-                () = tokio::time::sleep(limits.lifetime) => None,
-            };
-            let r = match done {
-                Some(r) => r,
-                None => {
-                    conn.as_mut().graceful_shutdown();
-                    tokio::time::timeout(limits.drain, conn)
-                        .await
-                        .unwrap_or(Ok(()))
-                }
-            };
-            if let Err(e) = r {
-                tracing::debug!("extender connection: {e}");
+            match tls {
+                None => connection(stream, service, limits).await,
+                Some(tls) => match tokio::time::timeout(limits.header, tls.accept(stream)).await {
+                    Ok(Ok(s)) => connection(s, service, limits).await,
+                    Ok(Err(e)) => {
+                        tracing::info!(peer = %addr.ip(), "extender: TLS handshake refused: {e}")
+                    }
+                    Err(_) => {
+                        tracing::debug!(peer = %addr.ip(), "extender: TLS handshake too slow")
+                    }
+                },
             }
-            drop(permit);
+            drop((peer, permit));
         });
+    }
+}
+
+/// One connection, HTTP/1 under `limits`.
+async fn connection<IO>(io: IO, service: TowerToHyperService<Router>, limits: Limits)
+where
+    IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let conn = http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header)
+        .max_buf_size(READ_BUFFER)
+        .serve_connection(TokioIo::new(io), service);
+    tokio::pin!(conn);
+    let done = tokio::select! {
+        r = conn.as_mut() => Some(r),
+        () = tokio::time::sleep(limits.lifetime) => None,
+    };
+    let r = match done {
+        Some(r) => r,
+        None => {
+            conn.as_mut().graceful_shutdown();
+            tokio::time::timeout(limits.drain, conn)
+                .await
+                .unwrap_or(Ok(()))
+        }
+    };
+    if let Err(e) = r {
+        tracing::debug!("extender connection: {e}");
+    }
+}
+
+/// A connection counted against its peer's address while it lives.
+struct PeerSlot {
+    peers: Arc<Mutex<HashMap<IpAddr, usize>>>,
+    ip: IpAddr,
+}
+
+impl PeerSlot {
+    fn take(peers: &Arc<Mutex<HashMap<IpAddr, usize>>>, ip: IpAddr, most: usize) -> Option<Self> {
+        let mut m = peers
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let n = m.entry(ip).or_default();
+        if *n >= most.max(1) {
+            return None;
+        }
+        *n += 1;
+        Some(PeerSlot {
+            peers: peers.clone(),
+            ip,
+        })
+    }
+}
+
+impl Drop for PeerSlot {
+    fn drop(&mut self) {
+        let mut m = self
+            .peers
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(n) = m.get_mut(&self.ip) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                m.remove(&self.ip);
+            }
+        }
     }
 }

@@ -17,6 +17,7 @@ pub mod crd;
 pub mod extender;
 pub mod http;
 pub mod publisher;
+pub mod tls;
 
 /// Milliseconds since the Unix epoch now.
 #[must_use]

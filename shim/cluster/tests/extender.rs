@@ -145,7 +145,7 @@ async fn the_extender_filters_and_ranks_nodes_from_published_state() {
     let x = Arc::new(Extender::new(cache, 180.0));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    tokio::spawn(serve(listener, router(x), Limits::default()));
+    tokio::spawn(serve(listener, router(x), Limits::default(), None));
 
     // nodeCacheCapable: names in, names out; the failed node fails with why, the node that
     // publishes nothing passes.
@@ -269,7 +269,7 @@ fn a_stale_summary_is_ignored() {
 async fn serving(x: Extender, limits: Limits) -> std::net::SocketAddr {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    tokio::spawn(serve(listener, router(Arc::new(x)), limits));
+    tokio::spawn(serve(listener, router(Arc::new(x)), limits, None));
     addr
 }
 

@@ -14,6 +14,7 @@ use k8s_openapi::api::admissionregistration::v1::{
 };
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Service, ServiceAccount};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::node::v1::RuntimeClass;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use k8s_openapi::api::resource::v1::DeviceClass;
@@ -58,6 +59,7 @@ fn check(doc: &Value) {
         "ValidatingAdmissionPolicy" => round_trip::<ValidatingAdmissionPolicy>(doc),
         "ValidatingAdmissionPolicyBinding" => round_trip::<ValidatingAdmissionPolicyBinding>(doc),
         "RuntimeClass" => round_trip::<RuntimeClass>(doc),
+        "NetworkPolicy" => round_trip::<NetworkPolicy>(doc),
         "ConfigMap" => round_trip::<ConfigMap>(doc),
         other => panic!("no typed check for kind {other}"),
     };
@@ -88,6 +90,7 @@ fn every_cluster_manifest_is_what_its_kubernetes_type_accepts() {
         "CustomResourceDefinition",
         "ValidatingAdmissionPolicy",
         "ValidatingAdmissionPolicyBinding",
+        "NetworkPolicy",
     ] {
         assert!(kinds.iter().any(|x| x == k), "{k} missing: {kinds:?}");
     }
@@ -159,6 +162,17 @@ fn the_scheduler_configuration_names_the_extender_as_meant() {
         "the Service in extender.yaml"
     );
     assert_eq!(c.extenders.len(), 1);
+    // Over TLS with a client certificate, as the extender's Deployment serves it.
+    assert!(x["urlPrefix"].as_str().unwrap().starts_with("https://"));
+    assert_eq!(x["enableHTTPS"], true);
+    for f in ["certFile", "keyFile", "caFile"] {
+        assert!(x["tlsConfig"][f].is_string(), "tlsConfig.{f}");
+    }
+    let deploy = documents("extender.yaml").remove(0);
+    let args = deploy["spec"]["template"]["spec"]["containers"][0]["args"].to_string();
+    for flag in ["--tls-cert=", "--tls-key=", "--client-ca="] {
+        assert!(args.contains(flag), "{flag} missing: {args}");
+    }
 }
 
 /// The node-binding policy names the publisher's own service account (as rbac.yaml makes it

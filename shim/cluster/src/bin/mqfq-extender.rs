@@ -23,6 +23,15 @@ struct Args {
     /// A summary older than this many seconds is ignored (three publisher heartbeats).
     #[arg(long, default_value_t = 180.0)]
     stale_s: f64,
+    /// Serve over TLS with this certificate chain (PEM); with --tls-key and --client-ca.
+    #[arg(long, requires_all = ["tls_key", "client_ca"])]
+    tls_cert: Option<std::path::PathBuf>,
+    /// The certificate's private key (PEM).
+    #[arg(long, requires = "tls_cert")]
+    tls_key: Option<std::path::PathBuf>,
+    /// CA (PEM) whose certificates clients must present (kube-scheduler's `tlsConfig`).
+    #[arg(long, requires = "tls_cert")]
+    client_ca: Option<std::path::PathBuf>,
 }
 
 #[tokio::main]
@@ -48,10 +57,25 @@ async fn main() -> anyhow::Result<()> {
         Duration::from_secs_f64(a.refresh_s),
     ));
     let x = Arc::new(Extender::new(cache, a.stale_s));
+    let tls = match (&a.tls_cert, &a.tls_key, &a.client_ca) {
+        (Some(cert), Some(key), Some(ca)) => Some(mqfq_cluster::tls::acceptor(cert, key, ca)?),
+        _ => {
+            tracing::warn!(
+                "serving plain HTTP: any pod that reaches it can use the extender (docs/CLUSTER.md: TLS with client certificates)"
+            );
+            None
+        }
+    };
     let listener = tokio::net::TcpListener::bind(&a.listen)
         .await
         .with_context(|| format!("listen on {}", a.listen))?;
-    tracing::info!(listen = %a.listen, namespace = %a.namespace, "mqfq-extender serving");
-    mqfq_cluster::http::serve(listener, router(x), mqfq_cluster::http::Limits::default()).await?;
+    tracing::info!(listen = %a.listen, namespace = %a.namespace, tls = tls.is_some(), "mqfq-extender serving");
+    mqfq_cluster::http::serve(
+        listener,
+        router(x),
+        mqfq_cluster::http::Limits::default(),
+        tls,
+    )
+    .await?;
     Ok(())
 }
