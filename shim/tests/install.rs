@@ -423,6 +423,47 @@ fn configs_without_cri_or_behind_a_link_are_left_alone_and_blocks_are_refreshed(
     assert_eq!(std::fs::read_to_string(config(node)).unwrap(), original);
 }
 
+/// The node installer writes nothing through a symbolic link under the host's root: a link
+/// planted at `/etc/mqfq` (absolute, so it would resolve inside the installer's container, or
+/// anywhere) stops the install before anything is written there (it had written through it).
+#[test]
+fn the_node_installer_writes_nothing_through_a_symbolic_link() {
+    let dir = tempfile::tempdir().unwrap();
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let src = dir.path().join("opt/mqfq");
+    for b in ["containerd-shim-mqfq-v2", "mqfqd", "mqfqctl"] {
+        let p = src.join("bin").join(b);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(&p, "#!/bin/sh\n").unwrap();
+    }
+    std::fs::create_dir_all(src.join("lib")).unwrap();
+    std::fs::write(src.join("lib/libmqfq_cuda.so"), b"\x7fELF\x02").unwrap();
+    let mqfqd_toml = dir.path().join("mqfqd.toml");
+    std::fs::write(&mqfqd_toml, "backend = \"auto\"\n").unwrap();
+    let host = dir.path().join("host");
+    let elsewhere = dir.path().join("elsewhere");
+    std::fs::create_dir_all(host.join("etc")).unwrap();
+    std::fs::create_dir_all(&elsewhere).unwrap();
+    std::os::unix::fs::symlink(&elsewhere, host.join("etc/mqfq")).unwrap();
+    let o = Command::new("sh")
+        .arg(repo.join("packaging/kubernetes/node/mqfq-node-installer.sh"))
+        .arg("install")
+        .env("HOST", &host)
+        .env("SRC", &src)
+        .env("CONFIG", &mqfqd_toml)
+        .env("SYSTEMCTL", "true")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "{err}");
+    assert!(err.contains("/etc/mqfq is a symbolic link"), "{err}");
+    assert_eq!(
+        std::fs::read_dir(&elsewhere).unwrap().count(),
+        0,
+        "written through the link"
+    );
+}
+
 /// The node installer (`packaging/kubernetes/node/mqfq-node-installer.sh`) on a fake host: it
 /// installs the files, starts mqfqd and restarts containerd once; run again (a pod restart) it
 /// restarts nothing; `uninstall` leaves the host as it found it.

@@ -22,8 +22,28 @@ BINS="containerd-shim-mqfq-v2 mqfqd mqfqctl"
 
 log() { echo "mqfq-node-installer: $*" >&2; }
 
+# Refuses a destination under $HOST reached through a symbolic link: with the host's root
+# mounted at $HOST, an absolute link resolves inside this container and a relative one anywhere
+# on the host, so a link planted at, say, /etc/mqfq would aim a root write elsewhere.
+no_links() {
+    rest=${1#"$HOST"}
+    p=$HOST
+    while [ -n "$rest" ]; do
+        rest=${rest#/}
+        part=${rest%%/*}
+        rest=${rest#"$part"}
+        [ -n "$part" ] || continue
+        p=$p/$part
+        if [ -L "$p" ]; then
+            log "refusing $1: ${p#"$HOST"} is a symbolic link"
+            exit 1
+        fi
+    done
+}
+
 # Copies $1 to $2 (mode $3) unless it is already there, byte for byte; says whether it copied.
 put() {
+    no_links "$2"
     if [ -f "$2" ] && cmp -s "$1" "$2"; then
         return 1
     fi

@@ -257,7 +257,22 @@ fn the_node_installer_manifests_are_what_kubernetes_and_mqfqd_accept() {
         let ds = node_documents(file).pop().unwrap();
         let pod = &ds["spec"]["template"]["spec"];
         assert_eq!(pod["hostPID"], true, "{file}: systemctl through PID 1");
-        let c = &pod["containers"][0];
+        // The work is the init container's; what stays running holds no privilege and no host
+        // path (it had stayed privileged with the host's root for the pod's life).
+        let idle = &pod["containers"].as_array().unwrap()[..];
+        assert_eq!(idle.len(), 1, "{file}");
+        let sc = &idle[0]["securityContext"];
+        assert!(
+            sc["privileged"].is_null() || sc["privileged"] == false,
+            "{file}"
+        );
+        assert_eq!(sc["runAsNonRoot"], true, "{file}");
+        assert_eq!(sc["allowPrivilegeEscalation"], false, "{file}");
+        assert!(
+            idle[0]["volumeMounts"].is_null(),
+            "{file}: a host path in the idle container"
+        );
+        let c = &pod["initContainers"][0];
         assert_eq!(c["securityContext"]["privileged"], true, "{file}");
         assert!(
             c["args"][0]
