@@ -259,6 +259,21 @@ pub fn burst_idle_ms() -> u64 {
         .unwrap_or(5)
 }
 
+/// The longest a burst's first call waits inside the CUDA call for its grant, ms: the shim's
+/// `MQFQ_BURST_WAIT_MS` (default 600 000, ten minutes), passed to the interposer over any value
+/// the image set. A node serving probe-sensitive servers (a Python server's probes wait with its
+/// GIL held) sets it below their probes' patience: past it the burst runs without admission
+/// (docs/SECURITY.md §9). The node's setting, never a pod's: a wait a pod chose would let it
+/// skip the queue by timing out.
+#[must_use]
+pub fn burst_wait_ms() -> u64 {
+    std::env::var("MQFQ_BURST_WAIT_MS")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+        .filter(|v| (1..=3_600_000).contains(v))
+        .unwrap_or(600_000)
+}
+
 /// Adds the interposer to a GPU container's spec: library mount, control directory mount,
 /// `LD_PRELOAD`, `MQFQ_CTL_DIR`, `MQFQ_CONTAINER_ID`, `MQFQ_BURST=1` for burst admission, and
 /// `MQFQ_NATIVE` from `io.mqfq.native-alloc` (when absent, the image's own `MQFQ_NATIVE`, if any,
@@ -298,6 +313,7 @@ pub fn add_to_spec(spec: &mut Value, lib: &Path, dir: &Path, id: &str, burst: bo
         if burst {
             env_set(env, "MQFQ_BURST", "1");
             env_set(env, "MQFQ_BURST_IDLE_MS", &burst_idle_ms().to_string());
+            env_set(env, "MQFQ_BURST_WAIT_MS", &burst_wait_ms().to_string());
         } else {
             env.retain(|e| e.as_str().is_none_or(|s| !s.starts_with("MQFQ_BURST")));
         }
@@ -382,6 +398,33 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains(ANN_UVM), "{e}");
+    }
+
+    /// The burst settings are the shim's, whatever the image said: its idle time and the
+    /// longest a burst waits for its grant (an image's shorter wait had let it skip the queue).
+    #[test]
+    fn the_burst_settings_are_the_shims_over_the_images() {
+        let mut spec = json!({"process": {"env": [
+            "MQFQ_BURST_WAIT_MS=1", "MQFQ_BURST_IDLE_MS=60000", "MQFQ_BURST=0"
+        ]}});
+        add_to_spec(&mut spec, Path::new("/l.so"), Path::new("/c"), "c1", true).unwrap();
+        let env: Vec<&str> = spec["process"]["env"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(Value::as_str)
+            .filter(|e| e.starts_with("MQFQ_BURST"))
+            .collect();
+        let want = [
+            "MQFQ_BURST=1".to_owned(),
+            format!("MQFQ_BURST_IDLE_MS={}", burst_idle_ms()),
+            format!("MQFQ_BURST_WAIT_MS={}", burst_wait_ms()),
+        ];
+        let mut got: Vec<String> = env.iter().map(|e| (*e).to_owned()).collect();
+        got.sort();
+        let mut want = want.to_vec();
+        want.sort();
+        assert_eq!(got, want);
     }
 
     #[test]
