@@ -266,6 +266,16 @@ fn register_refuses_options_containerd_2_would_drop() {
     }
 }
 
+/// With `text` as the config, unregister changes nothing and says why: the block is not a
+/// matched pair.
+fn unregister_touches_nothing(node: &Path, text: &str) {
+    std::fs::write(config(node), text).unwrap();
+    let (code, out, err) = run(node, "unregister");
+    assert_eq!((code, out.as_str()), (0, "unchanged"), "{err}");
+    assert!(err.contains("not its end marker"), "{err}");
+    assert_eq!(std::fs::read_to_string(config(node)).unwrap(), text);
+}
+
 /// What the user wrote by hand is never lost: a config registered again after the user took
 /// the runtime out is given back as it was at that second register (not as at the first); a
 /// runtime the user named mqfq of another type stops register; a block whose end marker is
@@ -320,11 +330,7 @@ fn hand_edits_are_never_lost() {
          [plugins.\"x\"]\n\n# the user's settings after it\n",
         users_config(v3)
     );
-    std::fs::write(config(node), &cut).unwrap();
-    let (code, out, err) = run(node, "unregister");
-    assert_eq!((code, out.as_str()), (0, "unchanged"), "{err}");
-    assert!(err.contains("not its end marker"), "{err}");
-    assert_eq!(std::fs::read_to_string(config(node)).unwrap(), cut);
+    unregister_touches_nothing(node, &cut);
 
     // An end marker above the begin marker is not its end (issue 35): unregister touches
     // nothing (it had deleted from the begin marker to the end of the file).
@@ -333,11 +339,7 @@ fn hand_edits_are_never_lost() {
          [plugins.\"x\"]\n\n# the user's settings after it\nSystemdCgroup = true\n",
         users_config(v3)
     );
-    std::fs::write(config(node), &stray).unwrap();
-    let (code, out, err) = run(node, "unregister");
-    assert_eq!((code, out.as_str()), (0, "unchanged"), "{err}");
-    assert!(err.contains("not its end marker"), "{err}");
-    assert_eq!(std::fs::read_to_string(config(node)).unwrap(), stray);
+    unregister_touches_nothing(node, &stray);
 
     // A whole block, then a second begin marker without an end: not one matched pair, so
     // nothing is deleted (the prefix match had deleted from the second one to the end).
@@ -347,10 +349,7 @@ fn hand_edits_are_never_lost() {
          SystemdCgroup = true\n",
         users_config(v3)
     );
-    std::fs::write(config(node), &twice).unwrap();
-    let (code, out, err) = run(node, "unregister");
-    assert_eq!((code, out.as_str()), (0, "unchanged"), "{err}");
-    assert_eq!(std::fs::read_to_string(config(node)).unwrap(), twice);
+    unregister_touches_nothing(node, &twice);
 }
 
 /// Configs register must leave alone: Docker's containerd.io turns CRI off (nothing to

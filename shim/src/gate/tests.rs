@@ -78,6 +78,27 @@ fn mqfqd() -> Arc<Daemon> {
     Daemon::new(core, pool, "simulated", None).expect("daemon")
 }
 
+/// A fail-closed gate on `socket`, and a container's work (function `f`, every GPU).
+fn gate_and_work(socket: std::path::PathBuf) -> (Arc<DaemonGate>, GpuWork) {
+    let gate = DaemonGate::new(GateConfig {
+        socket,
+        fail_open: false,
+        reconnect_grace: Duration::ZERO,
+        admit_timeout: None,
+    });
+    let work = GpuWork {
+        function: "f".into(),
+        weight: 1.0,
+        tenant: None,
+        pod_namespace: String::new(),
+        gpus: GpuSelection::All,
+        grant: None,
+        placeable: false,
+        partners: Vec::new(),
+    };
+    (gate, work)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_racing_a_registration_leaves_no_lease_behind() {
     let dir = tempfile::tempdir().unwrap();
@@ -95,22 +116,7 @@ async fn a_release_racing_a_registration_leaves_no_lease_behind() {
         .unwrap()
         .register_service(api::create_admission(holding.clone()));
     server.start().await.unwrap();
-    let gate = DaemonGate::new(GateConfig {
-        socket,
-        fail_open: false,
-        reconnect_grace: Duration::ZERO,
-        admit_timeout: None,
-    });
-    let work = GpuWork {
-        function: "f".into(),
-        weight: 1.0,
-        tenant: None,
-        pod_namespace: String::new(),
-        gpus: GpuSelection::All,
-        grant: None,
-        placeable: false,
-        partners: Vec::new(),
-    };
+    let (gate, work) = gate_and_work(socket);
     // The first registration (on connect) passes; the container gets a lease.
     gate.admit("ns", "c1", &work, Kind::Start, false)
         .await
@@ -157,22 +163,7 @@ async fn a_lease_handed_back_unused_leaves_evicted_memory_evicted() {
         .unwrap()
         .register_service(api::create_admission(Arc::new(Service(daemon.clone()))));
     server.start().await.unwrap();
-    let gate = DaemonGate::new(GateConfig {
-        socket,
-        fail_open: false,
-        reconnect_grace: Duration::ZERO,
-        admit_timeout: None,
-    });
-    let work = GpuWork {
-        function: "f".into(),
-        weight: 1.0,
-        tenant: None,
-        pod_namespace: String::new(),
-        gpus: GpuSelection::All,
-        grant: None,
-        placeable: false,
-        partners: Vec::new(),
-    };
+    let (gate, work) = gate_and_work(socket);
     let none = crate::memory::Usage::default();
     gate.admit("ns", "c1", &work, Kind::Burst, true)
         .await

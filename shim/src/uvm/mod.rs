@@ -400,6 +400,18 @@ mod tests {
         assert!(e.contains(ANN_UVM), "{e}");
     }
 
+    /// The spec's environment entries that start with `prefix`.
+    fn env_with(spec: &Value, prefix: &str) -> Vec<String> {
+        spec["process"]["env"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(Value::as_str)
+            .filter(|e| e.starts_with(prefix))
+            .map(str::to_owned)
+            .collect()
+    }
+
     /// The burst settings are the shim's, whatever the image said: its idle time and the
     /// longest a burst waits for its grant (an image's shorter wait had let it skip the queue).
     #[test]
@@ -408,22 +420,14 @@ mod tests {
             "MQFQ_BURST_WAIT_MS=1", "MQFQ_BURST_IDLE_MS=60000", "MQFQ_BURST=0"
         ]}});
         add_to_spec(&mut spec, Path::new("/l.so"), Path::new("/c"), "c1", true).unwrap();
-        let env: Vec<&str> = spec["process"]["env"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter_map(Value::as_str)
-            .filter(|e| e.starts_with("MQFQ_BURST"))
-            .collect();
-        let want = [
+        let mut got = env_with(&spec, "MQFQ_BURST");
+        got.sort_unstable();
+        let mut want = vec![
             "MQFQ_BURST=1".to_owned(),
             format!("MQFQ_BURST_IDLE_MS={}", burst_idle_ms()),
             format!("MQFQ_BURST_WAIT_MS={}", burst_wait_ms()),
         ];
-        let mut got: Vec<String> = env.iter().map(|e| (*e).to_owned()).collect();
-        got.sort();
-        let mut want = want.to_vec();
-        want.sort();
+        want.sort_unstable();
         assert_eq!(got, want);
     }
 
@@ -433,14 +437,11 @@ mod tests {
             "annotations": {ANN_NATIVE: "all, libfoo.so"}});
         assert!(wanted(&spec).unwrap());
         add_to_spec(&mut spec, Path::new("/l.so"), Path::new("/c"), "c1", true).unwrap();
-        let env: Vec<&str> = spec["process"]["env"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter_map(Value::as_str)
-            .filter(|e| e.starts_with("MQFQ_NATIVE="))
-            .collect();
-        assert_eq!(env, ["MQFQ_NATIVE=all,libfoo.so"], "the annotation wins");
+        assert_eq!(
+            env_with(&spec, "MQFQ_NATIVE="),
+            ["MQFQ_NATIVE=all,libfoo.so"],
+            "the annotation wins"
+        );
         // Without the annotation the image's own value stays.
         let mut spec = json!({"process": {"env": ["MQFQ_NATIVE=libimage"]}});
         add_to_spec(&mut spec, Path::new("/l.so"), Path::new("/c"), "c1", true).unwrap();

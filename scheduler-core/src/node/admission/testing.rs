@@ -1,7 +1,7 @@
 //! What the admission tests build their cores from: one queue config, 24 GiB GPUs (or others)
 //! with memory admission on.
 
-use super::{Core, GpuInfo, MemoryAdmission};
+use super::{AdmitInfo, Core, GpuInfo, Kind, MemoryAdmission};
 use crate::Time;
 use crate::config::{ConcurrencyConfig, GpuMode, Overrun, QueueConfig, Selection, StickyTtl};
 
@@ -53,4 +53,19 @@ pub(super) fn memory_core_on(gib: &[u64], d: u32, short_charge_s: f64, default_m
     c.set_memory(MemoryAdmission::new(0.15, default_mb).unwrap())
         .unwrap();
     c
+}
+
+/// An admission of container `ns/<id>` of `function` (no tenant, weight 1) for `kind`.
+pub(super) fn admit_info(id: &str, function: &str, kind: Kind) -> AdmitInfo {
+    AdmitInfo {
+        namespace: "ns".into(),
+        container_id: id.into(),
+        function: function.into(),
+        tenant: None,
+        tenant_weight: 0.0,
+        weight: 0.0,
+        gpus: vec![],
+        kind,
+        shim_pid: 7,
+    }
 }

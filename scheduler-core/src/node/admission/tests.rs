@@ -35,17 +35,7 @@ fn core(n: u32, d: u32) -> Core {
 }
 
 fn req(id: &str, function: &str) -> AdmitInfo {
-    AdmitInfo {
-        namespace: "ns".into(),
-        container_id: id.into(),
-        function: function.into(),
-        tenant: None,
-        tenant_weight: 0.0,
-        weight: 0.0,
-        gpus: vec![],
-        kind: Kind::Start,
-        shim_pid: 7,
-    }
+    super::testing::admit_info(id, function, Kind::Start)
 }
 
 fn keys(g: &[Grant]) -> Vec<String> {

@@ -10,17 +10,7 @@ fn core(d: u32, short_charge_s: f64) -> Core {
 }
 
 fn req(id: &str, function: &str) -> AdmitInfo {
-    AdmitInfo {
-        namespace: "ns".into(),
-        container_id: id.into(),
-        function: function.into(),
-        tenant: None,
-        tenant_weight: 0.0,
-        weight: 0.0,
-        gpus: vec![],
-        kind: Kind::Burst,
-        shim_pid: 7,
-    }
+    super::super::testing::admit_info(id, function, Kind::Burst)
 }
 
 fn keys(g: &[Grant]) -> Vec<String> {

@@ -1,19 +1,5 @@
-use super::super::testing::{GIB, memory_core, secs};
+use super::super::testing::{GIB, admit_info as req, memory_core, secs};
 use super::super::*;
-
-fn req(id: &str, function: &str, kind: Kind) -> AdmitInfo {
-    AdmitInfo {
-        namespace: "ns".into(),
-        container_id: id.into(),
-        function: function.into(),
-        tenant: None,
-        tenant_weight: 0.0,
-        weight: 0.0,
-        gpus: vec![],
-        kind,
-        shim_pid: 7,
-    }
-}
 
 fn granted(g: &[Grant]) -> Vec<String> {
     g.iter().map(|g| g.key.id().to_owned()).collect()
