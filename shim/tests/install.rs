@@ -422,6 +422,20 @@ fn configs_without_cri_or_behind_a_link_are_left_alone_and_blocks_are_refreshed(
     assert_eq!(std::fs::read_to_string(config(node)).unwrap(), original);
 }
 
+/// The node image's files under `dir/opt/mqfq` (programs that say their names, an interposer
+/// that is only an ELF header); where they are.
+fn image_files(dir: &Path) -> PathBuf {
+    let src = dir.join("opt/mqfq");
+    for b in ["containerd-shim-mqfq-v2", "mqfqd", "mqfqctl"] {
+        let p = src.join("bin").join(b);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(&p, format!("#!/bin/sh\necho {b}\n")).unwrap();
+    }
+    std::fs::create_dir_all(src.join("lib")).unwrap();
+    std::fs::write(src.join("lib/libmqfq_cuda.so"), b"\x7fELF\x02").unwrap();
+    src
+}
+
 /// The node installer writes nothing through a symbolic link under the host's root: a link
 /// planted at `/etc/mqfq` (absolute, so it would resolve inside the installer's container, or
 /// anywhere) stops the install before anything is written there (it had written through it).
@@ -429,14 +443,7 @@ fn configs_without_cri_or_behind_a_link_are_left_alone_and_blocks_are_refreshed(
 fn the_node_installer_writes_nothing_through_a_symbolic_link() {
     let dir = tempfile::tempdir().unwrap();
     let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let src = dir.path().join("opt/mqfq");
-    for b in ["containerd-shim-mqfq-v2", "mqfqd", "mqfqctl"] {
-        let p = src.join("bin").join(b);
-        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-        std::fs::write(&p, "#!/bin/sh\n").unwrap();
-    }
-    std::fs::create_dir_all(src.join("lib")).unwrap();
-    std::fs::write(src.join("lib/libmqfq_cuda.so"), b"\x7fELF\x02").unwrap();
+    let src = image_files(dir.path());
     let mqfqd_toml = dir.path().join("mqfqd.toml");
     std::fs::write(&mqfqd_toml, "backend = \"auto\"\n").unwrap();
     let host = dir.path().join("host");
@@ -475,15 +482,7 @@ fn the_node_installer_installs_once_and_uninstalls_everything() {
     let v3 = mqfq_testkit::containerd_version().0 >= 2;
     let dir = tempfile::tempdir().unwrap();
     let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    // The image's files.
-    let src = dir.path().join("opt/mqfq");
-    for b in ["containerd-shim-mqfq-v2", "mqfqd", "mqfqctl"] {
-        let p = src.join("bin").join(b);
-        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-        std::fs::write(&p, format!("#!/bin/sh\necho {b}\n")).unwrap();
-    }
-    std::fs::create_dir_all(src.join("lib")).unwrap();
-    std::fs::write(src.join("lib/libmqfq_cuda.so"), b"\x7fELF\x02").unwrap();
+    let src = image_files(dir.path());
     std::fs::create_dir_all(src.join("systemd")).unwrap();
     std::fs::copy(
         repo.join("packaging/systemd/mqfqd.service"),
