@@ -537,21 +537,29 @@ impl Core {
     /// a short flow is Active, the reserve adds a slot for short flows only above the long
     /// invocations running (and at least a second slot); it lives under D_max, so there `any`
     /// is at most D_max − 1. A GPU limited to one slot (MIG) has no reserve. Both rise by one
-    /// while a burst lease on the GPU is in overtime (see `overtime`).
+    /// for each burst lease on the GPU in overtime (see `overtime`).
     fn limits_of(&self, slot: usize) -> (u32, u32) {
+        let (any, slots) = self.normal_limits_of(slot);
+        // A burst in overtime no longer keeps waiting work out.
+        let extra = self.overtime_slots(slot);
+        (any + extra, slots + extra)
+    }
+
+    /// [`Core::limits_of`] before overtime raises them. The reserve sits above the long work
+    /// running that is not in overtime (an overtime lease's slot is given back separately, and
+    /// counted in the reserve too it let the overstaying function through above the reserve).
+    fn normal_limits_of(&self, slot: usize) -> (u32, u32) {
         let g = &self.gpus[slot];
         let d = g.conc.limit();
         let d_max = g.conc.config().d_max;
         let reserve =
             self.queue_cfg.short_charge_s > 0.0 && d_max >= 2 && g.queue.active_short_flows() > 0;
-        let (any, slots) = if reserve {
-            (d.min(d_max - 1), d.max(g.long_running + 1).clamp(2, d_max))
+        if reserve {
+            let long = g.long_running.saturating_sub(self.overtime_long(slot));
+            (d.min(d_max - 1), d.max(long + 1).clamp(2, d_max))
         } else {
             (d, d)
-        };
-        // A burst in overtime no longer keeps waiting work out.
-        let extra = self.overtime_slots(slot);
-        (any + extra, slots + extra)
+        }
     }
 
     /// The order admissions are granted in (`policy` in mqfqd.toml).

@@ -84,14 +84,27 @@ impl Core {
         self.gpus[slot].overtime
     }
 
+    /// How many of GPU `slot`'s overtime leases are long work (what the reserve counts).
+    pub(super) fn overtime_long(&self, slot: usize) -> u32 {
+        if self.gpus[slot].overtime == 0 {
+            return 0;
+        }
+        let index = self.gpus[slot].info.index;
+        let n = self
+            .leases
+            .values()
+            .filter(|l| l.gpu == index && l.overtime && l.long)
+            .count();
+        u32::try_from(n).unwrap_or(u32::MAX)
+    }
+
     /// For GPU `slot`: whether a flow's work may take the next slot — any may below the normal
     /// limit; above it (a slot an overtime lease freed) only a flow holding no overtime lease
     /// there.
     pub(super) fn overtime_test(&self, slot: usize) -> impl Fn(FlowId) -> bool + '_ {
         let g = &self.gpus[slot];
         let index = g.info.index;
-        let normal = self.limits_of(slot).1.saturating_sub(g.overtime);
-        let open = g.overtime == 0 || g.running < normal;
+        let open = g.overtime == 0 || g.running < self.normal_limits_of(slot).1;
         let mut over: HashSet<&str> = HashSet::new();
         let mut flow_of: HashMap<FlowId, &str> = HashMap::new();
         if !open {

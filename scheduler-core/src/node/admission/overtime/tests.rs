@@ -185,3 +185,53 @@ fn without_a_maximum_a_burst_keeps_the_queue_for_ever() {
         assert!(e.to_string().contains("max_burst_hold_s"), "{e}");
     }
 }
+
+/// With the short-slot reserve on (a short flow Active, D under D_max), the reserve does not
+/// count overtime leases as long work holding it: an overstaying function's next burst still
+/// gets no raised slot (the reserve had counted them, and let it through above them).
+#[test]
+fn the_short_slot_reserve_does_not_let_an_overstaying_flow_through() {
+    let gpu = GpuInfo {
+        index: 0,
+        uuid: "GPU-0".into(),
+        name: "sim".into(),
+        mode: crate::GpuMode::Plain,
+        memory_total: 24 * GIB,
+        mig: vec![],
+    };
+    let conc = |_| crate::config::ConcurrencyConfig {
+        d_max: 8,
+        d_initial: 2.0,
+        ..crate::config::ConcurrencyConfig::for_mode(crate::GpuMode::Plain, 0.2)
+    };
+    let mut c = Core::new(vec![gpu], &super::super::testing::qcfg(0.1), conc).unwrap();
+    c.set_max_burst_hold(Some(2.0)).unwrap();
+    // A short function: one burst of 10 ms.
+    let l = c
+        .admit(&req("light1", "light", Kind::Burst), secs(0.0))
+        .unwrap()[0]
+        .lease;
+    c.release(l, Some(0.01), "idle", secs(0.05)).unwrap();
+    for id in ["a1", "a2"] {
+        let got = c.admit(&req(id, "hog", Kind::Burst), secs(0.06)).unwrap();
+        assert_eq!(granted(&got), [id]);
+    }
+    assert!(
+        c.admit(&req("a3", "hog", Kind::Burst), secs(0.1))
+            .unwrap()
+            .is_empty()
+    );
+    // The light function again, in the reserve's slot, and done: it lingers, Active.
+    let got = c
+        .admit(&req("light2", "light", Kind::Burst), secs(2.0))
+        .unwrap();
+    assert_eq!(granted(&got), ["light2"]);
+    c.release(got[0].lease, Some(0.01), "idle", secs(2.05))
+        .unwrap();
+    assert!(c.sample(&[], secs(2.1)).is_empty(), "the hog's third burst");
+    assert_eq!(overtime_leases(&mut c).len(), 2);
+    assert!(c.lease_of(&"ns/a3".parse().unwrap()).is_none());
+    // Another function takes a raised slot.
+    let got = c.admit(&req("b", "other", Kind::Burst), secs(2.2)).unwrap();
+    assert_eq!(granted(&got), ["b"]);
+}
