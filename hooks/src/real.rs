@@ -150,10 +150,19 @@ const DLSYM_VERSIONS: [&CStr; 2] = [c"GLIBC_2.34", c"GLIBC_2.17"];
 #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
 compile_error!("the interposer names dlsym's glibc versions for x86_64 and aarch64 only");
 
+thread_local! {
+    /// This thread is resolving `dlsym`: a lookup made meanwhile (another preloaded library's
+    /// `dlvsym` or allocator calling `dlsym`) answers nothing instead of resolving again.
+    static RESOLVING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
 /// The C library's `dlsym`, found with `dlvsym` (glibc ≥ 2.34 first, then the older version).
 pub fn dlsym() -> Option<DlsymFn> {
     let mut p = DLSYM.load(Ordering::Acquire);
     if p == 0 {
+        if RESOLVING.with(|r| r.replace(true)) {
+            return None;
+        }
         for version in DLSYM_VERSIONS {
             // SAFETY: dlvsym with constant NUL-terminated strings.
             let f = unsafe { libc::dlvsym(libc::RTLD_NEXT, c"dlsym".as_ptr(), version.as_ptr()) };
@@ -163,6 +172,7 @@ pub fn dlsym() -> Option<DlsymFn> {
                 break;
             }
         }
+        RESOLVING.with(|r| r.set(false));
     }
     if p == 0 {
         return None;

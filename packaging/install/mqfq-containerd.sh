@@ -66,8 +66,10 @@ paired() {
 # $CONFIG without register's block (the matched pair, exactly as `paired` finds it), or with it
 # replaced by the file named in $1.
 block_replaced() {
-    awk -v begin="$BEGIN" -v end="$END" -v block="${1:-}" '
+    # The block's file name through the environment: awk -v would read backslashes as escapes.
+    MQFQ_BLOCK=${1:-} awk -v begin="$BEGIN" -v end="$END" '
         !done && $0 == begin {
+            block = ENVIRON["MQFQ_BLOCK"]
             if (block != "") while ((getline line < block) > 0) print line
             skip = 1; next
         }

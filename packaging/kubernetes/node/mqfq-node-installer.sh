@@ -47,8 +47,10 @@ put() {
     if [ -f "$2" ] && cmp -s "$1" "$2"; then
         return 1
     fi
-    # Called as an `if` condition, where `set -e` does not apply: each step checks itself.
-    { mkdir -p "$(dirname "$2")" && cp "$1" "$2.mqfq-new" && chmod "$3" "$2.mqfq-new" &&
+    # Called as an `if` condition, where `set -e` does not apply: each step checks itself. The
+    # temporary name is removed first (a link planted there would take the copy elsewhere).
+    { mkdir -p "$(dirname "$2")" && rm -f "$2.mqfq-new" && cp "$1" "$2.mqfq-new" &&
+        chmod "$3" "$2.mqfq-new" &&
         mv "$2.mqfq-new" "$2"; } || { log "cannot install $2"; rm -f "$2.mqfq-new"; exit 1; }
     return 0
 }

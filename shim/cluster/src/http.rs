@@ -13,9 +13,10 @@
 //! `axum::serve` sets none of these (hyper has no header timer without one given), hence this
 //! accept loop over hyper's HTTP/1 server.
 //!
-//! Each peer address holds at most [`Limits::per_peer`] of those connections (the next is closed
-//! at once), so one client — a pod on the cluster network — cannot take them all. With TLS
-//! ([`crate::tls`]) the handshake, bounded by the header time, comes before any of it.
+//! Each peer address holds at most [`Limits::per_peer`] connections (the next is closed at once),
+//! so one client — a pod on the cluster network — cannot take them all. With TLS
+//! ([`crate::tls`]) a connection is served only once its handshake is done, within
+//! [`Limits::handshake`], at most [`Limits::handshakes`] of them at once.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -39,8 +40,14 @@ const READ_BUFFER: usize = 16 << 10;
 pub struct Limits {
     /// Connections served at once.
     pub connections: usize,
-    /// Connections one peer address may hold at once.
+    /// Connections one peer address may hold at once (handshaking or served).
     pub per_peer: usize,
+    /// TLS handshakes in progress at once (past it a new connection is closed at once). A
+    /// connection takes one of [`Limits::connections`] only once its handshake is done, so
+    /// clients that never finish theirs cannot hold the served ones.
+    pub handshakes: usize,
+    /// How long a TLS handshake may take.
+    pub handshake: Duration,
     /// Time to send a request's headers, and the most a connection may sit idle between
     /// requests (hyper's header timer runs from when it waits for the next request).
     pub header: Duration,
@@ -55,6 +62,8 @@ impl Default for Limits {
         Limits {
             connections: 32,
             per_peer: 8,
+            handshakes: 16,
+            handshake: Duration::from_secs(2),
             header: Duration::from_secs(5),
             lifetime: Duration::from_secs(30),
             drain: Duration::from_secs(10),
@@ -73,13 +82,20 @@ pub async fn serve(
     tls: Option<TlsAcceptor>,
 ) -> std::io::Result<()> {
     let open = Arc::new(Semaphore::new(limits.connections.max(1)));
+    let handshakes = Arc::new(Semaphore::new(limits.handshakes.max(1)));
     let peers: Arc<Mutex<HashMap<IpAddr, usize>>> = Arc::default();
     loop {
-        let permit = open
-            .clone()
-            .acquire_owned()
-            .await
-            .map_err(std::io::Error::other)?;
+        // Plain HTTP: a connection slot before accepting (the next waits in the backlog). TLS:
+        // one once the handshake is done.
+        let permit = match tls {
+            None => Some(
+                open.clone()
+                    .acquire_owned()
+                    .await
+                    .map_err(std::io::Error::other)?,
+            ),
+            Some(_) => None,
+        };
         let (stream, addr) = match listener.accept().await {
             Ok(s) => s,
             Err(e) => {
@@ -94,22 +110,41 @@ pub async fn serve(
             continue;
         };
         let service = TowerToHyperService::new(app.clone());
-        let tls = tls.clone();
-        tokio::spawn(async move {
-            match tls {
-                None => connection(stream, service, limits).await,
-                Some(tls) => match tokio::time::timeout(limits.header, tls.accept(stream)).await {
-                    Ok(Ok(s)) => connection(s, service, limits).await,
-                    Ok(Err(e)) => {
-                        tracing::info!(peer = %addr.ip(), "extender: TLS handshake refused: {e}")
-                    }
-                    Err(_) => {
-                        tracing::debug!(peer = %addr.ip(), "extender: TLS handshake too slow")
-                    }
-                },
+        match (&tls, permit) {
+            (None, permit) => {
+                tokio::spawn(async move {
+                    connection(stream, service, limits).await;
+                    drop((peer, permit));
+                });
             }
-            drop((peer, permit));
-        });
+            (Some(tls), _) => {
+                let Ok(shaking) = handshakes.clone().try_acquire_owned() else {
+                    tracing::debug!(peer = %addr.ip(), "extender: too many TLS handshakes at once; closed");
+                    continue;
+                };
+                let (tls, open) = (tls.clone(), open.clone());
+                tokio::spawn(async move {
+                    let shaken = tokio::time::timeout(limits.handshake, tls.accept(stream)).await;
+                    drop(shaking);
+                    let s = match shaken {
+                        Ok(Ok(s)) => s,
+                        Ok(Err(e)) => {
+                            tracing::debug!(peer = %addr.ip(), "extender: TLS handshake refused: {e}");
+                            return;
+                        }
+                        Err(_) => {
+                            tracing::debug!(peer = %addr.ip(), "extender: TLS handshake too slow");
+                            return;
+                        }
+                    };
+                    let Ok(permit) = open.acquire_owned().await else {
+                        return;
+                    };
+                    connection(s, service, limits).await;
+                    drop((peer, permit));
+                });
+            }
+        }
     }
 }
 
