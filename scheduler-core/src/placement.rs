@@ -36,6 +36,8 @@ pub use node::{Near, Placement, PlacementConfig};
 pub use processes::{ProcessSamples, ProcessUse};
 
 #[cfg(test)]
+mod node_tests;
+#[cfg(test)]
 mod start_tests;
 #[cfg(test)]
 mod tests;

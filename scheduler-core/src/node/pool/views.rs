@@ -1,0 +1,143 @@
+//! What the pool tells the rest of the node, read-only: each function's residency and
+//! footprint for the admission queue, where its warm containers are for placement, the
+//! gauges' counts and the status listing. Apart from the decisions (`pool.rs`) they read.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::*;
+
+impl Pool {
+    /// Managed bytes and native bytes per function (summed over its pooled containers), for the
+    /// gauges; recounted with [`Pool::tier_counts`].
+    #[must_use]
+    pub fn memory_by_function(&self) -> BTreeMap<String, (u64, Native)> {
+        let mut m: BTreeMap<String, (u64, Native)> = BTreeMap::new();
+        for e in self.entries.values() {
+            let slot = m.entry(e.function.clone()).or_default();
+            slot.0 = slot.0.saturating_add(e.bytes);
+            slot.1.add(&e.native);
+        }
+        m
+    }
+
+    /// Containers per (function, tier) when that changed since the last call, else `None`: the
+    /// sampler refreshes the gauges only then, not by walking the pool every 100 ms.
+    pub fn tier_counts(&mut self) -> Option<TierCounts> {
+        if !std::mem::take(&mut self.changed) {
+            return None;
+        }
+        let mut counts = TierCounts::new();
+        for e in self.entries.values() {
+            *counts.entry((e.function.clone(), e.tier)).or_default() += 1;
+        }
+        Some(counts)
+    }
+
+    /// What the admission queue should know of each pooled function's memory: resident when an
+    /// idle container of it is Hot; otherwise what serving it would cost first, in seconds (the
+    /// restore of its cheapest Warm container; 0 when only Cold ones are left, or none: a cold
+    /// start's cost is not known here). Every function that had a pooled container is listed
+    /// until its flow is forgotten. Sorted by function.
+    #[must_use]
+    pub fn residency(&self) -> Vec<(String, bool, f64)> {
+        let mut out: BTreeMap<&str, (bool, f64)> = self
+            .functions
+            .iter()
+            .map(|f| (f.as_str(), (false, f64::INFINITY)))
+            .collect();
+        for e in self.entries.values() {
+            let r = out.entry(&e.function).or_insert((false, f64::INFINITY));
+            match e.tier {
+                Tier::Hot if !e.busy => r.0 = true,
+                Tier::Warm if !e.busy => r.1 = r.1.min(Self::reload_cost(e)),
+                _ => {}
+            }
+        }
+        out.into_iter()
+            .map(|(f, (resident, cost))| {
+                let cost = if resident || !cost.is_finite() {
+                    0.0
+                } else {
+                    cost
+                };
+                (f.to_owned(), resident, cost)
+            })
+            .collect()
+    }
+
+    /// What each function's containers hold on a GPU as far as the pool measured (the largest of
+    /// its containers' bytes), for memory admission; functions with nothing measured are left
+    /// out. Sorted by function.
+    #[must_use]
+    pub fn footprints(&self) -> Vec<(String, u64)> {
+        let mut out: BTreeMap<&str, u64> = BTreeMap::new();
+        for e in self.entries.values().filter(|e| e.bytes > 0) {
+            let b = out.entry(&e.function).or_default();
+            *b = (*b).max(e.bytes);
+        }
+        out.into_iter().map(|(f, b)| (f.to_owned(), b)).collect()
+    }
+
+    /// The GPUs holding a Hot container of `function`, idle or serving a call: its memory is
+    /// there (placement's locality; how soon a call could start there is [`Pool::start_costs`]).
+    #[must_use]
+    pub fn hot_gpus(&self, function: &str) -> BTreeSet<u32> {
+        self.presence(function).0
+    }
+
+    /// Per GPU holding an idle container of `function`: how long before it could serve a call
+    /// there, seconds — 0 for a Hot one, the restore of the cheapest Warm one (or of a Hot one
+    /// with an eviction in flight) otherwise. A GPU not listed has no idle container of it (a
+    /// call there would start one cold).
+    #[must_use]
+    pub fn start_costs(&self, function: &str) -> BTreeMap<u32, f64> {
+        self.presence(function).1
+    }
+
+    /// [`Pool::hot_gpus`] and [`Pool::start_costs`] in one pass over the pool, as placement
+    /// asks for both at every choice.
+    #[must_use]
+    pub fn presence(&self, function: &str) -> (BTreeSet<u32>, BTreeMap<u32, f64>) {
+        let mut hot = BTreeSet::new();
+        let mut start: BTreeMap<u32, f64> = BTreeMap::new();
+        for e in self.entries.values().filter(|e| e.function == function) {
+            if e.tier == Tier::Hot {
+                hot.insert(e.gpu);
+            }
+            let cost = match e.tier {
+                _ if e.busy => continue,
+                Tier::Hot if matches!(e.pending, Some((Action::Evict, _))) => Self::reload_cost(e),
+                Tier::Hot => 0.0,
+                Tier::Warm => Self::reload_cost(e),
+                Tier::Cold => continue,
+            };
+            let c = start.entry(e.gpu).or_insert(cost);
+            *c = c.min(cost);
+        }
+        (hot, start)
+    }
+
+    /// Every pooled container.
+    #[must_use]
+    pub fn entries(&self, now: Time) -> Vec<EntryView> {
+        self.entries
+            .iter()
+            .map(|(k, e)| EntryView {
+                key: k.clone(),
+                function: e.function.clone(),
+                gpu: e.gpu,
+                tier: e.tier,
+                bytes: e.bytes,
+                busy: e.busy,
+                idle_ns: if e.busy {
+                    0
+                } else {
+                    now.as_nanos().saturating_sub(e.last_used.as_nanos())
+                },
+                pending: e.pending.map(|(a, _)| a),
+                uses: e.uses,
+                native: e.native,
+            })
+            .collect()
+    }
+}
