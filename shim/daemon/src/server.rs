@@ -6,7 +6,7 @@ use std::collections::{HashMap, HashSet};
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use async_trait::async_trait;
 use scheduler_core::Time;
@@ -15,18 +15,16 @@ use tokio::sync::oneshot;
 use ttrpc::r#async::TtrpcContext;
 
 use super::metrics::Metrics;
-use super::monitor::{GpuMonitor, Sample};
 use super::policy::{Asked, FairnessSection};
 use mqfq_proto::api;
 use scheduler_core::node::ContainerKey;
-use scheduler_core::node::admission::{
-    AdmitInfo, Core, CoreError, GpuReading, Grant, Kind, RunningInfo,
-};
+use scheduler_core::node::admission::{AdmitInfo, Core, CoreError, Grant, Kind, RunningInfo};
 use scheduler_core::node::pool::{Order, Pool};
 
 mod log;
 mod place;
 mod pool;
+mod sample;
 mod socket;
 mod status;
 
@@ -366,96 +364,6 @@ impl Daemon {
         inner.orders.remove(&pid);
         inner.pooled.retain(|_, p| *p != pid);
         self.settle(&mut inner, grants);
-    }
-
-    /// Runs the sampling loop forever: utilization → D, TTL expiry, gauges.
-    pub async fn sample_loop(self: Arc<Self>, mut monitor: Box<dyn GpuMonitor>, every: Duration) {
-        let mut tick = tokio::time::interval(every);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let mut failing = false;
-        let mut last_forget = Instant::now();
-        loop {
-            tick.tick().await;
-            if self.flow_idle_s > 0.0 && last_forget.elapsed() >= Duration::from_secs(10) {
-                last_forget = Instant::now();
-                let now = self.now();
-                let gone = {
-                    let mut inner = self.lock();
-                    let gone = inner.core.forget_idle(now, self.flow_idle_s);
-                    inner.pool.forget_functions(&gone);
-                    gone
-                };
-                if !gone.is_empty() {
-                    tracing::info!(flows = gone.len(), "idle flows forgotten");
-                    self.metrics.forget_functions(&gone);
-                }
-            }
-            let leases: Vec<u32> = self.lock().core.gpus().iter().map(|g| g.running).collect();
-            // NVML calls block: on the blocking pool, not on a worker that serves shims.
-            let sampled = tokio::task::spawn_blocking(move || {
-                let s = monitor.sample(&leases);
-                (monitor, s)
-            })
-            .await;
-            let Ok((m, sampled)) = sampled else {
-                tracing::error!("GPU sampling panicked: D and the pool stop following the GPUs");
-                return;
-            };
-            monitor = m;
-            let samples = match sampled {
-                Ok(s) => {
-                    if failing {
-                        tracing::info!("GPU sampling recovered");
-                        failing = false;
-                    }
-                    s
-                }
-                Err(e) => {
-                    if !failing {
-                        tracing::warn!(
-                            "GPU sampling failed: {e}; D follows the admissions' slowdown alone"
-                        );
-                        failing = true;
-                    }
-                    Vec::new()
-                }
-            };
-            let host = pool::host_memory();
-            let now = self.now();
-            let mut inner = self.lock();
-            let last: Vec<(u32, u64)> = inner
-                .core
-                .gpus()
-                .iter()
-                .map(|g| (g.info.index, g.memory_used))
-                .collect();
-            let samples = crate::monitor::with_last_memory(samples, &last);
-            self.placement_sample(&mut inner, &samples, failing, now);
-            let readings: Vec<GpuReading> = samples.iter().map(Sample::reading).collect();
-            let grants = inner.core.sample(&readings, now);
-            self.settle(&mut inner, grants);
-            let gpus = inner.core.gpus();
-            for g in &gpus {
-                inner
-                    .pool
-                    .observe_memory(g.info.index, g.memory_used, g.info.memory_total);
-            }
-            inner.pool.tick(now, host);
-            let grants = self.pool_settle(&mut inner, now);
-            self.settle(&mut inner, grants);
-            let fail_open = inner.core.fail_open_starts();
-            let counts = inner
-                .pool
-                .tier_counts()
-                .map(|c| (c, inner.pool.memory_by_function()));
-            drop(inner);
-            self.metrics.gauges(&gpus, fail_open);
-            self.metrics.gpm(&samples);
-            if let Some((c, memory)) = counts {
-                self.metrics.pool_gauges(&c);
-                self.metrics.pool_memory(&memory);
-            }
-        }
     }
 }
 
