@@ -184,22 +184,15 @@ async fn only_a_client_with_a_certificate_of_the_configured_ca_is_answered() {
         assert!(r.is_err(), "{client:?} was answered: {r:?}");
     }
     // The files are named when they are wrong.
-    let e = mqfq_cluster::tls::acceptor(
-        &d.join("nope.crt"),
-        &d.join("server.key"),
-        &d.join("ca.crt"),
-    )
-    .err()
-    .unwrap();
-    assert!(e.to_string().contains("--tls-cert"), "{e}");
-    let e = mqfq_cluster::tls::acceptor(
-        &d.join("server.crt"),
-        &d.join("server.key"),
-        &d.join("server.key"),
-    )
-    .err()
-    .unwrap();
-    assert!(e.to_string().contains("--client-ca"), "{e}");
+    for ([cert, key, ca], named) in [
+        (["nope.crt", "server.key", "ca.crt"], "--tls-cert"),
+        (["server.crt", "server.key", "server.key"], "--client-ca"),
+    ] {
+        let e = mqfq_cluster::tls::acceptor(&d.join(cert), &d.join(key), &d.join(ca))
+            .err()
+            .unwrap();
+        assert!(e.to_string().contains(named), "{e}");
+    }
 }
 
 /// One peer holds at most `per_peer` connections: the next is closed at once, while those it
