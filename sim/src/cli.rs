@@ -486,6 +486,9 @@ impl Cli {
                 if a.draws == 0 || !(a.duration_s.is_finite() && a.duration_s > 0.0) {
                     bail!("--draws must be at least 1 and --duration-s > 0");
                 }
+                if a.max_burst_hold_s.is_some_and(|h| !(h.is_finite() && h >= 0.0)) {
+                    bail!("--max-burst-hold-s must be a finite number >= 0 (0: none)");
+                }
                 if let (Some(i), Some(out)) = (a.write_draw, &a.out) {
                     let (d, t, cfg) = crate::sweep::draw(a.seed, i, a.duration_s);
                     write(out, &t.to_csv())?;
@@ -502,9 +505,7 @@ impl Cli {
                     .map(|i| {
                         let knobs = crate::sweep::Knobs {
                             short_charge_s: a.short_charge_s,
-                            max_burst_hold_s: a
-                                .max_burst_hold_s
-                                .map(|s| Some(s).filter(|&s| s != 0.0)),
+                            max_burst_hold_s: a.max_burst_hold_s,
                         };
                         crate::sweep::run(a.seed, i, a.duration_s, a.short_ms, knobs)
                     })

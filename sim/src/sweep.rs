@@ -189,8 +189,8 @@ pub struct Outcome {
 pub struct Knobs {
     /// `short_charge_s`.
     pub short_charge_s: Option<f64>,
-    /// The maximum burst hold, seconds (`Some(None)`: none).
-    pub max_burst_hold_s: Option<Option<f64>>,
+    /// The maximum burst hold, seconds (0: none).
+    pub max_burst_hold_s: Option<f64>,
 }
 
 /// Runs draw `index` of `seed` (`duration_s` of arrivals) under fcfs and mqfq-sticky, with
@@ -208,7 +208,7 @@ pub fn run(
     let (draw, trace, mut cfg) = draw(seed, index, duration_s);
     cfg.overrides.short_charge_s = knobs.short_charge_s;
     if let Some(hold) = knobs.max_burst_hold_s {
-        cfg.max_burst_hold_s = hold;
+        cfg.max_burst_hold_s = Some(hold).filter(|&h| h > 0.0);
     }
     let fcfs = run_policy("fcfs", &trace, &cfg)?;
     let ours = run_policy("mqfq-sticky", &trace, &cfg)?;
