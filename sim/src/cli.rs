@@ -486,7 +486,9 @@ impl Cli {
                 if a.draws == 0 || !(a.duration_s.is_finite() && a.duration_s > 0.0) {
                     bail!("--draws must be at least 1 and --duration-s > 0");
                 }
-                if a.max_burst_hold_s.is_some_and(|h| !(h.is_finite() && h >= 0.0)) {
+                if a.max_burst_hold_s
+                    .is_some_and(|h| !(h.is_finite() && h >= 0.0))
+                {
                     bail!("--max-burst-hold-s must be a finite number >= 0 (0: none)");
                 }
                 if let (Some(i), Some(out)) = (a.write_draw, &a.out) {
