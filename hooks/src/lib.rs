@@ -432,7 +432,7 @@ macro_rules! gated {
             guard(CUDA_ERROR_UNKNOWN, || {
                 let _in_call = burst::enter($label);
                 $(burst::moved($n);)?
-                state::wait_resident($label);
+                let _in_call_resident = state::wait_resident($label);
                 let Some(real) = real::get::<$ty>(Fn::$which) else {
                     return real::NOT_FOUND;
                 };

@@ -25,6 +25,10 @@ struct Memory {
     evicted: bool,
     /// An evict or prefetch is under way (a waiting call does not prefetch over it).
     moving: bool,
+    /// Gated calls past their residency check and not yet returned. An evict waits for them:
+    /// a thread frozen (by a Pause) between the check and the driver would otherwise launch
+    /// on evicted memory once thawed for the move, pulling it back behind the pool's back.
+    in_calls: u32,
 }
 
 static MEMORY: Mutex<Memory> = Mutex::new(Memory {
@@ -33,6 +37,7 @@ static MEMORY: Mutex<Memory> = Mutex::new(Memory {
     device: 0,
     evicted: false,
     moving: false,
+    in_calls: 0,
 });
 static RESIDENT: Condvar = Condvar::new();
 /// Native allocations counted apart: (kind, pointer or handle) → bytes.
@@ -349,14 +354,38 @@ fn evict_wait() -> std::time::Duration {
     std::time::Duration::from_millis(ms)
 }
 
-/// Blocks a launch or copy while the process's memory is evicted, at most
-/// [`evict_wait`]; then (unless a move is under way) prefetches it itself and goes on.
-pub fn wait_resident(call: &str) {
-    let mut m = memory();
-    if !m.evicted {
-        return;
+/// A gated call on its way through the driver (see [`wait_resident`]); dropped when it returns.
+#[must_use = "held across the driver call"]
+pub struct InCall(());
+
+impl Drop for InCall {
+    fn drop(&mut self) {
+        let mut m = memory();
+        // Saturating: a forked child starts from a fresh table (no thread of the child is in
+        // a call at fork).
+        m.in_calls = m.in_calls.saturating_sub(1);
+        let last = m.in_calls == 0;
+        drop(m);
+        if last {
+            RESIDENT.notify_all();
+        }
     }
-    log!("{call} waits for prefetch");
+}
+
+/// Blocks a launch or copy while the process's memory is evicted, at most
+/// [`evict_wait`]; then (unless a move is under way) prefetches it itself and goes on. The
+/// call counts as in flight until the returned guard drops.
+pub fn wait_resident(call: &str) -> InCall {
+    let mut m = memory();
+    if m.evicted {
+        log!("{call} waits for prefetch");
+        m = hold_while_evicted(m, call);
+    }
+    m.in_calls += 1;
+    InCall(())
+}
+
+fn hold_while_evicted<'a>(mut m: MutexGuard<'a, Memory>, call: &str) -> MutexGuard<'a, Memory> {
     let deadline = std::time::Instant::now() + evict_wait();
     while m.evicted {
         let left = deadline.saturating_duration_since(std::time::Instant::now());
@@ -382,6 +411,29 @@ pub fn wait_resident(call: &str) {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .0;
     }
+    m
+}
+
+/// How long an evict waits for the gated calls already under way to return before it gives
+/// up (and lets launches through again): a call thawed mid-way returns in microseconds, one
+/// stuck behind host work that itself waits for a held launch never would.
+const DRAIN_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Waits until no gated call is in flight, at most [`DRAIN_WAIT`]; how many are left.
+fn drain(mut m: MutexGuard<'_, Memory>) -> (MutexGuard<'_, Memory>, u32) {
+    let deadline = std::time::Instant::now() + DRAIN_WAIT;
+    while m.in_calls > 0 {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() {
+            break;
+        }
+        m = RESIDENT
+            .wait_timeout(m, left)
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .0;
+    }
+    let left = m.in_calls;
+    (m, left)
 }
 
 /// `(managed, resident, evicted)` bytes and state.
@@ -485,15 +537,27 @@ fn move_all(allocs: &[Alloc], to: c_int, advice: c_int, device: c_int) -> Result
     Ok(bytes)
 }
 
-/// Evict: hold new launches, finish running work, prefer the host and move everything there.
+/// Evict: hold new launches, let the calls under way return, finish running work, prefer the
+/// host and move everything there.
 ///
 /// # Errors
-/// A driver call failed; launches are let through again then.
+/// Calls still under way after [`DRAIN_WAIT`], or a driver call failed; launches are let
+/// through again then.
 pub fn evict() -> Result<u64, String> {
     let (allocs, context, device) = {
         let mut m = memory();
         m.evicted = true;
         m.moving = true;
+        let (mut m, busy) = drain(m);
+        if busy > 0 {
+            m.evicted = false;
+            m.moving = false;
+            drop(m);
+            RESIDENT.notify_all();
+            return Err(format!(
+                "{busy} GPU call(s) still under way after {DRAIN_WAIT:?}"
+            ));
+        }
         (list(&m), m.context, m.device)
     };
     let done = sync_in(context)

@@ -141,6 +141,83 @@ fn allocations_become_managed_and_launches_wait_while_evicted() {
     assert!(c.stderr().contains("wrong container c2"), "{}", c.stderr());
 }
 
+/// The client in container `c1` whose synchronous copies take `copy_ms` in the driver.
+fn slow_copies(dir: &Path, copy_ms: &str) -> Option<(Client, PathBuf)> {
+    let ctl = dir.join("ctl");
+    std::fs::create_dir_all(&ctl).unwrap();
+    let mut c = Client::start(
+        dir,
+        &[
+            ("MQFQ_CTL_DIR", &ctl),
+            ("MQFQ_CONTAINER_ID", Path::new("c1")),
+            ("FAKE_CUDA_COPY_MS", Path::new(copy_ms)),
+        ],
+    )?;
+    assert_eq!(c.report().len(), 4);
+    Some((c, ctl))
+}
+
+/// Starts a copy on a thread of the client's and returns once the driver is in it.
+fn copy_in_driver(c: &mut Client, log: &Path) {
+    c.send("copy-bg");
+    assert_eq!(c.line(), "started");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !std::fs::read_to_string(log)
+        .unwrap_or_default()
+        .contains("copy begins")
+    {
+        assert!(Instant::now() < deadline, "the copy never began");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// A call already past its residency check when an evict comes (a thread frozen by a Pause
+/// just before the driver, thawed for the move) is let finish before any memory moves: it
+/// would otherwise run on evicted memory and pull it back to the device.
+#[test]
+fn an_evict_waits_for_the_calls_under_way() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some((mut c, ctl)) = slow_copies(dir.path(), "400") else {
+        return;
+    };
+    let log = dir.path().join("cuda.log");
+    copy_in_driver(&mut c, &log);
+    let mut s = Ctl::connect(&ctl);
+    assert_eq!(s.ask("hello c1"), "ok");
+    assert!(s.ask("evict").starts_with("ok evicted="));
+    let log = std::fs::read_to_string(&log).unwrap();
+    let at = |what: &str| {
+        log.find(what)
+            .unwrap_or_else(|| panic!("{what} not in {log}"))
+    };
+    assert!(at("copy ends") < at("prefetch host"), "{log}");
+    assert!(c.stderr().contains("copy-bg rc=0"), "{}", c.stderr());
+    assert!(s.ask("status").contains("evicted=1"));
+}
+
+/// A call that does not return within the evict's drain time (one second) makes the evict
+/// fail, by name, with nothing moved and launches let through.
+#[test]
+fn an_evict_behind_a_call_that_does_not_return_fails_and_moves_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some((mut c, ctl)) = slow_copies(dir.path(), "3000") else {
+        return;
+    };
+    let log = dir.path().join("cuda.log");
+    copy_in_driver(&mut c, &log);
+    let mut s = Ctl::connect(&ctl);
+    assert_eq!(s.ask("hello c1"), "ok");
+    assert_eq!(
+        s.ask("evict"),
+        "error evict: 1 GPU call(s) still under way after 1s"
+    );
+    assert!(s.ask("status").contains("evicted=0"));
+    c.send("launch");
+    assert_eq!(c.line(), "launched rc=0");
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(!text.contains("prefetch host"), "{text}");
+}
+
 #[test]
 fn a_forked_child_converts_and_answers_on_its_own_socket() {
     let dir = tempfile::tempdir().unwrap();

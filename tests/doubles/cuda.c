@@ -10,6 +10,9 @@
  *                   the log gets "kernel <begin_us> <end_us>" (CLOCK_MONOTONIC, microseconds, the
  *                   same clock in every container), cuCtxSynchronize waits for the timeline to
  *                   drain and cuStreamQuery says 600 (not ready) until then
+ *   FAKE_CUDA_COPY_MS  if set, a synchronous copy between host and device (cuMemcpyHtoD_v2,
+ *                   cuMemcpyDtoH_v2) takes that many milliseconds, between the log lines
+ *                   "copy begins" and "copy ends" (a large pageable copy holds its thread so)
  *
  * It runs two kernels for real, on the host: `inc` from any module (p[i] += 1), so programs can
  * check their results, and `spin(ns, ...)`, which sleeps ns nanoseconds (the GPU check's
@@ -339,11 +342,22 @@ CUresult cuMemAllocHost_v2(void **p, size_t size) {
     *p = malloc(size);
     return *p ? 0 : 2;
 }
+/* FAKE_CUDA_COPY_MS: a synchronous copy holds its thread that long. */
+static void copy_time(void) {
+    const char *v = getenv("FAKE_CUDA_COPY_MS");
+    long ms = v ? atol(v) : 0;
+    if (ms <= 0) return;
+    note("copy begins", 0, 0);
+    usleep((useconds_t)ms * 1000);
+    note("copy ends", 0, 0);
+}
 CUresult cuMemcpyHtoD_v2(CUdeviceptr d, const void *h, size_t n) {
+    copy_time();
     memcpy((void *)d, h, n);
     return 0;
 }
 CUresult cuMemcpyDtoH_v2(void *h, CUdeviceptr d, size_t n) {
+    copy_time();
     memcpy(h, (const void *)d, n);
     return 0;
 }

@@ -12,6 +12,8 @@
  *   threads  four threads launch at once; prints "threads rc=<sum>" when all four returned
  *   launch-bg  a thread launches, and the client prints "started" at once (a launch in flight
  *            while the main thread goes on)
+ *   copy-bg  a thread copies 16 bytes to the first allocation (cuMemcpyHtoD_v2) and writes
+ *            "copy-bg rc=<r>" to stderr; the client prints "started" at once
  *   capture  on a new stream: begins a capture, launches, idles 100 ms, ends the capture; prints
  *            "captured rc=<sum> end=<cuStreamEndCapture's result>"
  *   reset    cuDevicePrimaryCtxReset_v2 of its device; prints "reset rc=<r>"
@@ -75,6 +77,13 @@ static int cmp_ll(const void *a, const void *b) {
 }
 static void *launcher(void *rc) {
     *(int *)rc = cuLaunchKernel(NULL, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL);
+    return NULL;
+}
+/* A synchronous copy to the device pointer `dst` points at. */
+static void *copier(void *dst) {
+    char buf[16] = {0};
+    int rc = cuMemcpyHtoD_v2(*(CUdeviceptr *)dst, buf, sizeof buf);
+    fprintf(stderr, "copy-bg rc=%d\n", rc);
     return NULL;
 }
 typedef CUresult (*alloc_async_fn)(CUdeviceptr *, size_t, void *);
@@ -235,6 +244,13 @@ int main(int argc, char **argv) {
             static pthread_t bg;
             static int bg_rc;
             pthread_create(&bg, NULL, launcher, &bg_rc);
+            printf("started\n");
+            continue;
+        }
+        if (strncmp(line, "copy-bg", 7) == 0) {
+            /* A synchronous copy on a thread of its own. */
+            static pthread_t bg;
+            pthread_create(&bg, NULL, copier, &p[0]);
             printf("started\n");
             continue;
         }
