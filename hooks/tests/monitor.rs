@@ -93,3 +93,36 @@ fn a_context_reset_mid_burst_is_never_touched_again() {
     assert!(l.contains("reset"), "{l}");
     assert!(!l.contains("used destroyed context"), "{l}");
 }
+
+/// The GPU check's program for capture and context resets (`tests/gpu/lifecheck.c`, run on a
+/// real driver by `tests/gpu/run.sh`) passes over the double: what it asserts there is what the
+/// double models here.
+#[test]
+fn the_gpu_checks_lifetime_program_passes_over_the_double() {
+    let dir = tempfile::tempdir().unwrap();
+    if common::built(dir.path(), &["cuda"]).is_none() {
+        return;
+    }
+    let ctl = dir.path().join("ctl");
+    std::fs::create_dir_all(&ctl).unwrap();
+    let o = std::process::Command::new(common::gpu_program(dir.path(), "lifecheck"))
+        .env("LD_LIBRARY_PATH", dir.path())
+        .env("LD_PRELOAD", common::interposer())
+        .env("FAKE_CUDA_LOG", dir.path().join("cuda.log"))
+        .env("MQFQ_CTL_DIR", &ctl)
+        .env("MQFQ_BURST", "1")
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "{out}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(out.contains("capture_end 0\n"), "{out}");
+    assert!(out.ends_with("lifecheck ok\n"), "{out}");
+    let log = log(dir.path());
+    assert!(log.contains("graph-launch"), "{log}");
+    assert!(!log.contains("capture invalidated"), "{log}");
+    assert!(!log.contains("used destroyed context"), "{log}");
+}

@@ -394,6 +394,12 @@ CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned gx, unsigned gy, unsigned gz
     (void)extra;
     return launch("launch ptsz", f, params);
 }
+CUresult cuGraphInstantiateWithFlags(CUgraphExec *e, void *g, unsigned long long flags) {
+    (void)flags;
+    *e = g;
+    note("graph-instantiate", 0, 0);
+    return 0;
+}
 CUresult cuGraphLaunch(CUgraphExec g, CUstream s) { (void)g; (void)s; note("graph-launch", 0, 0); return 0; }
 CUresult cuLaunchKernelEx(const void *config, CUfunction f, void **params, void **extra) {
     (void)config; (void)f; (void)params; (void)extra;

@@ -13,7 +13,8 @@
 # answers for managed memory (IPC and dma-buf export, pointer attributes, address range), a
 # two-process IPC exchange without the interposer, with it and the native setting, and with it
 # by default (the export of converted memory refused, later allocations native), and pointer
-# queries on converted memory; (6) load signals and burst cost under 1-8 concurrent invocations.
+# queries on converted memory; (6) load signals and burst cost under 1-8 concurrent invocations;
+# (7) the burst monitor beside a stream capture and a context reset (the driver's own rules).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-$PWD/gpu-out}
@@ -218,5 +219,23 @@ if [ -x "$CB" ]; then
     fi
 else
     say "## concurrency: concbench: no binary and no cc"
+fi
+# (7) The burst monitor under the driver's rules (issue 35): a stream capture left open across
+# many burst idle times must end well (synchronizing its context would invalidate it), and a
+# primary context reset mid-burst must never be used again; the program is its own shim.
+LC=$BIN/lifecheck
+if [ ! -x "$LC" ] && command -v cc >/dev/null; then
+    cc -O2 -o "$OUT/lifecheck" tests/gpu/lifecheck.c -ldl -lpthread && LC=$OUT/lifecheck
+fi
+if [ -x "$LC" ] && [ -f "$LIB" ]; then
+    say "## burst monitor: capture open across idle times, context reset mid-burst"
+    mkdir -p "$OUT/ctl-life"
+    LD_PRELOAD="$PWD/$LIB" MQFQ_CTL_DIR="$OUT/ctl-life" MQFQ_BURST=1 MQFQ_CONTAINER_ID=life \
+        timeout 60 "$LC" > "$OUT/lifecheck.txt" 2> "$OUT/lifecheck.err"
+    rc=$?
+    tee -a "$R" < "$OUT/lifecheck.txt"
+    say "lifecheck exit: $rc"
+else
+    say "## burst monitor: lifecheck or $LIB missing (run scripts/gpu-prepare.sh first)"
 fi
 say "# done $(date -u +%FT%TZ)"
