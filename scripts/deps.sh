@@ -8,9 +8,11 @@ need_apt=()
 # python3-pip: fetches the pinned zig toolchain for the portable interposer (scripts/tools.sh);
 # containernetworking-plugins, iproute2: the CRI tests' pods get network namespaces of their own
 # on a bridge (in a network namespace made for their containerd); lintian checks the package;
-# openssl makes the certificates the extender's TLS tests use.
+# openssl makes the certificates the extender's TLS tests use; qemu-user and libc6-arm64-cross
+# run the aarch64 interposer (shim/tests/interposer_glibc.rs) on an aarch64 glibc, emulated.
 for pkg in build-essential pkg-config ca-certificates curl git containerd runc busybox-static \
-    protobuf-compiler python3 python3-pip containernetworking-plugins iproute2 lintian openssl; do
+    protobuf-compiler python3 python3-pip containernetworking-plugins iproute2 lintian openssl \
+    qemu-user libc6-arm64-cross; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need_apt+=("$pkg")
 done
 if [ ${#need_apt[@]} -gt 0 ]; then

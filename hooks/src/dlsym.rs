@@ -11,8 +11,9 @@
 //! stack — resolved exactly as without the interposer (a CUDA wrapper preloaded after this one
 //! then reaches the driver directly; the application's own lookups still come here) —, and
 //! every other handle goes to [`lookup`]. The real `dlsym` is resolved by a constructor when the
-//! library is loaded, or by the trampoline itself if another library's constructor asks first;
-//! on other architectures `RTLD_NEXT` takes [`lookup`] too.
+//! library is loaded, or by the trampoline itself if another library's constructor asks first.
+//! aarch64 has the same trampoline (the return address is in the link register there, which a
+//! plain branch leaves alone); on other architectures `RTLD_NEXT` takes [`lookup`] too.
 
 use std::ffi::{CStr, c_char, c_void};
 
@@ -59,12 +60,54 @@ pub unsafe extern "C" fn dlsym(handle: *mut c_void, symbol: *const c_char) -> *m
     )
 }
 
+/// `dlsym(3)` on aarch64: see the module docs.
+///
+/// # Safety
+/// As `dlsym(3)`.
+#[cfg(all(target_arch = "aarch64", not(feature = "fuzzing")))]
+#[unsafe(no_mangle)]
+#[unsafe(naked)]
+pub unsafe extern "C" fn dlsym(handle: *mut c_void, symbol: *const c_char) -> *mut c_void {
+    // At each branch `x0`, `x1`, the stack and the link register `x30` (the caller's return
+    // address, which the C library's dlsym reads for RTLD_NEXT) are as the caller left them.
+    // `x16` is the intra-procedure-call scratch register of the AAPCS64. RTLD_NEXT is
+    // ((void *) -1): `cmn x0, #1` sets Z exactly for it. Before this library's constructor ran,
+    // the real dlsym is resolved here: the arguments, frame pointer and link register are saved
+    // in a 32-byte frame (the stack stays 16-byte aligned), restored before the branch.
+    core::arch::naked_asm!(
+        "cmn x0, #1",
+        "b.ne 2f",
+        "adrp x16, {real}",
+        "ldr x16, [x16, :lo12:{real}]",
+        "cbnz x16, 3f",
+        "stp x29, x30, [sp, #-32]!",
+        "mov x29, sp",
+        "stp x0, x1, [sp, #16]",
+        "bl {resolve}",
+        "ldp x0, x1, [sp, #16]",
+        "ldp x29, x30, [sp], #32",
+        "adrp x16, {real}",
+        "ldr x16, [x16, :lo12:{real}]",
+        "cbz x16, 2f",
+        "3:",
+        "br x16",
+        "2:",
+        "b {ours}",
+        real = sym real::DLSYM,
+        resolve = sym resolve_dlsym,
+        ours = sym lookup,
+    )
+}
+
 /// `dlsym(3)` where no trampoline is built (other architectures; the fuzzing build, which
 /// exports nothing).
 ///
 /// # Safety
 /// As `dlsym(3)`.
-#[cfg(not(all(target_arch = "x86_64", not(feature = "fuzzing"))))]
+#[cfg(not(all(
+    any(target_arch = "x86_64", target_arch = "aarch64"),
+    not(feature = "fuzzing")
+)))]
 #[cfg_attr(not(feature = "fuzzing"), unsafe(no_mangle))]
 pub unsafe extern "C" fn dlsym(handle: *mut c_void, symbol: *const c_char) -> *mut c_void {
     // SAFETY: the caller's arguments, as dlsym(3) takes them.

@@ -4,9 +4,10 @@
 //! while the interposer as cargo builds it on this machine stops that program from starting.
 //!
 //! Needs the portable builds and the old glibc, which `scripts/test.sh` prepares and names in
-//! `MQFQ_PORTABLE_INTERPOSER` (and `…_AARCH64`), `MQFQ_OLD_GLIBC_ROOT` and `MQFQ_ZIG`; without
-//! them the tests skip,
-//! unless `MQFQ_REQUIRE_PORTABLE=1`.
+//! `MQFQ_PORTABLE_INTERPOSER` (and `…_AARCH64`), `MQFQ_OLD_GLIBC_ROOT` and `MQFQ_ZIG`; the
+//! aarch64 build also runs, emulated, under `qemu-aarch64` on Debian's aarch64 glibc
+//! (`/usr/aarch64-linux-gnu`, package libc6-arm64-cross). Without them the tests skip, unless
+//! `MQFQ_REQUIRE_PORTABLE=1`.
 #![expect(
     clippy::tests_outside_test_module,
     reason = "an integration-test crate is the test module"
@@ -186,6 +187,134 @@ fn allocations_are_converted_under_an_old_glibc() {
         .output()
         .unwrap();
     let out = text(&o);
+    assert!(o.status.success(), "{out}");
+    for want in [
+        "direct rc=0 kind=2",
+        "dlsym rc=0 kind=2",
+        "procaddr rc=0 kind=2",
+        "ready",
+    ] {
+        assert!(out.contains(want), "{want} missing:\n{out}");
+    }
+}
+
+/// Debian's aarch64 glibc (libc6-arm64-cross), which `qemu-aarch64 -L` runs programs on.
+const AARCH64_ROOT: &str = "/usr/aarch64-linux-gnu";
+
+/// Runs an aarch64 `program` under `qemu-aarch64` with `env` in its environment (not qemu's).
+fn emulated(program: &Path, env: &[(&str, String)]) -> Output {
+    let mut cmd = Command::new("qemu-aarch64");
+    cmd.arg("-L").arg(AARCH64_ROOT);
+    for (k, v) in env {
+        cmd.arg("-E").arg(format!("{k}={v}"));
+    }
+    cmd.arg(program)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap()
+}
+
+/// At most the first 2000 characters of a program's output (a recursing wrapper prints
+/// megabytes before it crashes).
+fn head(o: &Output) -> String {
+    text(o).chars().take(2000).collect()
+}
+
+/// The aarch64 build, run: its `dlsym` trampoline resolves another preloaded wrapper's
+/// `dlsym(RTLD_NEXT, "puts")` as without it, in either preload order and from the wrapper's
+/// constructor (it answered those lookups itself and the wrapper recursed until it crashed),
+/// and a client's allocations over the libcuda double are converted by every lookup path.
+#[test]
+fn the_aarch64_interposer_runs_emulated() {
+    let (Some(so), Some(zig)) = (var("MQFQ_PORTABLE_INTERPOSER_AARCH64"), var("MQFQ_ZIG")) else {
+        return;
+    };
+    let emulator = Command::new("qemu-aarch64").arg("--version").output();
+    let root_there = Path::new(AARCH64_ROOT).join("lib/libc.so.6").exists();
+    if !(emulator.is_ok_and(|o| o.status.success()) && root_there) {
+        assert!(
+            std::env::var("MQFQ_REQUIRE_PORTABLE").as_deref() != Ok("1"),
+            "qemu-aarch64 or {AARCH64_ROOT} missing (scripts/deps.sh installs them)"
+        );
+        eprintln!("SKIPPED: qemu-aarch64 or {AARCH64_ROOT} missing");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let cc = |out: &str, src: &Path, args: &[&str]| {
+        let o = Command::new(&zig)
+            .args(["cc", "-target", "aarch64-linux-gnu.2.17", "-O1", "-o", out])
+            .arg(src)
+            .args(args)
+            .current_dir(d)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "zig cc {out}: {}", text(&o));
+    };
+    let write = |name: &str, src: &str| {
+        std::fs::write(d.join(name), src).unwrap();
+        d.join(name)
+    };
+    let wrap = "#define _GNU_SOURCE\n#include <dlfcn.h>\n#include <stdio.h>\n\
+        static int (*next)(const char *);\n\
+        __attribute__((constructor)) static void at_load(void) {\n\
+            if (AT_LOAD) next = (int (*)(const char *))dlsym(RTLD_NEXT, \"puts\");\n}\n\
+        int puts(const char *s) {\n\
+            if (!next) next = (int (*)(const char *))dlsym(RTLD_NEXT, \"puts\");\n\
+            if (!next) return -1;\n    fputs(\"wrapped: \", stdout);\n    return next(s);\n}\n";
+    let wrap = write("wrap.c", wrap);
+    cc("libwrap.so", &wrap, &["-shared", "-fPIC", "-DAT_LOAD=0"]);
+    cc(
+        "libwrapload.so",
+        &wrap,
+        &["-shared", "-fPIC", "-DAT_LOAD=1"],
+    );
+    let main = write(
+        "main.c",
+        "#include <stdio.h>\nint main(void) { puts(\"hello\"); return 0; }\n",
+    );
+    cc("main", &main, &[]);
+    let ours = so.display().to_string();
+    for lib in ["libwrap.so", "libwrapload.so"] {
+        let wrapper = d.join(lib).display().to_string();
+        for preload in [format!("{ours}:{wrapper}"), format!("{wrapper}:{ours}")] {
+            let o = emulated(&d.join("main"), &[("LD_PRELOAD", preload.clone())]);
+            assert!(
+                o.status.success(),
+                "{preload}: {:?}: {}",
+                o.status,
+                head(&o)
+            );
+            assert_eq!(
+                String::from_utf8_lossy(&o.stdout),
+                "wrapped: hello\n",
+                "{preload}"
+            );
+        }
+    }
+
+    let doubles = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/doubles");
+    cc(
+        "libcuda.so.1",
+        &doubles.join("cuda.c"),
+        &["-shared", "-fPIC", "-Wl,-soname,libcuda.so.1"],
+    );
+    cc(
+        "client",
+        &doubles.join("cuda_client.c"),
+        &["-L.", "-l:libcuda.so.1", "-ldl", "-lpthread"],
+    );
+    std::fs::create_dir(d.join("ctl")).unwrap();
+    let o = emulated(
+        &d.join("client"),
+        &[
+            ("LD_PRELOAD", ours),
+            ("LD_LIBRARY_PATH", d.display().to_string()),
+            ("MQFQ_CTL_DIR", d.join("ctl").display().to_string()),
+            ("FAKE_CUDA_LOG", d.join("cuda.log").display().to_string()),
+        ],
+    );
+    let out = head(&o);
     assert!(o.status.success(), "{out}");
     for want in [
         "direct rc=0 kind=2",
