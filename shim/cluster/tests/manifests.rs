@@ -305,3 +305,71 @@ fn the_node_installer_manifests_are_what_kubernetes_and_mqfqd_accept() {
         "{scrape}"
     );
 }
+
+/// The images a workload's pod template runs (init containers first).
+fn images(doc: &Value) -> Vec<String> {
+    let pod = &doc["spec"]["template"]["spec"];
+    ["initContainers", "containers"]
+        .iter()
+        .filter_map(|k| pod[*k].as_array())
+        .flatten()
+        .map(|c| c["image"].as_str().unwrap_or_default().to_owned())
+        .collect()
+}
+
+/// `scripts/pin-image.sh` writes every manifest with the image pinned by digest: each workload's
+/// every container runs exactly the reference given, the documents still what their types
+/// accept; a reference without a digest (a tag a registry may move) is refused by name.
+#[test]
+fn pinning_the_image_by_digest_reaches_every_workload() {
+    let root = dir().join("../../..");
+    let script = root.join("scripts/pin-image.sh");
+    let out = tempfile::tempdir().unwrap();
+    let run = |reference: &str| {
+        std::process::Command::new(&script)
+            .arg(reference)
+            .arg(out.path())
+            .output()
+            .unwrap()
+    };
+    for bad in [
+        "registry.example/mqfq-shim:0.1.0",
+        "registry.example/mqfq-shim@sha256:1234",
+        "registry.example/mqfq-shim@sha256:|touch /x",
+    ] {
+        let o = run(bad);
+        assert_eq!(o.status.code(), Some(2), "{bad}");
+        assert!(
+            String::from_utf8_lossy(&o.stderr).contains("not an image pinned by digest"),
+            "{bad}"
+        );
+    }
+    let pinned = format!("registry.example/mqfq-shim@sha256:{}", "0f".repeat(32));
+    let o = run(&pinned);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let mut workloads = 0;
+    for (part, file) in [
+        ("node", "installer.yaml"),
+        ("node", "cleanup.yaml"),
+        ("cluster", "extender.yaml"),
+        ("cluster", "publisher.yaml"),
+    ] {
+        let text = std::fs::read_to_string(out.path().join(part).join(file)).unwrap();
+        for doc in parse_all(&text) {
+            check(&doc);
+            let imgs = images(&doc);
+            if !imgs.is_empty() {
+                workloads += 1;
+                assert!(imgs.iter().all(|i| *i == pinned), "{file}: {imgs:?}");
+            }
+        }
+    }
+    assert_eq!(workloads, 4, "installer, cleanup, extender, publisher");
+    // Nothing else names the image by tag.
+    for part in ["node", "cluster"] {
+        for f in std::fs::read_dir(out.path().join(part)).unwrap() {
+            let text = std::fs::read_to_string(f.unwrap().path()).unwrap();
+            assert!(!text.contains("image: mqfq-shim:"), "{text}");
+        }
+    }
+}
