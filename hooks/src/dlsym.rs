@@ -73,8 +73,11 @@ pub unsafe extern "C" fn dlsym(handle: *mut c_void, symbol: *const c_char) -> *m
     // `x16` is the intra-procedure-call scratch register of the AAPCS64. RTLD_NEXT is
     // ((void *) -1): `cmn x0, #1` sets Z exactly for it. Before this library's constructor ran,
     // the real dlsym is resolved here: the arguments, frame pointer and link register are saved
-    // in a 32-byte frame (the stack stays 16-byte aligned), restored before the branch.
+    // in a 32-byte frame (the stack stays 16-byte aligned), restored before the branch. It
+    // begins with a BTI landing pad for calls (`bti c`, a no-op on cores without BTI), should
+    // the library ever be built with branch protection.
     core::arch::naked_asm!(
+        "hint #34",
         "cmn x0, #1",
         "b.ne 2f",
         "adrp x16, {real}",

@@ -256,7 +256,12 @@ pub fn converting() -> bool {
     }
     {
         let mut m = memory();
-        *m = Memory::default();
+        // Calls already under way (another thread's, racing this first use) stay counted.
+        let in_calls = m.in_calls;
+        *m = Memory {
+            in_calls,
+            ..Memory::default()
+        };
     }
     REFUSED.store(0, Ordering::Release);
     EXPORTING.store(false, Ordering::Release);
@@ -364,9 +369,11 @@ impl Drop for InCall {
         // Saturating: a forked child starts from a fresh table (no thread of the child is in
         // a call at fork).
         m.in_calls = m.in_calls.saturating_sub(1);
-        let last = m.in_calls == 0;
+        // Only an evict waits for the count (and it holds `moving`, set under this lock): the
+        // common call pays no wake-up.
+        let wake = m.in_calls == 0 && m.moving;
         drop(m);
-        if last {
+        if wake {
             RESIDENT.notify_all();
         }
     }
@@ -415,8 +422,10 @@ fn hold_while_evicted<'a>(mut m: MutexGuard<'a, Memory>, call: &str) -> MutexGua
 }
 
 /// How long an evict waits for the gated calls already under way to return before it gives
-/// up (and lets launches through again): a call thawed mid-way returns in microseconds, one
-/// stuck behind host work that itself waits for a held launch never would.
+/// up (and lets launches through again): a launch thawed mid-way returns in microseconds; a
+/// large pageable copy may take seconds, and one stuck behind host work that itself waits for
+/// a held launch never returns. Giving up answers `busy`, which the shim takes as "not now"
+/// (the container is frozen again and the pool tries later), not as a failed move.
 const DRAIN_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Waits until no gated call is in flight, at most [`DRAIN_WAIT`]; how many are left.
@@ -555,7 +564,7 @@ pub fn evict() -> Result<u64, String> {
             drop(m);
             RESIDENT.notify_all();
             return Err(format!(
-                "{busy} GPU call(s) still under way after {DRAIN_WAIT:?}"
+                "busy: {busy} GPU call(s) still under way after {DRAIN_WAIT:?}"
             ));
         }
         (list(&m), m.context, m.device)

@@ -122,7 +122,8 @@ static void start_shim(void) {
     const char *dir = getenv("MQFQ_CTL_DIR");
     if (!dir) fail("MQFQ_CTL_DIR not set", -1);
     struct sockaddr_un a = {.sun_family = AF_UNIX};
-    snprintf(a.sun_path, sizeof a.sun_path, "%s/shim.sock", dir);
+    if (snprintf(a.sun_path, sizeof a.sun_path, "%s/shim.sock", dir) >= (int)sizeof a.sun_path)
+        fail("MQFQ_CTL_DIR too long for a socket path", -1);
     unlink(a.sun_path);
     listener = socket(AF_UNIX, SOCK_STREAM, 0);
     if (listener < 0 || bind(listener, (struct sockaddr *)&a, sizeof a) != 0 ||

@@ -345,8 +345,23 @@ fn pinning_the_image_by_digest_reaches_every_workload() {
         );
     }
     let pinned = format!("registry.example/mqfq-shim@sha256:{}", "0f".repeat(32));
+    // A directory holding anything else is refused, and left as it was.
+    std::fs::write(out.path().join("mine.txt"), "keep").unwrap();
+    let o = run(&pinned);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(out.path().join("mine.txt").exists());
+    std::fs::remove_file(out.path().join("mine.txt")).unwrap();
     let o = run(&pinned);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    // Again over its own output: replaced, nothing else left behind.
+    let o = run(&pinned);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let mut names: Vec<String> = std::fs::read_dir(out.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["cluster", "node"]);
     let mut workloads = 0;
     for (part, file) in [
         ("node", "installer.yaml"),

@@ -338,7 +338,7 @@ impl TaskService {
             (
                 Some((Status::Paused, evicted)),
                 Ok(a @ (mqfqd::PoolAction::EVICT | mqfqd::PoolAction::PREFETCH)),
-            ) if ctl.is_some() && evicted == (a == mqfqd::PoolAction::PREFETCH) => {
+            ) if ctl.is_some() && (evicted || a == mqfqd::PoolAction::EVICT) => {
                 let evict = a == mqfqd::PoolAction::EVICT;
                 let dir: PathBuf = ctl.unwrap_or_default();
                 self.move_memory(id, Some(&*runtime), &dir, evict, &mut r)
@@ -351,7 +351,7 @@ impl TaskService {
                 Ok(a @ (mqfqd::PoolAction::EVICT | mqfqd::PoolAction::PREFETCH)),
             ) if ctl.is_some()
                 && book.as_ref().is_some_and(|b| !b.busy())
-                && evicted == (a == mqfqd::PoolAction::PREFETCH) =>
+                && (evicted || a == mqfqd::PoolAction::EVICT) =>
             {
                 let evict = a == mqfqd::PoolAction::EVICT;
                 let dir: PathBuf = ctl.unwrap_or_default();
@@ -428,8 +428,18 @@ impl TaskService {
             self.drop_from_pool(id, "a memory move failed").await;
             r.gone = true;
         }
-        r.ok = a.ok() && r.error.is_empty();
+        // A process still in a GPU call (a large copy thawed mid-way) refused the evict for
+        // now: not a failure of the container, so it stays pooled; reported not done, the pool
+        // backs off and orders it again.
+        r.ok = a.ok() && a.busy.is_empty() && r.error.is_empty();
         r.bytes = a.bytes;
+        if !a.busy.is_empty() {
+            r.error = [r.error.clone(), a.busy.join("; ")]
+                .into_iter()
+                .filter(|s| !s.is_empty())
+                .collect::<Vec<_>>()
+                .join("; ");
+        }
         if !a.ok() {
             r.error = [r.error.clone(), a.errors.join("; ")]
                 .into_iter()

@@ -43,6 +43,9 @@ pub struct Answer {
     pub errors: Vec<String>,
     /// Whether a process did not answer within the deadline.
     pub timed_out: bool,
+    /// Processes that refused an evict for now (GPU calls still under way): not errors, the
+    /// move is tried again later.
+    pub busy: Vec<String>,
 }
 
 impl Answer {
@@ -85,6 +88,8 @@ enum Failure {
     Timeout,
     /// The reply lacks a figure (`name=`).
     Missing(String),
+    /// An evict refused for now: GPU calls were still under way in the process.
+    Busy(String),
     /// Anything else, said as text.
     Other(String),
 }
@@ -134,6 +139,9 @@ fn native(reply: &str) -> Result<crate::memory::Native, Failure> {
 
 /// Parses one reply to `cmd`.
 fn parse_reply(cmd: Command, reply: &str) -> Result<Figures, Failure> {
+    if reply.starts_with("error evict: busy") {
+        return Err(Failure::Busy(reply.chars().take(200).collect()));
+    }
     if reply != "ok" && !reply.starts_with("ok ") {
         return Err(Failure::Other(reply.chars().take(200).collect()));
     }
@@ -155,7 +163,7 @@ fn parse_reply(cmd: Command, reply: &str) -> Result<Figures, Failure> {
 /// Not an `ok` reply, or a figure missing or not a plain decimal `u64`.
 pub fn parse_reply_text(cmd: Command, reply: &str) -> Result<Figures, String> {
     parse_reply(cmd, reply).map_err(|f| match f {
-        Failure::Other(s) => s,
+        Failure::Other(s) | Failure::Busy(s) => s,
         Failure::Missing(name) => format!("reply without {name}="),
         other => format!("{other:?}"),
     })
@@ -373,6 +381,7 @@ pub fn send(dir: &Path, container_id: &str, cmd: Command, timeout: Duration) -> 
                     timeout.as_millis()
                 ));
             }
+            Err(Failure::Busy(e)) => a.busy.push(format!("{name}: {e}")),
             Err(Failure::Other(e)) => a.errors.push(format!("{name}: {e}")),
             Err(Failure::Missing(f)) => a.errors.push(format!("{name}: reply without {f}=")),
         }

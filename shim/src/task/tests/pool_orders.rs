@@ -184,3 +184,74 @@ async fn a_container_that_stalls_a_memory_move_is_frozen_again_and_never_thawed_
     assert_eq!(gate.admits.lock().unwrap().last().map(|a| a.1), Some(false));
     stall.join().unwrap();
 }
+
+/// A process still in a GPU call answers an evict `busy`: the container is frozen again and
+/// stays pooled (the report says not done, not gone), so the pool's next order thaws and tries
+/// it again. (It had been dropped from the pool for good, its memory left on the GPU.)
+#[tokio::test]
+async fn an_evict_refused_as_busy_leaves_the_container_pooled_for_the_next_order() {
+    use std::io::{BufRead, BufReader, Write};
+    use std::os::unix::net::UnixListener;
+
+    use crate::api::{PoolAction, PoolOrder};
+    let gate = Arc::new(RecordingGate::default());
+    let h = harness_with(gate.clone(), gate.clone());
+    let gpu = json!({"process": {"args": ["sh"], "env": ["PATH=/bin"]},
+                     "annotations": {"io.mqfq.gpu": "true"}});
+    let req = h.bundle("b1", &gpu);
+    h.svc.create(req).await.unwrap();
+    h.svc.start("b1", "").await.unwrap();
+    h.svc.pause_resume("b1", true).await.unwrap();
+    // The container's "CUDA process": greets, then refuses every evict as busy.
+    let ctl = h.dir.path().join("ctl-b1");
+    std::fs::create_dir_all(&ctl).unwrap();
+    let l = UnixListener::bind(ctl.join("cuda-7.sock")).unwrap();
+    let busy = std::thread::spawn(move || {
+        for _ in 0..2 {
+            let (conn, _) = l.accept().unwrap();
+            let mut out = conn.try_clone().unwrap();
+            for line in BufReader::new(conn).lines() {
+                let line = line.unwrap();
+                let reply = if line.starts_with("hello") {
+                    "ok"
+                } else {
+                    "error evict: busy: 1 GPU call(s) still under way after 1s"
+                };
+                if writeln!(out, "{reply}").is_err() || !line.starts_with("hello") {
+                    break;
+                }
+            }
+        }
+    });
+    h.svc
+        .state
+        .lock()
+        .await
+        .containers
+        .get_mut("b1")
+        .unwrap()
+        .ctl_dir = Some(ctl);
+    let evict = PoolOrder {
+        namespace: "test".into(),
+        container_id: "b1".into(),
+        action: PoolAction::EVICT.into(),
+        ..Default::default()
+    };
+    let last = || gate.reports.lock().unwrap().last().cloned().unwrap();
+    for _ in 0..2 {
+        let before = h.fake.calls().len();
+        h.svc.run_order(&evict).await;
+        assert_eq!(
+            h.fake.calls()[before..],
+            ["resume b1", "pause b1"],
+            "thawed, refused, frozen again"
+        );
+        let r = last();
+        assert!(!r.ok && !r.gone && !r.skipped, "{r:?}");
+        assert!(r.error.contains("busy"), "{r:?}");
+    }
+    busy.join().unwrap();
+    // Still pooled: its next admission is.
+    h.svc.pause_resume("b1", false).await.unwrap();
+    assert_eq!(gate.admits.lock().unwrap().last().map(|a| a.1), Some(true));
+}
