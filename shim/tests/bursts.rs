@@ -224,6 +224,69 @@ fn a_light_server_waits_at_most_one_flood_burst() {
     assert!(c.leftovers().is_empty(), "{:?}", c.leftovers());
 }
 
+/// The flood above holding most of the GPU's memory (47 of a simulated 72 MiB) beside a light
+/// server that fits next to it (7 MiB; the pool's budget is 85 %, 61 MiB): the light server
+/// still waits behind at most one flood burst, both stay resident, and no memory moves — no
+/// evict, prefetch or restore. (A simulated GPU had read as full while any lease ran, 2 GiB a
+/// lease: the pool evicted the idle server, and each switch between the two restored one.)
+#[test]
+fn a_flood_holding_most_of_the_memory_beside_a_light_server_moves_no_memory() {
+    const MIB: u64 = 1 << 20;
+    let metrics = mqfq_testkit::free_metrics_addr();
+    let Some((c, d, cuda)) = setup(
+        "flood-mem",
+        &[],
+        &format!(
+            "metrics_addr = \"{metrics}\"\n[simulated]\nmemory_mib = 72\n\
+             [concurrency]\nd_max = 1\nd_initial = 1\n[queue]\nshort_charge_s = 0\n"
+        ),
+    ) else {
+        return;
+    };
+    let o = c.run_cuda(
+        MQFQ,
+        "flood",
+        "flood",
+        &cuda,
+        &["FAKE_CUDA_KERNEL_MS=20", "CLIENT_EXTRA_MIB=40"],
+        &["serve", "2", "10"],
+    );
+    assert!(o.status.success(), "flood: {}", text(&o));
+    d.wait_for("the flood running", |_| kernels(&cuda, "flood").len() >= 10);
+    server(&c, &cuda, "light", 10, 1, 300);
+    d.wait_for("eight light bursts", |_| kernels(&cuda, "light").len() >= 8);
+    let s = d.wait_for("both pooled with their memory", |s| {
+        let bytes = |id: &str| {
+            s["pool"].as_array().and_then(|p| {
+                p.iter()
+                    .find(|e| e["container_id"] == id)
+                    .and_then(|e| e["bytes"].as_u64())
+            })
+        };
+        bytes("flood").is_some_and(|b| b >= 47 * MIB)
+            && bytes("light").is_some_and(|b| b >= 7 * MIB)
+    });
+    let tiers = mqfq_testkit::pool_tiers(&s);
+    assert_eq!(tiers.get("flood").map(String::as_str), Some("hot"), "{s}");
+    assert_eq!(tiers.get("light").map(String::as_str), Some("hot"), "{s}");
+    let moved: Vec<String> = mqfq_testkit::scrape(&metrics)
+        .lines()
+        .filter(|l| l.starts_with("mqfq_pool_moves_total{"))
+        .filter(|l| l.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()) != Some(0.0))
+        .map(str::to_owned)
+        .collect();
+    assert!(moved.is_empty(), "memory moved: {moved:?}");
+    stop(&c, "light");
+    stop(&c, "flood");
+    d.wait_for("no lease left", |s| leases(s).is_empty());
+    let ahead = floods_ahead_of_light(&d.records(), |k| k.ends_with("/flood"));
+    assert!(
+        ahead.iter().all(|&(n, _)| n <= 1),
+        "light bursts waited behind flood bursts: {ahead:?}"
+    );
+    assert!(c.leftovers().is_empty(), "{:?}", c.leftovers());
+}
+
 /// For each light burst in the dispatch record (its enqueue up to its dispatch): how many flood
 /// bursts were dispatched first (`flood`: which keys are the flood's), and how many of those had
 /// joined the queue after it (overtook it).

@@ -7,7 +7,6 @@
     reason = "an integration-test crate is the test module"
 )]
 
-use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::Output;
 use std::time::{Duration, Instant};
@@ -28,30 +27,6 @@ fn text(o: &Output) -> String {
 
 fn interposer() -> PathBuf {
     mqfq_testkit::built_interposer()
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-fn metrics(port: u16) -> String {
-    let mut c = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
-    c.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
-        .unwrap();
-    let mut s = String::new();
-    c.read_to_string(&mut s).unwrap();
-    s
-}
-
-fn metric(text: &str, name: &str) -> f64 {
-    text.lines()
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(0.0)
 }
 
 fn run_client(c: &Containerd, id: &str, cuda: &Path) {
@@ -114,7 +89,7 @@ fn no_launch_while_evicted(log: &[String]) {
 /// evicts after 1 s of idleness (a function's flow turns inactive 0.3 s after its last use);
 /// also the daemon's metrics port. The shims gate Start and Resume (`MQFQ_BURST=off`, the
 /// OpenWhisk-with-pauses setup); `shim/tests/bursts.rs` has the pool under burst admission.
-fn setup(name: &str) -> Option<(Containerd, Mqfqd, PathBuf, u16)> {
+fn setup(name: &str) -> Option<(Containerd, Mqfqd, PathBuf, String)> {
     let shim = Path::new(env!("CARGO_BIN_EXE_containerd-shim-mqfq-v2"));
     let c = Containerd::start_with_env(
         &format!("it-{}-{name}", std::process::id()),
@@ -122,18 +97,18 @@ fn setup(name: &str) -> Option<(Containerd, Mqfqd, PathBuf, u16)> {
         &[("MQFQ_BURST", "off")],
     )?;
     let cuda = c.install_cuda(&interposer()).unwrap();
-    let port = free_port();
+    let metrics = mqfq_testkit::free_metrics_addr();
     let d = Mqfqd::start(
         &mqfq_testkit::daemon_program("mqfqd"),
         &mqfq_testkit::daemon_program("mqfqctl"),
         c.dir(),
         &c.daemon_socket(),
         &format!(
-            "metrics_addr = \"127.0.0.1:{port}\"\nrestart_grace_ms = 0\n\
+            "metrics_addr = \"{metrics}\"\nrestart_grace_ms = 0\n\
              [queue]\nttl_s = 0.3\n[pool]\nhot_ttl_s = 1.0\n"
         ),
     );
-    Some((c, d, cuda, port))
+    Some((c, d, cuda, metrics))
 }
 
 /// Resumes an evicted container: Resume returns once its memory is back (all four ranges
@@ -204,20 +179,24 @@ fn idle_containers_are_evicted_restored_at_resume_and_prefetched_on_activation()
     // metrics are read once mqfqd has it (b is Hot again).
     d.wait_for("b's prefetch reported", |s| tier_is(s, "b", "hot"));
 
-    let m = metrics(port);
+    let m = mqfq_testkit::scrape(&port);
     assert_eq!(
-        metric(&m, "mqfq_pool_hits_total{tier=\"cold\"}"),
+        mqfq_testkit::metric(&m, "mqfq_pool_hits_total{tier=\"cold\"}"),
         2.0,
         "{m}"
     );
     assert_eq!(
-        metric(&m, "mqfq_pool_hits_total{tier=\"warm\"}"),
+        mqfq_testkit::metric(&m, "mqfq_pool_hits_total{tier=\"warm\"}"),
         1.0,
         "{m}"
     );
-    assert_eq!(metric(&m, "mqfq_pool_restore_seconds_count"), 1.0, "{m}");
+    assert_eq!(
+        mqfq_testkit::metric(&m, "mqfq_pool_restore_seconds_count"),
+        1.0,
+        "{m}"
+    );
     assert!(
-        metric(
+        mqfq_testkit::metric(
             &m,
             "mqfq_pool_moves_total{action=\"prefetch\",result=\"ok\"}"
         ) >= 1.0,
@@ -226,11 +205,11 @@ fn idle_containers_are_evicted_restored_at_resume_and_prefetched_on_activation()
     #[expect(clippy::cast_precision_loss)]
     let both = 2.0 * MANAGED as f64;
     assert!(
-        metric(&m, "mqfq_pool_moved_bytes_total{direction=\"to_host\"}") >= both,
+        mqfq_testkit::metric(&m, "mqfq_pool_moved_bytes_total{direction=\"to_host\"}") >= both,
         "{m}"
     );
     assert!(
-        metric(&m, "mqfq_pool_moved_bytes_total{direction=\"to_device\"}") >= both,
+        mqfq_testkit::metric(&m, "mqfq_pool_moved_bytes_total{direction=\"to_device\"}") >= both,
         "{m}"
     );
 
@@ -378,8 +357,9 @@ fn native_memory_and_its_reasons_reach_mqfqctl_and_the_metrics() {
     );
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        let m = metrics(port);
-        let ok = want.iter().all(|(n, v)| metric(&m, n) == *v) && metric(&m, &refused) == 1.0;
+        let m = mqfq_testkit::scrape(&port);
+        let ok = want.iter().all(|(n, v)| mqfq_testkit::metric(&m, n) == *v)
+            && mqfq_testkit::metric(&m, &refused) == 1.0;
         if ok {
             break;
         }

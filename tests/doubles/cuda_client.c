@@ -20,6 +20,8 @@
  *   fork     forks a child that allocates 1 MiB, prints "child kind=<k> pid=<pid>", and exits
  *            once the file named by CLIENT_CHILD_DONE exists (at most 20 s)
  *   quit
+ * CLIENT_EXTRA_MIB=<n> in its environment has it allocate <n> MiB more (cuMemAlloc_v2) after
+ * those four, printing "extra rc=<r> kind=<k>": a container holding that much GPU memory.
  * With the argument `loop` it takes no commands: after the allocations it launches a kernel
  * every 20 ms forever (a function's container between and during invocations; the driver
  * double's log shows each launch). With `serve <kernels> <gap_ms> [<requests> [<copy>]]` it
@@ -124,6 +126,12 @@ int main(int argc, char **argv) {
     size_t pitch = 0;
     r = cuMemAllocPitch_v2(&p[3], &pitch, 1000, 10, 4);
     printf("pitch rc=%d kind=%d pitch=%zu\n", r, fake_cuda_kind(p[3]), pitch);
+    const char *extra_mib = getenv("CLIENT_EXTRA_MIB");
+    if (extra_mib) {
+        CUdeviceptr x = 0;
+        r = cuMemAlloc_v2(&x, (size_t)atol(extra_mib) << 20);
+        printf("extra rc=%d kind=%d\n", r, fake_cuda_kind(x));
+    }
     printf("ready\n");
     if (argc > 1 && strcmp(argv[1], "loop") == 0) {
         for (;;) {

@@ -227,3 +227,43 @@ impl Drop for Mqfqd {
         }
     }
 }
+
+/// A loopback address with a port free now, for mqfqd's `metrics_addr`.
+///
+/// # Panics
+/// No loopback port can be bound.
+#[must_use]
+pub fn free_metrics_addr() -> String {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    format!("127.0.0.1:{port}")
+}
+
+/// The body of `GET /metrics` from a running daemon at `addr`.
+///
+/// # Panics
+/// Nothing listens there, or the answer has no body.
+#[must_use]
+pub fn scrape(addr: &str) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.write_all(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n")
+        .unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    out.split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap()
+}
+
+/// The value of the sample `name` (with its labels, as exposed) in a scrape; 0 when absent.
+#[must_use]
+pub fn metric(text: &str, name: &str) -> f64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0.0)
+}

@@ -18,7 +18,7 @@
 //!                  # fallback_charge_s, short_charge_s; memory_admission = true,
 //!                  # default_footprint_mb = 4096
 //! [concurrency]    # alpha, u_target (SM activity), d_max, d_initial, slowdown_target
-//! [simulated]      # gpus = 1, memory_gib = 80, utilization_per_lease = 0.3, mode = "plain"
+//! [simulated]      # gpus = 1, memory_gib = 80 (or memory_mib), utilization_per_lease = 0.3, mode = "plain"
 //! [nvidia]         # pre-created GPU state: edits = true, driver_root = "/",
 //!                  # cdi_dirs = ["/etc/cdi", "/var/run/cdi"],
 //!                  # edits_file = "/run/mqfq/nvidia-edits.json", refresh_interval_ms = 5000,
@@ -128,8 +128,10 @@ pub struct ConcurrencySection {
 pub struct SimulatedSection {
     /// How many.
     pub gpus: u32,
-    /// Memory of each, GiB.
-    pub memory_gib: u64,
+    /// Memory of each, GiB (80 unless `memory_mib` is given).
+    pub memory_gib: Option<u64>,
+    /// Memory of each, MiB instead: small GPUs, for tests whose containers hold megabytes.
+    pub memory_mib: Option<u64>,
     /// Utilization each lease adds (the simulated GPU saturates at 1).
     pub utilization_per_lease: f64,
     /// plain, mps or mig.
@@ -140,9 +142,21 @@ impl Default for SimulatedSection {
     fn default() -> Self {
         SimulatedSection {
             gpus: 1,
-            memory_gib: 80,
+            memory_gib: None,
+            memory_mib: None,
             utilization_per_lease: 0.3,
             mode: "plain".into(),
+        }
+    }
+}
+
+impl SimulatedSection {
+    /// Each GPU's memory, bytes.
+    #[must_use]
+    pub fn memory_bytes(&self) -> u64 {
+        match (self.memory_mib, self.memory_gib) {
+            (Some(mib), _) => mib << 20,
+            (None, gib) => gib.unwrap_or(80) << 30,
         }
     }
 }
@@ -360,6 +374,22 @@ impl DaemonConfig {
         let s = &self.simulated;
         if s.gpus == 0 || s.gpus > 64 {
             return Err(reject("simulated.gpus", s.gpus, "must be 1..=64"));
+        }
+        match (s.memory_gib, s.memory_mib) {
+            (Some(_), Some(_)) => {
+                return Err(reject(
+                    "simulated.memory_mib",
+                    "with memory_gib",
+                    "give memory_gib or memory_mib, not both",
+                ));
+            }
+            (Some(v), None) if v == 0 || v > 1 << 20 => {
+                return Err(reject("simulated.memory_gib", v, "must be 1..=1048576"));
+            }
+            (None, Some(v)) if v == 0 || v > 1 << 30 => {
+                return Err(reject("simulated.memory_mib", v, "must be 1..=1073741824"));
+            }
+            _ => {}
         }
         if !(s.utilization_per_lease.is_finite() && s.utilization_per_lease > 0.0) {
             return Err(reject(
@@ -635,6 +665,12 @@ mod tests {
             ("[concurrency]\nd_initial = 99", "d_initial"),
             ("[simulated]\ngpus = 0", "simulated.gpus"),
             ("[simulated]\nmode = \"vgpu\"", "simulated.mode"),
+            ("[simulated]\nmemory_mib = 0", "simulated.memory_mib"),
+            (
+                "[simulated]\nmemory_gib = 8\nmemory_mib = 64",
+                "simulated.memory_mib",
+            ),
+            ("[simulated]\nmemory_gib = 0", "simulated.memory_gib"),
             ("backend = \"cuda\"", "backend"),
             (
                 "[nvidia]\nrefresh_interval_ms = 5",

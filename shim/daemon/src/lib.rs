@@ -81,7 +81,7 @@ pub fn open_monitor(cfg: &DaemonConfig) -> Result<Box<dyn GpuMonitor>, RunError>
         let mode = s.mode.parse().map_err(RunError::Config)?;
         Ok(Box::new(SimulatedGpus::new(
             s.gpus,
-            s.memory_gib << 30,
+            s.memory_bytes(),
             mode,
             s.utilization_per_lease,
         )))

@@ -112,6 +112,15 @@ pub fn with_last_memory(samples: Vec<Sample>, last: &[(u32, u64)]) -> Vec<Sample
 }
 
 /// A source of GPU facts and samples.
+/// What the daemon knows one GPU holds: the simulated backend's whole view of it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GpuLoad {
+    /// Leases held on it.
+    pub leases: u32,
+    /// Bytes its Hot pooled containers hold.
+    pub resident_bytes: u64,
+}
+
 pub trait GpuMonitor: Send {
     /// `nvml` or `simulated`.
     fn backend(&self) -> &'static str;
@@ -120,12 +129,12 @@ pub trait GpuMonitor: Send {
     /// # Errors
     /// The backend failed.
     fn devices(&mut self) -> Result<Vec<GpuInfo>, MonitorError>;
-    /// A reading of every GPU. `leases` is how many leases each GPU holds (by position in
+    /// A reading of every GPU. `load` is what the daemon knows each GPU holds (by position in
     /// `devices()`), which only the simulated backend uses.
     ///
     /// # Errors
     /// The backend failed.
-    fn sample(&mut self, leases: &[u32]) -> Result<Vec<Sample>, MonitorError>;
+    fn sample(&mut self, load: &[GpuLoad]) -> Result<Vec<Sample>, MonitorError>;
     /// Keeps the driver initialized between containers (persistence mode), so a new
     /// container's first CUDA call does not pay driver initialization. Returns what was done.
     ///
@@ -170,20 +179,22 @@ impl GpuMonitor for SimulatedGpus {
     fn devices(&mut self) -> Result<Vec<GpuInfo>, MonitorError> {
         Ok(self.gpus.clone())
     }
-    fn sample(&mut self, leases: &[u32]) -> Result<Vec<Sample>, MonitorError> {
+    fn sample(&mut self, load: &[GpuLoad]) -> Result<Vec<Sample>, MonitorError> {
         Ok(self
             .gpus
             .iter()
             .enumerate()
             .map(|(i, g)| {
-                let n = f64::from(leases.get(i).copied().unwrap_or(0));
+                let l = load.get(i).copied().unwrap_or_default();
+                let n = f64::from(l.leases);
                 Sample {
                     index: g.index,
                     busy: Some(if n > 0.0 { 1.0 } else { 0.0 }),
                     sm_activity: Some((n * self.per_lease).min(1.0)),
-                    // A nominal 2 GiB per running invocation, capped at the GPU's size.
-                    memory_used: (leases.get(i).copied().unwrap_or(0) as u64 * (2 << 30))
-                        .min(g.memory_total),
+                    // What its pooled containers hold, capped at its size (it had been a nominal
+                    // 2 GiB a lease: on a small simulated GPU one lease read as full, and the
+                    // pool evicted every idle container for room it had).
+                    memory_used: l.resident_bytes.min(g.memory_total),
                     ..Sample::default()
                 }
             })
@@ -410,7 +421,7 @@ impl GpuMonitor for NvmlGpus {
         Ok(format!("persistence mode on for {n} GPUs"))
     }
 
-    fn sample(&mut self, _leases: &[u32]) -> Result<Vec<Sample>, MonitorError> {
+    fn sample(&mut self, _load: &[GpuLoad]) -> Result<Vec<Sample>, MonitorError> {
         let xids = self.pending_xids();
         let mut gpm = std::mem::take(&mut self.gpm);
         let mut procs = std::mem::take(&mut self.processes);
@@ -582,13 +593,19 @@ mod tests {
     fn simulated_utilization_follows_leases_and_saturates() {
         let mut s = SimulatedGpus::new(2, 8 << 30, GpuMode::Plain, 0.3);
         assert_eq!(s.devices().unwrap().len(), 2);
-        let r = s.sample(&[1, 5, 0]).unwrap();
+        let load = |leases, resident_bytes| GpuLoad {
+            leases,
+            resident_bytes,
+        };
+        let r = s.sample(&[load(1, 3 << 20), load(5, 9 << 30)]).unwrap();
         assert_eq!((r[0].busy, r[1].busy), (Some(1.0), Some(1.0)));
         assert!((r[0].sm_activity.unwrap() - 0.3).abs() < 1e-9);
         assert_eq!(r[1].sm_activity, Some(1.0));
+        // Memory in use is what the pool holds there, never past the GPU's size.
+        assert_eq!((r[0].memory_used, r[1].memory_used), (3 << 20, 8 << 30));
         let idle = s.sample(&[]).unwrap();
         assert_eq!((idle[0].busy, idle[0].sm_activity), (Some(0.0), Some(0.0)));
-        assert_eq!(r[1].memory_used, 8 << 30);
+        assert_eq!(idle[0].memory_used, 0);
     }
 
     #[test]

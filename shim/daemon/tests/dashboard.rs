@@ -97,7 +97,7 @@ fn names_in(expr: &str) -> (Vec<String>, Vec<String>) {
 #[test]
 fn every_series_the_dashboard_queries_is_exported() {
     let dir = tempfile::tempdir_in("/tmp").unwrap();
-    let addr = common::free_addr();
+    let addr = mqfq_testkit::free_metrics_addr();
     let (cfg, sock) = common::write_config(
         dir.path(),
         &format!(
@@ -151,7 +151,7 @@ fn every_series_the_dashboard_queries_is_exported() {
             .await;
     });
     std::thread::sleep(Duration::from_millis(300));
-    let text = common::scrape(&addr);
+    let text = mqfq_testkit::scrape(&addr);
     common::stop(child);
 
     // Every family's name and kind (an empty family prints nothing in a live exposition);

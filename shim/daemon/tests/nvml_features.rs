@@ -227,7 +227,7 @@ fn xids_are_counted_with_placement_off() {
     };
     let xids = dir.path().join("xids");
     std::fs::write(&xids, "").unwrap();
-    let addr = common::free_addr();
+    let addr = mqfq_testkit::free_metrics_addr();
     let (cfg, sock) = common::write_config(
         dir.path(),
         &format!(
@@ -249,7 +249,7 @@ fn xids_are_counted_with_placement_off() {
     std::fs::write(&xids, "0 79\n").unwrap();
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        let m = common::scrape(&addr);
+        let m = mqfq_testkit::scrape(&addr);
         if m.lines().any(|l| {
             l.starts_with("mqfq_gpu_xid_total{") && l.contains("xid=\"79\"") && l.ends_with(" 1")
         }) {

@@ -7,6 +7,16 @@ use std::collections::{BTreeMap, BTreeSet};
 use super::*;
 
 impl Pool {
+    /// Bytes the Hot containers on `gpu` hold, as their shims last reported (what a simulated
+    /// GPU, which sees no processes, has in use).
+    #[must_use]
+    pub fn hot_bytes(&self, gpu: u32) -> u64 {
+        self.entries
+            .values()
+            .filter(|e| e.gpu == gpu && e.tier == Tier::Hot)
+            .fold(0u64, |sum, e| sum.saturating_add(e.bytes))
+    }
+
     /// Managed bytes and native bytes per function (summed over its pooled containers), for the
     /// gauges; recounted with [`Pool::tier_counts`].
     #[must_use]

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use scheduler_core::node::admission::GpuReading;
 
 use super::{Daemon, pool};
-use crate::monitor::{GpuMonitor, Sample};
+use crate::monitor::{GpuLoad, GpuMonitor, Sample};
 
 impl Daemon {
     /// Runs the sampling loop forever: utilization → D, TTL expiry, gauges.
@@ -32,10 +32,21 @@ impl Daemon {
                     self.metrics.forget_functions(&gone);
                 }
             }
-            let leases: Vec<u32> = self.lock().core.gpus().iter().map(|g| g.running).collect();
+            let load: Vec<GpuLoad> = {
+                let inner = self.lock();
+                inner
+                    .core
+                    .gpus()
+                    .iter()
+                    .map(|g| GpuLoad {
+                        leases: g.running,
+                        resident_bytes: inner.pool.hot_bytes(g.info.index),
+                    })
+                    .collect()
+            };
             // NVML calls block: on the blocking pool, not on a worker that serves shims.
             let sampled = tokio::task::spawn_blocking(move || {
-                let s = monitor.sample(&leases);
+                let s = monitor.sample(&load);
                 (monitor, s)
             })
             .await;

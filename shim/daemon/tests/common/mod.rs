@@ -49,29 +49,6 @@ pub fn stop(mut child: Child) {
     let _ = child.wait();
 }
 
-/// A loopback address with a port free now, for mqfqd's `metrics_addr`.
-pub fn free_addr() -> String {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    format!("127.0.0.1:{port}")
-}
-
-/// `/metrics` of a running daemon.
-pub fn scrape(addr: &str) -> String {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(addr).unwrap();
-    s.write_all(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n")
-        .unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).unwrap();
-    out.split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_owned())
-        .unwrap()
-}
-
 /// Writes mqfqd's config `<dir>/mqfqd.toml`: its socket `<dir>/d.sock`, then `rest` (TOML).
 /// Returns (config, socket).
 pub fn write_config(dir: &Path, rest: &str) -> (std::path::PathBuf, std::path::PathBuf) {
