@@ -5,6 +5,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use crate::report::per_invocation_csv;
+use crate::types::Corun;
 use crate::workload::{AzureSpec, MixSpec, azure, design_mix};
 use crate::{POLICIES, SimConfig, Summary, Trace, run_policy, summarize};
 use anyhow::{Context, Result, bail};
@@ -192,6 +193,15 @@ struct NodeArgs {
     /// measured slowdown (the default A30-class GPU has no GPM).
     #[arg(long)]
     gpm: bool,
+    /// How invocations running at once share a GPU: `overlap` (kernels overlap, a small
+    /// throughput gain: MPS, or streams of one context) or `time-slice` (a plain GPU's
+    /// processes: no overlap, `--timeslice-cost` lost to switching).
+    #[arg(long, default_value = "overlap")]
+    corun: String,
+    /// Under `--corun time-slice`: the share of GPU time lost to context switches with two or
+    /// more contexts (an assumption until the GPU check's concbench measures it).
+    #[arg(long, default_value_t = 0.05)]
+    timeslice_cost: f64,
     /// Fraction of GPU memory kept free.
     #[arg(long, default_value_t = 0.15)]
     headroom: f64,
@@ -316,6 +326,13 @@ impl NodeArgs {
                 .transpose()?,
             memory_admission: (!self.no_memory_admission).then_some(self.default_footprint_mb),
             none_memory: self.none_memory.parse()?,
+            corun: match self.corun.as_str() {
+                "overlap" => Corun::Overlap,
+                "time-slice" => Corun::TimeSlice {
+                    cost: self.timeslice_cost,
+                },
+                other => bail!("corun: {other:?} must be overlap or time-slice"),
+            },
             max_burst_hold_s: Some(self.max_burst_hold_s).filter(|&s| s != 0.0),
             ..SimConfig::default()
         };

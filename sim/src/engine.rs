@@ -357,12 +357,10 @@ impl<'t> Engine<'t> {
         if k == 0 {
             return (1.0, 0.0);
         }
-        let cap = 1.0 + (self.cfg.corun_gain * f64::from(k - 1)).min(self.cfg.corun_gain_max);
-        let speed = if demand <= 1.0 {
-            1.0
-        } else {
-            (cap / demand).min(1.0)
-        };
+        let speed = self
+            .cfg
+            .corun
+            .speed(k, demand, self.cfg.corun_gain, self.cfg.corun_gain_max);
         (speed, demand.min(1.0))
     }
 

@@ -30,7 +30,7 @@ pub use engine::simulate;
 pub use policy::{POLICIES, Policy, build};
 pub use report::{Summary, summarize};
 pub use trace::{Trace, TraceError};
-pub use types::{Audit, Baselines, NoneMemory, Record, SimConfig, SimError, SimOutput};
+pub use types::{Audit, Baselines, Corun, NoneMemory, Record, SimConfig, SimError, SimOutput};
 
 /// Runs the named policy over a trace with the given knobs.
 ///

@@ -38,6 +38,47 @@ impl std::str::FromStr for Baselines {
     }
 }
 
+/// How invocations that run at once on one GPU share it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Corun {
+    /// Their kernels overlap (MPS; or streams of one context): k co-runners together get
+    /// `1 + corun_gain·(k−1)` (at most `1 + corun_gain_max`) of one GPU's throughput.
+    #[default]
+    Overlap,
+    /// Time slicing (a plain GPU's contexts of different processes, what plain runc gives):
+    /// no overlap, and with two or more contexts a `cost` share of the GPU's time is lost to
+    /// switching between them.
+    TimeSlice {
+        /// Share of the GPU's time lost to context switches with ≥ 2 contexts, in [0, 1).
+        cost: f64,
+    },
+}
+
+impl Corun {
+    /// The share of one GPU's throughput `k` co-runners get together, before their demand.
+    #[must_use]
+    pub fn capacity(self, k: u32, gain: f64, gain_max: f64) -> f64 {
+        match self {
+            Corun::Overlap => 1.0 + (gain * f64::from(k.saturating_sub(1))).min(gain_max),
+            Corun::TimeSlice { cost } if k > 1 => 1.0 - cost,
+            Corun::TimeSlice { .. } => 1.0,
+        }
+    }
+
+    /// Each co-runner's speed (1: as fast as alone) when their solo demands add up to
+    /// `demand`: all at full speed while the GPU holds them, else its capacity shared out.
+    #[must_use]
+    pub fn speed(self, k: u32, demand: f64, gain: f64, gain_max: f64) -> f64 {
+        let cap = self.capacity(k, gain, gain_max);
+        if demand <= cap.min(1.0) {
+            1.0
+        } else {
+            (cap / demand).min(1.0)
+        }
+    }
+}
+
 /// What a start past the GPU's memory does under `none` (no admission, no pool).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -48,7 +89,15 @@ pub enum NoneMemory {
     /// Its memory is managed (UVM): the start goes on past physical memory, and each run on an
     /// oversubscribed GPU first pages its share of the excess in over the PCIe link.
     Uvm,
+    /// As `Uvm`, and when the calls running at once on a GPU need more than it holds, their
+    /// faults evict each other's pages: each such run pages its whole footprint in, on demand
+    /// at a quarter of the link's rate (fault-driven migration, not a bulk prefetch).
+    UvmThrash,
 }
+
+/// Under [`NoneMemory::UvmThrash`], the share of the link's rate that fault-driven paging gets
+/// (an assumption until the GPU check measures it).
+pub const UVM_FAULT_SHARE: f64 = 0.25;
 
 impl std::str::FromStr for NoneMemory {
     type Err = ConfigError;
@@ -56,7 +105,12 @@ impl std::str::FromStr for NoneMemory {
         match s {
             "fail" => Ok(NoneMemory::Fail),
             "uvm" => Ok(NoneMemory::Uvm),
-            _ => Err(ConfigError::new("none-memory", s, "must be fail or uvm")),
+            "uvm-thrash" => Ok(NoneMemory::UvmThrash),
+            _ => Err(ConfigError::new(
+                "none-memory",
+                s,
+                "must be fail, uvm or uvm-thrash",
+            )),
         }
     }
 }
@@ -78,6 +132,8 @@ pub struct SimConfig {
     pub corun_gain: f64,
     /// Ceiling of the co-run gain.
     pub corun_gain_max: f64,
+    /// How co-runners share a GPU (the gain above is the overlap's).
+    pub corun: Corun,
     /// Utilization sample period, ms.
     pub sample_ms: f64,
     /// Whether the GPUs report SM activity (GPM, Hopper and later) besides busy-time; off for
@@ -125,6 +181,7 @@ impl Default for SimConfig {
             cold_ms: 3_000.0,
             corun_gain: 0.05,
             corun_gain_max: 0.15,
+            corun: Corun::Overlap,
             sample_ms: 100.0,
             gpm: false,
             profile: Profile::Balanced,
@@ -179,6 +236,15 @@ impl SimConfig {
         nonneg("cold-ms", self.cold_ms)?;
         nonneg("corun-gain", self.corun_gain)?;
         nonneg("corun-gain-max", self.corun_gain_max)?;
+        if let Corun::TimeSlice { cost } = self.corun
+            && !(cost.is_finite() && (0.0..1.0).contains(&cost))
+        {
+            return Err(ConfigError::new(
+                "timeslice-cost",
+                cost,
+                "must be a number in [0, 1)",
+            ));
+        }
         pos("sample-ms", self.sample_ms)?;
         if !self.gpu_models.is_empty() && self.gpu_models.len() != self.gpus {
             return Err(ConfigError::new(

@@ -311,6 +311,63 @@ fn none_fails_starts_past_memory_or_pages_them_in() {
     assert!(sticky.records.iter().all(|r| r.end_ms.is_finite()));
     let e = "swap".parse::<NoneMemory>().unwrap_err();
     assert!(e.to_string().contains("none-memory"), "{e}");
+    // Thrashing: the six started past memory each run beside co-runners that need more than the
+    // GPU holds, so each pages its whole 5 GB in, at a quarter of the link's rate.
+    let thrash_cfg = SimConfig {
+        none_memory: "uvm-thrash".parse().unwrap(),
+        ..SimConfig::default()
+    };
+    let thrash = run_policy("none", &t, &thrash_cfg).unwrap();
+    assert_eq!(thrash.audit.failed_starts, 0);
+    assert!(
+        (thrash.pcie_mb - 30_000.0).abs() < 1e-6,
+        "{}",
+        thrash.pcie_mb
+    );
+    assert!(
+        uvm.pcie_mb < thrash.pcie_mb,
+        "{} {}",
+        uvm.pcie_mb,
+        thrash.pcie_mb
+    );
+    let last_end = |o: &mqfq_sim::SimOutput| o.records.iter().map(|r| r.end_ms).fold(0.0, f64::max);
+    assert!(last_end(&thrash) > last_end(&uvm));
+}
+
+/// Co-running: overlapping kernels gain a little (k co-runners get up to 1.15 of the GPU),
+/// time-sliced contexts gain nothing and lose the switching cost. Two 1 s calls that each keep
+/// the GPU busy, at once, under `none`: 2 / 1.05 s under overlap, 2 / 0.95 s time-sliced at a
+/// 5 % cost; alone, either runs in 1 s.
+#[test]
+fn time_sliced_co_runners_gain_nothing_and_pay_the_switch() {
+    use mqfq_sim::Corun;
+    let ts = Corun::TimeSlice { cost: 0.05 };
+    assert_eq!(Corun::Overlap.speed(1, 0.5, 0.05, 0.15), 1.0);
+    assert!((Corun::Overlap.speed(2, 2.0, 0.05, 0.15) - 1.05 / 2.0).abs() < 1e-12);
+    assert!((Corun::Overlap.speed(10, 10.0, 0.05, 0.15) - 1.15 / 10.0).abs() < 1e-12);
+    assert_eq!(ts.speed(1, 1.0, 0.05, 0.15), 1.0);
+    assert_eq!(ts.speed(2, 0.9, 0.05, 0.15), 1.0, "room for both");
+    assert!((ts.speed(2, 0.97, 0.05, 0.15) - 0.95 / 0.97).abs() < 1e-12);
+    assert!((ts.speed(2, 2.0, 0.05, 0.15) - 0.95 / 2.0).abs() < 1e-12);
+    let t =
+        Trace::parse("time_ms,function,exec_ms,mem_mb,cold_ms\n0,a,1000,100,0\n0,b,1000,100,0\n")
+            .unwrap();
+    let end = |corun| {
+        let cfg = SimConfig {
+            corun,
+            ..SimConfig::default()
+        };
+        let o = run_policy("none", &t, &cfg).unwrap();
+        o.records.iter().map(|r| r.end_ms).fold(0.0, f64::max)
+    };
+    assert!((end(Corun::Overlap) - 2000.0 / 1.05).abs() < 1e-6);
+    assert!((end(ts) - 2000.0 / 0.95).abs() < 1e-6);
+    let bad = SimConfig {
+        corun: Corun::TimeSlice { cost: 1.0 },
+        ..SimConfig::default()
+    };
+    let e = run_policy("none", &t, &bad).unwrap_err();
+    assert!(e.to_string().contains("timeslice-cost"), "{e}");
 }
 
 /// The random sweep draws what it says (5–60 functions, 0.2–20 GB, 10 ms–10 s, 1–4 GPUs of

@@ -53,8 +53,14 @@ impl Engine<'_> {
     }
 
     pub(super) fn pcie(&mut self, g: usize, mb: f64) -> f64 {
+        self.pcie_at(g, mb, 1.0)
+    }
+
+    /// [`Engine::pcie`] at `share` of the link's rate (fault-driven paging): the same bytes,
+    /// `1 / share` times as long on the link.
+    pub(super) fn pcie_at(&mut self, g: usize, mb: f64, share: f64) -> f64 {
         self.pcie_mb += mb;
-        let dur = self.transfer_ms(g, mb);
+        let dur = self.transfer_ms(g, mb) / share;
         let gpu = &mut self.gpus[g];
         let start = gpu.pcie_free_ms.max(self.now);
         gpu.pcie_free_ms = start + dur;

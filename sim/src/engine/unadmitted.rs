@@ -3,13 +3,15 @@
 //! and the NVIDIA toolkit know nothing of it) until the platform's keep-alive ends it. Past the
 //! GPU's physical memory a start either fails — its allocations do — or, with managed memory
 //! (`--none-memory uvm`), goes on oversubscribed, and each run on an oversubscribed GPU first
-//! pages its share of the excess in over the PCIe link.
+//! pages its share of the excess in over the PCIe link; with `uvm-thrash`, a run whose
+//! co-runners' footprints and its own exceed the GPU pages its whole footprint in, at the rate
+//! of fault-driven migration.
 
 use scheduler_core::tiers::Tier;
 
 use super::{EPS, Engine};
 use crate::policy::Policy;
-use crate::types::{NoneMemory, Record};
+use crate::types::{NoneMemory, Record, UVM_FAULT_SHARE};
 
 impl Engine<'_> {
     /// Gives run `r` a container under `none`, or fails it.
@@ -19,7 +21,7 @@ impl Engine<'_> {
         let (c, until, tier) = if let Some(c) = self.idle_container(f, g, Tier::Hot) {
             (c, self.containers[c].ready_ms.max(self.now), Tier::Hot)
         } else if self.gpus[g].used_mb + mem <= self.cfg.mem_mb(g) + EPS
-            || self.cfg.none_memory == NoneMemory::Uvm
+            || self.cfg.none_memory != NoneMemory::Fail
         {
             let c = self.new_container(f, g);
             (c, self.bring_in(c), Tier::Cold)
@@ -27,18 +29,33 @@ impl Engine<'_> {
             self.fail_start(r);
             return;
         };
-        let until = until.max(self.page_in(g, mem));
+        let until = until.max(self.page_in(r, g, mem));
         self.containers[c].busy = true;
         self.runs[r].as_mut().expect("run exists").container = Some(c);
         self.starting_up(r, until, tier, policy);
     }
 
-    /// A run on oversubscribed GPU `g` pages in its share of the excess first (`mem` × the
-    /// fraction of the GPU's memory in use that does not fit); returns when that is done.
-    fn page_in(&mut self, g: usize, mem: f64) -> f64 {
+    /// Run `r` on oversubscribed GPU `g` pages in its share of the excess first (`mem` × the
+    /// fraction of the GPU's memory in use that does not fit); under `uvm-thrash`, its whole
+    /// footprint at the fault-driven rate when the runs on `g` with it need more than `g` holds.
+    /// Returns when that is done.
+    fn page_in(&mut self, r: usize, g: usize, mem: f64) -> f64 {
         let (used, cap) = (self.gpus[g].used_mb, self.cfg.mem_mb(g));
         if used <= cap + EPS {
             return self.now;
+        }
+        if self.cfg.none_memory == NoneMemory::UvmThrash {
+            let running: f64 = self
+                .runs
+                .iter()
+                .enumerate()
+                .filter_map(|(i, run)| run.as_ref().map(|run| (i, run)))
+                .filter(|(i, run)| run.gpu == g && (run.container.is_some() || *i == r))
+                .map(|(_, run)| self.mem(run.func))
+                .sum();
+            if running > cap + EPS {
+                return self.pcie_at(g, mem, UVM_FAULT_SHARE);
+            }
         }
         self.pcie(g, mem * (used - cap) / used)
     }
