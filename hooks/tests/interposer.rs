@@ -403,6 +403,33 @@ fn the_gpu_check_program_keeps_its_results_across_evict_and_prefetch() {
     assert!(log.is_empty() || log.contains("prefetch host"), "{log}");
 }
 
+/// The GPU check's oversubscription modes over the double (no interposer): `oversub` touches
+/// all of its managed memory every pass, timed, and checks every value; `hold` holds native
+/// memory and says so.
+#[test]
+fn the_gpu_check_program_s_oversubscription_modes_run_over_the_double() {
+    let dir = tempfile::tempdir().unwrap();
+    if common::built(dir.path(), &["cuda"]).is_none() {
+        return;
+    }
+    let bench = common::gpu_program(dir.path(), "uvmbench");
+    let run = |args: &[&str]| {
+        let o = Command::new(&bench)
+            .args(args)
+            .env("LD_LIBRARY_PATH", dir.path())
+            .output()
+            .unwrap();
+        let out = String::from_utf8_lossy(&o.stdout).into_owned();
+        assert!(o.status.success(), "{args:?}: {out}");
+        out
+    };
+    let out = run(&["oversub", "4", "3"]);
+    assert_eq!(out.matches("pass_ms ").count(), 3, "{out}");
+    assert_eq!(out.matches("fault_GBps ").count(), 1, "{out}");
+    assert!(out.contains("results_wrong 0 of 1048576"), "{out}");
+    assert_eq!(run(&["hold", "2", "0"]), "holding 2 MiB\n");
+}
+
 #[test]
 fn an_evicted_process_nobody_prefetches_goes_on_by_itself() {
     let dir = tempfile::tempdir().unwrap();

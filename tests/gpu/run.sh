@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU check, for a machine with an NVIDIA GPU (one call, ≤ 5 minutes). Writes everything to
+# The GPU check, for a machine with an NVIDIA GPU (one call, ≤ 8 minutes). Writes everything to
 # $OUT (default ./gpu-out): results.txt plus raw files. Each step is guarded: a missing piece is
 # recorded as such, never fatal. Binaries come from gpu-bin/ (built beforehand with
 # `scripts/gpu-prepare.sh`) or, when cargo is available, by running that script here.
@@ -14,7 +14,8 @@
 # two-process IPC exchange without the interposer, with it and the native setting, and with it
 # by default (the export of converted memory refused, later allocations native), and pointer
 # queries on converted memory; (6) load signals and burst cost under 1-8 concurrent invocations;
-# (7) the burst monitor beside a stream capture and a context reset (the driver's own rules).
+# (7) the burst monitor beside a stream capture and a context reset (the driver's own rules); (8)
+# oversubscribed UVM: fault-driven migration's rate and two processes thrashing.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-$PWD/gpu-out}
@@ -237,5 +238,36 @@ if [ -x "$LC" ] && [ -f "$LIB" ]; then
     say "lifecheck exit: $rc"
 else
     say "## burst monitor: lifecheck or $LIB missing (run scripts/gpu-prepare.sh first)"
+fi
+# (8) Oversubscribed UVM (issue 34's `none` under managed memory): fault-driven migration's rate
+# (the first pass over 8 GiB written on the host) against pinned cuMemcpy's (step 4), then two
+# processes of 8 GiB at once on a GPU shrunk to 12 GiB free by a third holding the rest: their
+# passes against one alone show the thrash (the simulator's UVM_FAULT_SHARE and uvm-thrash).
+if [ -x "$UVM" ] && command -v nvidia-smi >/dev/null; then
+    say "## oversubscribed UVM: 8 GiB alone, then two at once with 12 GiB free"
+    total=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits -i 0 | tr -d ' ')
+    hog=$((total - 12288 - 2048))
+    timeout 60 "$UVM" oversub 8192 3 2>&1 | sed 's/^/solo_unshrunk /' | tee -a "$R"
+    if [ "$hog" -gt 0 ]; then
+        timeout 300 "$UVM" hold "$hog" 280 > "$OUT/hold.txt" 2>&1 &
+        H=$!
+        for _ in $(seq 1 100); do grep -q holding "$OUT/hold.txt" && break; sleep 0.1; done
+        say "held: $(cat "$OUT/hold.txt")"
+        timeout 100 "$UVM" oversub 8192 3 2>&1 | sed 's/^/solo /' | tee -a "$R"
+        timeout 120 "$UVM" oversub 8192 3 > "$OUT/pair-a.txt" 2>&1 &
+        A=$!
+        timeout 120 "$UVM" oversub 8192 3 > "$OUT/pair-b.txt" 2>&1
+        say "pair b exit: $?"
+        wait "$A"
+        say "pair a exit: $?"
+        sed 's/^/pair_a /' "$OUT/pair-a.txt" | tee -a "$R"
+        sed 's/^/pair_b /' "$OUT/pair-b.txt" | tee -a "$R"
+        kill "$H" 2>/dev/null
+        wait "$H" 2>/dev/null
+    else
+        say "GPU of $total MiB: too small to shrink to 12 GiB free"
+    fi
+else
+    say "## oversubscribed UVM: uvmbench or nvidia-smi missing"
 fi
 say "# done $(date -u +%FT%TZ)"

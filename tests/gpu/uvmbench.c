@@ -8,10 +8,18 @@
  *                           evict and prefetch through its own control socket (timed), NVML's
  *                           per-process view after each, kernel again, check every value; hot
  *                           and warm restore: a kernel when resident vs prefetch + kernel
+ *   uvmbench oversub MIB PASSES  no interposer: MIB of managed memory written on the host, then
+ *                           PASSES kernels over all of it, each timed (`pass_ms`); the first
+ *                           faults every page in on demand (`fault_GBps`: fault-driven
+ *                           migration's rate, against pinned cuMemcpy's); run two at once on a
+ *                           GPU that cannot hold both to see them thrash
+ *   uvmbench hold MIB SECONDS  holds MIB of native device memory for SECONDS (shrinks the GPU
+ *                           for the oversubscription runs), printing `holding` once it does
  *
  * Prints `name value` lines; exits 1 on a wrong result or a missing driver function.
  */
 #include <dlfcn.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,6 +45,7 @@ static CUresult (*cuMemcpyHtoD)(CUdeviceptr, const void *, size_t);
 static CUresult (*cuMemcpyDtoH)(void *, CUdeviceptr, size_t);
 static CUresult (*cuModuleLoadData)(CUmodule *, const void *);
 static CUresult (*cuModuleGetFunction)(CUfunction *, CUmodule, const char *);
+static CUresult (*cuMemAllocManaged)(CUdeviceptr *, size_t, unsigned);
 static CUresult (*cuLaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned,
                                   unsigned, unsigned, void *, void **, void **);
 
@@ -119,7 +128,7 @@ static int launch(CUfunction f, CUdeviceptr p, unsigned n) {
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0);
     if (argc < 3) {
-        fprintf(stderr, "usage: uvmbench baseline|uvm MIB\n");
+        fprintf(stderr, "usage: uvmbench baseline|uvm|oversub|hold MIB [PASSES|SECONDS]\n");
         return 2;
     }
     size_t bytes = (size_t)atol(argv[2]) << 20;
@@ -143,16 +152,47 @@ int main(int argc, char **argv) {
     LOAD(h, cuLaunchKernel, "cuLaunchKernel");
     int dev;
     CUcontext ctx;
+    double t0, t1;
     CHECK(cuInit(0));
     CHECK(cuDeviceGet(&dev, 0));
     CHECK(cuDevicePrimaryCtxRetain(&ctx, dev));
     CHECK(cuCtxSetCurrent(ctx));
+    if (strcmp(argv[1], "hold") == 0) {
+        CUdeviceptr held;
+        CHECK(cuMemAlloc(&held, bytes));
+        printf("holding %zu MiB\n", bytes >> 20);
+        sleep(argc > 3 ? (unsigned)atoi(argv[3]) : 60);
+        return 0;
+    }
+    if (strcmp(argv[1], "oversub") == 0) {
+        LOAD(h, cuMemAllocManaged, "cuMemAllocManaged");
+        int passes = argc > 3 ? atoi(argv[3]) : 5;
+        CUdeviceptr mm;
+        CUmodule m;
+        CUfunction f;
+        CHECK(cuModuleLoadData(&m, PTX));
+        CHECK(cuModuleGetFunction(&f, m, "inc"));
+        CHECK(cuMemAllocManaged(&mm, bytes, 1 /* CU_MEM_ATTACH_GLOBAL */));
+        unsigned *p = (unsigned *)(uintptr_t)mm;
+        for (unsigned i = 0; i < n; i++) p[i] = i; /* on the host: every page starts there */
+        for (int k = 0; k < passes; k++) {
+            t0 = now_ms();
+            CHECK(launch(f, mm, n));
+            t1 = now_ms();
+            printf("pass_ms %d %.2f\n", k, t1 - t0);
+            if (k == 0) printf("fault_GBps %.2f\n", bytes / ((t1 - t0) / 1e3) / 1e9);
+        }
+        unsigned bad = 0;
+        for (unsigned i = 0; i < n; i++)
+            if (p[i] != i + (unsigned)passes) bad++;
+        printf("results_wrong %u of %u\n", bad, n);
+        return bad ? 1 : 0;
+    }
     unsigned *host;
     CHECK(cuMemAllocHost((void **)&host, bytes));
     for (unsigned i = 0; i < n; i++) host[i] = i;
     CUdeviceptr d;
     CHECK(cuMemAlloc(&d, bytes));
-    double t0, t1;
 
     if (strcmp(argv[1], "baseline") == 0) {
         for (int rep = 0; rep < 3; rep++) {
