@@ -136,36 +136,8 @@ fn allocations_are_converted_under_an_old_glibc() {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
-    let doubles = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/doubles");
     // The libcuda double and the client, built for glibc 2.17 as an old image's would be.
-    let cc = |args: &[&str]| {
-        let o = Command::new(&zig)
-            .args(["cc", "-target", "x86_64-linux-gnu.2.17", "-O1"])
-            .args(args)
-            .current_dir(dir.path())
-            .output()
-            .unwrap();
-        assert!(o.status.success(), "zig cc {args:?}: {}", text(&o));
-    };
-    let cuda = doubles.join("cuda.c").display().to_string();
-    let client = doubles.join("cuda_client.c").display().to_string();
-    cc(&[
-        "-shared",
-        "-fPIC",
-        "-Wl,-soname,libcuda.so.1",
-        "-o",
-        "libcuda.so.1",
-        &cuda,
-    ]);
-    cc(&[
-        "-o",
-        "client",
-        &client,
-        "-L.",
-        "-l:libcuda.so.1",
-        "-ldl",
-        "-lpthread",
-    ]);
+    zig_doubles(&zig, "x86_64-linux-gnu.2.17", dir.path());
     let ctl = dir.path().join("ctl");
     std::fs::create_dir(&ctl).unwrap();
     let log = dir.path().join("cuda.log");
@@ -186,7 +158,11 @@ fn allocations_are_converted_under_an_old_glibc() {
         .stdin(std::process::Stdio::null())
         .output()
         .unwrap();
-    let out = text(&o);
+    assert_converted(&o, &text(&o));
+}
+
+/// The CUDA client's output `out` says every lookup path converted its allocation.
+fn assert_converted(o: &Output, out: &str) {
     assert!(o.status.success(), "{out}");
     for want in [
         "direct rc=0 kind=2",
@@ -196,6 +172,39 @@ fn allocations_are_converted_under_an_old_glibc() {
     ] {
         assert!(out.contains(want), "{want} missing:\n{out}");
     }
+}
+
+/// Compiles `src` with `zig cc` for `target` (`x86_64-linux-gnu.2.17`, …) in `dir` as `out`.
+fn zig_cc(zig: &Path, target: &str, dir: &Path, out: &str, src: &Path, args: &[&str]) {
+    let o = Command::new(zig)
+        .args(["cc", "-target", target, "-O1", "-o", out])
+        .arg(src)
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "zig cc {out}: {}", text(&o));
+}
+
+/// The libcuda double (`libcuda.so.1`) and the CUDA client (`client`) for `target`, in `dir`.
+fn zig_doubles(zig: &Path, target: &str, dir: &Path) {
+    let doubles = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/doubles");
+    zig_cc(
+        zig,
+        target,
+        dir,
+        "libcuda.so.1",
+        &doubles.join("cuda.c"),
+        &["-shared", "-fPIC", "-Wl,-soname,libcuda.so.1"],
+    );
+    zig_cc(
+        zig,
+        target,
+        dir,
+        "client",
+        &doubles.join("cuda_client.c"),
+        &["-L.", "-l:libcuda.so.1", "-ldl", "-lpthread"],
+    );
 }
 
 /// Debian's aarch64 glibc (libc6-arm64-cross), which `qemu-aarch64 -L` runs programs on.
@@ -241,16 +250,8 @@ fn the_aarch64_interposer_runs_emulated() {
     }
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let cc = |out: &str, src: &Path, args: &[&str]| {
-        let o = Command::new(&zig)
-            .args(["cc", "-target", "aarch64-linux-gnu.2.17", "-O1", "-o", out])
-            .arg(src)
-            .args(args)
-            .current_dir(d)
-            .output()
-            .unwrap();
-        assert!(o.status.success(), "zig cc {out}: {}", text(&o));
-    };
+    let target = "aarch64-linux-gnu.2.17";
+    let cc = |out: &str, src: &Path, args: &[&str]| zig_cc(&zig, target, d, out, src, args);
     let write = |name: &str, src: &str| {
         std::fs::write(d.join(name), src).unwrap();
         d.join(name)
@@ -293,17 +294,7 @@ fn the_aarch64_interposer_runs_emulated() {
         }
     }
 
-    let doubles = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/doubles");
-    cc(
-        "libcuda.so.1",
-        &doubles.join("cuda.c"),
-        &["-shared", "-fPIC", "-Wl,-soname,libcuda.so.1"],
-    );
-    cc(
-        "client",
-        &doubles.join("cuda_client.c"),
-        &["-L.", "-l:libcuda.so.1", "-ldl", "-lpthread"],
-    );
+    zig_doubles(&zig, target, d);
     std::fs::create_dir(d.join("ctl")).unwrap();
     let o = emulated(
         &d.join("client"),
@@ -314,14 +305,5 @@ fn the_aarch64_interposer_runs_emulated() {
             ("FAKE_CUDA_LOG", d.join("cuda.log").display().to_string()),
         ],
     );
-    let out = head(&o);
-    assert!(o.status.success(), "{out}");
-    for want in [
-        "direct rc=0 kind=2",
-        "dlsym rc=0 kind=2",
-        "procaddr rc=0 kind=2",
-        "ready",
-    ] {
-        assert!(out.contains(want), "{want} missing:\n{out}");
-    }
+    assert_converted(&o, &head(&o));
 }
