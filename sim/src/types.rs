@@ -89,9 +89,10 @@ pub enum NoneMemory {
     /// Its memory is managed (UVM): the start goes on past physical memory, and each run on an
     /// oversubscribed GPU first pages its share of the excess in over the PCIe link.
     Uvm,
-    /// As `Uvm`, and when the calls running at once on a GPU need more than it holds, their
-    /// faults evict each other's pages: each such run pages its whole footprint in, on demand
-    /// at a quarter of the link's rate (fault-driven migration, not a bulk prefetch).
+    /// As `Uvm`, and a call that starts while the calls running on its GPU (itself included) need
+    /// more than it holds pages its whole footprint in — their faults evict each other's pages —
+    /// on demand at a quarter of the link's rate (fault-driven migration, not a bulk prefetch).
+    /// The co-runners already running are not charged again.
     UvmThrash,
 }
 

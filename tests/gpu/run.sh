@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU check, for a machine with an NVIDIA GPU (one call, ≤ 8 minutes). Writes everything to
+# The GPU check, for a machine with an NVIDIA GPU (one call, ≤ 9 minutes). Writes everything to
 # $OUT (default ./gpu-out): results.txt plus raw files. Each step is guarded: a missing piece is
 # recorded as such, never fatal. Binaries come from gpu-bin/ (built beforehand with
 # `scripts/gpu-prepare.sh`) or, when cargo is available, by running that script here.
@@ -246,6 +246,7 @@ fi
 if [ -x "$UVM" ] && command -v nvidia-smi >/dev/null; then
     say "## oversubscribed UVM: 8 GiB alone, then two at once with 12 GiB free"
     total=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits -i 0 | tr -d ' ')
+    case "$total" in '' | *[!0-9]*) total=0 ;; esac
     hog=$((total - 12288 - 2048))
     timeout 60 "$UVM" oversub 8192 3 2>&1 | sed 's/^/solo_unshrunk /' | tee -a "$R"
     if [ "$hog" -gt 0 ]; then
@@ -253,6 +254,8 @@ if [ -x "$UVM" ] && command -v nvidia-smi >/dev/null; then
         H=$!
         for _ in $(seq 1 100); do grep -q holding "$OUT/hold.txt" && break; sleep 0.1; done
         say "held: $(cat "$OUT/hold.txt")"
+    fi
+    if [ "$hog" -gt 0 ] && grep -q holding "$OUT/hold.txt"; then
         timeout 100 "$UVM" oversub 8192 3 2>&1 | sed 's/^/solo /' | tee -a "$R"
         timeout 120 "$UVM" oversub 8192 3 > "$OUT/pair-a.txt" 2>&1 &
         A=$!
@@ -265,7 +268,8 @@ if [ -x "$UVM" ] && command -v nvidia-smi >/dev/null; then
         kill "$H" 2>/dev/null
         wait "$H" 2>/dev/null
     else
-        say "GPU of $total MiB: too small to shrink to 12 GiB free"
+        if [ -n "${H:-}" ]; then kill "$H" 2>/dev/null; fi
+        say "GPU of $total MiB: could not shrink it to 12 GiB free (too small, or the hold failed)"
     fi
 else
     say "## oversubscribed UVM: uvmbench or nvidia-smi missing"

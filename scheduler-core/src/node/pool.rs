@@ -251,8 +251,9 @@ impl Pool {
     /// A byte figure container `key` (through its shim) claims, made believable: never more than
     /// the GPU has in use (measured) or has at all (simulated), less what the other Hot
     /// containers on it are known to hold; nothing while the GPU's memory is not known yet. The
-    /// figures come from the container's own processes: a lie may cost that container its place
-    /// in the pool, never another container's memory.
+    /// figures come from the container's own processes: where the driver measures memory, a lie
+    /// may cost that container its place in the pool, never another container's memory; on a
+    /// simulated GPU a claim up to its free memory is believed (docs/SECURITY.md).
     fn believable(&self, key: &ContainerKey, gpu: u32, bytes: u64) -> u64 {
         let Some(&(used, total)) = self.memory.get(&gpu) else {
             return 0;

@@ -111,7 +111,6 @@ pub fn with_last_memory(samples: Vec<Sample>, last: &[(u32, u64)]) -> Vec<Sample
         .collect()
 }
 
-/// A source of GPU facts and samples.
 /// What the daemon knows one GPU holds: the simulated backend's whole view of it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct GpuLoad {
@@ -121,6 +120,7 @@ pub struct GpuLoad {
     pub resident_bytes: u64,
 }
 
+/// A source of GPU facts and samples.
 pub trait GpuMonitor: Send {
     /// `nvml` or `simulated`.
     fn backend(&self) -> &'static str;

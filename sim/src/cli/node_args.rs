@@ -98,9 +98,9 @@ pub(super) struct NodeArgs {
     #[arg(long, default_value = "overlap")]
     corun: String,
     /// Under `--corun time-slice`: the share of GPU time lost to context switches with two or
-    /// more contexts (an assumption until the GPU check's concbench measures it).
-    #[arg(long, default_value_t = 0.05)]
-    timeslice_cost: f64,
+    /// more contexts (default 0.05: an assumption until the GPU check's concbench measures it).
+    #[arg(long)]
+    timeslice_cost: Option<f64>,
     /// Fraction of GPU memory kept free.
     #[arg(long, default_value_t = 0.15)]
     headroom: f64,
@@ -225,12 +225,15 @@ impl NodeArgs {
                 .transpose()?,
             memory_admission: (!self.no_memory_admission).then_some(self.default_footprint_mb),
             none_memory: self.none_memory.parse()?,
-            corun: match self.corun.as_str() {
-                "overlap" => Corun::Overlap,
-                "time-slice" => Corun::TimeSlice {
-                    cost: self.timeslice_cost,
+            corun: match (self.corun.as_str(), self.timeslice_cost) {
+                ("overlap", None) => Corun::Overlap,
+                ("overlap", Some(_)) => {
+                    bail!("timeslice-cost: only with --corun time-slice")
+                }
+                ("time-slice", cost) => Corun::TimeSlice {
+                    cost: cost.unwrap_or(0.05),
                 },
-                other => bail!("corun: {other:?} must be overlap or time-slice"),
+                (other, _) => bail!("corun: {other:?} must be overlap or time-slice"),
             },
             max_burst_hold_s: Some(self.max_burst_hold_s).filter(|&s| s != 0.0),
             ..SimConfig::default()

@@ -7,8 +7,9 @@ use super::*;
 
 impl Pool {
     /// Bytes in use on a GPU as far as the pool can tell, counting prefetches in flight and not
-    /// evictions in flight. The sampled figure; on a simulated GPU (which does not see the
-    /// containers) never less than what Hot containers hold.
+    /// evictions in flight. The sampled figure where the driver measures it; elsewhere (a
+    /// simulated GPU, which sees no containers) what Hot containers hold, never less than the
+    /// last sample (a figure from before an eviction counts until the next one).
     pub(super) fn in_use(&self, gpu: u32) -> (u64, u64) {
         let (sampled, total) = self.memory.get(&gpu).copied().unwrap_or((0, 0));
         let mut hot = 0u64;
