@@ -224,25 +224,33 @@ fn a_light_server_waits_at_most_one_flood_burst() {
     assert!(c.leftovers().is_empty(), "{:?}", c.leftovers());
 }
 
-/// The flood above holding most of the GPU's memory (47 of a simulated 72 MiB) beside a light
-/// server that fits next to it (7 MiB; the pool's budget is 85 %, 61 MiB): the light server
-/// still waits behind at most one flood burst, both stay resident, and no memory moves — no
-/// evict, prefetch or restore. (A simulated GPU had read as full while any lease ran, 2 GiB a
-/// lease: the pool evicted the idle server, and each switch between the two restored one.)
-#[test]
-fn a_flood_holding_most_of_the_memory_beside_a_light_server_moves_no_memory() {
+/// What [`flood_beside_light`] saw.
+struct MemoryRun {
+    /// mqfqd's `/metrics` once the light server had run its bursts.
+    metrics: String,
+    /// `mqfqctl status` then.
+    status: Value,
+    /// The light server's bursts (kernels) by then.
+    light_bursts: usize,
+    /// [`floods_ahead_of_light`] over the whole run.
+    ahead: Vec<(usize, usize)>,
+}
+
+/// The flood above holding most of a simulated 72 MiB GPU (47 MiB: the client's 7 and 40 more)
+/// beside a light server of 7 + `light_extra_mib` MiB, on one slot; the pool's budget is 85 %
+/// (61 MiB). Runs until the light server has run eight bursts and both containers' memory is
+/// known to the pool, then stops both (`None`: no containerd here).
+fn flood_beside_light(name: &str, light_extra_mib: u32) -> Option<MemoryRun> {
     const MIB: u64 = 1 << 20;
     let metrics = mqfq_testkit::free_metrics_addr();
-    let Some((c, d, cuda)) = setup(
-        "flood-mem",
+    let (c, d, cuda) = setup(
+        name,
         &[],
         &format!(
             "metrics_addr = \"{metrics}\"\n[simulated]\nmemory_mib = 72\n\
              [concurrency]\nd_max = 1\nd_initial = 1\n[queue]\nshort_charge_s = 0\n"
         ),
-    ) else {
-        return;
-    };
+    )?;
     let o = c.run_cuda(
         MQFQ,
         "flood",
@@ -253,9 +261,19 @@ fn a_flood_holding_most_of_the_memory_beside_a_light_server_moves_no_memory() {
     );
     assert!(o.status.success(), "flood: {}", text(&o));
     d.wait_for("the flood running", |_| kernels(&cuda, "flood").len() >= 10);
-    server(&c, &cuda, "light", 10, 1, 300);
+    let extra = format!("CLIENT_EXTRA_MIB={light_extra_mib}");
+    let o = c.run_cuda(
+        MQFQ,
+        "light",
+        "light",
+        &cuda,
+        &["FAKE_CUDA_KERNEL_MS=10", &extra],
+        &["serve", "1", "300"],
+    );
+    assert!(o.status.success(), "light: {}", text(&o));
     d.wait_for("eight light bursts", |_| kernels(&cuda, "light").len() >= 8);
-    let s = d.wait_for("both pooled with their memory", |s| {
+    let light = (7 + u64::from(light_extra_mib)) * MIB;
+    let status = d.wait_for("both pooled with their memory", |s| {
         let bytes = |id: &str| {
             s["pool"].as_array().and_then(|p| {
                 p.iter()
@@ -263,28 +281,100 @@ fn a_flood_holding_most_of_the_memory_beside_a_light_server_moves_no_memory() {
                     .and_then(|e| e["bytes"].as_u64())
             })
         };
-        bytes("flood").is_some_and(|b| b >= 47 * MIB)
-            && bytes("light").is_some_and(|b| b >= 7 * MIB)
+        bytes("flood").is_some_and(|b| b >= 47 * MIB) && bytes("light").is_some_and(|b| b >= light)
     });
-    let tiers = mqfq_testkit::pool_tiers(&s);
-    assert_eq!(tiers.get("flood").map(String::as_str), Some("hot"), "{s}");
-    assert_eq!(tiers.get("light").map(String::as_str), Some("hot"), "{s}");
-    let moved: Vec<String> = mqfq_testkit::scrape(&metrics)
-        .lines()
-        .filter(|l| l.starts_with("mqfq_pool_moves_total{"))
-        .filter(|l| l.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()) != Some(0.0))
-        .map(str::to_owned)
-        .collect();
-    assert!(moved.is_empty(), "memory moved: {moved:?}");
+    let metrics = mqfq_testkit::scrape(&metrics);
+    let light_bursts = kernels(&cuda, "light").len();
     stop(&c, "light");
     stop(&c, "flood");
     d.wait_for("no lease left", |s| leases(s).is_empty());
     let ahead = floods_ahead_of_light(&d.records(), |k| k.ends_with("/flood"));
-    assert!(
-        ahead.iter().all(|&(n, _)| n <= 1),
-        "light bursts waited behind flood bursts: {ahead:?}"
-    );
     assert!(c.leftovers().is_empty(), "{:?}", c.leftovers());
+    Some(MemoryRun {
+        metrics,
+        status,
+        light_bursts,
+        ahead,
+    })
+}
+
+/// The memory moves a scrape counts, by action (`evict`, `prefetch`, `restore`, …), done or not.
+fn moves(metrics: &str) -> std::collections::BTreeMap<String, f64> {
+    let mut by = std::collections::BTreeMap::new();
+    for l in metrics.lines() {
+        let Some(rest) = l.strip_prefix("mqfq_pool_moves_total{") else {
+            continue;
+        };
+        let action = rest
+            .split("action=\"")
+            .nth(1)
+            .and_then(|a| a.split('"').next())
+            .unwrap_or("?");
+        let v: f64 = l
+            .rsplit(' ')
+            .next()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0.0);
+        *by.entry(action.to_owned()).or_insert(0.0) += v;
+    }
+    by
+}
+
+/// The light server fits beside the flood (7 MiB; 54 of 61): it still waits behind at most one
+/// flood burst, both stay resident, and no memory moves — no evict, prefetch or restore. (A
+/// simulated GPU had read as full while any lease ran, 2 GiB a lease: the pool evicted the idle
+/// server, and each switch between the two restored one.)
+#[test]
+fn a_flood_holding_most_of_the_memory_beside_a_light_server_moves_no_memory() {
+    let Some(run) = flood_beside_light("flood-mem", 0) else {
+        return;
+    };
+    let tiers = mqfq_testkit::pool_tiers(&run.status);
+    assert_eq!(
+        tiers.get("flood").map(String::as_str),
+        Some("hot"),
+        "{}",
+        run.status
+    );
+    assert_eq!(
+        tiers.get("light").map(String::as_str),
+        Some("hot"),
+        "{}",
+        run.status
+    );
+    let moved = moves(&run.metrics);
+    assert!(moved.values().all(|&n| n == 0.0), "memory moved: {moved:?}");
+    assert!(
+        run.ahead.iter().all(|&(n, _)| n <= 1),
+        "light bursts waited behind flood bursts: {:?}",
+        run.ahead
+    );
+}
+
+/// The light server does not fit beside the flood (27 MiB; 74 of 61): the two take turns on
+/// the GPU's memory, and what moves is bounded by the light server's bursts — at most one
+/// memory move each way per light burst, never one per flood burst (the thrash of issue 34: a
+/// flood restoring at almost every run) — while a light burst still waits behind at most one
+/// flood burst.
+#[test]
+fn a_flood_and_a_light_server_that_do_not_fit_together_move_memory_per_light_burst_only() {
+    let Some(run) = flood_beside_light("flood-nofit", 20) else {
+        return;
+    };
+    let moved = moves(&run.metrics);
+    let n = |a: &str| moved.get(a).copied().unwrap_or(0.0);
+    #[expect(clippy::cast_precision_loss)]
+    let bound = 2.0 * (run.light_bursts as f64 + 1.0);
+    assert!(
+        n("restore") + n("prefetch") <= bound && n("evict") <= bound,
+        "{} light bursts, moves {moved:?}",
+        run.light_bursts
+    );
+    assert!(
+        run.ahead.iter().all(|&(n, _)| n <= 1),
+        "light bursts waited behind flood bursts: {:?}",
+        run.ahead
+    );
 }
 
 /// For each light burst in the dispatch record (its enqueue up to its dispatch): how many flood
