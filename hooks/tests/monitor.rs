@@ -105,19 +105,16 @@ fn the_gpu_checks_lifetime_program_passes_over_the_double() {
     }
     let ctl = dir.path().join("ctl");
     std::fs::create_dir_all(&ctl).unwrap();
-    let o = std::process::Command::new(common::gpu_program(dir.path(), "lifecheck"))
-        .env("LD_LIBRARY_PATH", dir.path())
-        .env("LD_PRELOAD", common::interposer())
-        .env("FAKE_CUDA_LOG", dir.path().join("cuda.log"))
-        .env("MQFQ_CTL_DIR", &ctl)
-        .env("MQFQ_BURST", "1")
-        .output()
-        .unwrap();
-    let out = String::from_utf8_lossy(&o.stdout);
-    assert!(
-        o.status.success(),
-        "{out}{}",
-        String::from_utf8_lossy(&o.stderr)
+    let out = common::run_gpu_program(
+        &common::gpu_program(dir.path(), "lifecheck"),
+        dir.path(),
+        &[],
+        &[
+            ("LD_PRELOAD", &common::interposer()),
+            ("FAKE_CUDA_LOG", &dir.path().join("cuda.log")),
+            ("MQFQ_CTL_DIR", &ctl),
+            ("MQFQ_BURST", Path::new("1")),
+        ],
     );
     assert!(out.contains("capture_end 0\n"), "{out}");
     assert!(out.ends_with("lifecheck ok\n"), "{out}");

@@ -213,3 +213,24 @@ pub fn gpu_program(dir: &Path, name: &str) -> PathBuf {
     );
     bin
 }
+
+/// Runs the GPU check's program `bin` with `args` over the doubles in `dir` (`LD_LIBRARY_PATH`)
+/// and `env`; its standard output, once it exited successfully.
+///
+/// # Panics
+/// It could not run, or it failed (the message has its output).
+pub fn run_gpu_program(bin: &Path, dir: &Path, args: &[&str], env: &[(&str, &Path)]) -> String {
+    let o = Command::new(bin)
+        .args(args)
+        .env("LD_LIBRARY_PATH", dir)
+        .envs(env.iter().copied())
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(
+        o.status.success(),
+        "{args:?}: {out}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    out
+}
