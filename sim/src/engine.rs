@@ -31,7 +31,7 @@ mod pool;
 mod sampling;
 mod unadmitted;
 
-pub use pool::pool_config;
+pub use crate::node::pool_config;
 
 use crate::policy::{Admission, MemoryStyle, NAIVE_GATE, PUBLISHED_GATE, Policy, PoolView, Signal};
 use crate::trace::Trace;
@@ -122,8 +122,6 @@ struct Engine<'t> {
     admission: Admission,
     /// Under [`Admission::Node`]: the limits in force per GPU, as the node's core last said.
     node_limits: Vec<Limits>,
-    /// Under [`Admission::Node`]: the node's pool, deciding memory.
-    pool: Option<pool::NodePool>,
     /// `[gpu][function]`: solo run time on that GPU's model over the reference's.
     exec_factor: Vec<Vec<f64>>,
 }
@@ -293,9 +291,9 @@ impl<'t> Engine<'t> {
     }
 
     fn acquire_node(&mut self, r: usize, force: bool, policy: &mut dyn Policy) {
-        let (g, f, claimed) = {
+        let (g, f, claimed, inv) = {
             let run = self.runs[r].as_ref().expect("run exists");
-            (run.gpu, run.func, run.container)
+            (run.gpu, run.func, run.container, run.current)
         };
         let mem = self.mem(f);
         let c = claimed.unwrap_or_else(|| {
@@ -305,7 +303,7 @@ impl<'t> Engine<'t> {
                 .unwrap_or_else(|| self.new_container(f, g));
             self.containers[c].busy = true;
             self.runs[r].as_mut().expect("run exists").container = Some(c);
-            self.pool_grant(c, policy);
+            self.pool_grant(c, inv, policy);
             c
         });
         let was = self.containers[c].tier;
@@ -324,7 +322,7 @@ impl<'t> Engine<'t> {
             let until = self.bring_in(c);
             if was == Tier::Warm {
                 let g = self.containers[c].gpu;
-                self.pool_restored(c, self.transfer_ms(g, mem) / 1e3);
+                self.pool_restored(c, self.transfer_ms(g, mem) / 1e3, policy);
             }
             until
         };
@@ -567,10 +565,6 @@ fn engine<'t>(
         slot_integral: 0.0,
         admission,
         node_limits: vec![Limits::default(); cfg.gpus],
-        pool: match admission {
-            Admission::Node => Some(pool::NodePool::new(trace, cfg)?),
-            _ => None,
-        },
         exec_factor: crate::hetero::exec_factors(&cfg.gpu_models, cfg.gpus, trace),
     })
 }

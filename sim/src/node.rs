@@ -1,21 +1,24 @@
-//! `mqfq-sticky` in the simulator: the node's own admission core
-//! ([`scheduler_core::node::admission::Core`], what `mqfqd` runs) driven by the simulated node.
-//! Each invocation is one burst of a container `sim/i<n>`: admitted at arrival, released at its
-//! end with the service it received; the executor's utilization samples go through
-//! [`Core::sample`] as `mqfqd`'s sampling loop sends them, and what the executor knows of a
-//! function's memory goes to [`Core::set_residency`] as `mqfqd`'s pool tells it. The core picks
-//! the GPU (at arrival, the least loaded), the limit in force and the order; the executor runs
-//! what it grants.
+//! `mqfq-sticky` in the simulator: the node's own [`Node`] (admission core and pool joined, what
+//! `mqfqd` runs) driven by the simulated node. Each invocation is one burst of a container
+//! `sim/i<n>`: admitted at arrival, released at its end with the service it received; the
+//! executor's utilization samples go in as `mqfqd`'s sampling loop sends them. The core picks the
+//! GPU (at arrival, the least loaded), the limit in force and the order; the executor runs what it
+//! grants. The pool's keys are the executor's containers (`sim/c<n>`, chosen after admission): the
+//! executor tells the node which container a lease runs in ([`Input::Hit`]), carries out the
+//! pool's orders and reports them, as the shims do.
 //!
-//! Every call into the core can be kept ([`NodeMqfq::inputs`]), so a test can feed the same
-//! calls to a core built the way `mqfqd` builds it and compare the dispatch records.
+//! Every input can be kept with what the node answered ([`NodeMqfq::steps`]), so a test can feed
+//! the same inputs to a node built the way `mqfqd` builds it and compare grants, pool orders and
+//! dispatch records line for line.
 
 use std::collections::{HashMap, VecDeque};
 
 use scheduler_core::config::{ConcurrencyConfig, ConfigError, GpuMode, QueueConfig};
 use scheduler_core::node::admission::{
-    AdmitInfo, Core, CoreError, GpuInfo, GpuReading, Grant, Kind, Limits, Record,
+    AdmitInfo, Core, CoreError, GpuInfo, GpuReading, Kind, Limits, Record,
 };
+use scheduler_core::node::pool::{Order, Pool, PoolConfig};
+use scheduler_core::node::{ContainerKey, Input, Node, Output};
 use scheduler_core::{FlowState, Time};
 
 use crate::hetero::PlacementMode;
@@ -26,40 +29,15 @@ use crate::trace::Trace;
 /// The containerd namespace the simulator's containers are named in.
 pub const NAMESPACE: &str = "sim";
 
-/// One call the simulator made into the core, with its time.
+/// One input the simulator gave the node, at its time, with the node's answer.
 #[derive(Clone, Debug, PartialEq)]
-pub enum Input {
-    /// An invocation arrived.
-    Admit(AdmitInfo, Time),
-    /// A burst ended after `measured_s` of service.
-    Release {
-        /// Its lease.
-        lease: u64,
-        /// Service received, seconds.
-        measured_s: f64,
-        /// When.
-        now: Time,
-    },
-    /// A sampling step: each GPU's reading.
-    Sample(Vec<GpuReading>, Time),
-    /// What a function's containers hold, as the pool measured it.
-    Footprint {
-        /// The function's flow.
-        function: String,
-        /// Bytes.
-        bytes: u64,
-        /// When.
-        now: Time,
-    },
-    /// A function's memory became resident or not.
-    Residency {
-        /// The function's flow.
-        function: String,
-        /// Resident.
-        resident: bool,
-        /// What serving it costs when not, seconds.
-        cost_s: f64,
-    },
+pub struct Step {
+    /// The input.
+    pub input: Input,
+    /// When.
+    pub now: Time,
+    /// What the node decided (empty when it refused the input).
+    pub output: Output,
 }
 
 /// The simulated GPUs as the daemon's monitor would describe them.
@@ -76,6 +54,17 @@ pub fn gpu_infos(gpus: usize, memory_mb: impl Fn(usize) -> f64, mode: GpuMode) -
             mig: Vec::new(),
         })
         .collect()
+}
+
+/// The pool's knobs in the simulator: the node's tier knobs, reclaim on (a container past its
+/// warm TTL is gone, as the executor's own memory model has it), host memory not modelled.
+#[must_use]
+pub fn pool_config(cfg: &crate::types::SimConfig) -> PoolConfig {
+    PoolConfig {
+        tiers: cfg.tiers.clone(),
+        reclaim: true,
+        host_headroom: 0.0,
+    }
 }
 
 /// A function's name as a container asks with it: its trace name when the node would accept
@@ -142,12 +131,13 @@ pub fn admit_info(trace: &Trace, inv: usize) -> AdmitInfo {
 /// MQFQ-Sticky as the node runs it.
 #[derive(Debug)]
 pub struct NodeMqfq {
-    core: Core,
+    node: Node,
     names: Vec<String>,
-    by_name: HashMap<String, usize>,
     leases: HashMap<usize, u64>,
     granted: VecDeque<(usize, usize)>,
-    inputs: Option<Vec<Input>>,
+    /// Pool orders not yet carried out by the executor.
+    orders: VecDeque<Order>,
+    steps: Option<Vec<Step>>,
     records: Vec<Record>,
     placement: PlacementMode,
     placer: Option<scheduler_core::placement::Placement>,
@@ -173,7 +163,7 @@ fn config_error(e: CoreError) -> ConfigError {
 }
 
 impl NodeMqfq {
-    /// The node's core over `gpus` with these knobs; with `keep_inputs`, every call is kept.
+    /// The node over `gpus` with these knobs; with `keep_steps`, every input is kept.
     ///
     /// # Errors
     /// A bad knob.
@@ -182,17 +172,18 @@ impl NodeMqfq {
         gpus: Vec<GpuInfo>,
         queue: &QueueConfig,
         conc: &ConcurrencyConfig,
-        keep_inputs: bool,
+        pool: PoolConfig,
+        keep_steps: bool,
     ) -> Result<Self, ConfigError> {
         let core = Core::new(gpus, queue, |_| conc.clone()).map_err(config_error)?;
-        let (names, by_name) = flow_names(trace);
+        let (names, _) = flow_names(trace);
         Ok(NodeMqfq {
-            core,
+            node: Node::new(core, Pool::new(pool)?),
             names,
-            by_name,
             leases: HashMap::new(),
             granted: VecDeque::new(),
-            inputs: keep_inputs.then(Vec::new),
+            orders: VecDeque::new(),
+            steps: keep_steps.then(Vec::new),
             records: Vec::new(),
             placement: PlacementMode::LeastLoaded,
             placer: None,
@@ -213,9 +204,9 @@ impl NodeMqfq {
         };
         let m = scheduler_core::node::admission::MemoryAdmission::new(cfg.tiers.headroom, mb)
             .map_err(config_error)?;
-        self.core.set_memory(m).map_err(config_error)?;
-        self.core
-            .set_max_burst_hold(cfg.max_burst_hold_s)
+        let core = self.node.core_mut();
+        core.set_memory(m).map_err(config_error)?;
+        core.set_max_burst_hold(cfg.max_burst_hold_s)
             .map_err(config_error)
     }
 
@@ -260,7 +251,7 @@ impl NodeMqfq {
         self.cluster = Some(crate::cluster::Cluster::new(
             mode,
             nodes,
-            self.core.gpus().len(),
+            self.node.core().gpus().len(),
         )?);
         // The nodes publish each function's class: learned as `mqfqd` learns it.
         if self.placer.is_none() {
@@ -272,22 +263,22 @@ impl NodeMqfq {
     }
 
     /// The GPUs `func`'s invocation may go to; empty: any (the core routes it).
-    fn candidates(&mut self, func: usize, now: Time, view: &PoolView<'_>) -> Vec<String> {
+    fn candidates(&mut self, func: usize, now: Time) -> Vec<String> {
         if let Some(c) = self.cluster.as_mut() {
             let node = c.pick(&self.names[func], now);
             return c.gpus_of(node);
         }
-        self.place(func, now, view)
+        self.place(func, now)
             .map(|g| vec![g.to_string()])
             .unwrap_or_default()
     }
 
     /// The GPU `placement` puts `func`'s invocation on; `None`: the core routes it.
-    fn place(&mut self, func: usize, now: Time, view: &PoolView<'_>) -> Option<u32> {
+    fn place(&mut self, func: usize, now: Time) -> Option<u32> {
         if self.placement == PlacementMode::LeastLoaded {
             return None;
         }
-        let gpus = self.core.gpus();
+        let gpus = self.node.core().gpus();
         let n = gpus.len();
         if n < 2 {
             return None;
@@ -302,16 +293,14 @@ impl NodeMqfq {
             PlacementMode::Fitness => {
                 let all: Vec<u32> = gpus.iter().map(|g| g.info.index).collect();
                 // The peak weights (minute 720, noon): the simulator has no time of day.
-                let ahead = self.core.work_ahead(&self.names[func]);
+                let ahead = self.node.core().work_ahead(&self.names[func]);
                 // Where its idle containers are, as mqfqd reads them from its pool at Create.
-                let near = view.pool.map_or_else(Default::default, |p| {
-                    let (resident, start_s) = p.presence(&self.names[func]);
-                    scheduler_core::placement::Near {
-                        resident,
-                        start_s,
-                        ..Default::default()
-                    }
-                });
+                let (resident, start_s) = self.node.pool().presence(&self.names[func]);
+                let near = scheduler_core::placement::Near {
+                    resident,
+                    start_s,
+                    ..Default::default()
+                };
                 let c = self.placer.as_ref()?.choose(
                     &gpus,
                     &ahead,
@@ -327,36 +316,59 @@ impl NodeMqfq {
         Some(gpus[pick].info.index)
     }
 
-    /// Every call made into the core so far (when kept).
+    /// Every input given to the node so far, with its answer (when kept).
     #[must_use]
-    pub fn inputs(&self) -> &[Input] {
-        self.inputs.as_deref().unwrap_or_default()
+    pub fn steps(&self) -> &[Step] {
+        self.steps.as_deref().unwrap_or_default()
     }
 
-    /// The core's dispatch record so far (when inputs are kept).
+    /// The core's dispatch record so far (when steps are kept).
     #[must_use]
     pub fn records(&self) -> &[Record] {
         &self.records
     }
 
-    fn keep(&mut self, input: Input) {
-        if let Some(v) = self.inputs.as_mut() {
-            v.push(input);
-        }
+    /// The node's pool.
+    #[must_use]
+    pub fn pool(&self) -> &Pool {
+        self.node.pool()
     }
 
-    fn take(&mut self, grants: Vec<Grant>) {
-        for g in grants {
+    /// Gives the node one input: its grants join the executor's queue, its orders wait for
+    /// [`NodeMqfq::take_orders`].
+    pub fn step(&mut self, input: Input, now: Time) {
+        // Names, weights and GPUs come from a validated trace and leases from the node's own
+        // grants: a refusal changes nothing and answers nothing.
+        let output = self.node.step(&input, now).unwrap_or_default();
+        for g in &output.grants {
             let inv = g.key.id().strip_prefix('i').and_then(|n| n.parse().ok());
             if let Some(inv) = inv {
                 self.leases.insert(inv, g.lease);
                 self.granted.push_back((inv, g.gpu as usize));
             }
         }
-        let log = self.core.drain_log();
-        if self.inputs.is_some() {
+        self.orders.extend(output.orders.iter().cloned());
+        let log = self.node.drain_log();
+        if let Some(steps) = self.steps.as_mut() {
             self.records.extend(log);
+            steps.push(Step { input, now, output });
         }
+    }
+
+    /// Invocation `inv`'s burst runs in the pooled container `container`: a pool hit.
+    pub fn hit(&mut self, inv: usize, container: ContainerKey, now: Time) {
+        if let Some(&lease) = self.leases.get(&inv) {
+            let hit = Input::Hit {
+                lease,
+                container: Some(container),
+            };
+            self.step(hit, now);
+        }
+    }
+
+    /// The pool's orders not yet carried out.
+    pub fn take_orders(&mut self) -> Vec<Order> {
+        self.orders.drain(..).collect()
     }
 }
 
@@ -364,13 +376,10 @@ impl Policy for NodeMqfq {
     fn name(&self) -> &'static str {
         "mqfq-sticky"
     }
-    fn arrive(&mut self, inv: usize, trace: &Trace, now: Time, view: &PoolView<'_>) {
+    fn arrive(&mut self, inv: usize, trace: &Trace, now: Time, _: &PoolView<'_>) {
         let mut info = admit_info(trace, inv);
-        info.gpus = self.candidates(trace.invocations[inv].func, now, view);
-        // Names, weights and GPUs come from a validated trace: the core accepts them.
-        let grants = self.core.admit(&info, now).unwrap_or_default();
-        self.keep(Input::Admit(info, now));
-        self.take(grants);
+        info.gpus = self.candidates(trace.invocations[inv].func, now);
+        self.step(Input::Admit(info), now);
     }
     fn next(&mut self, _: &Trace, _: Time, _: &PoolView<'_>, _: u32) -> Option<Vec<usize>> {
         None
@@ -399,70 +408,39 @@ impl Policy for NodeMqfq {
                 now,
             );
         }
-        let measured_s = service_ms / 1e3;
-        let grants = self
-            .core
-            .release(lease, Some(measured_s), "idle", now)
-            .unwrap_or_default();
-        self.keep(Input::Release {
+        let release = Input::Release {
             lease,
-            measured_s,
-            now,
-        });
-        self.take(grants);
+            measured_s: Some(service_ms / 1e3),
+            reason: "idle".into(),
+        };
+        self.step(release, now);
     }
     fn queued(&self) -> usize {
-        self.core.waiting() + self.granted.len()
+        self.node.core().waiting() + self.granted.len()
     }
     fn active(&self, func: usize) -> bool {
-        self.core.flow_state(&self.names[func]) == Some(FlowState::Active)
+        self.node.core().flow_state(&self.names[func]) == Some(FlowState::Active)
     }
     fn sample(&mut self, samples: &[GpuReading], now: Time) {
-        let grants = self.core.sample(samples, now);
-        self.keep(Input::Sample(samples.to_vec(), now));
-        self.take(grants);
+        self.step(Input::Sample(samples.to_vec()), now);
         if let Some(c) = self.cluster.as_mut() {
-            c.publish(&self.core, self.placer.as_ref(), now);
+            c.publish(self.node.core(), self.placer.as_ref(), now);
         }
     }
     fn tick(&mut self, _: Time) -> Vec<Signal> {
-        // No timer of its own: as in `mqfqd`, sticky TTLs expire at the next call or sample.
-        self.core
-            .drain_activated()
-            .into_iter()
-            .filter_map(|(gpu, f)| {
-                self.by_name.get(&f).map(|&func| Signal::ActivatedOn {
-                    func,
-                    gpu: gpu as usize,
-                })
-            })
-            .collect()
+        // No timer of its own: as in `mqfqd`, sticky TTLs expire at the next call or sample,
+        // and a flow turning Active prefetches through the node's own pool.
+        Vec::new()
     }
-    fn set_resident(&mut self, func: usize, resident: bool, switch_ms: f64) {
-        let cost_s = switch_ms.max(0.0) / 1e3;
-        let function = self.names[func].clone();
-        let _ = self.core.set_residency(&function, resident, cost_s);
-        self.keep(Input::Residency {
-            function,
-            resident,
-            cost_s,
-        });
-    }
-    fn set_footprint(&mut self, func: usize, bytes: u64, now: Time) {
-        let function = self.names[func].clone();
-        let grants = self.core.set_footprint(&function, bytes, now);
-        self.take(grants);
-        self.keep(Input::Footprint {
-            function,
-            bytes,
-            now,
-        });
+    fn node_mut(&mut self) -> Option<&mut NodeMqfq> {
+        Some(self)
     }
     fn admission(&self) -> Admission {
         Admission::Node
     }
     fn node_limits(&self, gpu: usize) -> Limits {
-        self.core
+        self.node
+            .core()
             .limits(u32::try_from(gpu).unwrap_or(u32::MAX))
             .unwrap_or_default()
     }
@@ -470,7 +448,7 @@ impl Policy for NodeMqfq {
         MemoryStyle::LazyPrefetch
     }
     fn flow_state(&self, func: usize) -> Option<FlowState> {
-        self.core.flow_state(&self.names[func])
+        self.node.core().flow_state(&self.names[func])
     }
     fn api_writes(&self) -> Vec<u64> {
         self.cluster

@@ -90,9 +90,6 @@ pub struct PoolView<'a> {
     pub best: &'a [Tier],
     /// Expected startup per function for its best tier, ms.
     pub startup_ms: &'a [f64],
-    /// The node's pool, where it decides memory ([`Admission::Node`]): what placement reads of
-    /// where each function's idle containers are, as `mqfqd` reads it at Create.
-    pub pool: Option<&'a scheduler_core::node::pool::Pool>,
 }
 
 /// A flow state change the executor acts on (prefetch, eviction).
@@ -100,13 +97,6 @@ pub struct PoolView<'a> {
 pub enum Signal {
     /// The function's flow turned Active.
     Activated(usize),
-    /// The function's flow turned Active in the queue of one GPU (the node's core).
-    ActivatedOn {
-        /// The function.
-        func: usize,
-        /// The GPU.
-        gpu: usize,
-    },
     /// The function's flow turned Inactive.
     Deactivated(usize),
 }
@@ -153,8 +143,10 @@ pub trait Policy {
     /// Residency of a function's memory changed; `switch_ms` is what serving it would cost in
     /// startup (0 when resident).
     fn set_resident(&mut self, _func: usize, _resident: bool, _switch_ms: f64) {}
-    /// What a function's containers were measured to hold on a GPU, bytes (the pool's word).
-    fn set_footprint(&mut self, _func: usize, _bytes: u64, _now: Time) {}
+    /// Under [`Admission::Node`]: the node, whose pool's orders the executor carries out.
+    fn node_mut(&mut self) -> Option<&mut crate::node::NodeMqfq> {
+        None
+    }
     /// How slots are granted.
     fn admission(&self) -> Admission {
         Admission::Dynamic
@@ -216,7 +208,8 @@ pub fn build(name: &str, trace: &Trace, cfg: &SimConfig) -> Result<Box<dyn Polic
             for (g, name) in gpus.iter_mut().zip(&cfg.gpu_models) {
                 g.name.clone_from(name);
             }
-            let mut p = crate::node::NodeMqfq::new(trace, gpus, &q, &c, false)?;
+            let pool = crate::node::pool_config(cfg);
+            let mut p = crate::node::NodeMqfq::new(trace, gpus, &q, &c, pool, false)?;
             p.set_memory(cfg)?;
             p.set_placement(cfg.placement, cfg.placement_weights, cfg.cold_ms / 1e3)?;
             if cfg.nodes > 1 {

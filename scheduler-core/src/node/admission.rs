@@ -680,6 +680,6 @@ pub use overtime::DEFAULT_MAX_BURST_HOLD_S;
 pub use record::Record;
 
 #[cfg(test)]
-mod testing;
+pub(crate) mod testing;
 #[cfg(test)]
 mod tests;

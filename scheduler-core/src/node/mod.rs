@@ -6,6 +6,8 @@
 //!   restart, and the dispatch record that replays it.
 //! - [`pool`] — the tiered pool: which idle containers keep their memory on the GPU, which are
 //!   evicted to the host, which are prefetched back before their next burst.
+//! - [`machine`] — the [`Node`]: the two above in one value, driven by [`Input`]s, answering
+//!   with grants and pool orders ([`Output`]); the only place they are joined.
 //! - [`key`] — how a container is named ([`ContainerKey`]) and which function and tenant names
 //!   are accepted ([`is_key`]).
 //!
@@ -13,6 +15,8 @@
 
 pub mod admission;
 pub mod key;
+pub mod machine;
 pub mod pool;
 
 pub use key::{ContainerKey, KeyError, is_key};
+pub use machine::{Input, Node, Output};

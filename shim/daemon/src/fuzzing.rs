@@ -212,8 +212,7 @@ pub fn mqfqd_requests(reqs: &[Request]) {
         scheduler_core::node::pool::Pool::new(crate::config::DaemonConfig::default().pool_config())
             .expect("pool");
     let daemon = crate::server::Daemon::with_policy(
-        core,
-        pool,
+        scheduler_core::node::Node::new(core, pool),
         "simulated",
         None,
         crate::policy::FairnessSection::default(),

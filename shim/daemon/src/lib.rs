@@ -131,6 +131,19 @@ pub fn build_core(
     Ok(core)
 }
 
+/// The node `mqfqd` runs over `gpus` with `cfg`: [`build_core`] and the pool with its knobs.
+///
+/// # Errors
+/// A knob out of range.
+pub fn build_node(
+    cfg: &DaemonConfig,
+    gpus: Vec<scheduler_core::node::admission::GpuInfo>,
+) -> Result<scheduler_core::node::Node, RunError> {
+    let core = build_core(cfg, gpus)?;
+    let pool = scheduler_core::node::pool::Pool::new(cfg.pool_config())?;
+    Ok(scheduler_core::node::Node::new(core, pool))
+}
+
 /// Runs `mqfqd` until `stop` resolves: binds the socket, starts sampling and metrics.
 ///
 /// # Errors
@@ -156,16 +169,14 @@ pub async fn run(
     } else {
         None
     };
-    let mut core = build_core(&cfg, gpus.clone())?;
+    let mut node = build_node(&cfg, gpus.clone())?;
     // Daemon time starts at zero with the daemon.
-    core.hold_until(scheduler_core::Time::from_nanos(
+    node.core_mut().hold_until(scheduler_core::Time::from_nanos(
         cfg.restart_grace_ms.saturating_mul(1_000_000),
     ));
-    let mut pool = scheduler_core::node::pool::Pool::new(cfg.pool_config())?;
-    pool.set_measured(monitor.backend() == "nvml");
+    node.pool_mut().set_measured(monitor.backend() == "nvml");
     let daemon = server::Daemon::with_policy(
-        core,
-        pool,
+        node,
         monitor.backend(),
         cfg.dispatch_log.as_deref(),
         cfg.fairness.clone(),

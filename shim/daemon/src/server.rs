@@ -18,8 +18,9 @@ use super::metrics::Metrics;
 use super::policy::{Asked, FairnessSection};
 use mqfq_proto::api;
 use scheduler_core::node::ContainerKey;
-use scheduler_core::node::admission::{AdmitInfo, Core, CoreError, Grant, Kind, RunningInfo};
-use scheduler_core::node::pool::{Order, Pool};
+use scheduler_core::node::admission::{AdmitInfo, CoreError, Grant, Kind, RunningInfo};
+use scheduler_core::node::pool::Order;
+use scheduler_core::node::{Input, Node, Output};
 
 mod log;
 mod place;
@@ -45,8 +46,8 @@ enum Withdrawn {
 }
 
 struct Inner {
-    core: Core,
-    pool: Pool,
+    /// The node's admission core and pool, joined.
+    node: Node,
     /// Functions whose containers exported converted memory (their next ones stay native).
     advice: scheduler_core::native::NativeAdvice,
     /// Containers with the CUDA interposer (their memory is pooled): key → shim pid.
@@ -191,17 +192,16 @@ fn running_info(policy: &FairnessSection, r: &api::Running, shim_pid: u32) -> Ad
 }
 
 impl Daemon {
-    /// A daemon over `core` and `pool`, writing the dispatch record to `log` when given.
+    /// A daemon over `node`, writing the dispatch record to `log` when given.
     ///
     /// # Errors
     /// The log file cannot be opened.
     pub fn new(
-        core: Core,
-        pool: Pool,
+        node: Node,
         backend: &'static str,
         log: Option<&Path>,
     ) -> std::io::Result<Arc<Self>> {
-        Self::with_policy(core, pool, backend, log, FairnessSection::default(), 0.0)
+        Self::with_policy(node, backend, log, FairnessSection::default(), 0.0)
     }
 
     /// [`new`](Self::new) with the operator's fairness policy and the idle time after which a
@@ -210,8 +210,7 @@ impl Daemon {
     /// # Errors
     /// The log file cannot be opened.
     pub fn with_policy(
-        core: Core,
-        pool: Pool,
+        node: Node,
         backend: &'static str,
         log: Option<&Path>,
         policy: FairnessSection,
@@ -227,8 +226,7 @@ impl Daemon {
         );
         Ok(Arc::new(Daemon {
             inner: Mutex::new(Inner {
-                core,
-                pool,
+                node,
                 advice: Default::default(),
                 pooled: HashMap::new(),
                 orders: HashMap::new(),
@@ -271,36 +269,50 @@ impl Daemon {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Hands grants to their waiters; a grant nobody waits for any more is released at once
-    /// (which may grant the next one). Then writes the record.
-    fn settle(&self, inner: &mut Inner, mut grants: Vec<Grant>) {
+    /// Carries out what the node decided: grants to their waiters (a grant nobody waits for any
+    /// more is released at once, which may grant the next one; a delivered grant of a pooled
+    /// container is a pool hit), pool orders to their shims, events to the metrics; then writes
+    /// the record.
+    fn settle(&self, inner: &mut Inner, out: impl Into<Output>) {
         let now = self.now();
+        let mut out = out.into();
+        out.merge(inner.node.settle(now));
         loop {
-            while let Some(g) = grants.pop() {
+            self.queue_orders(inner, std::mem::take(&mut out.orders));
+            let events = std::mem::take(&mut out.events);
+            if !events.is_empty() {
+                self.metrics.pool(&events);
+            }
+            let grants = std::mem::take(&mut out.grants);
+            if grants.is_empty() {
+                break;
+            }
+            for g in grants {
                 let delivered = match inner.waiters.remove(&g.key) {
                     Some(tx) => tx.send(Ok(g.clone())).is_ok(),
                     None => false,
                 };
-                if delivered && inner.pooled.contains_key(&g.key) {
-                    Self::pool_grant(inner, g.lease, now);
-                }
-                if !delivered {
+                let then = if !delivered {
                     tracing::info!(key = %g.key, lease = g.lease, "grant without a waiter: released");
-                    if let Ok(more) = inner.core.release(g.lease, None, "caller gone", now) {
-                        grants.extend(more);
+                    Input::Release {
+                        lease: g.lease,
+                        measured_s: None,
+                        reason: "caller gone".into(),
                     }
+                } else if inner.pooled.contains_key(&g.key) {
+                    Input::Hit {
+                        lease: g.lease,
+                        container: None,
+                    }
+                } else {
+                    continue;
+                };
+                if let Ok(more) = inner.node.step(&then, now) {
+                    out.merge(more);
                 }
-            }
-            for (gpu, function) in inner.core.drain_activated() {
-                inner.pool.activated(gpu, &function, now);
-            }
-            // A footprint measured smaller may let waiting work fit: hand that out too.
-            grants = self.pool_settle(inner, now);
-            if grants.is_empty() {
-                break;
             }
         }
-        let records = inner.core.drain_log();
+        let records = inner.node.drain_log();
         if records.is_empty() {
             return;
         }
@@ -351,7 +363,7 @@ impl Daemon {
         let now = self.now();
         let mut inner = self.lock();
         inner.watched.remove(&pid);
-        let (keys, leases, grants) = inner.core.shim_gone(pid, now);
+        let (keys, leases, grants) = inner.node.core_mut().shim_gone(pid, now);
         for k in &keys {
             if let Some(tx) = inner.waiters.remove(k) {
                 let _ = tx.send(Err(Withdrawn::ShimGone(pid)));
@@ -360,7 +372,7 @@ impl Daemon {
         if !keys.is_empty() || !leases.is_empty() {
             tracing::info!(pid, withdrawn = ?keys, released = ?leases, "shim gone");
         }
-        inner.pool.shim_gone(pid);
+        inner.node.pool_mut().shim_gone(pid);
         inner.orders.remove(&pid);
         inner.pooled.retain(|_, p| *p != pid);
         self.settle(&mut inner, grants);
@@ -404,8 +416,8 @@ impl api::Admission for Service {
             if req.pooled {
                 inner.pooled.insert(key.clone(), req.shim_pid);
             }
-            match inner.core.admit(&info, now) {
-                Ok(grants) => d.settle(&mut inner, grants),
+            match inner.node.step(&Input::Admit(info), now) {
+                Ok(out) => d.settle(&mut inner, out),
                 Err(e) => {
                     inner.waiters.remove(&key);
                     if !matches!(e, CoreError::AlreadyWaiting(_)) {
@@ -449,7 +461,7 @@ impl api::Admission for Service {
         };
         let now = d.now();
         let mut inner = d.lock();
-        let lease = inner.core.lease(req.lease_id).map(|l| {
+        let lease = inner.node.core().lease(req.lease_id).map(|l| {
             (
                 l.key.clone(),
                 l.function.clone(),
@@ -458,11 +470,16 @@ impl api::Admission for Service {
                 l.tenant.clone(),
             )
         });
-        let ran = inner.core.run_measured(req.lease_id, measured, reason, now);
-        let grants = inner
-            .core
-            .release(req.lease_id, measured, reason, now)
-            .map_err(|e| to_ttrpc(&e))?;
+        let ran = inner
+            .node
+            .core()
+            .run_measured(req.lease_id, measured, reason, now);
+        let release = Input::Release {
+            lease: req.lease_id,
+            measured_s: measured,
+            reason: reason.to_owned(),
+        };
+        let mut out = inner.node.step(&release, now).map_err(|e| to_ttrpc(&e))?;
         if let (Some((_, function, gpu, since, tenant)), Some(service_s)) = (&lease, ran) {
             let held = req.native.as_ref().map_or(0, |n| {
                 mqfq_proto::memory::from_proto(n)
@@ -488,17 +505,20 @@ impl api::Admission for Service {
             // After a pause or a burst the container lives on, idle; after anything else it is
             // gone.
             let paused = mqfq_proto::stays_idle(reason);
-            inner.pool.released(&key, paused, req.managed_bytes, now);
-            if let Some(n) = req.native.as_ref() {
-                inner
-                    .pool
-                    .report_native(&key, mqfq_proto::memory::from_proto(n));
-            }
             if !paused {
                 inner.pooled.remove(&key);
             }
+            let released = Input::Released {
+                key,
+                paused,
+                bytes: req.managed_bytes,
+                native: req.native.as_ref().map(mqfq_proto::memory::from_proto),
+            };
+            if let Ok(more) = inner.node.step(&released, now) {
+                out.merge(more);
+            }
         }
-        d.settle(&mut inner, grants);
+        d.settle(&mut inner, out);
         Ok(api::ReleaseResponse::default())
     }
 
@@ -512,23 +532,28 @@ impl api::Admission for Service {
             .map_err(|e| status(ttrpc::Code::INVALID_ARGUMENT, e.to_string()))?;
         let now = d.now();
         let mut inner = d.lock();
-        let mut grants = inner.core.cancel(&key, "cancelled", now);
+        let mut grants = inner.node.core_mut().cancel(&key, "cancelled", now);
         let withdrawn = grants.is_some();
         // Cancel comes with every Kill and Delete of a GPU container, and when a shim gave up
         // waiting: a lease it holds ends here (a grant that raced the shim's deadline would
         // otherwise be held by nobody), and the container leaves the pool.
-        if let Some(lease) = inner.core.lease_of(&key)
-            && let Ok(g) = inner.core.release(lease, None, "cancelled", now)
-        {
-            grants.get_or_insert_default().extend(g);
+        let mut out = Output::from(grants.take().unwrap_or_default());
+        if let Some(lease) = inner.node.core().lease_of(&key) {
+            let release = Input::Release {
+                lease,
+                measured_s: None,
+                reason: "cancelled".into(),
+            };
+            if let Ok(more) = inner.node.step(&release, now) {
+                out.merge(more);
+            }
         }
-        let grants = grants.unwrap_or_default();
         inner.pooled.remove(&key);
-        inner.pool.forget(&key);
+        inner.node.pool_mut().forget(&key);
         if let Some(tx) = inner.waiters.remove(&key) {
             let _ = tx.send(Err(Withdrawn::Cancelled));
         }
-        d.settle(&mut inner, grants);
+        d.settle(&mut inner, out);
         Ok(api::CancelResponse {
             withdrawn,
             ..Default::default()
@@ -541,7 +566,7 @@ impl api::Admission for Service {
         req: api::RegisterRequest,
     ) -> ttrpc::Result<api::RegisterResponse> {
         let d = &self.0;
-        let cap = d.lock().core.containers_per_shim();
+        let cap = d.lock().node.core().containers_per_shim();
         if req.running.len() + req.idle.len() > cap {
             return Err(to_ttrpc(&CoreError::Limit {
                 what: "registered containers",
@@ -568,7 +593,8 @@ impl api::Admission for Service {
         let now = d.now();
         let mut inner = d.lock();
         let registered = inner
-            .core
+            .node
+            .core_mut()
             .register(
                 req.shim_pid,
                 &running,
@@ -577,27 +603,33 @@ impl api::Admission for Service {
                 now,
             )
             .map_err(|e| to_ttrpc(&e));
-        let mut grants = Vec::new();
+        let mut out = Output::default();
         if let Ok(reg) = &registered {
             for ((r, wire), (key, lease)) in running.iter().zip(&req.running).zip(&reg.leases) {
                 if wire.pooled && r.lease != *lease {
                     // Newly adopted (a restarted daemon, or a fail-open start): running, Hot.
                     inner.pooled.insert(key.clone(), req.shim_pid);
-                    Daemon::pool_grant(&mut inner, *lease, now);
+                    let hit = Input::Hit {
+                        lease: *lease,
+                        container: None,
+                    };
+                    if let Ok(more) = inner.node.step(&hit, now) {
+                        out.merge(more);
+                    }
                 }
             }
             for (key, lease) in &reg.released {
                 tracing::warn!(shim = req.shim_pid, key = %key, lease, "lease the shim no longer lists: released");
                 inner.pooled.remove(key);
-                inner.pool.forget(key);
+                inner.node.pool_mut().forget(key);
             }
-            grants.clone_from(&reg.grants);
+            out.grants.extend(reg.grants.iter().cloned());
         }
         for r in &req.idle {
             let flow = running_info(&d.policy, r, req.shim_pid).flow_key();
             Daemon::adopt_idle(&mut inner, r, &flow, req.shim_pid, now);
         }
-        d.settle(&mut inner, grants);
+        d.settle(&mut inner, out);
         let registered = registered?;
         d.watch(&mut inner, req.shim_pid);
         // Shims re-register every second: only news is worth a line.

@@ -1,8 +1,8 @@
-//! One node policy: the simulator's `mqfq-sticky` and `mqfqd` run the same admission core (and pool
-//! type, with the same tier knobs: the last test). The
-//! simulator runs a trace and keeps every call it made into its core; the same calls, at the
-//! same times, go into a core built the way `mqfqd` builds it from its default configuration; the
-//! two dispatch records (enqueue, dispatch with GPU, lease, free slots, limit and D, charge,
+//! One node: the simulator's `mqfq-sticky` and `mqfqd` run the same [`Node`] (admission core
+//! and pool, joined inside it). The simulator runs a trace and keeps every input it gave its node
+//! with the node's answer; the same inputs, at the same times, go into a node built the way
+//! `mqfqd` builds it from its configuration; the answers (grants, pool orders, pool events) and
+//! the dispatch records (enqueue, dispatch with GPU, lease, free slots, limit and D, charge,
 //! release) must be the same, line for line.
 #![expect(
     clippy::tests_outside_test_module,
@@ -10,11 +10,12 @@
 )]
 
 use mqfq_daemon::config::DaemonConfig;
-use mqfq_sim::node::{Input, NodeMqfq, gpu_infos};
+use mqfq_sim::node::{NodeMqfq, Step, gpu_infos};
 use mqfq_sim::workload::{MixSpec, design_mix};
 use mqfq_sim::{SimConfig, simulate};
-use scheduler_core::node::ContainerKey;
-use scheduler_core::node::admission::{Core, Record};
+use scheduler_core::node::admission::Record;
+use scheduler_core::node::pool::Action;
+use scheduler_core::node::{ContainerKey, Node, Output};
 
 fn trace(gpus: usize) -> mqfq_sim::Trace {
     design_mix(&MixSpec {
@@ -27,65 +28,41 @@ fn trace(gpus: usize) -> mqfq_sim::Trace {
     .unwrap()
 }
 
-/// Runs the simulator's `mqfq-sticky` over `trace`, keeping its inputs and dispatch record.
-fn simulated(trace: &mqfq_sim::Trace, cfg: &SimConfig) -> (Vec<Input>, Vec<Record>) {
+/// Runs the simulator's `mqfq-sticky` over `trace`, keeping its steps and dispatch record.
+fn simulated(trace: &mqfq_sim::Trace, cfg: &SimConfig) -> (Vec<Step>, Vec<Record>) {
     let q = cfg.profile.queue();
     let c = cfg.profile.concurrency(cfg.mode);
     let gpus = gpu_infos(cfg.gpus, |g| cfg.mem_mb(g), cfg.mode);
-    let mut p = NodeMqfq::new(trace, gpus, &q, &c, true).unwrap();
+    let pool = mqfq_sim::node::pool_config(cfg);
+    let mut p = NodeMqfq::new(trace, gpus, &q, &c, pool, true).unwrap();
     p.set_memory(cfg).unwrap();
     let out = simulate(trace, &mut p, cfg).unwrap();
     assert_eq!(out.audit.unfinished, 0, "every invocation ran");
-    (p.inputs().to_vec(), p.records().to_vec())
+    (p.steps().to_vec(), p.records().to_vec())
 }
 
-/// Feeds `inputs` to `core`, as the daemon's handlers and sampling loop would, and returns its
-/// dispatch record.
-fn replayed(mut core: Core, inputs: &[Input]) -> Vec<Record> {
+/// Feeds the steps' inputs to `node`, as the daemon's handlers and sampling loop would, and
+/// returns its answers and dispatch record.
+fn replayed(mut node: Node, steps: &[Step]) -> (Vec<Output>, Vec<Record>) {
+    let mut outputs = Vec::new();
     let mut log = Vec::new();
-    for i in inputs {
-        match i {
-            Input::Admit(info, t) => {
-                core.admit(info, *t).unwrap();
-            }
-            Input::Release {
-                lease,
-                measured_s,
-                now,
-            } => {
-                // A lease the other core never granted (a diverged replay) ends it here.
-                if core
-                    .release(*lease, Some(*measured_s), "idle", *now)
-                    .is_err()
-                {
-                    log.extend(core.drain_log());
-                    return log;
-                }
-            }
-            Input::Sample(s, t) => {
-                core.sample(s, *t);
-            }
-            Input::Residency {
-                function,
-                resident,
-                cost_s,
-            } => core.set_residency(function, *resident, *cost_s).unwrap(),
-            Input::Footprint {
-                function,
-                bytes,
-                now,
-            } => {
-                core.set_footprint(function, *bytes, *now);
-            }
-        }
-        log.extend(core.drain_log());
+    for s in steps {
+        outputs.push(node.step(&s.input, s.now).unwrap_or_default());
+        log.extend(node.drain_log());
     }
-    log
+    (outputs, log)
 }
 
-fn daemon_core(toml: &str, cfg: &SimConfig) -> Core {
-    let d = DaemonConfig::parse(toml, std::path::Path::new("mqfqd.toml")).unwrap();
-    mqfq_daemon::build_core(&d, gpu_infos(cfg.gpus, |g| cfg.mem_mb(g), cfg.mode)).unwrap()
+/// `mqfqd`'s node from `toml`, with the simulator's GPUs. The simulator's platform reclaims
+/// containers past the warm TTL (`[pool] reclaim = true` here) and models no host memory.
+fn daemon_node(toml: &str, cfg: &SimConfig) -> Node {
+    let toml = if toml.contains("[pool]\n") {
+        toml.replace("[pool]\n", "[pool]\nreclaim = true\n")
+    } else {
+        format!("{toml}\n[pool]\nreclaim = true\n")
+    };
+    let d = DaemonConfig::parse(&toml, std::path::Path::new("mqfqd.toml")).unwrap();
+    mqfq_daemon::build_node(&d, gpu_infos(cfg.gpus, |g| cfg.mem_mb(g), cfg.mode)).unwrap()
 }
 
 fn dispatches(r: &[Record]) -> Vec<(ContainerKey, u32)> {
@@ -108,7 +85,7 @@ fn tenant_trace(gpus: usize) -> mqfq_sim::Trace {
 }
 
 #[test]
-fn the_simulator_and_mqfqd_dispatch_the_same_sequence() {
+fn the_simulator_and_mqfqd_decide_the_same_sequence() {
     for (gpus, tenants) in [(1, false), (2, false), (1, true), (2, true)] {
         let cfg = SimConfig {
             gpus,
@@ -119,7 +96,7 @@ fn the_simulator_and_mqfqd_dispatch_the_same_sequence() {
         } else {
             trace(gpus)
         };
-        let (inputs, sim) = simulated(&trace, &cfg);
+        let (steps, sim) = simulated(&trace, &cfg);
         let sent = dispatches(&sim);
         assert_eq!(
             sent.len(),
@@ -133,7 +110,14 @@ fn the_simulator_and_mqfqd_dispatch_the_same_sequence() {
         if gpus == 2 {
             assert!(sent.iter().any(|(_, g)| *g == 1) && sent.iter().any(|(_, g)| *g == 0));
         }
-        let daemon = replayed(daemon_core("", &cfg), &inputs);
+        let (outputs, daemon) = replayed(daemon_node("", &cfg), &steps);
+        for (i, (s, o)) in steps.iter().zip(&outputs).enumerate() {
+            assert_eq!(
+                &s.output, o,
+                "{gpus} GPU(s): answers diverge at input {i}: {:?}",
+                s.input
+            );
+        }
         assert_eq!(daemon.len(), sim.len(), "{gpus} GPU(s): record lengths");
         for (i, (a, b)) in sim.iter().zip(&daemon).enumerate() {
             assert_eq!(a, b, "{gpus} GPU(s): records diverge at line {i}");
@@ -142,13 +126,43 @@ fn the_simulator_and_mqfqd_dispatch_the_same_sequence() {
 }
 
 #[test]
+fn the_pool_s_orders_are_part_of_what_is_compared() {
+    // The memory-heavy run makes the pool order: evictions under pressure, prefetches for
+    // flows turning Active; the replay gives the same orders, and a daemon with other tier
+    // knobs does not.
+    let cfg = SimConfig {
+        gpus: 1,
+        ..SimConfig::default()
+    };
+    let mut trace = trace(1);
+    for f in &mut trace.functions {
+        f.mem_mb *= 4.0;
+    }
+    let (steps, _) = simulated(&trace, &cfg);
+    let orders = |outs: &mut dyn Iterator<Item = &Output>| {
+        outs.flat_map(|o| o.orders.iter().map(|o| (o.key.clone(), o.action)))
+            .collect::<Vec<(ContainerKey, Action)>>()
+    };
+    let sim = orders(&mut steps.iter().map(|s| &s.output));
+    assert!(
+        sim.iter().any(|(_, a)| *a == Action::Evict),
+        "the pool evicts: {} orders",
+        sim.len()
+    );
+    let (same, _) = replayed(daemon_node("", &cfg), &steps);
+    assert_eq!(sim, orders(&mut same.iter()));
+    let (other, _) = replayed(daemon_node("[pool]\nheadroom = 0.5\n", &cfg), &steps);
+    assert_ne!(sim, orders(&mut other.iter()));
+}
+
+#[test]
 fn a_differently_configured_daemon_dispatches_differently() {
-    // The comparison can fail: the same calls into a daemon with another profile do not give
+    // The comparison can fail: the same inputs into a daemon with another profile do not give
     // the simulator's sequence.
     let cfg = SimConfig::default();
     let trace = trace(1);
-    let (inputs, sim) = simulated(&trace, &cfg);
-    let other = replayed(daemon_core("profile = \"light\"\n", &cfg), &inputs);
+    let (steps, sim) = simulated(&trace, &cfg);
+    let (_, other) = replayed(daemon_node("profile = \"light\"\n", &cfg), &steps);
     assert_ne!(dispatches(&sim), dispatches(&other));
 }
 
@@ -159,7 +173,7 @@ fn the_simulator_pools_memory_with_mqfqd_s_default_tier_knobs() {
     // models no host memory.
     let d = DaemonConfig::parse("", std::path::Path::new("mqfqd.toml")).unwrap();
     let daemon = d.pool_config();
-    let sim = mqfq_sim::engine::pool_config(&SimConfig::default());
+    let sim = mqfq_sim::node::pool_config(&SimConfig::default());
     assert_eq!(sim.tiers, daemon.tiers);
     assert!(sim.reclaim && !daemon.reclaim);
 }
@@ -183,10 +197,11 @@ fn policy_fcfs_grants_in_arrival_order_and_mqfq_sticky_does_not() {
         shim_pid: 7,
     };
     let order = |toml: &str| {
-        let mut core = daemon_core(
+        let mut node = daemon_node(
             &format!("{toml}restart_grace_ms = 0\n[concurrency]\nd_max = 1\nd_initial = 1\n"),
             &SimConfig::default(),
         );
+        let core = node.core_mut();
         let mut granted = core.admit(&req("f0", "flood"), Time::ZERO).unwrap();
         for i in 1..6 {
             core.admit(&req(&format!("f{i}"), "flood"), Time::from_secs_f64(0.1))

@@ -73,9 +73,8 @@ fn mqfqd() -> Arc<Daemon> {
         memory_total: 1 << 34,
         mig: Vec::new(),
     };
-    let core = mqfq_daemon::build_core(&cfg, vec![gpu]).expect("core");
-    let pool = scheduler_core::node::pool::Pool::new(cfg.pool_config()).expect("pool");
-    Daemon::new(core, pool, "simulated", None).expect("daemon")
+    let node = mqfq_daemon::build_node(&cfg, vec![gpu]).expect("node");
+    Daemon::new(node, "simulated", None).expect("daemon")
 }
 
 /// A fail-closed gate on `socket`, and a container's work (function `f`, every GPU).

@@ -29,7 +29,6 @@ impl Engine<'_> {
             let view = PoolView {
                 best: &self.best,
                 startup_ms: &self.startup,
-                pool: self.pool.as_ref().map(pool::NodePool::pool),
             };
             policy.arrive(clock.next_arrival, trace, ms(self.now), &view);
             clock.next_arrival += 1;
@@ -37,15 +36,14 @@ impl Engine<'_> {
     }
 
     /// Acts on the policy's flow signals: prefetch on activation; the eager style evicts a
-    /// deactivated flow's idle containers.
+    /// deactivated flow's idle containers. Under the node's pool, carries out its orders (a flow
+    /// that turned Active prefetches there).
     pub(super) fn signals(&mut self, policy: &mut dyn Policy, mem: MemoryStyle) {
+        if self.admission == Admission::Node {
+            self.pool_orders(policy);
+        }
         for s in policy.tick(ms(self.now)) {
             match (s, mem) {
-                (Signal::ActivatedOn { func, gpu }, _)
-                    if self.pool.is_some() && gpu < self.gpus.len() =>
-                {
-                    self.pool_activated(gpu, func, policy);
-                }
                 (Signal::Activated(f), MemoryStyle::LazyPrefetch | MemoryStyle::EagerPrefetch) => {
                     self.prefetch(f, policy, true);
                 }
@@ -80,7 +78,6 @@ impl Engine<'_> {
             let view = PoolView {
                 best: &self.best,
                 startup_ms: &self.startup,
-                pool: self.pool.as_ref().map(pool::NodePool::pool),
             };
             let Some(batch) = policy.next(self.trace, ms(self.now), &view, free) else {
                 break;

@@ -12,7 +12,7 @@ impl Engine<'_> {
     /// policy when residency changes. Not under the node's pool: the core hears from the pool,
     /// and `mqfq-sticky` reads no pool view.
     pub(super) fn refresh(&mut self, f: usize, policy: &mut dyn Policy) {
-        if self.pool.is_some() {
+        if self.admission == super::Admission::Node {
             return;
         }
         let mut best = Tier::Cold;

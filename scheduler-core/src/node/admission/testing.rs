@@ -5,14 +5,14 @@ use super::{AdmitInfo, Core, GpuInfo, Kind, MemoryAdmission};
 use crate::Time;
 use crate::config::{ConcurrencyConfig, GpuMode, Overrun, QueueConfig, Selection, StickyTtl};
 
-pub(super) const GIB: u64 = 1 << 30;
+pub(crate) const GIB: u64 = 1 << 30;
 
-pub(super) fn secs(s: f64) -> Time {
+pub(crate) fn secs(s: f64) -> Time {
     Time::from_secs_f64(s)
 }
 
 /// T = 0.5 s, TTL 1 s, a 1 s charge until measured, residency-aware selection.
-pub(super) fn qcfg(short_charge_s: f64) -> QueueConfig {
+pub(crate) fn qcfg(short_charge_s: f64) -> QueueConfig {
     QueueConfig {
         overrun: Overrun::Fixed(0.5),
         ttl: StickyTtl::Fixed(1.0),
@@ -27,12 +27,12 @@ pub(super) fn qcfg(short_charge_s: f64) -> QueueConfig {
 
 /// One 24 GiB GPU with D fixed at `d`, headroom 0.15 (budget 20.4 GiB), memory admission on,
 /// charging a function not yet measured `default_mb` MiB.
-pub(super) fn memory_core(d: u32, short_charge_s: f64, default_mb: u64) -> Core {
+pub(crate) fn memory_core(d: u32, short_charge_s: f64, default_mb: u64) -> Core {
     memory_core_on(&[24], d, short_charge_s, default_mb)
 }
 
 /// [`memory_core`] on GPUs of these sizes (GiB), indexed from 0.
-pub(super) fn memory_core_on(gib: &[u64], d: u32, short_charge_s: f64, default_mb: u64) -> Core {
+pub(crate) fn memory_core_on(gib: &[u64], d: u32, short_charge_s: f64, default_mb: u64) -> Core {
     let gpus = (0u32..)
         .zip(gib)
         .map(|(index, &g)| GpuInfo {
@@ -56,7 +56,7 @@ pub(super) fn memory_core_on(gib: &[u64], d: u32, short_charge_s: f64, default_m
 }
 
 /// An admission of container `ns/<id>` of `function` (no tenant, weight 1) for `kind`.
-pub(super) fn admit_info(id: &str, function: &str, kind: Kind) -> AdmitInfo {
+pub(crate) fn admit_info(id: &str, function: &str, kind: Kind) -> AdmitInfo {
     AdmitInfo {
         namespace: "ns".into(),
         container_id: id.into(),

@@ -154,7 +154,9 @@ impl Pool {
         }
         self.expire(now);
         // GPU-memory pressure.
-        let gpus: Vec<u32> = self.memory.keys().copied().collect();
+        // In GPU order: the same inputs give the same orders, in the same order.
+        let mut gpus: Vec<u32> = self.memory.keys().copied().collect();
+        gpus.sort_unstable();
         for gpu in gpus {
             let (used, total) = self.in_use(gpu);
             let budget = self.policy.budget(total);

@@ -7,6 +7,12 @@ use std::collections::{BTreeMap, BTreeSet};
 use super::*;
 
 impl Pool {
+    /// Whether the pool holds `key`.
+    #[must_use]
+    pub fn knows(&self, key: &ContainerKey) -> bool {
+        self.entries.contains_key(key)
+    }
+
     /// Bytes the Hot containers on `gpu` hold, as their shims last reported (what a simulated
     /// GPU, which sees no processes, has in use).
     #[must_use]

@@ -113,7 +113,7 @@ impl Daemon {
                     "GPU health for new containers changed"
                 );
                 if to == Health::Failed {
-                    let gone = inner.pool.gpu_failed(s.index, now);
+                    let gone = inner.node.pool_mut().gpu_failed(s.index, now);
                     tracing::warn!(
                         gpu = s.index,
                         containers = gone,
@@ -166,7 +166,8 @@ pub(super) fn place(d: &Daemon, req: &api::AdmitRequest) -> ttrpc::Result<api::P
     let mut named: Vec<(String, u32)> = Vec::new();
     if req.gpus.is_empty() {
         named = inner
-            .core
+            .node
+            .core()
             .gpus()
             .iter()
             .map(|g| (g.info.index.to_string(), g.info.index))
@@ -174,7 +175,8 @@ pub(super) fn place(d: &Daemon, req: &api::AdmitRequest) -> ttrpc::Result<api::P
     } else {
         for n in &req.gpus {
             let idx = inner
-                .core
+                .node
+                .core()
                 .resolve(std::slice::from_ref(n))
                 .map_err(|e| to_ttrpc(&e))?;
             let [i] = idx[..] else {
@@ -189,24 +191,25 @@ pub(super) fn place(d: &Daemon, req: &api::AdmitRequest) -> ttrpc::Result<api::P
         return Ok(api::PlaceResponse::default());
     }
     let candidates: Vec<u32> = named.iter().map(|(_, i)| *i).collect();
-    let (resident, start_s) = inner.pool.presence(&flow);
+    let (resident, start_s) = inner.node.pool().presence(&flow);
     let mut near = Near {
         resident,
         start_s,
         ..Near::default()
     };
     for p in &partners {
-        near.partners.extend(inner.pool.hot_gpus(p));
+        near.partners.extend(inner.node.pool().hot_gpus(p));
     }
     near.partners.extend(
         inner
-            .core
+            .node
+            .core()
             .leases()
             .filter(|(_, l)| partners.contains(&l.function))
             .map(|(_, l)| l.gpu),
     );
-    let gpus = inner.core.gpus();
-    let ahead = inner.core.work_ahead(&flow);
+    let gpus = inner.node.core().gpus();
+    let ahead = inner.node.core().work_ahead(&flow);
     let minute = crate::placement::minute_of_day_utc();
     let Some(p) = inner.placement.as_mut() else {
         return Ok(api::PlaceResponse::default());

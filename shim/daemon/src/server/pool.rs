@@ -11,17 +11,10 @@ use super::{Daemon, Inner, MAX_ORDERS_WAIT_MS, admit_info, check_asked, status, 
 use mqfq_proto::api;
 use scheduler_core::node::ContainerKey;
 use scheduler_core::node::admission::Kind;
-use scheduler_core::node::pool::{Action, Outcome};
+use scheduler_core::node::pool::{Action, Order, Outcome};
+use scheduler_core::node::{Input, Output};
 
 impl Daemon {
-    /// A pooled container got a lease: the pool counts the hit (and makes room for it).
-    pub(super) fn pool_grant(inner: &mut Inner, lease: u64, now: Time) {
-        if let Some(l) = inner.core.lease(lease) {
-            let (key, function, gpu, pid) = (l.key.clone(), l.function.clone(), l.gpu, l.shim_pid);
-            inner.pool.granted(&key, &function, gpu, pid, now);
-        }
-    }
-
     /// A paused pooled container a shim re-registered: the pool re-learns it. Entries that do not
     /// name a container or a GPU of this node are skipped with a log line (registration is
     /// repeated; one bad entry must not cost the others).
@@ -43,7 +36,7 @@ impl Daemon {
             tracing::warn!(shim = shim_pid, key = %key, "idle container without a function: skipped");
             return;
         }
-        let gpu = match inner.core.resolve(&r.gpus) {
+        let gpu = match inner.node.core().resolve(&r.gpus) {
             Ok(g) if !g.is_empty() => g[0],
             Ok(_) | Err(_) => {
                 tracing::warn!(shim = shim_pid, container = %r.container_id, gpus = ?r.gpus,
@@ -51,50 +44,27 @@ impl Daemon {
                 return;
             }
         };
-        if inner.core.lease_of(&key).is_some() {
+        if inner.node.core().lease_of(&key).is_some() {
             return;
         }
         inner.pooled.insert(key.clone(), shim_pid);
-        inner
-            .pool
-            .adopt_idle(&key, flow, gpu, shim_pid, r.managed_bytes, r.evicted, now);
+        let pool = inner.node.pool_mut();
+        pool.adopt_idle(&key, flow, gpu, shim_pid, r.managed_bytes, r.evicted, now);
         if let Some(n) = r.native.as_ref() {
-            inner
-                .pool
-                .report_native(&key, mqfq_proto::memory::from_proto(n));
+            pool.report_native(&key, mqfq_proto::memory::from_proto(n));
         }
     }
 
-    /// Hands the pool's new orders to their shims and its events to the metrics; returns what
-    /// the footprints it measured let the core grant.
-    #[must_use]
-    pub(super) fn pool_settle(
-        &self,
-        inner: &mut Inner,
-        now: Time,
-    ) -> Vec<scheduler_core::node::admission::Grant> {
-        let orders = inner.pool.take_orders();
-        if !orders.is_empty() {
-            for o in orders {
-                tracing::info!(key = %o.key, action = o.action.name(), shim = o.shim_pid, "pool order");
-                inner.orders.entry(o.shim_pid).or_default().push(o);
-            }
-            self.orders_ready.notify_waiters();
+    /// Queues the pool's orders for their shims' long polls.
+    pub(super) fn queue_orders(&self, inner: &mut Inner, orders: Vec<Order>) {
+        if orders.is_empty() {
+            return;
         }
-        let events = inner.pool.drain_events();
-        if !events.is_empty() {
-            self.metrics.pool(&events);
+        for o in orders {
+            tracing::info!(key = %o.key, action = o.action.name(), shim = o.shim_pid, "pool order");
+            inner.orders.entry(o.shim_pid).or_default().push(o);
         }
-        // MQFQ-Sticky stays with a flow whose memory is resident and prefers it.
-        for (function, resident, cost_s) in inner.pool.residency() {
-            let _ = inner.core.set_residency(&function, resident, cost_s);
-        }
-        // Memory admission charges each function what its containers were measured to hold.
-        let mut grants = Vec::new();
-        for (function, bytes) in inner.pool.footprints() {
-            grants.extend(inner.core.set_footprint(&function, bytes, now));
-        }
-        grants
+        self.orders_ready.notify_waiters();
     }
 }
 
@@ -209,18 +179,22 @@ pub(super) fn report(
     }
     let now = d.now();
     let mut inner = d.lock();
-    for (o, r) in outcomes.iter().zip(&req.results) {
-        if !inner.pool.report(o, now) {
-            continue;
+    let mut out = Output::default();
+    for (o, r) in outcomes.into_iter().zip(&req.results) {
+        if inner.node.pool().knows(&o.key) {
+            if r.ok || r.skipped {
+                tracing::info!(key = %o.key, action = o.action.name(), bytes = o.bytes,
+                    ms = o.seconds * 1e3, skipped = o.skipped, "pool report");
+            } else {
+                tracing::warn!(key = %o.key, action = o.action.name(), "pool action failed: {}", r.error);
+            }
         }
-        if r.ok || r.skipped {
-            tracing::info!(key = %o.key, action = o.action.name(), bytes = o.bytes,
-                ms = o.seconds * 1e3, skipped = o.skipped, "pool report");
-        } else {
-            tracing::warn!(key = %o.key, action = o.action.name(), "pool action failed: {}", r.error);
+        // A report only moves the pool: the core refuses nothing here.
+        if let Ok(more) = inner.node.step(&Input::Report(o), now) {
+            out.merge(more);
         }
     }
-    d.settle(&mut inner, Vec::new());
+    d.settle(&mut inner, out);
     Ok(api::PoolReportResponse::default())
 }
 

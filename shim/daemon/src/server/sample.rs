@@ -4,6 +4,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use scheduler_core::node::Input;
 use scheduler_core::node::admission::GpuReading;
 
 use super::{Daemon, pool};
@@ -23,9 +24,7 @@ impl Daemon {
                 let now = self.now();
                 let gone = {
                     let mut inner = self.lock();
-                    let gone = inner.core.forget_idle(now, self.flow_idle_s);
-                    inner.pool.forget_functions(&gone);
-                    gone
+                    inner.node.forget_idle(now, self.flow_idle_s)
                 };
                 if !gone.is_empty() {
                     tracing::info!(flows = gone.len(), "idle flows forgotten");
@@ -35,12 +34,13 @@ impl Daemon {
             let load: Vec<GpuLoad> = {
                 let inner = self.lock();
                 inner
-                    .core
+                    .node
+                    .core()
                     .gpus()
                     .iter()
                     .map(|g| GpuLoad {
                         leases: g.running,
-                        resident_bytes: inner.pool.hot_bytes(g.info.index),
+                        resident_bytes: inner.node.pool().hot_bytes(g.info.index),
                     })
                     .collect()
             };
@@ -77,7 +77,8 @@ impl Daemon {
             let now = self.now();
             let mut inner = self.lock();
             let last: Vec<(u32, u64)> = inner
-                .core
+                .node
+                .core()
                 .gpus()
                 .iter()
                 .map(|g| (g.info.index, g.memory_used))
@@ -85,22 +86,20 @@ impl Daemon {
             let samples = crate::monitor::with_last_memory(samples, &last);
             self.placement_sample(&mut inner, &samples, failing, now);
             let readings: Vec<GpuReading> = samples.iter().map(Sample::reading).collect();
-            let grants = inner.core.sample(&readings, now);
-            self.settle(&mut inner, grants);
-            let gpus = inner.core.gpus();
-            for g in &gpus {
-                inner
-                    .pool
-                    .observe_memory(g.info.index, g.memory_used, g.info.memory_total);
+            // Grants first (a delivered one is a pool hit), then the pool's pressure and timers
+            // over the memory just read.
+            for input in [Input::Sample(readings), Input::Tick { host }] {
+                if let Ok(out) = inner.node.step(&input, now) {
+                    self.settle(&mut inner, out);
+                }
             }
-            inner.pool.tick(now, host);
-            let grants = self.pool_settle(&mut inner, now);
-            self.settle(&mut inner, grants);
-            let fail_open = inner.core.fail_open_starts();
+            let gpus = inner.node.core().gpus();
+            let fail_open = inner.node.core().fail_open_starts();
             let counts = inner
-                .pool
+                .node
+                .pool_mut()
                 .tier_counts()
-                .map(|c| (c, inner.pool.memory_by_function()));
+                .map(|c| (c, inner.node.pool().memory_by_function()));
             drop(inner);
             self.metrics.gauges(&gpus, fail_open);
             self.metrics.gpm(&samples);

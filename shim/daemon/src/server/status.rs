@@ -44,7 +44,7 @@ impl Daemon {
     pub fn status(&self) -> api::StatusResponse {
         let now = self.now();
         let inner = self.lock();
-        let core = &inner.core;
+        let core = inner.node.core();
         let builtin_models;
         let models = match &inner.placement {
             Some(p) => &p.config().models,
@@ -140,7 +140,8 @@ impl Daemon {
             })
             .collect();
         let pool = inner
-            .pool
+            .node
+            .pool()
             .entries(now)
             .into_iter()
             .map(|e| api::PoolEntry {

@@ -1,0 +1,215 @@
+//! The joins, each from its input: a grant is a pool hit, a flow turning Active prefetches its
+//! Warm containers, what the pool measures reaches the core (and may grant), and the same inputs
+//! give the same answers.
+
+use super::*;
+use crate::config::TierConfig;
+use crate::node::admission::Kind;
+use crate::node::admission::testing::{GIB, admit_info, memory_core_on, secs};
+use crate::node::pool::{Action, PoolConfig};
+use crate::tiers::Tier;
+
+fn node(default_mb: u64) -> Node {
+    node_on(&[24], default_mb)
+}
+
+/// [`node`] on GPUs of these sizes (GiB), all sampled idle at 0.
+fn node_on(gib: &[u64], default_mb: u64) -> Node {
+    let pool = Pool::new(PoolConfig {
+        tiers: TierConfig {
+            hot_ttl_s: 600.0,
+            warm_ttl_s: 3600.0,
+            headroom: 0.15,
+            prefetch_iat: 5.0,
+        },
+        reclaim: false,
+        host_headroom: 0.1,
+    })
+    .unwrap();
+    let mut n = Node::new(memory_core_on(gib, 2, 0.0, default_mb), pool);
+    // The pool believes no bytes on a GPU it has not seen.
+    let idle = (0u32..)
+        .zip(gib)
+        .map(|(index, _)| GpuReading {
+            index,
+            signals: crate::concurrency::Signals {
+                busy: Some(0.0),
+                sm_activity: None,
+            },
+            memory_used: 0,
+        })
+        .collect();
+    n.step(&Input::Sample(idle), secs(0.0)).unwrap();
+    n
+}
+
+fn admit(n: &mut Node, id: &str, function: &str, at: f64) -> Output {
+    n.step(
+        &Input::Admit(admit_info(id, function, Kind::Burst)),
+        secs(at),
+    )
+    .unwrap()
+}
+
+fn release(n: &mut Node, lease: u64, at: f64) -> Output {
+    let r = Input::Release {
+        lease,
+        measured_s: Some(0.1),
+        reason: "idle".into(),
+    };
+    n.step(&r, secs(at)).unwrap()
+}
+
+/// Container `ns/<id>` of `function` runs one burst at `at` and stays idle holding `bytes`.
+fn one_burst(n: &mut Node, id: &str, function: &str, bytes: u64, at: f64) {
+    let lease = admit(n, id, function, at).grants[0].lease;
+    let hit = Input::Hit {
+        lease,
+        container: None,
+    };
+    n.step(&hit, secs(at)).unwrap();
+    release(n, lease, at + 0.1);
+    let key: ContainerKey = format!("ns/{id}").parse().unwrap();
+    let released = Input::Released {
+        key,
+        paused: true,
+        bytes,
+        native: None,
+    };
+    n.step(&released, secs(at + 0.1)).unwrap();
+}
+
+fn tier(n: &Node, key: &str) -> Option<Tier> {
+    n.pool()
+        .entries(secs(0.0))
+        .into_iter()
+        .find(|e| e.key == key)
+        .map(|e| e.tier)
+}
+
+#[test]
+fn a_hit_puts_the_lease_s_container_in_the_pool_and_its_bytes_reach_the_core() {
+    let mut n = node(1024);
+    one_burst(&mut n, "a", "f", 3 * GIB, 0.0);
+    assert_eq!(tier(&n, "ns/a"), Some(Tier::Hot));
+    assert_eq!(n.core().footprints().get("f"), Some(&(3 * GIB)));
+    // A lease the core never granted is refused, and nothing joins the pool.
+    let bogus = Input::Hit {
+        lease: 999,
+        container: None,
+    };
+    assert!(matches!(
+        n.step(&bogus, secs(1.0)),
+        Err(CoreError::UnknownLease(999))
+    ));
+    assert_eq!(n.pool().entries(secs(1.0)).len(), 1);
+}
+
+#[test]
+fn a_flow_turning_active_prefetches_its_evicted_container() {
+    let mut n = node(1024);
+    one_burst(&mut n, "a", "f", 3 * GIB, 0.0);
+    let evicted = Input::Report(Outcome {
+        key: "ns/a".parse().unwrap(),
+        action: Action::Evict,
+        ok: true,
+        skipped: false,
+        gone: false,
+        bytes: 3 * GIB,
+        seconds: 0.1,
+    });
+    n.step(&evicted, secs(1.0)).unwrap();
+    assert_eq!(tier(&n, "ns/a"), Some(Tier::Warm));
+    // A sticky TTL later the flow is Inactive; a new call of it turns it Active again, and the
+    // node orders its Warm container back in the same answer.
+    let out = admit(&mut n, "b", "f", 30.0);
+    assert_eq!(out.grants.len(), 1);
+    assert!(
+        out.orders
+            .iter()
+            .any(|o| o.key == "ns/a" && o.action == Action::Prefetch),
+        "{out:?}"
+    );
+}
+
+#[test]
+fn a_footprint_measured_smaller_grants_waiting_work_in_the_same_answer() {
+    // Charged 16 GiB until measured: a second lease does not fit in a 20.4 GiB budget.
+    let mut n = node(16 * 1024);
+    let first = admit(&mut n, "a", "f", 0.0);
+    assert_eq!(first.grants.len(), 1);
+    assert!(admit(&mut n, "b", "f", 0.1).grants.is_empty());
+    // A shim re-registers an idle container of the function holding 2 GiB: the pool learns the
+    // footprint and the node's settle hands the core what it now lets in.
+    n.pool_mut().adopt_idle(
+        &"ns/c".parse().unwrap(),
+        "f",
+        0,
+        7,
+        2 * GIB,
+        false,
+        secs(0.2),
+    );
+    let out = n.settle(secs(0.2));
+    assert_eq!(out.grants.len(), 1, "{out:?}");
+    assert_eq!(out.grants[0].key, "ns/b");
+}
+
+#[test]
+fn the_same_inputs_give_the_same_answers_in_a_second_node() {
+    // Two GPUs under memory pressure at once: the evictions come in the same order from every
+    // node (no answer depends on a hash map's order).
+    let run = || {
+        let mut n = node_on(&[24, 24], 1024);
+        let mut outs = Vec::new();
+        for i in 0..8u32 {
+            let at = f64::from(i) * 0.3;
+            let mut info = admit_info(&format!("c{i}"), &format!("f{i}"), Kind::Burst);
+            info.gpus = vec![(i % 2).to_string()];
+            let out = n.step(&Input::Admit(info), secs(at)).unwrap();
+            for g in &out.grants {
+                let hit = Input::Hit {
+                    lease: g.lease,
+                    container: None,
+                };
+                n.step(&hit, secs(at)).unwrap();
+                outs.push(release(&mut n, g.lease, at + 0.1));
+                let released = Input::Released {
+                    key: g.key.clone(),
+                    paused: true,
+                    bytes: 5 * GIB,
+                    native: None,
+                };
+                outs.push(n.step(&released, secs(at + 0.1)).unwrap());
+            }
+            outs.push(out);
+        }
+        for gpu in 0..2 {
+            let pressure = Input::Memory {
+                gpu,
+                used: 23 * GIB,
+                total: 24 * GIB,
+            };
+            outs.push(n.step(&pressure, secs(5.0)).unwrap());
+        }
+        let tick = n.step(&Input::Tick { host: None }, secs(5.0)).unwrap();
+        let gpus: std::collections::BTreeSet<u32> = tick
+            .orders
+            .iter()
+            .filter_map(|o| {
+                n.pool()
+                    .entries(secs(5.0))
+                    .into_iter()
+                    .find(|e| e.key == o.key)
+            })
+            .map(|e| e.gpu)
+            .collect();
+        assert_eq!(gpus.len(), 2, "evictions on both GPUs: {tick:?}");
+        outs.push(tick);
+        outs
+    };
+    let first = run();
+    for _ in 0..8 {
+        assert_eq!(first, run());
+    }
+}
