@@ -206,6 +206,13 @@ struct Waiting {
     tenant: Option<String>,
     shim_pid: u32,
     kind: Kind,
+    /// The GPUs it may run on (late binding moves it among them).
+    candidates: Vec<u32>,
+    /// What it asked with, and the weight in force (to join a flow on another GPU).
+    info: AdmitInfo,
+    weight: f64,
+    /// When it arrived.
+    since: Time,
 }
 
 /// A held lease.
@@ -674,6 +681,7 @@ mod record;
 mod register;
 mod release;
 mod share;
+mod steal;
 
 pub use memory::{DEFAULT_FOOTPRINT_MB, MemoryAdmission, MemoryView};
 pub use overtime::DEFAULT_MAX_BURST_HOLD_S;

@@ -12,6 +12,22 @@ use crate::time::Time;
 use super::Dispatched;
 
 impl<T> MqfqQueue<T> {
+    /// Whether work of flow `key` queued now would start within the over-run threshold T of V,
+    /// so that MQFQ's order lets it run (a flow the queue does not know starts at V).
+    #[must_use]
+    pub fn within_overrun(&self, key: &str) -> bool {
+        let Some(id) = self.lookup(key) else {
+            return true;
+        };
+        let f = &self.flows[id.ix()];
+        let start = if f.pending.is_empty() {
+            self.v.max(f.finish)
+        } else {
+            f.start
+        };
+        start <= self.v + self.overrun()
+    }
+
     /// The flow [`dispatch_slot_fitting`](Self::dispatch_slot_fitting) would serve, without
     /// serving it.
     pub fn fitting(&self, free_slots: u32, fits: impl Fn(FlowId) -> bool) -> Option<FlowId> {

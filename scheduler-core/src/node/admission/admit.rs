@@ -70,6 +70,10 @@ impl Core {
                 tenant: info.tenant.clone(),
                 shim_pid: info.shim_pid,
                 kind: info.kind,
+                candidates,
+                info: info.clone(),
+                weight,
+                since: now,
             },
         );
         Ok(self.pump_all(now))

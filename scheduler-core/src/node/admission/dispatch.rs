@@ -106,8 +106,10 @@ impl Core {
     /// Inactive on another GPU frees the memory room kept for it or lets the virtual time move
     /// on there (a free slot left idle beside fitting work until the next sample, before).
     pub(super) fn pump_all(&mut self, now: Time) -> Vec<Grant> {
-        (0..self.gpus.len())
+        let mut grants: Vec<Grant> = (0..self.gpus.len())
             .flat_map(|s| self.pump(s, now))
-            .collect()
+            .collect();
+        grants.extend(self.rebalance(now));
+        grants
     }
 }

@@ -180,6 +180,26 @@ impl Core {
         }
     }
 
+    /// Whether an admission of `function` moved to GPU `slot` fits its memory beside the leases
+    /// held there, keeping the room of its active short flows (late binding; see `steal`).
+    pub(super) fn room_for(&self, slot: usize) -> impl Fn(&str) -> bool + '_ {
+        let budget = self.budget(slot);
+        let running = self.gpus[slot].running;
+        let (held, room) = if budget == 0 || running == 0 {
+            (0, 0)
+        } else {
+            (self.held(slot), self.short_room(slot))
+        };
+        move |function| {
+            budget == 0
+                || running == 0
+                || held
+                    .saturating_add(self.footprint(function))
+                    .saturating_add(room)
+                    <= budget
+        }
+    }
+
     /// Whether waiting work could take a slot on GPU `slot` as far as memory goes (`free_slots`
     /// as [`crate::MqfqQueue::dispatch_slot`] takes it; a slot an overtime lease freed only for
     /// work that may take it, see `overtime`).

@@ -102,22 +102,33 @@ impl Core {
     /// limit; above it (a slot an overtime lease freed) only a flow holding no overtime lease
     /// there.
     pub(super) fn overtime_test(&self, slot: usize) -> impl Fn(FlowId) -> bool + '_ {
+        let index = self.gpus[slot].info.index;
+        let allows = self.overtime_allows(slot);
+        let flow_of: HashMap<FlowId, &str> = self
+            .waiting
+            .values()
+            .filter(|w| w.gpu == index)
+            .map(|w| (w.flow, w.function.as_str()))
+            .collect();
+        move |flow| flow_of.get(&flow).is_none_or(|f| allows(f))
+    }
+
+    /// [`Core::overtime_test`] by function: whether `function`'s work may take GPU `slot`'s
+    /// next slot.
+    pub(super) fn overtime_allows(&self, slot: usize) -> impl Fn(&str) -> bool + '_ {
         let g = &self.gpus[slot];
         let index = g.info.index;
         let open = g.overtime == 0 || g.running < self.normal_limits_of(slot).1;
-        let mut over: HashSet<&str> = HashSet::new();
-        let mut flow_of: HashMap<FlowId, &str> = HashMap::new();
-        if !open {
-            for l in self.leases.values() {
-                if l.gpu == index && l.overtime {
-                    over.insert(&l.function);
-                }
-            }
-            for w in self.waiting.values().filter(|w| w.gpu == index) {
-                flow_of.insert(w.flow, &w.function);
-            }
-        }
-        move |flow| open || flow_of.get(&flow).is_none_or(|f| !over.contains(f))
+        let over: HashSet<&str> = if open {
+            HashSet::new()
+        } else {
+            self.leases
+                .values()
+                .filter(|l| l.gpu == index && l.overtime)
+                .map(|l| l.function.as_str())
+                .collect()
+        };
+        move |function| open || !over.contains(function)
     }
 }
 

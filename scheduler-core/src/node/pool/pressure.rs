@@ -96,7 +96,8 @@ impl Pool {
             .predicts_arrival(now, Some(c.last), c.mean_iat_s)
     }
 
-    /// Prefetches the idle Warm containers of `function` on `gpu` that fit under the budget.
+    /// Prefetches the idle Warm containers of `function` on `gpu` whose known size fits under the
+    /// budget.
     fn prefetch_function(&mut self, gpu: u32, function: &str, only_pressure: bool, now: Time) {
         let keys: Vec<(ContainerKey, u64)> = self
             .entries
@@ -112,7 +113,9 @@ impl Pool {
             .collect();
         let mut free = self.free_in_budget(gpu);
         for (key, bytes) in keys {
-            if bytes <= free {
+            // A size not known (nothing believable reported) cannot be shown to fit: such a
+            // container is restored at its next admission instead.
+            if bytes > 0 && bytes <= free {
                 // As `in_use` will count it from now: a prefetch in flight.
                 free -= bytes;
                 self.order(&key, Action::Prefetch, now);

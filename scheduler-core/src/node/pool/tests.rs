@@ -95,6 +95,27 @@ fn idle_past_hot_ttl_is_evicted_then_prefetched_when_its_flow_turns_active() {
 }
 
 #[test]
+fn a_warm_container_of_unknown_size_is_never_prefetched() {
+    // Its GPU was never sampled, so no reported size is believed: the container is Warm at 0
+    // bytes as far as the pool knows, and a prefetch could not be shown to fit (proptest found a
+    // prefetch ordered past the budget this way). Its next admission restores it instead.
+    let mut p = pool(30.0, false);
+    p.granted(&k("ns/a"), "f", 0, 7, t(0.0));
+    p.released(&k("ns/a"), true, 3 * GIB, t(1.0));
+    p.tick(t(31.0), None);
+    assert_eq!(p.take_orders(), [order("ns/a", Action::Evict)]);
+    p.report(&ok("ns/a", Action::Evict, 3 * GIB), t(31.5));
+    assert_eq!(tier(&p, "ns/a"), Tier::Warm);
+    p.activated(0, "f", t(32.0));
+    assert!(p.take_orders().is_empty());
+    // Once the GPU is seen and a size believed, the same activation prefetches it.
+    p.observe_memory(0, 0, 80 * GIB);
+    p.report(&ok("ns/a", Action::Evict, 3 * GIB), t(33.0));
+    p.activated(0, "f", t(34.0));
+    assert_eq!(p.take_orders(), [order("ns/a", Action::Prefetch)]);
+}
+
+#[test]
 fn tier_counts_are_computed_only_after_a_change() {
     let mut p = pool(1.0, false);
     p.observe_memory(0, 0, 80 * GIB);

@@ -378,6 +378,7 @@ fn apply(c: &mut Core, o: &Op, now: Time) {
 
 proptest! {
     /// Work conservation after every call, on two GPUs of different sizes with memory admission,
+    /// across GPUs too (work that may run on either moves to one with a slot and room: `steal`),
     /// short flows and sticky TTLs expiring between calls: no GPU is left with a slot free under
     /// the limit any work may take while waiting work fits its memory, nor the reserve's slot
     /// while a short flow may take it. (A TTL expiring on one GPU during a call about another
@@ -403,6 +404,21 @@ proptest! {
                 prop_assert!(
                     !(l.reserve_waiting && g.running < l.slots),
                     "GPU {} idles the reserve after {:?}: {:?}, running {}", i, o, l, g.running
+                );
+                // Nor beside work waiting on the other GPU that may run here, fits, and that
+                // MQFQ's order here would let run.
+                let slot = c.slot(i);
+                let (fits, allows) = (c.room_for(slot), c.overtime_allows(slot));
+                let movable = c.waiting.values().any(|w| {
+                    w.gpu != i
+                        && w.candidates.contains(&i)
+                        && fits(&w.function)
+                        && allows(&w.function)
+                        && c.gpus[slot].queue.within_overrun(&w.function)
+                });
+                prop_assert!(
+                    !(movable && g.running < l.any),
+                    "GPU {} idles a slot beside the other GPU's waiting work after {:?}", i, o
                 );
             }
         }
