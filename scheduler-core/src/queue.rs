@@ -513,17 +513,33 @@ impl<T> MqfqQueue<T> {
     /// # Errors
     /// Unknown flow.
     pub fn enqueue(&mut self, id: FlowId, item: T, now: Time) -> Result<(), QueueError> {
+        self.push(id, item, now, true)
+    }
+
+    /// Queues `item`, which arrived at `at` and waited in another GPU's queue, on flow `id`: its
+    /// wait counts from `at`, and it is not an arrival of the flow here (the inter-arrival
+    /// estimate behind the sticky TTL is left alone).
+    ///
+    /// # Errors
+    /// Unknown flow.
+    pub fn enqueue_moved(&mut self, id: FlowId, item: T, at: Time) -> Result<(), QueueError> {
+        self.push(id, item, at, false)
+    }
+
+    fn push(&mut self, id: FlowId, item: T, at: Time, arrival: bool) -> Result<(), QueueError> {
         self.get(id)?;
         let was_short = self.counts_short(id);
         let v = self.v;
         let f = &mut self.flows[id.ix()];
-        if let Some(last) = f.last_arrival {
-            f.iat.observe(now.secs_since(last));
+        if arrival {
+            if let Some(last) = f.last_arrival {
+                f.iat.observe(at.secs_since(last));
+            }
+            f.last_arrival = Some(at);
         }
-        f.last_arrival = Some(now);
         f.pending.push_back(Pending {
             item,
-            at: now,
+            at,
             seq: self.next_seq,
         });
         self.next_seq += 1;

@@ -510,6 +510,13 @@ fn malformed_frames_and_requests_get_clear_errors_and_change_nothing() {
             c.pool_report(ctx(), &report(no_id)).await.map(|_| ()),
             "results[0]",
         );
+        // One report may carry at most 4096 results (each is one order's answer).
+        let flood = api::PoolReportRequest {
+            shim_pid: std::process::id(),
+            results: vec![result.clone(); 4097],
+            ..Default::default()
+        };
+        code(c.pool_report(ctx(), &flood).await.map(|_| ()), "results");
         c.pool_report(ctx(), &report(result)).await.unwrap();
         // The good request still works after all that.
         let ok = c.admit(ctx(), &good).await.unwrap();

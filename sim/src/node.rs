@@ -2,8 +2,9 @@
 //! `mqfqd` runs) driven by the simulated node. Each invocation is one burst of a container
 //! `sim/i<n>`: admitted at arrival, released at its end with the service it received; the
 //! executor's utilization samples go in as `mqfqd`'s sampling loop sends them. The core picks the
-//! GPU (at arrival, the least loaded), the limit in force and the order; the executor runs what it
-//! grants. The pool's keys are the executor's containers (`sim/c<n>`, chosen after admission): the
+//! GPU (at arrival, the least loaded; waiting work moves to another GPU that can start it: late
+//! binding, on here because the executor runs each grant on the GPU it names), the limit in force
+//! and the order; the executor runs what it grants. The pool's keys are the executor's containers (`sim/c<n>`, chosen after admission): the
 //! executor tells the node which container a lease runs in ([`Input::Hit`]), carries out the
 //! pool's orders and reports them, as the shims do.
 //!
@@ -175,7 +176,9 @@ impl NodeMqfq {
         pool: PoolConfig,
         keep_steps: bool,
     ) -> Result<Self, ConfigError> {
-        let core = Core::new(gpus, queue, |_| conc.clone()).map_err(config_error)?;
+        let mut core = Core::new(gpus, queue, |_| conc.clone()).map_err(config_error)?;
+        // The executor runs each grant on the GPU it names: waiting work may move.
+        core.set_late_binding(true);
         let (names, _) = flow_names(trace);
         Ok(NodeMqfq {
             node: Node::new(core, Pool::new(pool)?),

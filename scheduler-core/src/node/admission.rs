@@ -198,6 +198,9 @@ struct Gpu {
     memory_used: u64,
 }
 
+/// The most GPU names an admission may carry (a waiting one keeps them).
+const MAX_GPU_NAMES: usize = 64;
+
 #[derive(Clone, Debug)]
 struct Waiting {
     gpu: u32,
@@ -299,6 +302,8 @@ pub struct Core {
     log: Vec<Record>,
     fail_open_starts: u64,
     hold: Time,
+    /// Waiting work may move to another of its GPUs (`steal`); off: it stays where routed.
+    late_binding: bool,
     /// Flows that turned Active since the last [`Core::drain_activated`]: (GPU, function).
     activated: Vec<(u32, String)>,
     /// Per-shim caps: waiting admissions, registered containers.
@@ -362,6 +367,7 @@ impl Core {
             log: Vec::new(),
             fail_open_starts: 0,
             hold: Time::ZERO,
+            late_binding: false,
             activated: Vec::new(),
             limits: (usize::MAX, usize::MAX),
             waiting_of: HashMap::new(),
@@ -510,6 +516,15 @@ impl Core {
             return Err(invalid(
                 "tenant",
                 "must be 1 to 253 characters of A-Z a-z 0-9 . _ - : / @ +",
+            ));
+        }
+        if info.gpus.len() > MAX_GPU_NAMES {
+            return Err(invalid(
+                "gpus",
+                format!(
+                    "{} names, at most {MAX_GPU_NAMES} (one per GPU or MIG instance)",
+                    info.gpus.len()
+                ),
             ));
         }
         Ok(w)

@@ -211,26 +211,30 @@ impl Node {
     /// memory admission, when they differ from the core's), and what a changed footprint lets
     /// the core grant is returned with them.
     pub fn settle(&mut self, now: Time) -> Output {
-        for (gpu, function) in self.core.drain_activated() {
-            self.pool.activated(gpu, &function, now);
-        }
-        let mut out = Output {
-            orders: self.pool.take_orders(),
-            events: self.pool.drain_events(),
-            ..Output::default()
-        };
-        for (function, resident, cost_s) in self.pool.residency() {
-            // The pool's costs are measured durations: finite and >= 0, which is all the core
-            // checks.
-            let _ = self.core.set_residency(&function, resident, cost_s);
-        }
-        for (function, bytes) in self.pool.footprints() {
-            if self.core.footprints().get(&function) != Some(&bytes) {
-                out.grants
-                    .extend(self.core.set_footprint(&function, bytes, now));
+        let mut out = Output::default();
+        // Until nothing more comes of it: what a footprint lets in may turn a flow Active.
+        loop {
+            for (gpu, function) in self.core.drain_activated() {
+                self.pool.activated(gpu, &function, now);
+            }
+            out.orders.extend(self.pool.take_orders());
+            out.events.extend(self.pool.drain_events());
+            for (function, resident, cost_s) in self.pool.residency() {
+                // The pool's costs are measured durations: finite and >= 0, which is all the
+                // core checks.
+                let _ = self.core.set_residency(&function, resident, cost_s);
+            }
+            let before = out.grants.len();
+            for (function, bytes) in self.pool.footprints() {
+                if self.core.footprints().get(&function) != Some(&bytes) {
+                    out.grants
+                        .extend(self.core.set_footprint(&function, bytes, now));
+                }
+            }
+            if out.grants.len() == before {
+                return out;
             }
         }
-        out
     }
 
     /// Forgets flows idle for `idle_s` in the core and their memory in the pool; returns them.

@@ -355,8 +355,17 @@ impl Pool {
         evicted: bool,
         now: Time,
     ) {
-        if let Some(e) = self.entries.get_mut(key) {
-            e.shim_pid = shim_pid;
+        if let Some(e) = self.entries.get(key) {
+            // Adopted before its GPU's memory was known (a restarted daemon hears its shims
+            // before its first sample): the size is believed once it can be.
+            let known = (e.bytes == 0).then(|| self.believable(key, e.gpu, bytes));
+            if let Some(e) = self.entries.get_mut(key) {
+                e.shim_pid = shim_pid;
+                if let Some(b) = known.filter(|&b| b > 0) {
+                    e.bytes = b;
+                    self.changed = true;
+                }
+            }
             return;
         }
         let bytes = self.believable(key, gpu, bytes);

@@ -16,7 +16,7 @@
 //!
 //! [queue]          # overrides of the profile: overrun_s | overrun_tau, ttl_s | ttl_iat,
 //!                  # fallback_charge_s, short_charge_s; memory_admission = true,
-//!                  # default_footprint_mb = 4096
+//!                  # default_footprint_mb = 4096, late_binding = false
 //! [concurrency]    # alpha, u_target (SM activity), d_max, d_initial, slowdown_target
 //! [simulated]      # gpus = 1, memory_gib = 80 (or memory_mib), utilization_per_lease = 0.3, mode = "plain"
 //! [nvidia]         # pre-created GPU state: edits = true, driver_root = "/",
@@ -103,6 +103,10 @@ pub struct QueueSection {
     pub memory_admission: Option<bool>,
     /// What a function is charged before the pool has measured its containers, MiB (4096).
     pub default_footprint_mb: Option<u64>,
+    /// Waiting work that may run on several GPUs moves to one of them that frees first (default
+    /// off: right only where the work runs on the GPU its grant names, which the shim does not
+    /// arrange; with one GPU per container nothing moves either way).
+    pub late_binding: Option<bool>,
 }
 
 /// Profile overrides for dynamic D.

@@ -385,6 +385,8 @@ impl Metrics {
                         .get_or_create(&vec![("kind".into(), kind.as_str().into())])
                         .inc();
                 }
+                // Still waiting, on another GPU: neither a new admission nor one gone.
+                Record::Move { .. } => {}
                 Record::Withdraw { function, .. } => {
                     self.queue_length
                         .get_or_create(&self::function(function))

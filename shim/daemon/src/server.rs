@@ -537,6 +537,9 @@ impl api::Admission for Service {
         // Cancel comes with every Kill and Delete of a GPU container, and when a shim gave up
         // waiting: a lease it holds ends here (a grant that raced the shim's deadline would
         // otherwise be held by nobody), and the container leaves the pool.
+        // Out of the pool first: no order for it is taken with the release's answer.
+        inner.pooled.remove(&key);
+        inner.node.pool_mut().forget(&key);
         let mut out = Output::from(grants.take().unwrap_or_default());
         if let Some(lease) = inner.node.core().lease_of(&key) {
             let release = Input::Release {
@@ -548,8 +551,6 @@ impl api::Admission for Service {
                 out.merge(more);
             }
         }
-        inner.pooled.remove(&key);
-        inner.node.pool_mut().forget(&key);
         if let Some(tx) = inner.waiters.remove(&key) {
             let _ = tx.send(Err(Withdrawn::Cancelled));
         }

@@ -54,13 +54,15 @@ fn replayed(mut node: Node, steps: &[Step]) -> (Vec<Output>, Vec<Record>) {
 }
 
 /// `mqfqd`'s node from `toml`, with the simulator's GPUs. The simulator's platform reclaims
-/// containers past the warm TTL (`[pool] reclaim = true` here) and models no host memory.
+/// containers past the warm TTL (`[pool] reclaim = true` here), models no host memory, and runs
+/// each grant on the GPU it names (`[queue] late_binding = true`).
 fn daemon_node(toml: &str, cfg: &SimConfig) -> Node {
     let toml = if toml.contains("[pool]\n") {
         toml.replace("[pool]\n", "[pool]\nreclaim = true\n")
     } else {
         format!("{toml}\n[pool]\nreclaim = true\n")
     };
+    let toml = format!("{toml}\n[queue]\nlate_binding = true\n");
     let d = DaemonConfig::parse(&toml, std::path::Path::new("mqfqd.toml")).unwrap();
     mqfq_daemon::build_node(&d, gpu_infos(cfg.gpus, |g| cfg.mem_mb(g), cfg.mode)).unwrap()
 }

@@ -103,22 +103,32 @@ impl Core {
     /// there.
     pub(super) fn overtime_test(&self, slot: usize) -> impl Fn(FlowId) -> bool + '_ {
         let index = self.gpus[slot].info.index;
+        let open = self.overtime_open(slot);
         let allows = self.overtime_allows(slot);
-        let flow_of: HashMap<FlowId, &str> = self
-            .waiting
-            .values()
-            .filter(|w| w.gpu == index)
-            .map(|w| (w.flow, w.function.as_str()))
-            .collect();
-        move |flow| flow_of.get(&flow).is_none_or(|f| allows(f))
+        let flow_of: HashMap<FlowId, &str> = if open {
+            HashMap::new()
+        } else {
+            self.waiting
+                .values()
+                .filter(|w| w.gpu == index)
+                .map(|w| (w.flow, w.function.as_str()))
+                .collect()
+        };
+        move |flow| open || flow_of.get(&flow).is_none_or(|f| allows(f))
+    }
+
+    /// Whether GPU `slot`'s next slot is open to any work (below the normal limit, or no
+    /// overtime lease there).
+    fn overtime_open(&self, slot: usize) -> bool {
+        let g = &self.gpus[slot];
+        g.overtime == 0 || g.running < self.normal_limits_of(slot).1
     }
 
     /// [`Core::overtime_test`] by function: whether `function`'s work may take GPU `slot`'s
     /// next slot.
     pub(super) fn overtime_allows(&self, slot: usize) -> impl Fn(&str) -> bool + '_ {
-        let g = &self.gpus[slot];
-        let index = g.info.index;
-        let open = g.overtime == 0 || g.running < self.normal_limits_of(slot).1;
+        let index = self.gpus[slot].info.index;
+        let open = self.overtime_open(slot);
         let over: HashSet<&str> = if open {
             HashSet::new()
         } else {

@@ -126,6 +126,21 @@ pub enum Record {
         /// Why.
         reason: String,
     },
+    /// A waiting admission moved to another of its GPUs' queues (late binding); it waits on.
+    Move {
+        /// Sequence number.
+        seq: u64,
+        /// Daemon time, ns.
+        t_ns: u64,
+        /// The GPU it waited on.
+        from: u32,
+        /// The GPU it waits on now.
+        to: u32,
+        /// Container key.
+        key: ContainerKey,
+        /// Function.
+        function: String,
+    },
     /// A running container was adopted (re-registration, fail-open start).
     Adopt {
         /// Sequence number.

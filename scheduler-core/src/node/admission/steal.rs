@@ -4,6 +4,11 @@
 //! threshold), the oldest such admission moves there instead of waiting beside idle capacity. One queue per GPU keeps MQFQ-Sticky's order per GPU; without
 //! this, work bound at arrival waits behind a busy GPU while another idles (the gap between
 //! separate queues and one shared queue).
+//!
+//! Off by default ([`Core::set_late_binding`]): it is right only where the work runs on the GPU
+//! its lease names. The simulator's executor runs it there; in `mqfqd` the shim does not move a
+//! container's work, so for a container that sees several GPUs a move would only move the
+//! accounting (`[queue] late_binding`, off).
 
 use std::collections::BTreeSet;
 
@@ -12,11 +17,16 @@ use crate::Time;
 use crate::node::ContainerKey;
 
 impl Core {
+    /// Lets waiting work move to another of its GPUs (see the module docs).
+    pub fn set_late_binding(&mut self, on: bool) {
+        self.late_binding = on;
+    }
+
     /// Moves waiting admissions to GPUs that can start them now, and dispatches them there;
     /// each admission moves at most once per call.
     pub(super) fn rebalance(&mut self, now: Time) -> Vec<Grant> {
         let mut grants = Vec::new();
-        if self.gpus.len() < 2 || now < self.hold || self.waiting.is_empty() {
+        if !self.late_binding || self.gpus.len() < 2 || now < self.hold || self.waiting.is_empty() {
             return grants;
         }
         let mut moved = BTreeSet::new();
@@ -70,33 +80,19 @@ impl Core {
         };
         let from = self.slot(w.gpu);
         self.gpus[from].queue.withdraw(w.flow, |k| k == key);
-        // The flow exists: enqueue cannot fail.
-        let _ = self.gpus[to].queue.enqueue(flow, key.clone(), now);
+        // The flow exists: enqueue cannot fail. Its wait still counts from its arrival.
+        let _ = self.gpus[to]
+            .queue
+            .enqueue_moved(flow, key.clone(), w.since);
         self.collect_events(to);
         let seq = self.next_seq();
-        self.log.push(Record::Withdraw {
+        self.log.push(Record::Move {
             seq,
             t_ns: now.as_nanos(),
-            gpu: w.gpu,
+            from: w.gpu,
+            to: index,
             key: key.clone(),
             function: w.function.clone(),
-            reason: format!("moved to GPU {index}"),
-        });
-        let seq = self.next_seq();
-        self.log.push(Record::Enqueue {
-            seq,
-            t_ns: now.as_nanos(),
-            gpu: index,
-            key: key.clone(),
-            function: w.function.clone(),
-            tenant: w.tenant.clone(),
-            tenant_weight: if w.info.tenant_weight == 0.0 {
-                1.0
-            } else {
-                w.info.tenant_weight
-            },
-            weight: w.weight,
-            kind: w.kind,
         });
         self.waiting_insert(
             key.clone(),

@@ -409,6 +409,7 @@ proptest! {
     #[test]
     fn never_over_the_limit_and_nothing_leaks(ops in prop::collection::vec(op(), 1..80)) {
         let mut c = core(2, 3);
+        c.set_late_binding(true);
         let mut t = 0.0;
         for o in ops {
             t += 0.05;

@@ -370,6 +370,20 @@ fn exits_and_dead_shims_leave_the_pool() {
 }
 
 #[test]
+fn a_container_adopted_before_the_first_sample_gets_its_size_once_believable() {
+    // A restarted daemon hears its shims before it samples the GPUs: nothing is believed yet.
+    let mut p = pool(10.0, false);
+    p.adopt_idle(&k("ns/w"), "f", 0, 7, 3 * GIB, true, t(0.0));
+    assert!(p.footprints().is_empty());
+    // The shim registers again each second; once the GPU is seen, its size is.
+    p.observe_memory(0, 0, 80 * GIB);
+    p.adopt_idle(&k("ns/w"), "f", 0, 7, 3 * GIB, true, t(1.0));
+    assert_eq!(p.footprints(), [("f".to_owned(), 3 * GIB)]);
+    p.activated(0, "f", t(2.0));
+    assert_eq!(p.take_orders(), [order("ns/w", Action::Prefetch)]);
+}
+
+#[test]
 fn re_registered_idle_containers_rejoin_with_their_tier() {
     let mut p = pool(10.0, false);
     p.observe_memory(0, 0, 80 * GIB);

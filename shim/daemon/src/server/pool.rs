@@ -10,9 +10,9 @@ use scheduler_core::Time;
 use super::{Daemon, Inner, MAX_ORDERS_WAIT_MS, admit_info, check_asked, status, to_ttrpc};
 use mqfq_proto::api;
 use scheduler_core::node::ContainerKey;
+use scheduler_core::node::Output;
 use scheduler_core::node::admission::Kind;
 use scheduler_core::node::pool::{Action, Order, Outcome};
-use scheduler_core::node::{Input, Output};
 
 impl Daemon {
     /// A paused pooled container a shim re-registered: the pool re-learns it. Entries that do not
@@ -141,11 +141,24 @@ pub(super) async fn orders(
     }
 }
 
+/// The most results one `PoolReport` may carry (a shim reports one per order it was given, and
+/// holds at most `[limits] containers_per_shim` containers).
+const MAX_REPORT_RESULTS: usize = 4096;
+
 /// `PoolReport`: a shim's results become tier moves and metrics.
 pub(super) fn report(
     d: &Daemon,
     req: &api::PoolReportRequest,
 ) -> ttrpc::Result<api::PoolReportResponse> {
+    if req.results.len() > MAX_REPORT_RESULTS {
+        return Err(status(
+            ttrpc::Code::INVALID_ARGUMENT,
+            format!(
+                "invalid `results`: {} results, at most {MAX_REPORT_RESULTS} in one report",
+                req.results.len()
+            ),
+        ));
+    }
     let mut outcomes = Vec::with_capacity(req.results.len());
     for (i, r) in req.results.iter().enumerate() {
         let action = match r.action.enum_value() {
@@ -179,22 +192,21 @@ pub(super) fn report(
     }
     let now = d.now();
     let mut inner = d.lock();
-    let mut out = Output::default();
-    for (o, r) in outcomes.into_iter().zip(&req.results) {
-        if inner.node.pool().knows(&o.key) {
-            if r.ok || r.skipped {
-                tracing::info!(key = %o.key, action = o.action.name(), bytes = o.bytes,
-                    ms = o.seconds * 1e3, skipped = o.skipped, "pool report");
-            } else {
-                tracing::warn!(key = %o.key, action = o.action.name(), "pool action failed: {}", r.error);
-            }
+    for (o, r) in outcomes.iter().zip(&req.results) {
+        // Results about containers the pool does not hold change nothing.
+        if !inner.node.pool().knows(&o.key) {
+            continue;
         }
-        // A report only moves the pool: the core refuses nothing here.
-        if let Ok(more) = inner.node.step(&Input::Report(o), now) {
-            out.merge(more);
+        if r.ok || r.skipped {
+            tracing::info!(key = %o.key, action = o.action.name(), bytes = o.bytes,
+                ms = o.seconds * 1e3, skipped = o.skipped, "pool report");
+        } else {
+            tracing::warn!(key = %o.key, action = o.action.name(), "pool action failed: {}", r.error);
         }
+        // Each result only moves the pool; the node joins what they changed once, below.
+        inner.node.pool_mut().report(o, now);
     }
-    d.settle(&mut inner, out);
+    d.settle(&mut inner, Output::default());
     Ok(api::PoolReportResponse::default())
 }
 

@@ -391,6 +391,7 @@ proptest! {
     ) {
         let mut c = super::super::testing::memory_core_on(&[16, 40], 4, 0.1, 4096);
         c.set_max_burst_hold(Some(2.0)).unwrap();
+        c.set_late_binding(true);
         let mut t = 0.0;
         for (o, dt_ms) in &ops {
             t += f64::from(*dt_ms) / 1e3;

@@ -12,6 +12,7 @@ fn keys(g: &[Grant]) -> Vec<(String, u32)> {
 /// GPU 0, where it was routed.
 fn two_busy_gpus(c_gpus: &[&str]) -> (Core, u64, u64) {
     let mut core = memory_core_on(&[24, 24], 1, 0.0, 1024);
+    core.set_late_binding(true);
     let a = core
         .admit(&admit_info("a", "f", Kind::Burst), secs(0.0))
         .unwrap();
@@ -32,13 +33,13 @@ fn work_waiting_on_a_busy_gpu_starts_on_the_one_that_frees_first() {
     // GPU 1 frees: `c`, queued on GPU 0, moves there and starts now, not after `a`.
     let grants = core.release(b, Some(1.0), "idle", secs(1.0)).unwrap();
     assert_eq!(keys(&grants), [("ns/c".into(), 1)]);
+    // Its wait counts from its arrival, not from the move.
+    assert_eq!(grants[0].waited_ns, 900_000_000);
     let log = core.drain_log();
     assert!(log.iter().any(|r| matches!(r,
-        Record::Withdraw { key, gpu: 0, reason, .. } if key == "ns/c" && reason == "moved to GPU 1")));
-    assert!(
-        log.iter()
-            .any(|r| matches!(r, Record::Enqueue { key, gpu: 1, .. } if key == "ns/c"))
-    );
+        Record::Move { key, from: 0, to: 1, .. } if key == "ns/c")));
+    assert!(log.iter().any(|r| matches!(r,
+        Record::Dispatch { key, gpu: 1, waited_ns: 900_000_000, .. } if key == "ns/c")));
     assert_eq!(core.waiting(), 0);
 }
 
@@ -59,6 +60,7 @@ fn work_bound_to_one_gpu_never_moves() {
 /// then GPU 1 gets a second slot. Returns what that granted.
 fn second_slot_beside_b(function: &str, bytes: u64) -> (Core, Vec<Grant>, u64) {
     let mut core = memory_core_on(&[24, 24], 1, 0.0, 1024);
+    core.set_late_binding(true);
     core.set_footprint("g", 4 * GIB, secs(0.0));
     core.set_footprint(function, bytes, secs(0.0));
     let a = core
@@ -93,4 +95,39 @@ fn work_moves_only_where_its_memory_fits() {
     assert_eq!(core.waiting(), 1);
     let grants = core.release(a, Some(1.0), "idle", secs(1.0)).unwrap();
     assert_eq!(keys(&grants), [("ns/c".into(), 0)]);
+}
+
+#[test]
+fn off_by_default_work_stays_where_it_was_routed() {
+    let mut core = memory_core_on(&[24, 24], 1, 0.0, 1024);
+    let _ = core.admit(&admit_info("a", "f", Kind::Burst), secs(0.0));
+    let b = core
+        .admit(&admit_info("b", "g", Kind::Burst), secs(0.0))
+        .unwrap();
+    assert!(
+        core.admit(&admit_info("c", "h", Kind::Burst), secs(0.1))
+            .unwrap()
+            .is_empty()
+    );
+    assert!(
+        core.release(b[0].lease, Some(1.0), "idle", secs(1.0))
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(core.waiting(), 1);
+}
+
+#[test]
+fn an_admission_names_at_most_64_gpus() {
+    // A waiting admission keeps its GPU names (to move among them): their number is bounded.
+    let mut core = memory_core_on(&[24], 1, 0.0, 1024);
+    let mut info = admit_info("a", "f", Kind::Burst);
+    info.gpus = vec!["0".into(); 65];
+    let err = core.admit(&info, secs(0.0)).unwrap_err();
+    assert!(
+        matches!(err, super::super::CoreError::Invalid { field: "gpus", .. }),
+        "{err}"
+    );
+    info.gpus.truncate(64);
+    assert_eq!(core.admit(&info, secs(0.0)).unwrap().len(), 1);
 }
