@@ -160,43 +160,38 @@ impl Core {
             .unwrap_or(0)
     }
 
+    /// What a lease on GPU `slot` is weighed against: `None` when anything fits (memory
+    /// admission off, capacity unknown, or nothing running there); else the budget, the
+    /// footprints held and the room kept for its active short flows.
+    fn memory_bounds(&self, slot: usize) -> Option<(u64, u64, u64)> {
+        let budget = self.budget(slot);
+        (budget > 0 && self.gpus[slot].running > 0)
+            .then(|| (budget, self.held(slot), self.short_room(slot)))
+    }
+
     /// Whether a lease of `flow` fits on GPU `slot` now (see the module docs).
     pub(super) fn fit_test(&self, slot: usize) -> impl Fn(FlowId) -> bool + '_ {
-        let budget = self.budget(slot);
-        let running = self.gpus[slot].running;
-        let (held, room) = if budget == 0 || running == 0 {
-            (0, 0)
-        } else {
-            (self.held(slot), self.short_room(slot))
-        };
+        let bounds = self.memory_bounds(slot);
         move |flow| {
-            if budget == 0 || running == 0 {
-                return true;
-            }
-            let q = &self.gpus[slot].queue;
-            let need = q.key(flow).map_or(0, |k| self.footprint(k));
-            let keep = if q.is_short_flow(flow) { 0 } else { room };
-            held.saturating_add(need).saturating_add(keep) <= budget
+            bounds.is_none_or(|(budget, held, room)| {
+                let q = &self.gpus[slot].queue;
+                let need = q.key(flow).map_or(0, |k| self.footprint(k));
+                let keep = if q.is_short_flow(flow) { 0 } else { room };
+                held.saturating_add(need).saturating_add(keep) <= budget
+            })
         }
     }
 
     /// Whether an admission of `function` moved to GPU `slot` fits its memory beside the leases
     /// held there, keeping the room of its active short flows (late binding; see `steal`).
     pub(super) fn room_for(&self, slot: usize) -> impl Fn(&str) -> bool + '_ {
-        let budget = self.budget(slot);
-        let running = self.gpus[slot].running;
-        let (held, room) = if budget == 0 || running == 0 {
-            (0, 0)
-        } else {
-            (self.held(slot), self.short_room(slot))
-        };
+        let bounds = self.memory_bounds(slot);
         move |function| {
-            budget == 0
-                || running == 0
-                || held
-                    .saturating_add(self.footprint(function))
+            bounds.is_none_or(|(budget, held, room)| {
+                held.saturating_add(self.footprint(function))
                     .saturating_add(room)
                     <= budget
+            })
         }
     }
 

@@ -8,11 +8,15 @@ fn keys(g: &[Grant]) -> Vec<(String, u32)> {
     g.iter().map(|g| (g.key.to_string(), g.gpu)).collect()
 }
 
-/// Two 24 GiB GPUs, one slot each; `a` holds GPU 0, `b` GPU 1, and `c` (any GPU) waits on
-/// GPU 0, where it was routed.
-fn two_busy_gpus(c_gpus: &[&str]) -> (Core, u64, u64) {
+/// Two 24 GiB GPUs, one slot each, late binding on, these functions' footprints measured;
+/// `a` (function `f`) holds GPU 0 and `b` (function `g`) GPU 1. Returns the core and their
+/// leases.
+fn a_and_b(footprints: &[(&str, u64)]) -> (Core, u64, u64) {
     let mut core = memory_core_on(&[24, 24], 1, 0.0, 1024);
     core.set_late_binding(true);
+    for (function, bytes) in footprints {
+        core.set_footprint(function, *bytes, secs(0.0));
+    }
     let a = core
         .admit(&admit_info("a", "f", Kind::Burst), secs(0.0))
         .unwrap();
@@ -21,10 +25,16 @@ fn two_busy_gpus(c_gpus: &[&str]) -> (Core, u64, u64) {
         .unwrap();
     assert_eq!(keys(&a), [("ns/a".into(), 0)]);
     assert_eq!(keys(&b), [("ns/b".into(), 1)]);
+    (core, a[0].lease, b[0].lease)
+}
+
+/// [`a_and_b`], and `c` (on `c_gpus`; empty: any) waits on GPU 0, where it was routed.
+fn two_busy_gpus(c_gpus: &[&str]) -> (Core, u64, u64) {
+    let (mut core, a, b) = a_and_b(&[]);
     let mut c = admit_info("c", "h", Kind::Burst);
     c.gpus = c_gpus.iter().map(|s| (*s).to_owned()).collect();
     assert!(core.admit(&c, secs(0.1)).unwrap().is_empty());
-    (core, a[0].lease, b[0].lease)
+    (core, a, b)
 }
 
 #[test]
@@ -59,17 +69,7 @@ fn work_bound_to_one_gpu_never_moves() {
 /// `a` holds GPU 0 and `b` (4 GiB measured) GPU 1; `c` of `function`, routed to GPU 0, waits;
 /// then GPU 1 gets a second slot. Returns what that granted.
 fn second_slot_beside_b(function: &str, bytes: u64) -> (Core, Vec<Grant>, u64) {
-    let mut core = memory_core_on(&[24, 24], 1, 0.0, 1024);
-    core.set_late_binding(true);
-    core.set_footprint("g", 4 * GIB, secs(0.0));
-    core.set_footprint(function, bytes, secs(0.0));
-    let a = core
-        .admit(&admit_info("a", "f", Kind::Burst), secs(0.0))
-        .unwrap();
-    let b = core
-        .admit(&admit_info("b", "g", Kind::Burst), secs(0.0))
-        .unwrap();
-    assert_eq!(keys(&b), [("ns/b".into(), 1)]);
+    let (mut core, a, _) = a_and_b(&[("g", 4 * GIB), (function, bytes)]);
     let c = admit_info("c", function, Kind::Burst);
     assert!(core.admit(&c, secs(0.1)).unwrap().is_empty());
     // D is per GPU: a second slot on GPU 1 only.
@@ -81,7 +81,7 @@ fn second_slot_beside_b(function: &str, bytes: u64) -> (Core, Vec<Grant>, u64) {
         })
         .unwrap();
     let grants = core.pump_all(secs(0.2));
-    (core, grants, a[0].lease)
+    (core, grants, a)
 }
 
 #[test]
