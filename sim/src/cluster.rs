@@ -20,53 +20,10 @@ use scheduler_core::placement::cluster::{
     GpuSummary, NodeState, NodeSummary, PublishConfig, PublishGate, class_label, rank,
 };
 use scheduler_core::placement::models::{builtin, lookup};
-use serde::Serialize;
 
 use crate::rng::SplitMix64;
 
-/// How the cluster picks a node.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum ClusterMode {
-    /// The highest score of mqfq's extender.
-    Extender,
-    /// Nodes in turn.
-    #[default]
-    RoundRobin,
-    /// Uniformly at random (seeded).
-    Random,
-}
-
-/// Every mode, in report order.
-pub const CLUSTER_MODES: [ClusterMode; 3] = [
-    ClusterMode::Extender,
-    ClusterMode::RoundRobin,
-    ClusterMode::Random,
-];
-
-impl ClusterMode {
-    /// Its name on the command line.
-    #[must_use]
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ClusterMode::Extender => "extender",
-            ClusterMode::RoundRobin => "round-robin",
-            ClusterMode::Random => "random",
-        }
-    }
-}
-
-impl std::str::FromStr for ClusterMode {
-    type Err = ConfigError;
-    fn from_str(s: &str) -> Result<Self, ConfigError> {
-        CLUSTER_MODES
-            .into_iter()
-            .find(|m| m.as_str() == s)
-            .ok_or_else(|| {
-                ConfigError::new("cluster", s, "must be extender, round-robin or random")
-            })
-    }
-}
+pub use crate::types::{CLUSTER_MODES, ClusterMode};
 
 /// A summary older than this is ignored by the extender (three default heartbeats).
 const STALE_S: f64 = 180.0;

@@ -155,10 +155,22 @@ pub fn gpu_share(trace: &Trace, records: &[Record]) -> Share {
         .collect();
     let xs: Vec<f64> = ratios.iter().flatten().copied().collect();
     Share {
-        jain: crate::report::jain(&xs),
+        jain: jain(&xs),
         min_ratio: xs.iter().copied().fold(f64::NAN, f64::min),
         ratios,
     }
+}
+
+/// Jain's fairness index of `xs`: (Σx)² / (n Σx²); 1 when all are equal.
+#[must_use]
+#[expect(clippy::cast_precision_loss)]
+pub fn jain(xs: &[f64]) -> f64 {
+    let s: f64 = xs.iter().sum();
+    let s2: f64 = xs.iter().map(|x| x * x).sum();
+    if xs.is_empty() || s2 == 0.0 {
+        return 1.0;
+    }
+    s * s / (xs.len() as f64 * s2)
 }
 
 #[cfg(test)]

@@ -10,67 +10,15 @@
 //! and the function's SM and bandwidth shares as NVML's per-process samples would give them),
 //! `round-robin` and `random`.
 
-use scheduler_core::config::ConfigError;
 use scheduler_core::placement::GpuModel;
 use scheduler_core::placement::models::{builtin, lookup};
-use serde::Serialize;
 
 use crate::trace::Trace;
 
 /// The model a trace's `exec_ms` is measured on.
 pub const REFERENCE: &str = "NVIDIA A30";
 
-/// Where `mqfq-sticky` places each invocation on a node of several GPUs.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum PlacementMode {
-    /// The node core's routing: the GPU with the least work over its limit.
-    #[default]
-    LeastLoaded,
-    /// Fitness for the function's measured class (`scheduler_core::placement`).
-    Fitness,
-    /// GPUs in turn.
-    RoundRobin,
-    /// Uniformly at random (seeded).
-    Random,
-}
-
-/// Every placement, in report order.
-pub const PLACEMENTS: [PlacementMode; 4] = [
-    PlacementMode::Fitness,
-    PlacementMode::LeastLoaded,
-    PlacementMode::RoundRobin,
-    PlacementMode::Random,
-];
-
-impl PlacementMode {
-    /// Its name on the command line.
-    #[must_use]
-    pub fn as_str(self) -> &'static str {
-        match self {
-            PlacementMode::LeastLoaded => "least-loaded",
-            PlacementMode::Fitness => "fitness",
-            PlacementMode::RoundRobin => "round-robin",
-            PlacementMode::Random => "random",
-        }
-    }
-}
-
-impl std::str::FromStr for PlacementMode {
-    type Err = ConfigError;
-    fn from_str(s: &str) -> Result<Self, ConfigError> {
-        PLACEMENTS
-            .into_iter()
-            .find(|p| p.as_str() == s)
-            .ok_or_else(|| {
-                ConfigError::new(
-                    "placement",
-                    s,
-                    "must be fitness, least-loaded, round-robin or random",
-                )
-            })
-    }
-}
+pub use crate::types::{PLACEMENTS, PlacementMode};
 
 /// The models of `names` (NVML-style names; unknown ones stand in as the reference).
 #[must_use]

@@ -10,6 +10,7 @@
 //! command line around it. The decisions themselves are `scheduler_core`'s: this crate adds the
 //! workloads, the simulated node and the baselines to compare against.
 
+pub mod build;
 pub mod cli;
 pub mod cluster;
 pub mod controllers;
@@ -26,8 +27,9 @@ pub mod trace;
 pub mod types;
 pub mod workload;
 
+pub use build::build;
 pub use engine::simulate;
-pub use policy::{POLICIES, Policy, build};
+pub use policy::{POLICIES, Policy};
 pub use report::{Summary, summarize};
 pub use trace::{Trace, TraceError};
 pub use types::{Audit, Baselines, Corun, NoneMemory, Record, SimConfig, SimError, SimOutput};

@@ -23,7 +23,7 @@ use scheduler_core::node::{ContainerKey, Input, Node, Output};
 use scheduler_core::{FlowState, Time};
 
 use crate::hetero::PlacementMode;
-use crate::policy::{Admission, MemoryStyle, Policy, PoolView, Signal};
+use crate::policy::{Admission, MemoryStyle, NodeDriver, Policy, PoolView, Signal};
 use crate::rng::SplitMix64;
 use crate::trace::Trace;
 
@@ -336,10 +336,10 @@ impl NodeMqfq {
     pub fn pool(&self) -> &Pool {
         self.node.pool()
     }
+}
 
-    /// Gives the node one input: its grants join the executor's queue, its orders wait for
-    /// [`NodeMqfq::take_orders`].
-    pub fn step(&mut self, input: Input, now: Time) {
+impl NodeDriver for NodeMqfq {
+    fn step(&mut self, input: Input, now: Time) {
         // Names, weights and GPUs come from a validated trace and leases from the node's own
         // grants: a refusal changes nothing and answers nothing.
         let output = self.node.step(&input, now).unwrap_or_default();
@@ -359,7 +359,7 @@ impl NodeMqfq {
     }
 
     /// Invocation `inv`'s burst runs in the pooled container `container`: a pool hit.
-    pub fn hit(&mut self, inv: usize, container: ContainerKey, now: Time) {
+    fn hit(&mut self, inv: usize, container: ContainerKey, now: Time) {
         if let Some(&lease) = self.leases.get(&inv) {
             let hit = Input::Hit {
                 lease,
@@ -370,7 +370,7 @@ impl NodeMqfq {
     }
 
     /// The pool's orders not yet carried out.
-    pub fn take_orders(&mut self) -> Vec<Order> {
+    fn take_orders(&mut self) -> Vec<Order> {
         self.orders.drain(..).collect()
     }
 }
@@ -435,7 +435,7 @@ impl Policy for NodeMqfq {
         // and a flow turning Active prefetches through the node's own pool.
         Vec::new()
     }
-    fn node_mut(&mut self) -> Option<&mut NodeMqfq> {
+    fn node_mut(&mut self) -> Option<&mut dyn NodeDriver> {
         Some(self)
     }
     fn admission(&self) -> Admission {

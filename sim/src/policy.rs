@@ -8,17 +8,18 @@
 //! | `sjf` | shortest estimated time first (EWMA service + expected startup at arrival) |
 //! | `paella` | per-function FIFOs; smallest head estimate, unless a deficit ≥ 25 (SRPT + fairness) |
 //! | `mqfq-paper` | MQFQ-Sticky as published: T = 5 s, TTL = 1.5 × EWMA exec, D = 2 with the 95 % utilization gate, no charge correction, eager eviction |
-//! | `mqfq-sticky` | ours, as `mqfqd` runs it: the node's admission core ([`crate::node`]) — profile T and TTL, dynamic D per GPU, short-slot reserve, measured-charge correction, resident preference — with lazy eviction and prefetch on activation |
+//! | `mqfq-sticky` | ours, as `mqfqd` runs it: the node's admission core and pool (`node.rs`) — profile T and TTL, dynamic D per GPU, short-slot reserve, measured-charge correction, resident preference — with lazy eviction and prefetch on activation |
 //! | `none` | no admission (the reference, not compared by default): every call starts at once; idle containers keep their memory until the keep-alive; a start past the GPU's memory fails or pages |
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
 
 use crate::trace::Trace;
-use crate::types::SimConfig;
 use scheduler_core::config::{ConfigError, Overrun, QueueConfig, Selection, StickyTtl};
 use scheduler_core::ewma::Ewma;
 use scheduler_core::node::admission::{GpuReading, Limits};
+use scheduler_core::node::pool::Order;
+use scheduler_core::node::{ContainerKey, Input};
 use scheduler_core::queue::{FlowEvent, FlowId, FlowState, MqfqQueue, Ticket};
 use scheduler_core::tiers::Tier;
 use scheduler_core::time::Time;
@@ -101,6 +102,18 @@ pub enum Signal {
     Deactivated(usize),
 }
 
+/// What the executor does with the node of a policy under [`Admission::Node`]: gives it inputs
+/// as `mqfqd`'s shims and sampling loop would, and carries out its pool's orders.
+pub trait NodeDriver {
+    /// One input at `now`; its grants join the policy's queue, its orders wait for
+    /// [`NodeDriver::take_orders`].
+    fn step(&mut self, input: Input, now: Time);
+    /// Invocation `inv`'s burst runs in the pooled container `container`: a pool hit.
+    fn hit(&mut self, inv: usize, container: ContainerKey, now: Time);
+    /// The pool's orders not yet carried out.
+    fn take_orders(&mut self) -> Vec<Order>;
+}
+
 /// A queueing policy.
 pub trait Policy {
     /// Its name.
@@ -144,7 +157,7 @@ pub trait Policy {
     /// startup (0 when resident).
     fn set_resident(&mut self, _func: usize, _resident: bool, _switch_ms: f64) {}
     /// Under [`Admission::Node`]: the node, whose pool's orders the executor carries out.
-    fn node_mut(&mut self) -> Option<&mut crate::node::NodeMqfq> {
+    fn node_mut(&mut self) -> Option<&mut dyn NodeDriver> {
         None
     }
     /// How slots are granted.
@@ -185,46 +198,6 @@ impl Estimates {
     fn observe(&mut self, f: usize, ms: f64) {
         self.ewma[f].observe(ms);
     }
-}
-
-/// Builds a policy by name.
-///
-/// # Errors
-/// [`ConfigError`] for an unknown name (knob `policy`) or a bad override.
-pub fn build(name: &str, trace: &Trace, cfg: &SimConfig) -> Result<Box<dyn Policy>, ConfigError> {
-    let n = trace.functions.len();
-    Ok(match name {
-        "fcfs" => Box::new(Fcfs::default()),
-        "none" => Box::new(NoAdmission::default()),
-        "batch" => Box::new(OldestBatch::new(n)),
-        "sjf" => Box::new(Sjf::new(n)),
-        "paella" => Box::new(Paella::new(n)),
-        "mqfq-paper" => Box::new(Mqfq::paper(trace)?),
-        "mqfq-sticky" => {
-            let mut q = cfg.profile.queue();
-            let mut c = cfg.profile.concurrency(cfg.mode);
-            cfg.overrides.apply(&mut q, &mut c)?;
-            let mut gpus = crate::node::gpu_infos(cfg.gpus, |g| cfg.mem_mb(g), cfg.mode);
-            for (g, name) in gpus.iter_mut().zip(&cfg.gpu_models) {
-                g.name.clone_from(name);
-            }
-            let pool = crate::node::pool_config(cfg);
-            let mut p = crate::node::NodeMqfq::new(trace, gpus, &q, &c, pool, false)?;
-            p.set_memory(cfg)?;
-            p.set_placement(cfg.placement, cfg.placement_weights, cfg.cold_ms / 1e3)?;
-            if cfg.nodes > 1 {
-                p.set_cluster(cfg.cluster, cfg.nodes)?;
-            }
-            Box::new(p)
-        }
-        other => {
-            return Err(ConfigError {
-                knob: "policy",
-                value: other.to_owned(),
-                reason: "expected one of fcfs, batch, sjf, paella, mqfq-paper, mqfq-sticky",
-            });
-        }
-    })
 }
 
 /// First come, first served, with adjacent same-function arrivals coalesced into one batch.
@@ -316,7 +289,9 @@ pub struct OldestBatch {
 }
 
 impl OldestBatch {
-    fn new(n: usize) -> Self {
+    /// The policy over a trace of `n` functions.
+    #[must_use]
+    pub fn new(n: usize) -> Self {
         OldestBatch {
             queues: vec![VecDeque::new(); n],
             queued: 0,
@@ -374,7 +349,9 @@ pub struct Sjf {
 }
 
 impl Sjf {
-    fn new(n: usize) -> Self {
+    /// The policy over a trace of `n` functions.
+    #[must_use]
+    pub fn new(n: usize) -> Self {
         Sjf {
             heap: BinaryHeap::new(),
             est: Estimates::new(n, 500.0),
@@ -424,7 +401,9 @@ pub struct Paella {
 const PAELLA_THRESHOLD: f64 = 25.0;
 
 impl Paella {
-    fn new(n: usize) -> Self {
+    /// The policy over a trace of `n` functions.
+    #[must_use]
+    pub fn new(n: usize) -> Self {
         Paella {
             queues: vec![VecDeque::new(); n],
             deficit: vec![0.0; n],
@@ -489,7 +468,7 @@ impl Policy for Paella {
 }
 
 /// MQFQ-Sticky as published, over the shared [`MqfqQueue`] with the executor's slots (a
-/// baseline: ours is [`crate::node::NodeMqfq`], the node's own core).
+/// baseline: ours is `NodeMqfq` in `node.rs`, the node's own core).
 #[derive(Debug)]
 pub struct Mqfq {
     q: MqfqQueue<usize>,

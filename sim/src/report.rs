@@ -6,6 +6,7 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
+pub use crate::fairness::jain;
 use crate::fairness::{Share, gpu_share};
 use crate::trace::Trace;
 use crate::types::{Audit, SimOutput};
@@ -102,18 +103,6 @@ pub fn percentile(sorted: &[f64], p: f64) -> f64 {
     }
     let rank = ((p / 100.0) * sorted.len() as f64).ceil().max(1.0) as usize;
     sorted[rank.min(sorted.len()) - 1]
-}
-
-/// Jain's fairness index of `xs`: (Σx)² / (n Σx²); 1 when all are equal.
-#[must_use]
-#[expect(clippy::cast_precision_loss)]
-pub fn jain(xs: &[f64]) -> f64 {
-    let s: f64 = xs.iter().sum();
-    let s2: f64 = xs.iter().map(|x| x * x).sum();
-    if xs.is_empty() || s2 == 0.0 {
-        return 1.0;
-    }
-    s * s / (xs.len() as f64 * s2)
 }
 
 #[expect(clippy::cast_precision_loss)]

@@ -1,4 +1,5 @@
-//! The simulator's public knobs, results and errors.
+//! The simulator's public knobs, results and errors (the placement and cluster modes among
+//! them, which `hetero` and `cluster` implement).
 
 use serde::Serialize;
 
@@ -154,13 +155,13 @@ pub struct SimConfig {
     /// Each GPU's memory, MB (a node of different GPUs); empty: every GPU `gpu_mem_mb`.
     pub gpu_mem_each_mb: Vec<f64>,
     /// Where `mqfq-sticky` places each invocation.
-    pub placement: crate::hetero::PlacementMode,
+    pub placement: PlacementMode,
     /// The fitness placement's weights at every hour (`None`: mqfqd's peak defaults).
     pub placement_weights: Option<scheduler_core::placement::Weights>,
     /// Nodes the GPUs are split into (1: one node).
     pub nodes: usize,
     /// How the cluster picks a node when there are several.
-    pub cluster: crate::cluster::ClusterMode,
+    pub cluster: ClusterMode,
     /// `mqfq-sticky` admits GPU memory with its slots, charging a function not yet measured
     /// this many MiB (mqfqd's `[queue] default_footprint_mb`); `None`: slots alone gate
     /// (`--no-memory-admission`, mqfqd's `memory_admission = false`).
@@ -191,10 +192,10 @@ impl Default for SimConfig {
             baselines: Baselines::Strong,
             gpu_models: Vec::new(),
             gpu_mem_each_mb: Vec::new(),
-            placement: crate::hetero::PlacementMode::LeastLoaded,
+            placement: PlacementMode::LeastLoaded,
             placement_weights: None,
             nodes: 1,
-            cluster: crate::cluster::ClusterMode::RoundRobin,
+            cluster: ClusterMode::RoundRobin,
             memory_admission: Some(scheduler_core::node::admission::DEFAULT_FOOTPRINT_MB),
             none_memory: NoneMemory::Fail,
             max_burst_hold_s: Some(scheduler_core::node::admission::DEFAULT_MAX_BURST_HOLD_S),
@@ -362,4 +363,100 @@ pub enum SimError {
     /// The event loop stopped making progress (a bug; reported rather than looping forever).
     #[error("simulation made no progress at t = {0} ms")]
     Stuck(f64),
+}
+
+/// Where `mqfq-sticky` places each invocation on a node of several GPUs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PlacementMode {
+    /// The node core's routing: the GPU with the least work over its limit.
+    #[default]
+    LeastLoaded,
+    /// Fitness for the function's measured class (`scheduler_core::placement`).
+    Fitness,
+    /// GPUs in turn.
+    RoundRobin,
+    /// Uniformly at random (seeded).
+    Random,
+}
+
+/// Every placement, in report order.
+pub const PLACEMENTS: [PlacementMode; 4] = [
+    PlacementMode::Fitness,
+    PlacementMode::LeastLoaded,
+    PlacementMode::RoundRobin,
+    PlacementMode::Random,
+];
+
+impl PlacementMode {
+    /// Its name on the command line.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PlacementMode::LeastLoaded => "least-loaded",
+            PlacementMode::Fitness => "fitness",
+            PlacementMode::RoundRobin => "round-robin",
+            PlacementMode::Random => "random",
+        }
+    }
+}
+
+impl std::str::FromStr for PlacementMode {
+    type Err = ConfigError;
+    fn from_str(s: &str) -> Result<Self, ConfigError> {
+        PLACEMENTS
+            .into_iter()
+            .find(|p| p.as_str() == s)
+            .ok_or_else(|| {
+                ConfigError::new(
+                    "placement",
+                    s,
+                    "must be fitness, least-loaded, round-robin or random",
+                )
+            })
+    }
+}
+
+/// How the cluster picks a node.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ClusterMode {
+    /// The highest score of mqfq's extender.
+    Extender,
+    /// Nodes in turn.
+    #[default]
+    RoundRobin,
+    /// Uniformly at random (seeded).
+    Random,
+}
+
+/// Every mode, in report order.
+pub const CLUSTER_MODES: [ClusterMode; 3] = [
+    ClusterMode::Extender,
+    ClusterMode::RoundRobin,
+    ClusterMode::Random,
+];
+
+impl ClusterMode {
+    /// Its name on the command line.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ClusterMode::Extender => "extender",
+            ClusterMode::RoundRobin => "round-robin",
+            ClusterMode::Random => "random",
+        }
+    }
+}
+
+impl std::str::FromStr for ClusterMode {
+    type Err = ConfigError;
+    fn from_str(s: &str) -> Result<Self, ConfigError> {
+        CLUSTER_MODES
+            .into_iter()
+            .find(|m| m.as_str() == s)
+            .ok_or_else(|| {
+                ConfigError::new("cluster", s, "must be extender, round-robin or random")
+            })
+    }
 }

@@ -15,8 +15,8 @@ use scheduler_core::node::{ContainerKey, Input};
 use scheduler_core::tiers::Tier;
 
 use super::{Engine, ms};
-use crate::node::{NAMESPACE, NodeMqfq};
-use crate::policy::Policy;
+use crate::node::NAMESPACE;
+use crate::policy::{NodeDriver, Policy};
 
 fn key(c: usize) -> ContainerKey {
     ContainerKey::new(NAMESPACE, &format!("c{c}")).expect("a valid key")
@@ -31,7 +31,7 @@ fn bytes(mb: f64) -> u64 {
     (mb.max(0.0) * 1024.0 * 1024.0) as u64
 }
 
-fn node(policy: &mut dyn Policy) -> &mut NodeMqfq {
+fn node(policy: &mut dyn Policy) -> &mut dyn NodeDriver {
     policy
         .node_mut()
         .expect("the node's pool under Admission::Node")
