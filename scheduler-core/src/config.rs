@@ -109,7 +109,7 @@ pub enum Selection {
 /// an operator compare the queue with plain FCFS on the same gate, the same D and the same pool.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
-pub enum Order {
+pub enum GrantOrder {
     /// MQFQ-Sticky with the profile's knobs.
     #[default]
     MqfqSticky,
@@ -117,14 +117,14 @@ pub enum Order {
     Fcfs,
 }
 
-impl Order {
+impl GrantOrder {
     /// The order a queue configuration grants in.
     #[must_use]
-    pub fn of(queue: &QueueConfig) -> Order {
+    pub fn of(queue: &QueueConfig) -> GrantOrder {
         if queue.selection == Selection::Fifo {
-            Order::Fcfs
+            GrantOrder::Fcfs
         } else {
-            Order::MqfqSticky
+            GrantOrder::MqfqSticky
         }
     }
 
@@ -132,18 +132,18 @@ impl Order {
     #[must_use]
     pub fn as_str(self) -> &'static str {
         match self {
-            Order::MqfqSticky => "mqfq-sticky",
-            Order::Fcfs => "fcfs",
+            GrantOrder::MqfqSticky => "mqfq-sticky",
+            GrantOrder::Fcfs => "fcfs",
         }
     }
 }
 
-impl std::str::FromStr for Order {
+impl std::str::FromStr for GrantOrder {
     type Err = ConfigError;
     fn from_str(s: &str) -> Result<Self, ConfigError> {
         match s {
-            "mqfq-sticky" => Ok(Order::MqfqSticky),
-            "fcfs" => Ok(Order::Fcfs),
+            "mqfq-sticky" => Ok(GrantOrder::MqfqSticky),
+            "fcfs" => Ok(GrantOrder::Fcfs),
             _ => Err(reject("policy", s, "must be mqfq-sticky or fcfs")),
         }
     }
@@ -457,7 +457,7 @@ pub struct Overrides {
     /// What moves D.
     pub law: Option<Law>,
     /// The order admissions are granted in.
-    pub order: Option<Order>,
+    pub order: Option<GrantOrder>,
     /// D held at this many slots on every GPU ([`Law::Fixed`], `d_max` = `d_initial` = it);
     /// not together with `d_max` or `law`.
     pub fixed_d: Option<u32>,
@@ -536,7 +536,7 @@ impl Overrides {
             conc.d_max = d;
             conc.d_initial = f64::from(d);
         }
-        if self.order == Some(Order::Fcfs) {
+        if self.order == Some(GrantOrder::Fcfs) {
             if self.short_charge_s.is_some_and(|c| c > 0.0) {
                 return Err(reject(
                     "short_charge_s",

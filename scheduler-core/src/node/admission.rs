@@ -586,8 +586,8 @@ impl Core {
 
     /// The order admissions are granted in (`policy` in mqfqd.toml).
     #[must_use]
-    pub fn order(&self) -> crate::config::Order {
-        crate::config::Order::of(&self.queue_cfg)
+    pub fn order(&self) -> crate::config::GrantOrder {
+        crate::config::GrantOrder::of(&self.queue_cfg)
     }
 
     /// Dispatches nothing before `until`: a restarted daemon first lets the shims re-register

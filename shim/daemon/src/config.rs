@@ -34,7 +34,9 @@
 
 use std::path::{Path, PathBuf};
 
-use scheduler_core::config::{ConcurrencyConfig, GpuMode, Order, Overrides, Profile, QueueConfig};
+use scheduler_core::config::{
+    ConcurrencyConfig, GpuMode, GrantOrder, Overrides, Profile, QueueConfig,
+};
 use serde::Deserialize;
 
 /// Where `mqfqd` listens by default (also the shim's default).
@@ -291,7 +293,7 @@ impl Default for DaemonConfig {
             status_socket: PathBuf::new(),
             metrics_addr: "127.0.0.1:9464".into(),
             profile: "balanced".into(),
-            policy: Order::MqfqSticky.as_str().into(),
+            policy: GrantOrder::MqfqSticky.as_str().into(),
             backend: Backend::Auto,
             nvml_library: "libnvidia-ml.so.1".into(),
             mps_pipe_dir: PathBuf::from("/tmp/nvidia-mps"),
@@ -347,7 +349,7 @@ impl DaemonConfig {
 
     fn check(&self) -> Result<(), scheduler_core::ConfigError> {
         self.profile()?;
-        self.policy.parse::<Order>()?;
+        self.policy.parse::<GrantOrder>()?;
         self.queue_config()?;
         for mode in [GpuMode::Plain, GpuMode::Mps, GpuMode::Mig] {
             self.concurrency_config(mode)?;
@@ -459,7 +461,7 @@ impl DaemonConfig {
             // mqfqd never drives D from busy-time: the law is not configurable.
             law: None,
             // Checked by `check`; a bad name falls back to the default only here.
-            order: self.policy.parse::<Order>().ok(),
+            order: self.policy.parse::<GrantOrder>().ok(),
             // The simulator's switch only.
             fixed_d: None,
         }

@@ -42,16 +42,8 @@ mod orders;
 
 pub use daemon::DaemonGate;
 
-/// What an admission is for.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Kind {
-    /// Task Start.
-    Start,
-    /// Task Resume.
-    Resume,
-    /// A burst of GPU work in a running container (its CUDA interposer asked).
-    Burst,
-}
+/// What an admission is for: the node's own word (one `Kind` from the shim to the core).
+pub use scheduler_core::node::admission::Kind;
 
 /// Where GPU starts wait.
 #[async_trait]

@@ -139,11 +139,11 @@ pub(super) struct NodeArgs {
 }
 
 /// `--order`: `mqfq-sticky`, or `fifo` / `fcfs` (mqfqd's `policy = "fcfs"`).
-fn parse_order(text: &str) -> Result<scheduler_core::config::Order> {
-    use scheduler_core::config::Order;
+fn parse_order(text: &str) -> Result<scheduler_core::config::GrantOrder> {
+    use scheduler_core::config::GrantOrder;
     match text {
-        "mqfq-sticky" => Ok(Order::MqfqSticky),
-        "fifo" | "fcfs" => Ok(Order::Fcfs),
+        "mqfq-sticky" => Ok(GrantOrder::MqfqSticky),
+        "fifo" | "fcfs" => Ok(GrantOrder::Fcfs),
         other => bail!("--order: {other:?} is not an order (mqfq-sticky or fifo)"),
     }
 }

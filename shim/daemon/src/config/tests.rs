@@ -104,7 +104,10 @@ fn policy_fcfs_is_fifo_without_the_reserve_on_the_same_d() {
     let q = fcfs.queue_config().unwrap();
     assert_eq!(q.selection, scheduler_core::config::Selection::Fifo);
     assert_eq!(q.short_charge_s, 0.0);
-    assert_eq!(Order::of(&ours.queue_config().unwrap()), Order::MqfqSticky);
+    assert_eq!(
+        GrantOrder::of(&ours.queue_config().unwrap()),
+        GrantOrder::MqfqSticky
+    );
     assert_eq!(
         fcfs.concurrency_config(GpuMode::Plain).unwrap(),
         ours.concurrency_config(GpuMode::Plain).unwrap()
