@@ -448,7 +448,7 @@ impl Policy for NodeMqfq {
             .unwrap_or_default()
     }
     fn memory(&self) -> MemoryStyle {
-        MemoryStyle::LazyPrefetch
+        MemoryStyle::NodePool
     }
     fn flow_state(&self, func: usize) -> Option<FlowState> {
         self.node.core().flow_state(&self.names[func])

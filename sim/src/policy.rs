@@ -70,8 +70,9 @@ pub const NAIVE_GATE: Admission = Admission::Gated {
 pub enum MemoryStyle {
     /// Evict only under pressure; no prefetch.
     Lazy,
-    /// Evict under pressure (inactive flows first); prefetch on activation and predicted arrival.
-    LazyPrefetch,
+    /// The node's pool decides ([`Admission::Node`]): the executor carries out its orders and
+    /// keeps no memory policy of its own.
+    NodePool,
     /// Evict a flow's memory as soon as it is not Active; prefetch on activation.
     EagerPrefetch,
     /// Push a container's memory to the host after every use (the seed's baselines).

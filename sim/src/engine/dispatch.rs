@@ -44,7 +44,7 @@ impl Engine<'_> {
         }
         for s in policy.tick(ms(self.now)) {
             match (s, mem) {
-                (Signal::Activated(f), MemoryStyle::LazyPrefetch | MemoryStyle::EagerPrefetch) => {
+                (Signal::Activated(f), MemoryStyle::EagerPrefetch) => {
                     self.prefetch(f, policy, true);
                 }
                 (Signal::Deactivated(f), MemoryStyle::EagerPrefetch) => {

@@ -219,18 +219,5 @@ impl Engine<'_> {
             self.by_func[f].retain(|&x| x != c);
             self.refresh(f, policy);
         }
-        if mem == MemoryStyle::LazyPrefetch {
-            for f in 0..self.trace.functions.len() {
-                if self.best[f] == Tier::Warm
-                    && self.tiers.predicts_arrival(
-                        now,
-                        self.last_arrival[f].map(ms),
-                        self.iat[f].get().map(|x| x / 1e3),
-                    )
-                {
-                    self.prefetch(f, policy, false);
-                }
-            }
-        }
     }
 }
