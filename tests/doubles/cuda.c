@@ -31,6 +31,21 @@
  * answers CUDA_ERROR_NOT_FOUND (500): the real driver's answer is not documented, so the double
  * takes the unhelpful one (the GPU check, tests/gpu/run.sh, reports the real one).
  *
+ * The driver's checkpoint API, across processes (cuCheckpointProcess*: Lock, Checkpoint, Restore,
+ * Unlock, GetState, called by a controller for another process's pid): with FAKE_CUDA_CKPT_DIR
+ * set, a process that initialises the double publishes a page there, fake-cuda-ckpt-<pid>,
+ * holding its state (0 running, 1 locked, 2 checkpointed, 3 failed), its CUDA calls in
+ * progress, the end of its queued kernels and its device / host bytes. Its launches, allocations,
+ * copies and synchronizations wait while it is not running. Lock takes it from running once no
+ * call is in progress and its queued kernels are done (timeoutMs, 0: no limit; past it, 909
+ * CUDA_ERROR_TIMEOUT and it runs on); Checkpoint (from locked) moves its device bytes to host;
+ * Restore (from checkpointed) moves them back and leaves it locked; Unlock lets it run. A call in
+ * the wrong state answers 401 (CUDA_ERROR_ILLEGAL_STATE); a pid without a page (or no longer
+ * alive), 1 (CUDA_ERROR_INVALID_VALUE). FAKE_CUDA_CKPT_FAIL in the controller injects failures: `lock`
+ * (times out at once), `checkpoint` (the process goes failed, 999), `restore-oom` (Restore
+ * answers 2, CUDA_ERROR_OUT_OF_MEMORY, and the process stays checkpointed). Side channel:
+ * fake_cuda_ckpt_bytes(pid, &device, &host). Memory is not really moved (it is host memory).
+ *
  * Context lifetimes and stream capture, as far as an interposer can break them: a context reset
  * (cuDevicePrimaryCtxReset_v2) or destroyed (cuCtxDestroy_v2) and then made current or
  * synchronized logs "used destroyed context" (a real driver may crash there); synchronizing the
@@ -38,8 +53,11 @@
  * CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, and logs "capture invalidated").
  */
 #define _GNU_SOURCE
+#include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 /* memfd_create through the system call: glibc has the wrapper only from 2.27, and the double is
  * also built for 2.17 (shim/tests/interposer_glibc.rs). */
@@ -69,6 +87,13 @@ static CUcontext current = NULL;
 #define MAX_ALLOCS 256
 static struct { CUdeviceptr ptr; size_t size; int kind; int location; int fd; } allocs[MAX_ALLOCS];
 
+/* The checkpoint page of this process (NULL until cuInit) and its gate; see the end of file. */
+static void ckpt_publish(void);
+static void ckpt_enter(void);
+static void ckpt_leave(void);
+static void ckpt_busy_until(long long us);
+static void ckpt_bytes(long long delta);
+
 static void note(const char *fmt, long a, long b) {
     const char *path = getenv("FAKE_CUDA_LOG");
     if (!path || !*path) return;
@@ -89,6 +114,7 @@ CUresult cuInit(unsigned int flags) {
     (void)flags;
     if (getenv("FAKE_CUDA_FAIL")) return 100;
     initialized = 1;
+    ckpt_publish();
     note("cuInit %ld", -1, 0);
     return 0;
 }
@@ -192,6 +218,7 @@ static void enqueue_kernel(void) {
     busy_until_us = begin + (long long)ms * 1000;
     long long end = busy_until_us;
     pthread_mutex_unlock(&timeline);
+    ckpt_busy_until(end);
     note("kernel %ld %ld", (long)begin, (long)end);
 }
 static long long pending_us(void) {
@@ -201,11 +228,13 @@ static long long pending_us(void) {
     return left;
 }
 CUresult cuCtxSynchronize(void) {
+    ckpt_enter();
     if (capturing) capture_invalidated = 1;
     if (current && is_destroyed(current)) note("used destroyed context", 0, 0);
     long long left = pending_us();
     if (left > 0) usleep((useconds_t)left);
     note("sync", 0, 0);
+    ckpt_leave();
     return 0;
 }
 CUresult cuStreamQuery(CUstream s) { (void)s; return pending_us() > 0 ? 600 : 0; }
@@ -219,8 +248,10 @@ CUresult cuStreamCreate(CUstream *s, unsigned flags) {
 CUresult cuStreamDestroy_v2(CUstream s) { free(s); return 0; }
 CUresult cuStreamSynchronize(CUstream s) {
     (void)s;
+    ckpt_enter();
     long long left = pending_us();
     if (left > 0) usleep((useconds_t)left);
+    ckpt_leave();
     return 0;
 }
 
@@ -259,7 +290,15 @@ static CUresult insert(void *m, size_t size, int kind, int fd) {
     }
     return 2;
 }
+static CUresult record_in(CUdeviceptr *p, size_t size, int kind);
 static CUresult record(CUdeviceptr *p, size_t size, int kind) {
+    ckpt_enter();
+    CUresult r = record_in(p, size, kind);
+    if (r == 0) ckpt_bytes((long long)size);
+    ckpt_leave();
+    return r;
+}
+static CUresult record_in(CUdeviceptr *p, size_t size, int kind) {
     if (!initialized) return 3;
     if (!p || size == 0) return 1;
     int fd;
@@ -295,6 +334,7 @@ CUresult cuMemAllocPitch_v2(CUdeviceptr *p, size_t *pitch, size_t w, size_t h, u
 CUresult cuMemFree_v2(CUdeviceptr p) {
     int i = find(p);
     if (i < 0 || allocs[i].kind == 3) return 1;
+    ckpt_bytes(-(long long)allocs[i].size);
     release(i);
     note("free %ld", (long)allocs[i].size, 0);
     return 0;
@@ -352,17 +392,22 @@ static void copy_time(void) {
     note("copy ends", 0, 0);
 }
 CUresult cuMemcpyHtoD_v2(CUdeviceptr d, const void *h, size_t n) {
+    ckpt_enter();
     copy_time();
     memcpy((void *)d, h, n);
+    ckpt_leave();
     return 0;
 }
 CUresult cuMemcpyDtoH_v2(void *h, CUdeviceptr d, size_t n) {
+    ckpt_enter();
     copy_time();
     memcpy(h, (const void *)d, n);
+    ckpt_leave();
     return 0;
 }
 /* A launch, logged as `what` (the legacy and the per-thread stream variants share it). */
 static CUresult launch(const char *what, CUfunction f, void **params) {
+    ckpt_enter();
     note(what, 0, 0);
     enqueue_kernel();
     if (f == (CUfunction)&inc_kernel && params) {
@@ -377,6 +422,7 @@ static CUresult launch(const char *what, CUfunction f, void **params) {
         struct timespec t = {(time_t)(ns / 1000000000ULL), (long)(ns % 1000000000ULL)};
         nanosleep(&t, NULL);
     }
+    ckpt_leave();
     return 0;
 }
 CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
@@ -625,4 +671,188 @@ CUresult cuGetProcAddress_v2(const char *sym, void **pfn, int version, unsigned 
     *pfn = NULL;
     if (status) *status = 1;
     return 500;
+}
+
+/* ---- The checkpoint API (see the header). ---- */
+
+typedef struct {
+    int state;
+    int in_calls;
+    long long busy_until_us;
+    long long device;
+    long long host;
+} ckpt_page;
+
+enum { CKPT_RUNNING = 0, CKPT_LOCKED = 1, CKPT_CHECKPOINTED = 2, CKPT_FAILED = 3 };
+
+static ckpt_page *my_page;
+static char my_page_path[256];
+
+/* The page's path, or 0 when FAKE_CUDA_CKPT_DIR is not set (no page, no checkpoints). */
+static int ckpt_path(int pid, char *out, size_t n) {
+    const char *dir = getenv("FAKE_CUDA_CKPT_DIR");
+    if (!dir || !*dir) return 0;
+    snprintf(out, n, "%s/fake-cuda-ckpt-%d", dir, pid);
+    return 1;
+}
+
+static ckpt_page *ckpt_map(int fd) {
+    void *m = mmap(NULL, sizeof(ckpt_page), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    return m == MAP_FAILED ? NULL : (ckpt_page *)m;
+}
+
+static void ckpt_unlink(void) {
+    if (my_page_path[0]) unlink(my_page_path);
+}
+
+static void ckpt_publish(void) {
+    if (my_page || !ckpt_path((int)getpid(), my_page_path, sizeof my_page_path)) return;
+    int fd = open(my_page_path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd < 0) return;
+    if (ftruncate(fd, (off_t)sizeof(ckpt_page)) != 0) {
+        close(fd);
+        return;
+    }
+    my_page = ckpt_map(fd);
+    if (my_page) atexit(ckpt_unlink);
+}
+
+/* A CUDA call begins: counted first, then the state read, so that a Lock that saw no call in
+ * progress is never passed by one. */
+static void ckpt_enter(void) {
+    if (!my_page) return;
+    for (;;) {
+        __atomic_add_fetch(&my_page->in_calls, 1, __ATOMIC_SEQ_CST);
+        if (__atomic_load_n(&my_page->state, __ATOMIC_SEQ_CST) == CKPT_RUNNING) return;
+        __atomic_sub_fetch(&my_page->in_calls, 1, __ATOMIC_SEQ_CST);
+        usleep(1000);
+    }
+}
+
+static void ckpt_leave(void) {
+    if (my_page) __atomic_sub_fetch(&my_page->in_calls, 1, __ATOMIC_SEQ_CST);
+}
+
+static void ckpt_busy_until(long long us) {
+    if (my_page) __atomic_store_n(&my_page->busy_until_us, us, __ATOMIC_SEQ_CST);
+}
+
+static void ckpt_bytes(long long delta) {
+    if (my_page) __atomic_add_fetch(&my_page->device, delta, __ATOMIC_SEQ_CST);
+}
+
+/* Another process's page, or NULL when it has none (not a CUDA process of this double, or
+ * gone: the page of a killed process is removed here). */
+static ckpt_page *ckpt_of(int pid) {
+    char path[256];
+    if (pid <= 0 || !ckpt_path(pid, path, sizeof path)) return NULL;
+    if (kill(pid, 0) != 0 && errno == ESRCH) {
+        unlink(path);
+        return NULL;
+    }
+    int fd = open(path, O_RDWR | O_CLOEXEC);
+    return fd < 0 ? NULL : ckpt_map(fd);
+}
+
+static int ckpt_fail(const char *what) {
+    const char *v = getenv("FAKE_CUDA_CKPT_FAIL");
+    return v && strcmp(v, what) == 0;
+}
+
+/* From one state to another, or 401 (CUDA_ERROR_ILLEGAL_STATE). */
+static CUresult ckpt_move(ckpt_page *p, int from, int to) {
+    int expected = from;
+    return __atomic_compare_exchange_n(&p->state, &expected, to, 0, __ATOMIC_SEQ_CST,
+                                       __ATOMIC_SEQ_CST)
+               ? 0
+               : 401;
+}
+
+typedef struct { unsigned int timeoutMs; unsigned int reserved0; unsigned long long reserved1[7]; }
+    CUcheckpointLockArgs;
+
+CUresult cuCheckpointProcessGetState(int pid, int *state) {
+    ckpt_page *p = ckpt_of(pid);
+    if (!p || !state) return 1;
+    *state = __atomic_load_n(&p->state, __ATOMIC_SEQ_CST);
+    munmap(p, sizeof *p);
+    return 0;
+}
+
+CUresult cuCheckpointProcessLock(int pid, CUcheckpointLockArgs *args) {
+    ckpt_page *p = ckpt_of(pid);
+    if (!p) return 1;
+    CUresult r = ckpt_move(p, CKPT_RUNNING, CKPT_LOCKED);
+    if (r == 0) {
+        long long limit = args && args->timeoutMs ? (long long)args->timeoutMs * 1000 : -1;
+        long long start = now_us();
+        for (;;) {
+            int calls = __atomic_load_n(&p->in_calls, __ATOMIC_SEQ_CST);
+            long long busy = __atomic_load_n(&p->busy_until_us, __ATOMIC_SEQ_CST);
+            if (!ckpt_fail("lock") && calls == 0 && busy <= now_us()) break;
+            if (ckpt_fail("lock") || (limit >= 0 && now_us() - start >= limit)) {
+                __atomic_store_n(&p->state, CKPT_RUNNING, __ATOMIC_SEQ_CST);
+                r = 909;
+                break;
+            }
+            usleep(1000);
+        }
+    }
+    note("ckpt lock %ld rc=%ld", pid, r);
+    munmap(p, sizeof *p);
+    return r;
+}
+
+CUresult cuCheckpointProcessCheckpoint(int pid, void *args) {
+    (void)args;
+    ckpt_page *p = ckpt_of(pid);
+    if (!p) return 1;
+    CUresult r = ckpt_move(p, CKPT_LOCKED, CKPT_CHECKPOINTED);
+    if (r == 0 && ckpt_fail("checkpoint")) {
+        __atomic_store_n(&p->state, CKPT_FAILED, __ATOMIC_SEQ_CST);
+        r = 999;
+    } else if (r == 0) {
+        long long d = __atomic_exchange_n(&p->device, 0, __ATOMIC_SEQ_CST);
+        __atomic_add_fetch(&p->host, d, __ATOMIC_SEQ_CST);
+    }
+    note("ckpt checkpoint %ld rc=%ld", pid, r);
+    munmap(p, sizeof *p);
+    return r;
+}
+
+CUresult cuCheckpointProcessRestore(int pid, void *args) {
+    (void)args;
+    ckpt_page *p = ckpt_of(pid);
+    if (!p) return 1;
+    CUresult r = __atomic_load_n(&p->state, __ATOMIC_SEQ_CST) == CKPT_CHECKPOINTED ? 0 : 401;
+    if (r == 0 && ckpt_fail("restore-oom")) r = 2;
+    if (r == 0) {
+        long long h = __atomic_exchange_n(&p->host, 0, __ATOMIC_SEQ_CST);
+        __atomic_add_fetch(&p->device, h, __ATOMIC_SEQ_CST);
+        r = ckpt_move(p, CKPT_CHECKPOINTED, CKPT_LOCKED);
+    }
+    note("ckpt restore %ld rc=%ld", pid, r);
+    munmap(p, sizeof *p);
+    return r;
+}
+
+CUresult cuCheckpointProcessUnlock(int pid, void *args) {
+    (void)args;
+    ckpt_page *p = ckpt_of(pid);
+    if (!p) return 1;
+    CUresult r = ckpt_move(p, CKPT_LOCKED, CKPT_RUNNING);
+    note("ckpt unlock %ld rc=%ld", pid, r);
+    munmap(p, sizeof *p);
+    return r;
+}
+
+/* Side channel: a process's device and host bytes as its page has them; -1 without a page. */
+int fake_cuda_ckpt_bytes(int pid, long long *device, long long *host) {
+    ckpt_page *p = ckpt_of(pid);
+    if (!p) return -1;
+    *device = __atomic_load_n(&p->device, __ATOMIC_SEQ_CST);
+    *host = __atomic_load_n(&p->host, __ATOMIC_SEQ_CST);
+    munmap(p, sizeof *p);
+    return 0;
 }

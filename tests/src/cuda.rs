@@ -154,7 +154,7 @@ impl Containerd {
 
 /// Compiles one of the CPU-only library doubles in `tests/doubles/` (`nvml` →
 /// `libnvidia-ml.so.1`, `cuda` → `libcuda.so.1`, `commlib` → `libnccl.so.2`) or test programs
-/// (`cuda_client`, `ipc_client`, `hostile_ctl`) into `out` with the system C compiler and returns
+/// (`cuda_client`, `ipc_client`, `hostile_ctl`, `ckpt_ctl`) into `out` with the system C compiler and returns
 /// its path. Programs link to the libraries built before them in `out`.
 ///
 /// # Errors
@@ -167,6 +167,7 @@ pub fn build_double(name: &str, out: &Path) -> std::io::Result<PathBuf> {
         "commlib" => ("commlib.c", "libnccl.so.2"),
         "ipc_client" => ("ipc_client.c", "ipc_client"),
         "hostile_ctl" => ("hostile_ctl.c", "hostile_ctl"),
+        "ckpt_ctl" => ("ckpt_ctl.c", "ckpt_ctl"),
         other => {
             return Err(std::io::Error::new(
                 std::io::ErrorKind::NotFound,
@@ -184,7 +185,7 @@ pub fn build_double(name: &str, out: &Path) -> std::io::Result<PathBuf> {
         cc.args(["-static", "-O1", "-Wall", "-Werror", "-o"])
             .arg(&path)
             .arg(&src);
-    } else if name == "cuda_client" || name == "ipc_client" {
+    } else if name == "cuda_client" || name == "ipc_client" || name == "ckpt_ctl" {
         // A program linked straight to the libcuda double (built first, in the same folder), and
         // the IPC client to the communication library's double too (built before it).
         cc.args(["-O1", "-Wall", "-Werror", "-o"])

@@ -1,0 +1,188 @@
+//! The libcuda double's checkpoint API (issue 36): what a controller such as the shim drives for
+//! another process's pid. A GPU server over the double (`cuda_client serve`, no interposer) is
+//! locked, checkpointed, restored and unlocked by a second process (`ckpt_ctl`); its CUDA calls
+//! wait while it is not running, its bytes move to the host and back, calls in the wrong state
+//! and injected failures answer as documented in `tests/doubles/cuda.c`.
+#![expect(
+    clippy::tests_outside_test_module,
+    reason = "an integration-test crate is the test module"
+)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+mod common;
+
+use common::{Client, built};
+
+/// Runs `ckpt_ctl <pid> <verbs>` with `fail` injected; its output lines.
+fn ctl(ckpt_ctl: &Path, dir: &Path, pid: u32, verbs: &[&str], fail: &str) -> Vec<String> {
+    let o = Command::new(ckpt_ctl)
+        .arg(pid.to_string())
+        .args(verbs)
+        .env("FAKE_CUDA_CKPT_DIR", dir)
+        .env("FAKE_CUDA_CKPT_FAIL", fail)
+        .env("FAKE_CUDA_LOG", dir.join("ctl.log"))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    String::from_utf8(o.stdout)
+        .unwrap()
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+fn launches(dir: &Path) -> usize {
+    std::fs::read_to_string(dir.join("cuda.log"))
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| *l == "launch")
+        .count()
+}
+
+/// Waits (at most 10 s) until `f` holds.
+fn until(what: &str, mut f: impl FnMut() -> bool) {
+    let end = Instant::now() + Duration::from_secs(10);
+    while !f() {
+        assert!(Instant::now() < end, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// `(device, host)` bytes from a `bytes` line.
+fn bytes(line: &str) -> (i64, i64) {
+    let mut it = line
+        .split_whitespace()
+        .filter_map(|w| w.split_once('='))
+        .map(|(_, v)| v.parse::<i64>().unwrap());
+    (it.next().unwrap(), it.next().unwrap())
+}
+
+/// A GPU server over the double, publishing its checkpoint page in `dir`: it launches a 2 ms
+/// kernel and synchronizes every 5 ms, forever.
+fn server(dir: &Path) -> Option<(Client, PathBuf)> {
+    let client = built(dir, &["cuda", "cuda_client"])?;
+    let ckpt_ctl = built(dir, &["ckpt_ctl"])?;
+    let env: [(&str, &Path); 2] = [
+        ("FAKE_CUDA_CKPT_DIR", dir),
+        ("FAKE_CUDA_KERNEL_MS", Path::new("2")),
+    ];
+    let c = Client::spawn(
+        &client,
+        &["serve", "1", "5", "-1"],
+        dir,
+        "client.err",
+        &env,
+        false,
+    );
+    let page = dir.join(format!("fake-cuda-ckpt-{}", c.child.id()));
+    until("the server's page", || page.exists());
+    until("the server's first launches", || launches(dir) >= 3);
+    Some((c, ckpt_ctl))
+}
+
+#[test]
+fn a_controller_checkpoints_and_restores_another_process() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    let Some((mut c, ckpt_ctl)) = server(dir) else {
+        return;
+    };
+    let pid = c.child.id();
+    let out = ctl(
+        &ckpt_ctl,
+        dir,
+        pid,
+        &[
+            "lock:5000",
+            "state",
+            "bytes",
+            "checkpoint",
+            "state",
+            "bytes",
+        ],
+        "",
+    );
+    assert_eq!(out[..2], ["lock rc=0", "state rc=0 1"], "{out:?}");
+    let (device, host) = bytes(&out[2]);
+    assert!(device > 0 && host == 0, "{out:?}");
+    assert_eq!(out[3..5], ["checkpoint rc=0", "state rc=0 2"], "{out:?}");
+    assert_eq!(bytes(&out[5]), (0, device), "its memory is on the host");
+    // Locked and checkpointed, it launches nothing (it launched every few ms before).
+    let before = launches(dir);
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(launches(dir), before, "a launch while checkpointed");
+    // In the wrong state a call changes nothing.
+    assert_eq!(
+        ctl(&ckpt_ctl, dir, pid, &["unlock", "state"], ""),
+        ["unlock rc=401", "state rc=0 2"]
+    );
+    let out = ctl(
+        &ckpt_ctl,
+        dir,
+        pid,
+        &["restore", "state", "bytes", "unlock", "state"],
+        "",
+    );
+    assert_eq!(out[..2], ["restore rc=0", "state rc=0 1"], "{out:?}");
+    assert_eq!(bytes(&out[2]), (device, 0), "its memory is back");
+    assert_eq!(out[3..], ["unlock rc=0", "state rc=0 0"], "{out:?}");
+    until("launches again", || launches(dir) > before);
+    assert_eq!(
+        ctl(&ckpt_ctl, dir, pid, &["checkpoint"], ""),
+        ["checkpoint rc=401"]
+    );
+    c.child.kill().unwrap();
+    c.child.wait().unwrap();
+    // A process without a page is not one the controller can touch.
+    assert_eq!(
+        ctl(&ckpt_ctl, dir, pid, &["state", "lock:10"], ""),
+        ["state rc=1 -1", "lock rc=1"]
+    );
+}
+
+#[test]
+fn injected_failures_leave_the_process_as_documented() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    let Some((mut c, ckpt_ctl)) = server(dir) else {
+        return;
+    };
+    let pid = c.child.id();
+    // A lock that times out leaves it running, and it goes on.
+    assert_eq!(
+        ctl(&ckpt_ctl, dir, pid, &["lock:100", "state"], "lock"),
+        ["lock rc=909", "state rc=0 0"]
+    );
+    let n = launches(dir);
+    until("launches after a failed lock", || launches(dir) > n);
+    // A restore without memory answers out-of-memory and leaves it checkpointed; a later one
+    // brings it back.
+    let out = ctl(&ckpt_ctl, dir, pid, &["lock:5000", "checkpoint"], "");
+    assert_eq!(out, ["lock rc=0", "checkpoint rc=0"]);
+    let out = ctl(&ckpt_ctl, dir, pid, &["restore", "state"], "restore-oom");
+    assert_eq!(out, ["restore rc=2", "state rc=0 2"]);
+    let out = ctl(&ckpt_ctl, dir, pid, &["restore", "unlock", "state"], "");
+    assert_eq!(out, ["restore rc=0", "unlock rc=0", "state rc=0 0"]);
+    // A checkpoint that fails leaves it failed: nothing but a restart serves it.
+    let out = ctl(
+        &ckpt_ctl,
+        dir,
+        pid,
+        &["lock:5000", "checkpoint", "state", "unlock"],
+        "checkpoint",
+    );
+    assert_eq!(
+        out,
+        [
+            "lock rc=0",
+            "checkpoint rc=999",
+            "state rc=0 3",
+            "unlock rc=401"
+        ]
+    );
+    c.child.kill().unwrap();
+    c.child.wait().unwrap();
+}

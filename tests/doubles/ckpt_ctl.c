@@ -1,0 +1,63 @@
+/*
+ * A checkpoint controller over the libcuda double, as the shim will be one: for process <pid>,
+ * each verb in order, printing one line each.
+ *   lock:<ms>   cuCheckpointProcessLock with timeoutMs <ms>   → "lock rc=<r>"
+ *   checkpoint  cuCheckpointProcessCheckpoint                 → "checkpoint rc=<r>"
+ *   restore     cuCheckpointProcessRestore                    → "restore rc=<r>"
+ *   unlock      cuCheckpointProcessUnlock                     → "unlock rc=<r>"
+ *   state       cuCheckpointProcessGetState                   → "state rc=<r> <state>"
+ *   bytes       the double's side channel                     → "bytes device=<d> host=<h>"
+ *   sleep:<ms>  waits                                         → nothing
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+typedef int CUresult;
+typedef struct { unsigned int timeoutMs; unsigned int reserved0; unsigned long long reserved1[7]; }
+    CUcheckpointLockArgs;
+CUresult cuInit(unsigned int flags);
+CUresult cuCheckpointProcessLock(int pid, CUcheckpointLockArgs *args);
+CUresult cuCheckpointProcessCheckpoint(int pid, void *args);
+CUresult cuCheckpointProcessRestore(int pid, void *args);
+CUresult cuCheckpointProcessUnlock(int pid, void *args);
+CUresult cuCheckpointProcessGetState(int pid, int *state);
+int fake_cuda_ckpt_bytes(int pid, long long *device, long long *host);
+
+int main(int argc, char **argv) {
+    if (argc < 3) {
+        fprintf(stderr, "usage: ckpt_ctl <pid> <verb>...\n");
+        return 2;
+    }
+    int pid = atoi(argv[1]);
+    for (int i = 2; i < argc; i++) {
+        const char *v = argv[i];
+        if (strncmp(v, "lock:", 5) == 0) {
+            CUcheckpointLockArgs a = {0};
+            a.timeoutMs = (unsigned)atoi(v + 5);
+            printf("lock rc=%d\n", cuCheckpointProcessLock(pid, &a));
+        } else if (strcmp(v, "checkpoint") == 0) {
+            printf("checkpoint rc=%d\n", cuCheckpointProcessCheckpoint(pid, NULL));
+        } else if (strcmp(v, "restore") == 0) {
+            printf("restore rc=%d\n", cuCheckpointProcessRestore(pid, NULL));
+        } else if (strcmp(v, "unlock") == 0) {
+            printf("unlock rc=%d\n", cuCheckpointProcessUnlock(pid, NULL));
+        } else if (strcmp(v, "state") == 0) {
+            int s = -1;
+            CUresult r = cuCheckpointProcessGetState(pid, &s);
+            printf("state rc=%d %d\n", r, s);
+        } else if (strcmp(v, "bytes") == 0) {
+            long long d = -1, h = -1;
+            fake_cuda_ckpt_bytes(pid, &d, &h);
+            printf("bytes device=%lld host=%lld\n", d, h);
+        } else if (strncmp(v, "sleep:", 6) == 0) {
+            usleep((useconds_t)atoi(v + 6) * 1000);
+        } else {
+            fprintf(stderr, "unknown verb %s\n", v);
+            return 2;
+        }
+        fflush(stdout);
+    }
+    return 0;
+}
