@@ -9,12 +9,12 @@
 )]
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 mod common;
 
-use common::{Client, built};
+use common::built;
 
 /// Runs `ckpt_ctl <pid> <verbs>` with `fail` injected; its output lines.
 fn ctl(ckpt_ctl: &Path, dir: &Path, pid: u32, verbs: &[&str], fail: &str) -> Vec<String> {
@@ -62,22 +62,21 @@ fn bytes(line: &str) -> (i64, i64) {
 
 /// A GPU server over the double, publishing its checkpoint page in `dir`: it launches a 2 ms
 /// kernel and synchronizes every 5 ms, forever.
-fn server(dir: &Path) -> Option<(Client, PathBuf)> {
+fn server(dir: &Path) -> Option<(Child, PathBuf)> {
     let client = built(dir, &["cuda", "cuda_client"])?;
     let ckpt_ctl = built(dir, &["ckpt_ctl"])?;
-    let env: [(&str, &Path); 2] = [
-        ("FAKE_CUDA_CKPT_DIR", dir),
-        ("FAKE_CUDA_KERNEL_MS", Path::new("2")),
-    ];
-    let c = Client::spawn(
-        &client,
-        &["serve", "1", "5", "-1"],
-        dir,
-        "client.err",
-        &env,
-        false,
-    );
-    let page = dir.join(format!("fake-cuda-ckpt-{}", c.child.id()));
+    // Its output goes nowhere: unread, a pipe would fill and stop it.
+    let c = Command::new(&client)
+        .args(["serve", "1", "5", "-1"])
+        .env("FAKE_CUDA_LOG", dir.join("cuda.log"))
+        .env("FAKE_CUDA_CKPT_DIR", dir)
+        .env("FAKE_CUDA_KERNEL_MS", "2")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(dir.join("client.err")).unwrap())
+        .spawn()
+        .unwrap();
+    let page = dir.join(format!("fake-cuda-ckpt-{}", c.id()));
     until("the server's page", || page.exists());
     until("the server's first launches", || launches(dir) >= 3);
     Some((c, ckpt_ctl))
@@ -90,7 +89,7 @@ fn a_controller_checkpoints_and_restores_another_process() {
     let Some((mut c, ckpt_ctl)) = server(dir) else {
         return;
     };
-    let pid = c.child.id();
+    let pid = c.id();
     let out = ctl(
         &ckpt_ctl,
         dir,
@@ -134,8 +133,8 @@ fn a_controller_checkpoints_and_restores_another_process() {
         ctl(&ckpt_ctl, dir, pid, &["checkpoint"], ""),
         ["checkpoint rc=401"]
     );
-    c.child.kill().unwrap();
-    c.child.wait().unwrap();
+    c.kill().unwrap();
+    c.wait().unwrap();
     // A process without a page is not one the controller can touch.
     assert_eq!(
         ctl(&ckpt_ctl, dir, pid, &["state", "lock:10"], ""),
@@ -150,7 +149,7 @@ fn injected_failures_leave_the_process_as_documented() {
     let Some((mut c, ckpt_ctl)) = server(dir) else {
         return;
     };
-    let pid = c.child.id();
+    let pid = c.id();
     // A lock that times out leaves it running, and it goes on.
     assert_eq!(
         ctl(&ckpt_ctl, dir, pid, &["lock:100", "state"], "lock"),
@@ -183,6 +182,6 @@ fn injected_failures_leave_the_process_as_documented() {
             "unlock rc=401"
         ]
     );
-    c.child.kill().unwrap();
-    c.child.wait().unwrap();
+    c.kill().unwrap();
+    c.wait().unwrap();
 }

@@ -39,7 +39,6 @@ use crate::types::{Audit, Baselines, Record, SimConfig, SimError, SimOutput};
 use dispatch::Clock;
 use scheduler_core::concurrency::ConcurrencyController;
 use scheduler_core::config::ConfigError;
-use scheduler_core::ewma::Ewma;
 use scheduler_core::node::admission::Limits;
 use scheduler_core::tiers::{Tier, TierPolicy};
 use scheduler_core::time::Time;
@@ -112,8 +111,6 @@ struct Engine<'t> {
     /// GPU 0's limit in force over time: `(seconds since the first arrival, limit)` at each
     /// change.
     limits: Vec<(f64, u32)>,
-    last_arrival: Vec<Option<f64>>,
-    iat: Vec<Ewma>,
     audit: Audit,
     pcie_mb: f64,
     now: f64,
@@ -556,8 +553,6 @@ fn engine<'t>(
         pending_start: vec![(0.0, Tier::Cold); trace.invocations.len()],
         exec_start: vec![0.0; trace.invocations.len()],
         limits: Vec::new(),
-        last_arrival: vec![None; n],
-        iat: vec![Ewma::new(0.2); n],
         audit: Audit::default(),
         pcie_mb: 0.0,
         now: trace.invocations.first().map_or(0.0, |i| i.arrival_ms),

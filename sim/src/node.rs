@@ -22,10 +22,10 @@ use scheduler_core::node::pool::{Order, Pool, PoolConfig};
 use scheduler_core::node::{ContainerKey, Input, Node, Output};
 use scheduler_core::{FlowState, Time};
 
-use crate::hetero::PlacementMode;
 use crate::policy::{Admission, MemoryStyle, NodeDriver, Policy, PoolView, Signal};
 use crate::rng::SplitMix64;
 use crate::trace::Trace;
+use crate::types::PlacementMode;
 
 /// The containerd namespace the simulator's containers are named in.
 pub const NAMESPACE: &str = "sim";

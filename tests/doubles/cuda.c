@@ -44,7 +44,11 @@
  * alive), 1 (CUDA_ERROR_INVALID_VALUE). FAKE_CUDA_CKPT_FAIL in the controller injects failures: `lock`
  * (times out at once), `checkpoint` (the process goes failed, 999), `restore-oom` (Restore
  * answers 2, CUDA_ERROR_OUT_OF_MEMORY, and the process stays checkpointed). Side channel:
- * fake_cuda_ckpt_bytes(pid, &device, &host). Memory is not really moved (it is host memory).
+ * fake_cuda_ckpt_bytes(pid, &device, &host). Memory is not really moved (it is host memory). A
+ * page is published whole (renamed into place) with its process's start time; a controller maps
+ * only a regular file of the page's size whose process is alive and started then (a stale page
+ * is removed). A forked child has no page until it initialises. The page is named by the pid the
+ * process sees: a controller outside its pid namespace must look it up by that pid.
  *
  * Context lifetimes and stream capture, as far as an interposer can break them: a context reset
  * (cuDevicePrimaryCtxReset_v2) or destroyed (cuCtxDestroy_v2) and then made current or
@@ -217,8 +221,8 @@ static void enqueue_kernel(void) {
     long long begin = busy_until_us > now ? busy_until_us : now;
     busy_until_us = begin + (long long)ms * 1000;
     long long end = busy_until_us;
-    pthread_mutex_unlock(&timeline);
     ckpt_busy_until(end);
+    pthread_mutex_unlock(&timeline);
     note("kernel %ld %ld", (long)begin, (long)end);
 }
 static long long pending_us(void) {
@@ -334,8 +338,10 @@ CUresult cuMemAllocPitch_v2(CUdeviceptr *p, size_t *pitch, size_t w, size_t h, u
 CUresult cuMemFree_v2(CUdeviceptr p) {
     int i = find(p);
     if (i < 0 || allocs[i].kind == 3) return 1;
+    ckpt_enter();
     ckpt_bytes(-(long long)allocs[i].size);
     release(i);
+    ckpt_leave();
     note("free %ld", (long)allocs[i].size, 0);
     return 0;
 }
@@ -350,6 +356,8 @@ CUresult cuMemPrefetchAsync_v2(CUdeviceptr p, size_t n, CUmemLocation loc, unsig
     (void)flags; (void)s;
     int i = find(p);
     if (i < 0 || allocs[i].kind != 2) return 1;
+    ckpt_enter();
+    ckpt_leave();
     allocs[i].location = loc.type == 1 ? 1 : 2;
     note(loc.type == 1 ? "prefetch device %ld" : "prefetch host %ld", (long)n, 0);
     /* FAKE_CUDA_PREFETCH_MS: a slow move (a test's window to act in while memory moves). */
@@ -446,10 +454,18 @@ CUresult cuGraphInstantiateWithFlags(CUgraphExec *e, void *g, unsigned long long
     note("graph-instantiate", 0, 0);
     return 0;
 }
-CUresult cuGraphLaunch(CUgraphExec g, CUstream s) { (void)g; (void)s; note("graph-launch", 0, 0); return 0; }
+CUresult cuGraphLaunch(CUgraphExec g, CUstream s) {
+    (void)g; (void)s;
+    ckpt_enter();
+    note("graph-launch", 0, 0);
+    ckpt_leave();
+    return 0;
+}
 CUresult cuLaunchKernelEx(const void *config, CUfunction f, void **params, void **extra) {
     (void)config; (void)f; (void)params; (void)extra;
+    ckpt_enter();
     note("launch-ex", 0, 0);
+    ckpt_leave();
     return 0;
 }
 CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz,
@@ -457,22 +473,30 @@ CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned gx, unsigned gy, unsig
                                    CUstream s, void **params) {
     (void)f; (void)gx; (void)gy; (void)gz; (void)bx; (void)by; (void)bz; (void)shm; (void)s;
     (void)params;
+    ckpt_enter();
     note("launch-cooperative", 0, 0);
+    ckpt_leave();
     return 0;
 }
 CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr d, const void *h, size_t n, CUstream s) {
     (void)d; (void)h; (void)s;
+    ckpt_enter();
     note("copy-htod-async %ld", (long)n, 0);
+    ckpt_leave();
     return 0;
 }
 CUresult cuMemcpyDtoHAsync_v2(void *h, CUdeviceptr d, size_t n, CUstream s) {
     (void)d; (void)h; (void)s;
+    ckpt_enter();
     note("copy-dtoh-async %ld", (long)n, 0);
+    ckpt_leave();
     return 0;
 }
 CUresult cuMemcpyAsync(CUdeviceptr d, CUdeviceptr src, size_t n, CUstream s) {
     (void)d; (void)src; (void)s;
+    ckpt_enter();
     note("copy-async %ld", (long)n, 0);
+    ckpt_leave();
     return 0;
 }
 
@@ -681,19 +705,51 @@ typedef struct {
     long long busy_until_us;
     long long device;
     long long host;
+    /* The publisher's start time (/proc/<pid>/stat field 22): a page whose pid was reused
+     * by another process is stale. */
+    long long started;
 } ckpt_page;
 
-enum { CKPT_RUNNING = 0, CKPT_LOCKED = 1, CKPT_CHECKPOINTED = 2, CKPT_FAILED = 3 };
+/* The driver's states, and two of the double's own while a controller works (reported as the
+ * state they leave). */
+enum {
+    CKPT_RUNNING = 0,
+    CKPT_LOCKED = 1,
+    CKPT_CHECKPOINTED = 2,
+    CKPT_FAILED = 3,
+    CKPT_LOCKING = 10,
+    CKPT_CHECKPOINTING = 12,
+    CKPT_RESTORING = 11,
+};
 
 static ckpt_page *my_page;
 static char my_page_path[256];
+static pid_t my_page_pid;
+static pthread_once_t ckpt_once = PTHREAD_ONCE_INIT;
 
 /* The page's path, or 0 when FAKE_CUDA_CKPT_DIR is not set (no page, no checkpoints). */
-static int ckpt_path(int pid, char *out, size_t n) {
+static int ckpt_path(int pid, char *out, size_t n, const char *suffix) {
     const char *dir = getenv("FAKE_CUDA_CKPT_DIR");
     if (!dir || !*dir) return 0;
-    snprintf(out, n, "%s/fake-cuda-ckpt-%d", dir, pid);
-    return 1;
+    int w = snprintf(out, n, "%s/fake-cuda-ckpt-%d%s", dir, pid, suffix);
+    return w > 0 && (size_t)w < n;
+}
+
+/* Field 22 of /proc/<pid>/stat (start time in clock ticks), or -1. */
+static long long start_time(int pid) {
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/%d/stat", pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return -1;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0) return -1;
+    buf[n] = 0;
+    char *p = strrchr(buf, ')');
+    if (!p) return -1;
+    /* After ")": field 3 (state) onward; field 22 is the 20th of them. */
+    for (int field = 3; field < 22 && p; field++) p = strchr(p + 1, ' ');
+    return p ? atoll(p + 1) : -1;
 }
 
 static ckpt_page *ckpt_map(int fd) {
@@ -703,19 +759,52 @@ static ckpt_page *ckpt_map(int fd) {
 }
 
 static void ckpt_unlink(void) {
-    if (my_page_path[0]) unlink(my_page_path);
+    if (my_page_path[0] && getpid() == my_page_pid) unlink(my_page_path);
+}
+
+/* A forked child is another process: it has no page of its own until it initialises. */
+static void ckpt_forked(void) {
+    if (my_page) munmap(my_page, sizeof *my_page);
+    my_page = NULL;
+    my_page_path[0] = 0;
+    ckpt_once = (pthread_once_t)PTHREAD_ONCE_INIT;
+}
+
+/* Published whole: written under a temporary name, then renamed into place. */
+static void ckpt_publish_once(void) {
+    char tmp[256];
+    int pid = (int)getpid();
+    if (!ckpt_path(pid, my_page_path, sizeof my_page_path, "") ||
+        !ckpt_path(pid, tmp, sizeof tmp, ".new")) {
+        my_page_path[0] = 0;
+        return;
+    }
+    int fd = open(tmp, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd < 0) {
+        my_page_path[0] = 0;
+        return;
+    }
+    ckpt_page *p = ftruncate(fd, (off_t)sizeof(ckpt_page)) == 0 ? ckpt_map(fd) : (close(fd), NULL);
+    if (!p) {
+        unlink(tmp);
+        my_page_path[0] = 0;
+        return;
+    }
+    p->started = start_time(pid);
+    if (rename(tmp, my_page_path) != 0) {
+        munmap(p, sizeof *p);
+        unlink(tmp);
+        my_page_path[0] = 0;
+        return;
+    }
+    my_page_pid = (pid_t)pid;
+    my_page = p;
+    atexit(ckpt_unlink);
+    pthread_atfork(NULL, NULL, ckpt_forked);
 }
 
 static void ckpt_publish(void) {
-    if (my_page || !ckpt_path((int)getpid(), my_page_path, sizeof my_page_path)) return;
-    int fd = open(my_page_path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    if (fd < 0) return;
-    if (ftruncate(fd, (off_t)sizeof(ckpt_page)) != 0) {
-        close(fd);
-        return;
-    }
-    my_page = ckpt_map(fd);
-    if (my_page) atexit(ckpt_unlink);
+    pthread_once(&ckpt_once, ckpt_publish_once);
 }
 
 /* A CUDA call begins: counted first, then the state read, so that a Lock that saw no call in
@@ -742,17 +831,26 @@ static void ckpt_bytes(long long delta) {
     if (my_page) __atomic_add_fetch(&my_page->device, delta, __ATOMIC_SEQ_CST);
 }
 
-/* Another process's page, or NULL when it has none (not a CUDA process of this double, or
- * gone: the page of a killed process is removed here). */
+/* Another process's page, or NULL when it has none: not a CUDA process of this double, gone,
+ * or its pid now another process's (a stale page is removed here). Only a regular file of the
+ * page's size is mapped. */
 static ckpt_page *ckpt_of(int pid) {
     char path[256];
-    if (pid <= 0 || !ckpt_path(pid, path, sizeof path)) return NULL;
-    if (kill(pid, 0) != 0 && errno == ESRCH) {
+    if (pid <= 0 || !ckpt_path(pid, path, sizeof path, "")) return NULL;
+    int fd = open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+    if (fd < 0) return NULL;
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size < (off_t)sizeof(ckpt_page)) {
+        close(fd);
+        return NULL;
+    }
+    ckpt_page *p = ckpt_map(fd);
+    if (p && (kill(pid, 0) != 0 && errno == ESRCH ? 1 : p->started != start_time(pid))) {
+        munmap(p, sizeof *p);
         unlink(path);
         return NULL;
     }
-    int fd = open(path, O_RDWR | O_CLOEXEC);
-    return fd < 0 ? NULL : ckpt_map(fd);
+    return p;
 }
 
 static int ckpt_fail(const char *what) {
@@ -773,9 +871,15 @@ typedef struct { unsigned int timeoutMs; unsigned int reserved0; unsigned long l
     CUcheckpointLockArgs;
 
 CUresult cuCheckpointProcessGetState(int pid, int *state) {
+    if (!state) return 1;
     ckpt_page *p = ckpt_of(pid);
-    if (!p || !state) return 1;
-    *state = __atomic_load_n(&p->state, __ATOMIC_SEQ_CST);
+    if (!p) return 1;
+    int v = __atomic_load_n(&p->state, __ATOMIC_SEQ_CST);
+    /* The double's own transient states read as the state they leave. */
+    *state = v == CKPT_LOCKING                                 ? CKPT_RUNNING
+             : v == CKPT_RESTORING                             ? CKPT_CHECKPOINTED
+             : v == CKPT_CHECKPOINTING                         ? CKPT_LOCKED
+                                                               : v;
     munmap(p, sizeof *p);
     return 0;
 }
@@ -783,16 +887,20 @@ CUresult cuCheckpointProcessGetState(int pid, int *state) {
 CUresult cuCheckpointProcessLock(int pid, CUcheckpointLockArgs *args) {
     ckpt_page *p = ckpt_of(pid);
     if (!p) return 1;
-    CUresult r = ckpt_move(p, CKPT_RUNNING, CKPT_LOCKED);
+    /* Locking: new calls wait from now; locked once nothing is in progress or queued. */
+    CUresult r = ckpt_move(p, CKPT_RUNNING, CKPT_LOCKING);
     if (r == 0) {
         long long limit = args && args->timeoutMs ? (long long)args->timeoutMs * 1000 : -1;
         long long start = now_us();
         for (;;) {
             int calls = __atomic_load_n(&p->in_calls, __ATOMIC_SEQ_CST);
             long long busy = __atomic_load_n(&p->busy_until_us, __ATOMIC_SEQ_CST);
-            if (!ckpt_fail("lock") && calls == 0 && busy <= now_us()) break;
+            if (!ckpt_fail("lock") && calls == 0 && busy <= now_us()) {
+                r = ckpt_move(p, CKPT_LOCKING, CKPT_LOCKED);
+                break;
+            }
             if (ckpt_fail("lock") || (limit >= 0 && now_us() - start >= limit)) {
-                __atomic_store_n(&p->state, CKPT_RUNNING, __ATOMIC_SEQ_CST);
+                ckpt_move(p, CKPT_LOCKING, CKPT_RUNNING);
                 r = 909;
                 break;
             }
@@ -808,13 +916,14 @@ CUresult cuCheckpointProcessCheckpoint(int pid, void *args) {
     (void)args;
     ckpt_page *p = ckpt_of(pid);
     if (!p) return 1;
-    CUresult r = ckpt_move(p, CKPT_LOCKED, CKPT_CHECKPOINTED);
+    CUresult r = ckpt_move(p, CKPT_LOCKED, CKPT_CHECKPOINTING);
     if (r == 0 && ckpt_fail("checkpoint")) {
-        __atomic_store_n(&p->state, CKPT_FAILED, __ATOMIC_SEQ_CST);
+        ckpt_move(p, CKPT_CHECKPOINTING, CKPT_FAILED);
         r = 999;
     } else if (r == 0) {
         long long d = __atomic_exchange_n(&p->device, 0, __ATOMIC_SEQ_CST);
         __atomic_add_fetch(&p->host, d, __ATOMIC_SEQ_CST);
+        ckpt_move(p, CKPT_CHECKPOINTING, CKPT_CHECKPOINTED);
     }
     note("ckpt checkpoint %ld rc=%ld", pid, r);
     munmap(p, sizeof *p);
@@ -827,10 +936,11 @@ CUresult cuCheckpointProcessRestore(int pid, void *args) {
     if (!p) return 1;
     CUresult r = __atomic_load_n(&p->state, __ATOMIC_SEQ_CST) == CKPT_CHECKPOINTED ? 0 : 401;
     if (r == 0 && ckpt_fail("restore-oom")) r = 2;
+    if (r == 0) r = ckpt_move(p, CKPT_CHECKPOINTED, CKPT_RESTORING);
     if (r == 0) {
         long long h = __atomic_exchange_n(&p->host, 0, __ATOMIC_SEQ_CST);
         __atomic_add_fetch(&p->device, h, __ATOMIC_SEQ_CST);
-        r = ckpt_move(p, CKPT_CHECKPOINTED, CKPT_LOCKED);
+        ckpt_move(p, CKPT_RESTORING, CKPT_LOCKED);
     }
     note("ckpt restore %ld rc=%ld", pid, r);
     munmap(p, sizeof *p);

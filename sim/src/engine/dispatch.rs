@@ -21,11 +21,6 @@ impl Engine<'_> {
             if inv.arrival_ms > self.now + EPS {
                 break;
             }
-            let f = inv.func;
-            if let Some(last) = self.last_arrival[f] {
-                self.iat[f].observe(inv.arrival_ms - last);
-            }
-            self.last_arrival[f] = Some(inv.arrival_ms);
             let view = PoolView {
                 best: &self.best,
                 startup_ms: &self.startup,
@@ -45,7 +40,7 @@ impl Engine<'_> {
         for s in policy.tick(ms(self.now)) {
             match (s, mem) {
                 (Signal::Activated(f), MemoryStyle::EagerPrefetch) => {
-                    self.prefetch(f, policy, true);
+                    self.prefetch(f, policy);
                 }
                 (Signal::Deactivated(f), MemoryStyle::EagerPrefetch) => {
                     let idle: Vec<usize> = self.by_func[f]

@@ -146,7 +146,8 @@ impl Engine<'_> {
         true
     }
 
-    pub(super) fn prefetch(&mut self, f: usize, policy: &mut dyn Policy, evict_ok: bool) {
+    /// Brings `f`'s most recently used idle Warm container back, making room for it.
+    pub(super) fn prefetch(&mut self, f: usize, policy: &mut dyn Policy) {
         if self.best[f] == Tier::Hot {
             return;
         }
@@ -162,12 +163,7 @@ impl Engine<'_> {
         let Some(c) = warm else { return };
         let g = self.containers[c].gpu;
         let mem = self.mem(f);
-        let fits = if evict_ok {
-            self.make_room(g, mem, false, policy)
-        } else {
-            self.gpus[g].budget_mb - self.gpus[g].used_mb >= mem
-        };
-        if !fits {
+        if !self.make_room(g, mem, false, policy) {
             return;
         }
         self.gpus[g].used_mb += mem;
