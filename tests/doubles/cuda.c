@@ -710,7 +710,7 @@ typedef struct {
     long long started;
 } ckpt_page;
 
-/* The driver's states, and two of the double's own while a controller works (reported as the
+/* The driver's states, and three of the double's own while a controller works (reported as the
  * state they leave). */
 enum {
     CKPT_RUNNING = 0,
