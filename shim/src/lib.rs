@@ -12,6 +12,7 @@
 //! - [`gpu`], [`options`], [`io`], [`console`], [`process`], [`error`]: classification, runtime
 //!   options, stdio, terminals, the process state machine, errors and their ttrpc codes.
 
+pub mod checkpoint;
 pub mod console;
 pub mod elf;
 pub mod error;

@@ -296,6 +296,50 @@ fn an_idle_server_is_evicted_and_its_next_burst_waits_for_its_memory() {
     assert!(c.leftovers().is_empty(), "{:?}", c.leftovers());
 }
 
+/// Under `[pool] warm = "checkpoint"` a server that is never paused is suspended whole by the
+/// driver's checkpoint API while idle between requests (its allocations were never converted),
+/// and its next request's burst has it restored and unlocked before its kernels run.
+#[test]
+fn an_idle_server_is_checkpointed_and_its_next_burst_restores_it() {
+    let ck = mqfq_testkit::CheckpointDouble::new().unwrap();
+    let env = ck.shim_env();
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let Some((c, d, cuda)) = setup(
+        "ckpt",
+        &env,
+        "[queue]\nttl_s = 0.3\n[pool]\nhot_ttl_s = 1.0\nwarm = \"checkpoint\"\n",
+    ) else {
+        return;
+    };
+    let ctl = mqfq_testkit::build_double("ckpt_ctl", &cuda).unwrap();
+    let mut flags = vec![
+        "-d".to_owned(),
+        "--env".into(),
+        "FAKE_CUDA_KERNEL_MS=20".into(),
+    ];
+    flags.extend(ck.container_flags());
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    // A request every 3 s: idle long enough to be suspended between requests.
+    let o = c.run_cuda_with(MQFQ, "srv", "srv", &cuda, &flags, &["serve", "2", "3000"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let pid = c.task_pid("srv");
+    until("checkpointed while idle", || ck.state(&ctl, pid).0 == 2);
+    let (_, device, host) = ck.state(&ctl, pid);
+    assert_eq!(device, 0, "no GPU memory held while Warm");
+    assert!(host > 0);
+    let before = kernels(&cuda, "srv").len();
+    until("restored by its next burst", || {
+        ck.state(&ctl, pid) == (0, host, 0) && kernels(&cuda, "srv").len() > before
+    });
+    assert!(c.wait_status("srv", "RUNNING"), "never paused");
+    assert!(c.log().contains("restored"), "{}", c.log());
+    let log = std::fs::read_to_string(cuda.join("srv.log")).unwrap_or_default();
+    assert!(!log.contains("alloc managed"), "nothing converted: {log}");
+    stop(&c, "srv");
+    d.wait_for("no lease left", |s| leases(s).is_empty());
+    assert!(c.leftovers().is_empty(), "{:?}", c.leftovers());
+}
+
 /// Waits (at most 60 s) for `pred`, without asking mqfqd.
 fn until(what: &str, pred: impl Fn() -> bool) {
     let deadline = Instant::now() + Duration::from_secs(60);

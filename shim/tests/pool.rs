@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::Output;
 use std::time::{Duration, Instant};
 
-use mqfq_testkit::{Containerd, MQFQ, Mqfqd};
+use mqfq_testkit::{CheckpointDouble, Containerd, MQFQ, Mqfqd};
 use serde_json::Value;
 
 /// What the client allocates: 1 + 2 + 4 MiB and a 1024-byte pitch × 10 rows.
@@ -418,5 +418,84 @@ fn a_function_that_exported_gets_native_allocations_in_its_next_containers() {
         "{}",
         d.stderr()
     );
+    assert!(c.leftovers().is_empty(), "{:?}", c.leftovers());
+}
+
+/// `[pool] warm = "checkpoint"`: the container's allocations stay native (nothing converted),
+/// its paused processes are suspended whole by the driver's checkpoint API from the shim (the
+/// double's page shows its device bytes on the host and the process checkpointed), the pool
+/// counts the bytes, and Resume restores and unlocks it before it runs again.
+#[test]
+fn checkpoint_backend_suspends_a_paused_container_and_resume_restores_it() {
+    let shim = Path::new(env!("CARGO_BIN_EXE_containerd-shim-mqfq-v2"));
+    let ck = CheckpointDouble::new().unwrap();
+    let mut env: Vec<(&str, String)> = ck.shim_env();
+    env.push(("MQFQ_BURST", "off".into()));
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let Some(c) = Containerd::start_with_env(
+        &format!("it-{}-ckpt", std::process::id()),
+        shim.parent().unwrap(),
+        &env,
+    ) else {
+        return;
+    };
+    let cuda = c.install_cuda(&interposer()).unwrap();
+    let ctl = mqfq_testkit::build_double("ckpt_ctl", &cuda).unwrap();
+    let d = Mqfqd::start(
+        &mqfq_testkit::daemon_program("mqfqd"),
+        &mqfq_testkit::daemon_program("mqfqctl"),
+        c.dir(),
+        &c.daemon_socket(),
+        "restart_grace_ms = 0\n[queue]\nttl_s = 0.3\n[pool]\nhot_ttl_s = 1.0\nwarm = \"checkpoint\"\n",
+    );
+    let mut flags = vec!["-d".to_owned()];
+    flags.extend(ck.container_flags());
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let o = c.run_cuda_with(MQFQ, "k", "ck", &cuda, &flags, &["loop"]);
+    assert!(o.status.success(), "{}", text(&o));
+    wait_log(&cuda, "k", "launched", |l| count(l, "launch") >= 3);
+    let log = driver_log(&cuda, "k");
+    assert_eq!(
+        count(&log, "alloc managed"),
+        0,
+        "nothing converted: {log:?}"
+    );
+    assert_eq!(count(&log, "alloc native"), 4, "{log:?}");
+    let pid = c.task_pid("k");
+    let (state, device, host_bytes) = ck.state(&ctl, pid);
+    assert_eq!((state, host_bytes), (0, 0), "running, all on the device");
+    assert!(device > 0);
+    d.wait_for("pooled and running", |s| {
+        entry(s, "k").is_some_and(|e| e["busy"] == true && e["tier"] == "hot")
+    });
+
+    // Paused and idle past the hot TTL: suspended by checkpoint, the pool counting its bytes.
+    assert!(c.ctr(&["task", "pause", "k"]).status.success());
+    let s = d.wait_for("checkpointed", |s| tier_is(s, "k", "warm"));
+    assert_eq!(entry(&s, "k").unwrap()["bytes"], MANAGED);
+    assert!(c.wait_status("k", "PAUSED"), "still paused for containerd");
+    assert_eq!(
+        ck.state(&ctl, pid),
+        (2, 0, device),
+        "checkpointed: its device bytes on the host"
+    );
+    let launches = count(&driver_log(&cuda, "k"), "launch");
+
+    // Resume: restored and unlocked before it runs; it launches again.
+    let o = c.ctr(&["task", "resume", "k"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(ck.state(&ctl, pid), (0, device, 0), "restored at Resume");
+    wait_log(&cuda, "k", "launched after the restore", |l| {
+        count(l, "launch") > launches
+    });
+    d.wait_for("restored and running", |s| {
+        entry(s, "k").is_some_and(|e| e["tier"] == "hot" && e["busy"] == true)
+    });
+
+    c.remove("k");
+    d.wait_for("the pool empty", |s| {
+        s["pool"].as_array().is_none_or(Vec::is_empty)
+            && s["leases"].as_array().is_none_or(Vec::is_empty)
+    });
     assert!(c.leftovers().is_empty(), "{:?}", c.leftovers());
 }

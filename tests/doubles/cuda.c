@@ -48,7 +48,9 @@
  * page is published whole (renamed into place) with its process's start time; a controller maps
  * only a regular file of the page's size whose process is alive and started then (a stale page
  * is removed). A forked child has no page until it initialises. The page is named by the pid the
- * process sees: a controller outside its pid namespace must look it up by that pid.
+ * process sees and lives in its own root: a controller in another pid and mount namespace (the
+ * shim, for a container's process) passes the host pid, and the double finds the page under
+ * /proc/<pid>/root by the process's innermost NSpid (resolved inside that root).
  *
  * Context lifetimes and stream capture, as far as an interposer can break them: a context reset
  * (cuDevicePrimaryCtxReset_v2) or destroyed (cuCtxDestroy_v2) and then made current or
@@ -831,25 +833,84 @@ static void ckpt_bytes(long long delta) {
     if (my_page) __atomic_add_fetch(&my_page->device, delta, __ATOMIC_SEQ_CST);
 }
 
+/* The pid a process sees itself as (the last NSpid of /proc/<pid>/status), or -1. */
+static int ns_pid(int pid) {
+    char path[64], buf[4096];
+    snprintf(path, sizeof path, "/proc/%d/status", pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return -1;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0) return -1;
+    buf[n] = 0;
+    char *line = strstr(buf, "\nNSpid:");
+    if (!line) return pid;
+    line += 7;
+    int last = -1;
+    for (char *end; *line && *line != '\n';) {
+        long v = strtol(line, &end, 10);
+        if (end == line) break;
+        last = (int)v;
+        line = end;
+    }
+    return last;
+}
+
+/* openat2(2) without the glibc wrapper (and for headers that lack it). */
+struct fake_open_how { unsigned long long flags, mode, resolve; };
+#ifndef SYS_openat2
+#define SYS_openat2 437
+#endif
+#define FAKE_RESOLVE_NO_MAGICLINKS 0x02
+#define FAKE_RESOLVE_IN_ROOT 0x10
+
+/* The directory of another process's pages, resolved inside its own root (a controller outside
+ * its mount namespace, as the shim is for a container, sees it under /proc/<pid>/root; a link
+ * there cannot lead out of that root), or -1. */
+static int ckpt_dir_of(int pid) {
+    const char *dir = getenv("FAKE_CUDA_CKPT_DIR");
+    if (!dir || !*dir) return -1;
+    char root[64];
+    snprintf(root, sizeof root, "/proc/%d/root", pid);
+    int rfd = open(root, O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (rfd < 0) return -1;
+    struct fake_open_how how = {O_PATH | O_DIRECTORY | O_CLOEXEC, 0,
+                                FAKE_RESOLVE_IN_ROOT | FAKE_RESOLVE_NO_MAGICLINKS};
+    int d = (int)syscall(SYS_openat2, rfd, dir, &how, sizeof how);
+    close(rfd);
+    return d;
+}
+
 /* Another process's page, or NULL when it has none: not a CUDA process of this double, gone,
  * or its pid now another process's (a stale page is removed here). Only a regular file of the
- * page's size is mapped. */
+ * page's size is mapped. `pid` is as the controller sees it; the page is named by the pid the
+ * process sees, in its own root. */
 static ckpt_page *ckpt_of(int pid) {
-    char path[256];
-    if (pid <= 0 || !ckpt_path(pid, path, sizeof path, "")) return NULL;
-    int fd = open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
-    if (fd < 0) return NULL;
+    char name[64];
+    if (pid <= 0) return NULL;
+    int inner = ns_pid(pid);
+    if (inner <= 0) return NULL;
+    snprintf(name, sizeof name, "fake-cuda-ckpt-%d", inner);
+    int dfd = ckpt_dir_of(pid);
+    if (dfd < 0) return NULL;
+    int fd = openat(dfd, name, O_RDWR | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+    if (fd < 0) {
+        close(dfd);
+        return NULL;
+    }
     struct stat st;
     if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size < (off_t)sizeof(ckpt_page)) {
         close(fd);
+        close(dfd);
         return NULL;
     }
     ckpt_page *p = ckpt_map(fd);
     if (p && (kill(pid, 0) != 0 && errno == ESRCH ? 1 : p->started != start_time(pid))) {
         munmap(p, sizeof *p);
-        unlink(path);
-        return NULL;
+        unlinkat(dfd, name, 0);
+        p = NULL;
     }
+    close(dfd);
     return p;
 }
 

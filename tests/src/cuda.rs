@@ -281,3 +281,93 @@ pub fn most_at_once(cuda: &Path, ids: &[&str], until_us: i64) -> usize {
     }
     most
 }
+
+/// The libcuda double's checkpoint API as the shim drives it: a copy of the double for the
+/// shim to load (`MQFQ_LIBCUDA`), and a folder for the processes' pages mounted into containers
+/// at the same path (`FAKE_CUDA_CKPT_DIR` for both sides).
+#[derive(Debug)]
+pub struct CheckpointDouble {
+    dir: tempfile::TempDir,
+    lib: PathBuf,
+}
+
+impl CheckpointDouble {
+    /// Builds the shim's copy of the double.
+    ///
+    /// # Errors
+    /// The double does not build, or the folder cannot be made.
+    pub fn new() -> std::io::Result<Self> {
+        let dir = tempfile::tempdir()?;
+        let lib = build_double("cuda", dir.path())?;
+        std::fs::create_dir(dir.path().join("pages"))?;
+        Ok(CheckpointDouble { dir, lib })
+    }
+
+    fn pages(&self) -> String {
+        self.dir.path().join("pages").display().to_string()
+    }
+
+    /// The shims' environment (for [`Containerd::start_with_env`]).
+    #[must_use]
+    pub fn shim_env(&self) -> Vec<(&'static str, String)> {
+        vec![
+            ("MQFQ_LIBCUDA", self.lib.display().to_string()),
+            ("FAKE_CUDA_CKPT_DIR", self.pages()),
+        ]
+    }
+
+    /// The `ctr run` flags that give a container the pages folder.
+    #[must_use]
+    pub fn container_flags(&self) -> Vec<String> {
+        let p = self.pages();
+        vec![
+            "--env".into(),
+            format!("FAKE_CUDA_CKPT_DIR={p}"),
+            "--mount".into(),
+            format!("type=bind,src={p},dst={p},options=rbind:rw"),
+        ]
+    }
+
+    /// `(state, device bytes, host bytes)` of host PID `pid` as the controller `ctl` (the
+    /// `ckpt_ctl` double, built into the doubles' folder) reads it: state 0 running, 2
+    /// checkpointed, -1 unknown.
+    ///
+    /// # Panics
+    /// `ctl` cannot run or prints no figures.
+    #[must_use]
+    pub fn state(&self, ctl: &Path, pid: u32) -> (i64, i64, i64) {
+        let o = Command::new(ctl)
+            .args([&pid.to_string(), "state", "bytes"])
+            .env("FAKE_CUDA_CKPT_DIR", self.pages())
+            .output()
+            .expect("run ckpt_ctl");
+        let out = String::from_utf8_lossy(&o.stdout).into_owned();
+        let num = |key: &str| -> i64 {
+            out.split_whitespace()
+                .find_map(|w| w.strip_prefix(key)?.parse().ok())
+                .unwrap_or_else(|| panic!("{key} in {out:?}"))
+        };
+        let state = out
+            .lines()
+            .find_map(|l| l.strip_prefix("state rc=0 ")?.trim().parse().ok())
+            .unwrap_or(-1);
+        (state, num("device="), num("host="))
+    }
+}
+
+impl Containerd {
+    /// The host PID of task `id`'s init process (`ctr task ls`).
+    ///
+    /// # Panics
+    /// The task is not listed.
+    #[must_use]
+    pub fn task_pid(&self, id: &str) -> u32 {
+        let o = String::from_utf8_lossy(&self.ctr(&["task", "ls"]).stdout).into_owned();
+        o.lines()
+            .find_map(|l| {
+                let mut w = l.split_whitespace();
+                (w.next() == Some(id)).then(|| w.next()?.parse().ok())?
+            })
+            .unwrap_or_else(|| panic!("no pid for {id}: {o}"))
+    }
+}

@@ -16,7 +16,7 @@ mod cuda;
 mod image;
 mod mqfqd;
 pub use config::{cdi_dir, users_cri_config};
-pub use cuda::{build_double, kernel_intervals, monotonic_us, most_at_once};
+pub use cuda::{CheckpointDouble, build_double, kernel_intervals, monotonic_us, most_at_once};
 pub use image::{Item, build_busybox_image, build_image, host_glibc};
 pub use mqfqd::{Mqfqd, free_metrics_addr, metric, pool_tiers, scrape};
 

@@ -224,6 +224,9 @@ pub struct PoolSection {
     pub reclaim: bool,
     /// Fraction of host memory kept available: below it, Warm containers go Cold.
     pub host_headroom: f64,
+    /// How a container's memory goes Warm unless its pod says (`io.mqfq.warm`): `checkpoint`
+    /// (the driver's checkpoint API), `uvm` (the interposer's managed memory) or `off`.
+    pub warm: mqfq_proto::warm::Warm,
 }
 
 impl Default for PoolSection {
@@ -236,6 +239,7 @@ impl Default for PoolSection {
             prefetch_iat: t.prefetch_iat,
             reclaim: false,
             host_headroom: 0.1,
+            warm: mqfq_proto::warm::Warm::default(),
         }
     }
 }

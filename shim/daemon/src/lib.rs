@@ -184,6 +184,7 @@ pub async fn run(
         cfg.limits.flow_idle_s,
     )
     .map_err(io("open dispatch_log"))?;
+    daemon.set_warm(cfg.pool.warm);
     if cfg.placement.enabled {
         daemon.set_placement(Some(scheduler_core::placement::Placement::new(
             cfg.placement.config(),

@@ -59,6 +59,8 @@ struct Inner {
     watched: HashSet<u32>,
     /// Which GPU a container given several gets (None: off).
     placement: Option<scheduler_core::placement::Placement>,
+    /// The Warm-tier backend of containers whose pod did not choose one.
+    warm: mqfq_proto::warm::Warm,
 }
 
 /// The daemon's shared state.
@@ -234,6 +236,7 @@ impl Daemon {
                 waiters: HashMap::new(),
                 watched: HashSet::new(),
                 placement: None,
+                warm: mqfq_proto::warm::Warm::default(),
             }),
             started: Instant::now(),
             boot_id,

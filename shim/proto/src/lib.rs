@@ -1,11 +1,12 @@
 //! What the shim and `mqfqd` say to each other, in one small crate both link: the ttrpc
 //! admission API generated from `mqfqd.proto` ([`api`]), where the daemon listens
 //! ([`DEFAULT_SOCKET`]), how a container is named on the node ([`ContainerKey`]), and the memory
-//! a container's CUDA processes report ([`memory`]). The shim binary links this crate and not the
+//! a container's CUDA processes report ([`memory`]), and how its memory goes Warm ([`warm`]). The shim binary links this crate and not the
 //! daemon's, so every pod's shim stays small.
 
 pub mod api;
 pub mod memory;
+pub mod warm;
 
 pub use scheduler_core::node::{ContainerKey, KeyError, is_key};
 

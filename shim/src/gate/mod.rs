@@ -77,7 +77,7 @@ pub trait Gate: Send + Sync + std::fmt::Debug {
     /// mqfqd's advice for a GPU container being created: `Some("all")` when its function's
     /// containers exported GPU memory (its allocations should then stay native). `None` when
     /// there is none, or no answer within a short deadline (Create never waits on the daemon).
-    async fn advise(&self, ns: &str, id: &str, work: &GpuWork) -> Option<String> {
+    async fn advise(&self, ns: &str, id: &str, work: &GpuWork) -> Option<Advice> {
         let _ = (ns, id, work);
         None
     }
@@ -94,6 +94,16 @@ pub trait Gate: Send + Sync + std::fmt::Debug {
         let _ = (ns, id, work);
         false
     }
+}
+
+/// mqfqd's advice for a container being created.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Advice {
+    /// `io.mqfq.native-alloc`'s value it advises (`all`: its function's containers exported
+    /// GPU memory), or empty.
+    pub native_alloc: String,
+    /// The node's Warm-tier backend (empty from an older daemon).
+    pub warm: String,
 }
 
 /// What a burst measured, reported with its release.

@@ -602,15 +602,15 @@ impl TaskService {
                     st.containers.get(id).map_or((None, Usage::default()), |c| {
                         let fresh = c.managed_asked.is_some_and(|t| t.elapsed() < STATUS_EVERY);
                         let dir = c.ctl_dir.clone().filter(|_| !c.pool_failed && !fresh);
-                        (dir, c.held)
+                        (dir.map(|d| (d, c.warm)), c.held)
                     })
                 };
                 let held = match dir {
-                    Some(d) => {
+                    Some((d, warm)) => {
                         let a =
                             super::pool::uvm(&d, id, Command::Status, self.pool_timeouts.status)
                                 .await;
-                        let held = super::pool::held_from(&a);
+                        let held = super::checkpoint::held_from(&a, warm);
                         if let Some(c) = self.state.lock().await.containers.get_mut(id) {
                             c.held = held;
                             c.managed_asked = Some(Instant::now());

@@ -16,47 +16,77 @@ use crate::io::{ProcessIo, StdioPaths};
 use crate::options;
 use crate::process::Proc;
 use crate::runtime::CreateArgs;
+use mqfq_proto::warm::{ANNOTATION as WARM, Warm};
 
 impl TaskService {
-    /// Asks mqfqd whether the container's function keeps its allocations native (its earlier
-    /// containers exported GPU memory) when the interposer will be injected and the pod did not
-    /// say; the answer becomes the annotation `io.mqfq.native-alloc`, visible in the bundle.
-    async fn native_advice(
+    /// Settles how the container's memory goes Warm and whether its allocations stay native,
+    /// asking mqfqd when the interposer will be injected and the pod did not say both: the
+    /// node's backend (`[pool] warm`) where the pod chose none (`io.mqfq.warm`), and whether
+    /// its function keeps its allocations native (its earlier containers exported GPU memory).
+    /// Both become annotations, visible in the bundle. Under `checkpoint` and `off` nothing is
+    /// converted (`io.mqfq.native-alloc=all`): the driver suspends the processes whole, or
+    /// nothing moves them.
+    async fn warm_advice(
         &self,
         spec: &mut serde_json::Value,
         id: &str,
         work: &gpu::GpuWork,
-    ) -> Result<()> {
+    ) -> Result<Warm> {
         let asked = crate::uvm::native_alloc(spec)?;
+        let asked_warm = crate::uvm::warm_asked(spec)?;
         if !crate::uvm::wanted(spec)?
-            || asked
-                .as_deref()
-                .is_some_and(|a| a.split(',').any(|n| n == "all"))
             || crate::uvm::interposer_needs(&crate::uvm::interposer()).is_none()
         {
-            return Ok(());
+            return Ok(asked_warm.unwrap_or_default());
         }
-        let Some(advice) = self.gate.advise(&self.namespace, id, work).await else {
-            return Ok(());
+        let all = |v: &str| v.split(',').any(|n| n == "all");
+        let advice = if asked.as_deref().is_some_and(all) && asked_warm.is_some() {
+            None
+        } else {
+            self.gate.advise(&self.namespace, id, work).await
         };
-        if advice != "all" {
-            tracing::warn!(container = %id, %advice, "mqfqd's native advice not understood: ignored");
-            return Ok(());
-        }
+        let advice = advice.unwrap_or_default();
+        let warm = asked_warm.unwrap_or_else(|| {
+            if advice.warm.is_empty() {
+                return Warm::default();
+            }
+            advice.warm.parse().unwrap_or_else(|e| {
+                tracing::warn!(container = %id, "mqfqd's Warm-tier backend ignored: {e}");
+                Warm::default()
+            })
+        });
+        let native = if asked.as_deref().is_some_and(all) {
+            None
+        } else if warm != Warm::Uvm {
+            // The driver moves the processes whole, or nothing moves them: no conversion.
+            Some("all")
+        } else if advice.native_alloc == "all" {
+            tracing::info!(container = %id, function = %work.function,
+                "mqfqd advises native allocations (this function's containers exported GPU memory)");
+            Some("all")
+        } else {
+            if !advice.native_alloc.is_empty() {
+                tracing::warn!(container = %id, advice = %advice.native_alloc,
+                    "mqfqd's native advice not understood: ignored");
+            }
+            None
+        };
         let Some(obj) = spec.as_object_mut() else {
-            return Ok(());
+            return Ok(warm);
         };
         let annotations = obj
             .entry("annotations")
             .or_insert_with(|| serde_json::json!({}));
         if let Some(a) = annotations.as_object_mut() {
-            tracing::info!(container = %id, function = %work.function, %advice,
-                "mqfqd advises native allocations (this function's containers exported GPU memory)");
-            // Names the pod listed stay listed (they are moot with `all`, but say what it asked).
-            let value = asked.map_or_else(|| advice.clone(), |names| format!("{advice},{names}"));
-            a.insert(crate::uvm::ANN_NATIVE.into(), value.into());
+            a.insert(WARM.into(), warm.as_str().into());
+            if let Some(advice) = native {
+                // Names the pod listed stay listed (moot with `all`, but they say what it asked).
+                let value =
+                    asked.map_or_else(|| advice.to_owned(), |names| format!("{advice},{names}"));
+                a.insert(crate::uvm::ANN_NATIVE.into(), value.into());
+            }
         }
-        Ok(())
+        Ok(warm)
     }
 
     /// Create: classify, decode options, mount the rootfs, `runc create`.
@@ -84,7 +114,7 @@ impl TaskService {
         let id = id.to_owned();
         let bundle = PathBuf::from(&req.bundle);
         let spec_path = bundle.join("config.json");
-        let (mut spec, gpu, nvidia) = self.read_spec(&spec_path, &id).await?;
+        let (mut spec, gpu, nvidia, warm) = self.read_spec(&spec_path, &id).await?;
         let opts = options::decode(req.options.as_ref())?;
         let stdio = StdioPaths {
             stdin: req.stdin.clone(),
@@ -191,7 +221,9 @@ impl TaskService {
             ctl_dir,
             evicted: false,
             pool_lock: std::sync::Arc::default(),
-            pool_failed: false,
+            // `io.mqfq.warm=off`: the pool never moves it, as if dropped from the start.
+            pool_failed: warm == Warm::Off,
+            warm,
             held: Default::default(),
             managed_asked: None,
             burst,
@@ -210,15 +242,17 @@ impl TaskService {
         &self,
         spec_path: &Path,
         id: &str,
-    ) -> Result<(serde_json::Value, Classification, Option<Prepared>)> {
+    ) -> Result<(serde_json::Value, Classification, Option<Prepared>, Warm)> {
         let text = tokio::fs::read_to_string(spec_path)
             .await
             .map_err(|e| Error::io(format!("read {}", spec_path.display()), e))?;
         let mut spec: serde_json::Value = serde_json::from_str(&text)
             .map_err(|e| Error::InvalidArgument(format!("{}: {e}", spec_path.display())))?;
         let mut gpu = gpu::classify(&spec, id, gpu::GpuAccess::from_env()?)?;
+        // Checked on every container, as the other annotations are: a typo fails where it is.
+        crate::uvm::warm_asked(&spec)?;
         let Classification::Gpu(w) = &mut gpu else {
-            return Ok((spec, gpu, None));
+            return Ok((spec, gpu, None, Warm::Off));
         };
         let nvidia = self.placed_edits(&mut spec, id, w).await;
         let nvidia = nvidia.map_err(|e| {
@@ -231,8 +265,8 @@ impl TaskService {
         })?;
         // Still before anything is mounted: a bad interposer annotation fails with nothing to
         // undo.
-        self.native_advice(&mut spec, id, w).await?;
-        Ok((spec, gpu, nvidia))
+        let warm = self.warm_advice(&mut spec, id, w).await?;
+        Ok((spec, gpu, nvidia, warm))
     }
 
     /// The node's NVIDIA edits for the container, for the one GPU mqfqd chooses when the

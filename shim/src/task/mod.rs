@@ -24,6 +24,7 @@ use crate::gpu::Classification;
 use crate::io::{ProcessIo, StdioPaths};
 use crate::process::{Exit, Proc, Status};
 use crate::runtime::{Runtime, RuntimeFactory};
+use mqfq_proto::warm::Warm;
 
 /// How long an exit waits for its stdio to drain before it is published anyway.
 const DRAIN_LIMIT: Duration = Duration::from_secs(3);
@@ -58,8 +59,11 @@ pub struct Container {
     pub evicted: bool,
     /// Serializes Pause / Resume with the pool's thaw-move-freeze of this container.
     pub pool_lock: Arc<Mutex<()>>,
-    /// Its processes failed to answer a memory move in time: it runs unpooled from then on.
+    /// Its processes failed to answer a memory move in time, or its Warm tier is `off`: it runs
+    /// unpooled.
     pub pool_failed: bool,
+    /// How its memory goes Warm (meaningful where the interposer is injected).
+    pub warm: Warm,
     /// What its CUDA processes held at the last Pause or burst end (managed bytes size
     /// memory-move deadlines).
     pub held: crate::memory::Usage,
@@ -107,6 +111,8 @@ pub struct TaskService {
     orders: Arc<dyn PoolChannel>,
     pool_agent: Arc<std::sync::atomic::AtomicBool>,
     pool_timeouts: pool::PoolTimeouts,
+    /// The driver's checkpoint API (loaded on first use), for `checkpoint` containers.
+    ckpt: crate::checkpoint::SharedDriver,
 }
 
 fn nf(id: &str) -> Error {
@@ -157,6 +163,7 @@ impl TaskService {
             orders,
             pool_agent: Arc::new(std::sync::atomic::AtomicBool::new(false)),
             pool_timeouts: pool::PoolTimeouts::default(),
+            ckpt: Arc::new(crate::checkpoint::LibCuda::default()),
         }
     }
 
@@ -620,6 +627,7 @@ pub fn unmount(rootfs: &Path) {
 
 mod adapter;
 pub mod burst;
+mod checkpoint;
 mod create;
 mod pool;
 mod start;

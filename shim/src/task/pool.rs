@@ -26,6 +26,7 @@ use crate::gpu::Classification;
 use crate::memory::Usage;
 use crate::process::{Status, Transition};
 use crate::uvm::client::{self, Answer, Command};
+use mqfq_proto::warm::Warm;
 
 /// How long the processes of a container may take to evict or prefetch (they synchronize
 /// first; 80 GB moves in a few seconds): past it the container is frozen again, reported
@@ -69,14 +70,6 @@ pub(super) async fn uvm(dir: &Path, id: &str, cmd: Command, timeout: Duration) -
         })
 }
 
-/// What a `status` answer says the container's processes hold.
-pub(super) fn held_from(a: &Answer) -> Usage {
-    Usage {
-        managed: a.bytes,
-        native: a.native,
-    }
-}
-
 fn transition(pause: bool) -> Transition {
     if pause {
         Transition::Pause
@@ -93,7 +86,7 @@ impl TaskService {
     /// Pause (freeze; the lease goes back, with the bytes its CUDA processes hold) or Resume
     /// (wait for admission, thaw, restore evicted memory).
     pub(super) async fn pause_resume(&self, id: &str, pause: bool) -> Result<()> {
-        let (runtime, work, ctl, lock, unpooled, book) = {
+        let (runtime, work, ctl, lock, unpooled, book, warm) = {
             let st = self.state.lock().await;
             let c = st.containers.get(id).ok_or_else(|| nf(id))?;
             c.init.check(transition(pause))?;
@@ -108,6 +101,7 @@ impl TaskService {
                 c.pool_lock.clone(),
                 c.pool_failed,
                 c.burst.clone(),
+                c.warm,
             )
         };
         let _moving = lock.lock().await;
@@ -129,7 +123,7 @@ impl TaskService {
                         let why = format!("its status failed: {}", a.errors.join("; "));
                         self.drop_from_pool(id, &why).await;
                     }
-                    let held = held_from(&a);
+                    let held = super::checkpoint::held_from(&a, warm);
                     if let Some(c) = self.state.lock().await.containers.get_mut(id) {
                         c.held = held;
                     }
@@ -211,7 +205,27 @@ impl TaskService {
         if !evicted {
             return;
         }
-        let a = uvm(dir, id, Command::Prefetch, self.pool_timeouts.moves).await;
+        let found = {
+            let st = self.state.lock().await;
+            st.containers.get(id).map(|c| (c.warm, c.runtime.clone()))
+        };
+        let a = match found {
+            Some((Warm::Checkpoint, runtime)) => {
+                let a = self
+                    .checkpoint_move(id, &*runtime, dir, false, self.pool_timeouts.moves)
+                    .await;
+                if !a.busy.is_empty() {
+                    // No GPU memory came free in time: still Warm, tried again at its next
+                    // burst or Resume (its processes wait, locked, meanwhile).
+                    tracing::warn!(container = %id, "restore: {}", a.busy.join("; "));
+                    if let Some(c) = self.state.lock().await.containers.get_mut(id) {
+                        c.evicted = true;
+                    }
+                }
+                a
+            }
+            _ => uvm(dir, id, Command::Prefetch, self.pool_timeouts.moves).await,
+        };
         if !a.ok() {
             // The interposer lets launches through after a failed prefetch (and prefetches
             // itself after its bounded wait): the memory is still reachable, only slower.
@@ -227,7 +241,7 @@ impl TaskService {
                 namespace: self.namespace.clone(),
                 container_id: id.to_owned(),
                 action: mqfqd::PoolAction::RESTORE.into(),
-                ok: a.ok(),
+                ok: a.ok() && a.busy.is_empty(),
                 bytes: a.bytes,
                 duration_ns: nanos(thawed.elapsed()),
                 error: a.errors.join("; "),
@@ -313,7 +327,7 @@ impl TaskService {
         if failed {
             // The daemon forgets it: no order will thaw it again.
             r.gone = true;
-            r.error = "dropped from the pool after a memory move failed to answer".into();
+            r.error = "not pooled (its Warm tier is off, or a memory move failed)".into();
             self.orders.pool_report(vec![r]).await;
             return;
         }
@@ -341,7 +355,7 @@ impl TaskService {
             ) if ctl.is_some() && (evicted || a == mqfqd::PoolAction::EVICT) => {
                 let evict = a == mqfqd::PoolAction::EVICT;
                 let dir: PathBuf = ctl.unwrap_or_default();
-                self.move_memory(id, Some(&*runtime), &dir, evict, &mut r)
+                self.move_memory(id, &*runtime, true, &dir, evict, &mut r)
                     .await;
             }
             // A running burst-mode container between bursts: its processes answer without a
@@ -355,7 +369,8 @@ impl TaskService {
             {
                 let evict = a == mqfqd::PoolAction::EVICT;
                 let dir: PathBuf = ctl.unwrap_or_default();
-                self.move_memory(id, None, &dir, evict, &mut r).await;
+                self.move_memory(id, &*runtime, false, &dir, evict, &mut r)
+                    .await;
             }
             (Some((Status::Paused, _)), Ok(mqfqd::PoolAction::RECLAIM)) => {
                 tracing::info!(container = %id, "pool: reclaiming a Cold container");
@@ -376,19 +391,18 @@ impl TaskService {
         self.orders.pool_report(vec![r]).await;
     }
 
-    /// Evict or prefetch; a paused container (`runtime` given) is thawed first and frozen
-    /// again after.
+    /// Evict or prefetch, by the container's backend; a `paused` container is thawed first
+    /// and frozen again after.
     async fn move_memory(
         &self,
         id: &str,
-        runtime: Option<&dyn crate::runtime::Runtime>,
+        runtime: &dyn crate::runtime::Runtime,
+        paused: bool,
         dir: &Path,
         evict: bool,
         r: &mut mqfqd::PoolResult,
     ) {
-        if let Some(runtime) = runtime
-            && let Err(e) = runtime.resume(id).await
-        {
+        if paused && let Err(e) = runtime.resume(id).await {
             r.error = format!("thaw: {e}");
             return;
         }
@@ -399,12 +413,19 @@ impl TaskService {
         };
         // Thawed, the container runs without a lease: its window is what moving its memory
         // should take (2 s plus 1 GiB/s), never the whole move timeout for a few bytes.
-        let bytes = {
+        let (bytes, warm) = {
             let st = self.state.lock().await;
-            st.containers.get(id).map_or(0, |c| c.held.managed)
+            st.containers
+                .get(id)
+                .map_or((0, Warm::Uvm), |c| (c.held.managed, c.warm))
         };
-        let a = uvm(dir, id, cmd, self.move_deadline(bytes)).await;
-        if let Some(runtime) = runtime {
+        let within = self.move_deadline(bytes);
+        let a = if warm == Warm::Checkpoint {
+            self.checkpoint_move(id, runtime, dir, evict, within).await
+        } else {
+            uvm(dir, id, cmd, within).await
+        };
+        if paused {
             let mut frozen = runtime.pause(id).await;
             if frozen.is_err() {
                 frozen = runtime.pause(id).await;
@@ -419,7 +440,11 @@ impl TaskService {
             if let Some(c) = st.containers.get_mut(id) {
                 // Partly evicted still needs a restore; a failed prefetch is tried again at
                 // Resume.
-                c.evicted = if evict { a.processes > 0 } else { !a.ok() };
+                c.evicted = if evict {
+                    a.processes > 0
+                } else {
+                    !a.ok() || !a.busy.is_empty()
+                };
             }
         }
         if !a.ok() {

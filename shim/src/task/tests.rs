@@ -322,12 +322,21 @@ async fn an_exec_that_exits_before_its_pid_is_known_is_not_lost() {
 #[tokio::test]
 async fn bad_annotations_create_nothing() {
     let mut h = harness();
-    let spec = json!({"annotations": {"io.mqfq.weight": "-2"},
-                      "process": {"env": ["NVIDIA_VISIBLE_DEVICES=all"]}});
-    let req = h.bundle("bad", &spec);
-    match h.svc.create(req).await {
-        Err(Error::InvalidArgument(m)) => assert!(m.contains("io.mqfq.weight"), "{m}"),
-        other => panic!("{other:?}"),
+    for (i, (key, value)) in [
+        ("io.mqfq.weight", json!("-2")),
+        ("io.mqfq.warm", json!("criu")),
+        ("io.mqfq.warm", json!(1)),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let spec = json!({"annotations": {key: value},
+                          "process": {"env": ["NVIDIA_VISIBLE_DEVICES=all"]}});
+        let req = h.bundle(&format!("bad{i}"), &spec);
+        match h.svc.create(req).await {
+            Err(Error::InvalidArgument(m)) => assert!(m.contains(key), "{m}"),
+            other => panic!("{key}={value}: {other:?}"),
+        }
     }
     assert!(h.fake.calls().is_empty(), "runc never ran");
     assert!(h.topics().is_empty());

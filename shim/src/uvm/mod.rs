@@ -21,6 +21,7 @@ pub mod client;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
+use mqfq_proto::warm::{ANNOTATION as WARM, Warm};
 use serde_json::{Value, json};
 
 use crate::elf::GlibcVersion;
@@ -118,13 +119,30 @@ pub fn native_alloc(spec: &Value) -> Result<Option<String>> {
     Ok(Some(names.join(",")))
 }
 
+/// The Warm-tier backend the pod chose (`io.mqfq.warm`), if any.
+///
+/// # Errors
+/// Not a string, or not `checkpoint`, `uvm` or `off`.
+pub fn warm_asked(spec: &Value) -> Result<Option<Warm>> {
+    let Some(v) = spec.get("annotations").and_then(|a| a.get(WARM)) else {
+        return Ok(None);
+    };
+    let v = v
+        .as_str()
+        .ok_or_else(|| Error::InvalidArgument(format!("annotation {WARM}: not a string")))?;
+    v.parse()
+        .map(Some)
+        .map_err(|e| Error::InvalidArgument(format!("annotation {WARM}: {e}")))
+}
+
 /// Whether the container wants the interposer (`io.mqfq.uvm`, default on); also checks
-/// `io.mqfq.native-alloc`, so a bad value fails Create before any work.
+/// `io.mqfq.native-alloc` and `io.mqfq.warm`, so a bad value fails Create before any work.
 ///
 /// # Errors
 /// A value other than `on` or `off`, or a bad `io.mqfq.native-alloc`.
 pub fn wanted(spec: &Value) -> Result<bool> {
     native_alloc(spec)?;
+    warm_asked(spec)?;
     match spec
         .get("annotations")
         .and_then(|a| a.get(ANN_UVM))

@@ -39,6 +39,11 @@ impl Daemon {
         self.lock().placement = p;
     }
 
+    /// The Warm-tier backend told to shims for containers whose pod did not choose one.
+    pub fn set_warm(&self, w: mqfq_proto::warm::Warm) {
+        self.lock().warm = w;
+    }
+
     /// A run that ended as runs do teaches its function's features: its GPU time, and what
     /// its release says (a burst's bytes and processes, whose NVML samples over the lease give
     /// its SM and bandwidth shares; what its processes hold).

@@ -80,7 +80,7 @@ pub(super) fn advise(
     let flow = info.flow_key();
     let flow = flow.as_str();
     let now = d.now();
-    let native = {
+    let (native, warm) = {
         let mut inner = d.lock();
         if exported && !flow.is_empty() {
             if !inner.advice.advises(flow, now) {
@@ -90,10 +90,11 @@ pub(super) fn advise(
             }
             inner.advice.learn(flow, info.tenant.as_deref(), now);
         }
-        inner.advice.advises(flow, now)
+        (inner.advice.advises(flow, now), inner.warm)
     };
     Ok(api::AdviseResponse {
         native_alloc: if native { "all" } else { "" }.into(),
+        warm: warm.as_str().into(),
         ..Default::default()
     })
 }

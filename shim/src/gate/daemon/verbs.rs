@@ -5,7 +5,7 @@ use super::*;
 
 #[async_trait]
 impl Gate for Arc<DaemonGate> {
-    async fn advise(&self, ns: &str, id: &str, work: &GpuWork) -> Option<String> {
+    async fn advise(&self, ns: &str, id: &str, work: &GpuWork) -> Option<super::super::Advice> {
         let ask = async {
             let c = self.client().await.ok()?;
             let req = admit_request(ns, id, work, Kind::Start, true);
@@ -13,7 +13,10 @@ impl Gate for Arc<DaemonGate> {
             c.advise(ttrpc::context::with_timeout(ms), &req).await.ok()
         };
         let r = tokio::time::timeout(ADVISE_DEADLINE, ask).await.ok()??;
-        (!r.native_alloc.is_empty()).then_some(r.native_alloc)
+        Some(super::super::Advice {
+            native_alloc: r.native_alloc,
+            warm: r.warm,
+        })
     }
 
     async fn place(&self, ns: &str, id: &str, work: &GpuWork) -> Option<String> {

@@ -1,0 +1,274 @@
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use super::*;
+
+/// A driver that keeps states in a map, with failures to inject.
+#[derive(Debug, Default)]
+pub(crate) struct FakeDriver {
+    pub(crate) states: Mutex<HashMap<u32, ProcState>>,
+    /// PIDs whose lock times out.
+    pub(crate) busy: Mutex<Vec<u32>>,
+    /// Restores that answer out of memory before one succeeds.
+    pub(crate) oom_restores: Mutex<u32>,
+    /// PIDs whose checkpoint fails (they go Failed).
+    pub(crate) fail_checkpoint: Mutex<Vec<u32>>,
+    pub(crate) calls: Mutex<Vec<String>>,
+}
+
+impl FakeDriver {
+    pub(crate) fn with(pids: &[u32]) -> Self {
+        let d = FakeDriver::default();
+        for p in pids {
+            d.states.lock().unwrap().insert(*p, ProcState::Running);
+        }
+        d
+    }
+    fn of(&self, pid: u32) -> ProcState {
+        self.states.lock().unwrap()[&pid]
+    }
+    fn go(&self, call: &str, pid: u32, from: ProcState, to: ProcState) -> Result<(), CkptError> {
+        self.calls.lock().unwrap().push(format!("{call} {pid}"));
+        let mut s = self.states.lock().unwrap();
+        let now = s.get(&pid).copied().ok_or(CkptError::Gone { pid })?;
+        if now != from {
+            return Err(CkptError::Cuda {
+                call: "fake",
+                pid,
+                code: 401,
+            });
+        }
+        s.insert(pid, to);
+        Ok(())
+    }
+}
+
+impl Driver for FakeDriver {
+    fn state(&self, pid: u32) -> Result<ProcState, CkptError> {
+        self.states
+            .lock()
+            .unwrap()
+            .get(&pid)
+            .copied()
+            .ok_or(CkptError::Cuda {
+                call: "cuCheckpointProcessGetState",
+                pid,
+                code: 1,
+            })
+    }
+    fn lock(&self, pid: u32, timeout: Duration) -> Result<(), CkptError> {
+        if self.busy.lock().unwrap().contains(&pid) {
+            return Err(CkptError::LockTimeout {
+                pid,
+                ms: u64::try_from(timeout.as_millis()).unwrap(),
+            });
+        }
+        self.go("lock", pid, ProcState::Running, ProcState::Locked)
+    }
+    fn checkpoint(&self, pid: u32) -> Result<(), CkptError> {
+        if self.fail_checkpoint.lock().unwrap().contains(&pid) {
+            self.states.lock().unwrap().insert(pid, ProcState::Failed);
+            return Err(CkptError::Cuda {
+                call: "cuCheckpointProcessCheckpoint",
+                pid,
+                code: 999,
+            });
+        }
+        self.go(
+            "checkpoint",
+            pid,
+            ProcState::Locked,
+            ProcState::Checkpointed,
+        )
+    }
+    fn restore(&self, pid: u32) -> Result<(), CkptError> {
+        {
+            let mut n = self.oom_restores.lock().unwrap();
+            if *n > 0 {
+                *n -= 1;
+                return Err(CkptError::OutOfMemory { pid });
+            }
+        }
+        self.go("restore", pid, ProcState::Checkpointed, ProcState::Locked)
+    }
+    fn unlock(&self, pid: u32) -> Result<(), CkptError> {
+        self.go("unlock", pid, ProcState::Locked, ProcState::Running)
+    }
+}
+
+struct Children(Vec<std::process::Child>);
+impl Drop for Children {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+fn sleepers(n: usize) -> (Children, Vec<u32>) {
+    let c: Vec<_> = (0..n)
+        .map(|_| {
+            std::process::Command::new("sleep")
+                .arg("60")
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let pids = c.iter().map(std::process::Child::id).collect();
+    (Children(c), pids)
+}
+
+#[test]
+fn start_time_reads_this_process_and_not_a_missing_one() {
+    let me = start_time(std::process::id()).expect("own start time");
+    assert!(me > 0);
+    assert_eq!(start_time(u32::MAX), None);
+}
+
+#[test]
+fn only_the_drivers_processes_are_cuda_processes() {
+    let (_c, pids) = sleepers(3);
+    let d = FakeDriver::with(&pids[..2]);
+    let found = cuda_processes(&d, &pids);
+    assert_eq!(
+        found.iter().map(|(p, _)| p.pid()).collect::<Vec<_>>(),
+        pids[..2]
+    );
+    assert!(found.iter().all(|(_, s)| *s == ProcState::Running));
+}
+
+#[test]
+fn suspend_then_resume_round_trips_every_process() {
+    let (_c, pids) = sleepers(2);
+    let d = FakeDriver::with(&pids);
+    let procs: Vec<_> = cuda_processes(&d, &pids).into_iter().map(|p| p.0).collect();
+    let out = suspend(&d, &procs, Duration::from_secs(1));
+    assert_eq!(
+        out,
+        Outcome {
+            done: 2,
+            error: None
+        }
+    );
+    assert!(pids.iter().all(|p| d.of(*p) == ProcState::Checkpointed));
+    // Locked both before checkpointing either.
+    let calls = d.calls.lock().unwrap().clone();
+    assert_eq!(
+        calls,
+        vec![
+            format!("lock {}", pids[0]),
+            format!("lock {}", pids[1]),
+            format!("checkpoint {}", pids[0]),
+            format!("checkpoint {}", pids[1]),
+        ]
+    );
+    let out = resume(&d, &procs, Instant::now() + Duration::from_secs(1));
+    assert_eq!(
+        out,
+        Outcome {
+            done: 2,
+            error: None
+        }
+    );
+    assert!(pids.iter().all(|p| d.of(*p) == ProcState::Running));
+}
+
+#[test]
+fn a_process_that_does_not_lock_leaves_all_running() {
+    let (_c, pids) = sleepers(2);
+    let d = FakeDriver::with(&pids);
+    d.busy.lock().unwrap().push(pids[1]);
+    let procs: Vec<_> = cuda_processes(&d, &pids).into_iter().map(|p| p.0).collect();
+    let out = suspend(&d, &procs, Duration::from_millis(50));
+    assert_eq!(out.done, 0);
+    assert!(matches!(out.error, Some(CkptError::LockTimeout { pid, .. }) if pid == pids[1]));
+    assert!(
+        pids.iter().all(|p| d.of(*p) == ProcState::Running),
+        "the first was unlocked again"
+    );
+}
+
+#[test]
+fn a_failed_checkpoint_is_reported_and_a_failed_process_never_touched_again() {
+    let (_c, pids) = sleepers(1);
+    let d = FakeDriver::with(&pids);
+    d.fail_checkpoint.lock().unwrap().push(pids[0]);
+    let procs: Vec<_> = cuda_processes(&d, &pids).into_iter().map(|p| p.0).collect();
+    let out = suspend(&d, &procs, Duration::from_secs(1));
+    assert!(matches!(out.error, Some(CkptError::Cuda { code: 999, .. })));
+    let again = suspend(&d, &procs, Duration::from_secs(1));
+    assert!(matches!(
+        again.error,
+        Some(CkptError::State {
+            state: ProcState::Failed,
+            ..
+        })
+    ));
+}
+
+#[test]
+fn a_restore_without_room_waits_for_it_within_the_deadline() {
+    let (_c, pids) = sleepers(1);
+    let d = FakeDriver::with(&pids);
+    let procs: Vec<_> = cuda_processes(&d, &pids).into_iter().map(|p| p.0).collect();
+    assert_eq!(suspend(&d, &procs, Duration::from_secs(1)).done, 1);
+    *d.oom_restores.lock().unwrap() = 3;
+    let out = resume(&d, &procs, Instant::now() + Duration::from_secs(30));
+    assert_eq!(
+        out,
+        Outcome {
+            done: 1,
+            error: None
+        }
+    );
+    // Past the deadline the process stays checkpointed and the error says why.
+    assert_eq!(suspend(&d, &procs, Duration::from_secs(1)).done, 1);
+    *d.oom_restores.lock().unwrap() = u32::MAX;
+    let out = resume(&d, &procs, Instant::now());
+    assert!(matches!(out.error, Some(CkptError::OutOfMemory { .. })));
+    assert_eq!(d.of(pids[0]), ProcState::Checkpointed);
+}
+
+#[test]
+fn a_reused_pid_is_never_acted_on() {
+    let (mut c, pids) = sleepers(1);
+    let d = FakeDriver::with(&pids);
+    let procs: Vec<_> = cuda_processes(&d, &pids).into_iter().map(|p| p.0).collect();
+    // The same PID with another start time: not the process found.
+    let forged = [CudaProc {
+        pid: pids[0],
+        started: procs[0].started + 1,
+    }];
+    let out = suspend(&d, &forged, Duration::from_secs(1));
+    assert!(matches!(out.error, Some(CkptError::Gone { .. })));
+    assert!(d.calls.lock().unwrap().is_empty());
+    // A process that exited is no error on resume: nothing of it is held.
+    for ch in &mut c.0 {
+        ch.kill().unwrap();
+        ch.wait().unwrap();
+    }
+    let out = resume(&d, &procs, Instant::now());
+    assert_eq!(
+        out,
+        Outcome {
+            done: 0,
+            error: None
+        }
+    );
+}
+
+#[test]
+fn a_missing_library_is_an_error_not_a_panic() {
+    let d = LibCuda {
+        loaded: OnceLock::new(),
+    };
+    d.loaded
+        .set(Err("libnothing.so: not found".into()))
+        .unwrap();
+    assert!(matches!(d.state(1), Err(CkptError::Unavailable(_))));
+    assert!(matches!(
+        d.lock(1, Duration::from_secs(1)),
+        Err(CkptError::Unavailable(_))
+    ));
+}
