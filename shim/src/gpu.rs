@@ -84,6 +84,8 @@ pub struct GpuWork {
     pub placeable: bool,
     /// Functions it works with (`io.mqfq.partners`).
     pub partners: Vec<String>,
+    /// How its memory goes Warm (settled at Create: `io.mqfq.warm`, or mqfqd's default).
+    pub warm: mqfq_proto::warm::Warm,
 }
 
 /// Where the shim accepts GPU grants from, beyond what the platform put in the spec
@@ -466,6 +468,8 @@ pub fn classify(spec: &Value, id: &str, access: GpuAccess) -> Result<Classificat
         grant,
         placeable,
         partners,
+        // Settled at Create, once mqfqd was asked.
+        warm: mqfq_proto::warm::Warm::default(),
     }))
 }
 

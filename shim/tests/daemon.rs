@@ -440,6 +440,14 @@ fn malformed_frames_and_requests_get_clear_errors_and_change_nothing() {
                 },
                 "kind",
             ),
+            (
+                api::AdmitRequest {
+                    pooled: true,
+                    warm: "criu".into(),
+                    ..good.clone()
+                },
+                "warm",
+            ),
         ];
         for (req, field) in cases {
             match c.admit(ctx(), &req).await {

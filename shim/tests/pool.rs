@@ -160,6 +160,7 @@ fn idle_containers_are_evicted_restored_at_resume_and_prefetched_on_activation()
     for id in ["a", "b"] {
         let e = entry(&s, id).unwrap();
         assert_eq!(e["bytes"], MANAGED, "{e}");
+        assert_eq!(e["warm"], "uvm", "{e}");
         assert_eq!(e["busy"], false);
         assert!(c.wait_status(id, "PAUSED"), "still paused for containerd");
         let log = driver_log(&cuda, id);
@@ -441,12 +442,16 @@ fn checkpoint_backend_suspends_a_paused_container_and_resume_restores_it() {
     };
     let cuda = c.install_cuda(&interposer()).unwrap();
     let ctl = mqfq_testkit::build_double("ckpt_ctl", &cuda).unwrap();
+    let metrics = mqfq_testkit::free_metrics_addr();
     let d = Mqfqd::start(
         &mqfq_testkit::daemon_program("mqfqd"),
         &mqfq_testkit::daemon_program("mqfqctl"),
         c.dir(),
         &c.daemon_socket(),
-        "restart_grace_ms = 0\n[queue]\nttl_s = 0.3\n[pool]\nhot_ttl_s = 1.0\nwarm = \"checkpoint\"\n",
+        &format!(
+            "metrics_addr = \"{metrics}\"\nrestart_grace_ms = 0\n[queue]\nttl_s = 0.3\n\
+             [pool]\nhot_ttl_s = 1.0\nwarm = \"checkpoint\"\n"
+        ),
     );
     let mut flags = vec!["-d".to_owned()];
     flags.extend(ck.container_flags());
@@ -473,6 +478,7 @@ fn checkpoint_backend_suspends_a_paused_container_and_resume_restores_it() {
     assert!(c.ctr(&["task", "pause", "k"]).status.success());
     let s = d.wait_for("checkpointed", |s| tier_is(s, "k", "warm"));
     assert_eq!(entry(&s, "k").unwrap()["bytes"], MANAGED);
+    assert_eq!(entry(&s, "k").unwrap()["warm"], "checkpoint");
     assert!(c.wait_status("k", "PAUSED"), "still paused for containerd");
     assert_eq!(
         ck.state(&ctl, pid),
@@ -491,6 +497,18 @@ fn checkpoint_backend_suspends_a_paused_container_and_resume_restores_it() {
     d.wait_for("restored and running", |s| {
         entry(s, "k").is_some_and(|e| e["tier"] == "hot" && e["busy"] == true)
     });
+    let m = mqfq_testkit::scrape(&metrics);
+    for action in ["evict", "restore"] {
+        let moves = format!(
+            "mqfq_pool_backend_moves_total{{backend=\"checkpoint\",action=\"{action}\",result=\"ok\"}}"
+        );
+        assert_eq!(mqfq_testkit::metric(&m, &moves), 1.0, "{m}");
+        let bytes =
+            format!("mqfq_pool_backend_bytes_total{{backend=\"checkpoint\",action=\"{action}\"}}");
+        #[expect(clippy::cast_precision_loss)]
+        let managed = MANAGED as f64;
+        assert_eq!(mqfq_testkit::metric(&m, &bytes), managed, "{m}");
+    }
 
     c.remove("k");
     d.wait_for("the pool empty", |s| {

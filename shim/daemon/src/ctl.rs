@@ -197,11 +197,12 @@ fn render_pool(o: &mut String, pool: &[api::PoolEntry]) {
     }
     let _ = writeln!(
         o,
-        "\n{:<36} {:<24} {:>3} {:<5} {:>9} {:<5} {:>8} {:>5} {:<8} {:>10}  NATIVE WHY",
+        "\n{:<36} {:<24} {:>3} {:<5} {:<10} {:>9} {:<5} {:>8} {:>5} {:<8} {:>10}  NATIVE WHY",
         "CONTAINER",
         "FUNCTION",
         "GPU",
         "TIER",
+        "WARM BY",
         "MiB",
         "BUSY",
         "IDLE s",
@@ -228,11 +229,12 @@ fn render_pool(o: &mut String, pool: &[api::PoolEntry]) {
         };
         let _ = writeln!(
             o,
-            "{:<36} {:<24} {:>3} {:<5} {:>9.1} {:<5} {:>8.1} {:>5} {:<8} {:>10.1}  {}{refused}",
+            "{:<36} {:<24} {:>3} {:<5} {:<10} {:>9.1} {:<5} {:>8.1} {:>5} {:<8} {:>10.1}  {}{refused}",
             format!("{}/{}", e.namespace, e.container_id),
             e.function,
             e.gpu,
             e.tier,
+            if e.warm.is_empty() { "-" } else { &e.warm },
             mib,
             if e.busy { "yes" } else { "no" },
             idle,
@@ -290,7 +292,7 @@ pub fn to_json(s: &api::StatusResponse) -> serde_json::Value {
             "namespace": e.namespace, "container_id": e.container_id, "function": e.function,
             "gpu": e.gpu, "tier": e.tier, "bytes": e.bytes, "busy": e.busy,
             "idle_ns": e.idle_ns, "pending": e.pending, "uses": e.uses,
-            "native": native_json(e.native.as_ref()),
+            "native": native_json(e.native.as_ref()), "warm": e.warm,
         })).collect::<Vec<_>>(),
     })
 }

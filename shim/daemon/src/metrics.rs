@@ -55,6 +55,8 @@ pub struct Metrics {
     pool_hits: Family<Labels, Counter>,
     pool_moves: Family<Labels, Counter>,
     pool_bytes: Family<Labels, Counter>,
+    pool_backend_moves: Family<Labels, Counter>,
+    pool_backend_bytes: Family<Labels, Counter>,
     pool_restore: Histogram,
     pool_containers: Family<Labels, Gauge>,
     pool_function_containers: Family<Labels, Gauge>,
@@ -116,6 +118,8 @@ impl Metrics {
             overtime: Family::default(),
             admissions: Family::default(),
             pool_hits: Family::default(),
+            pool_backend_moves: Family::default(),
+            pool_backend_bytes: Family::default(),
             pool_moves: Family::default(),
             pool_bytes: Family::default(),
             pool_restore: Histogram::new([0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0]),
@@ -250,6 +254,16 @@ impl Metrics {
             m.pool_bytes.clone(),
         );
         registry.register(
+            "pool_backend_moves",
+            "Moves the shims reported, by Warm-tier backend (checkpoint, uvm), action and result",
+            m.pool_backend_moves.clone(),
+        );
+        registry.register(
+            "pool_backend_bytes",
+            "Bytes the shims' successful moves carried, by Warm-tier backend and action",
+            m.pool_backend_bytes.clone(),
+        );
+        registry.register(
             "pool_restore_seconds",
             "Time a shim took to bring an admitted Warm container's memory back",
             m.pool_restore.clone(),
@@ -315,6 +329,23 @@ impl Metrics {
                     }
                 }
             }
+        }
+    }
+
+    /// Counts one move a shim reported, by its container's Warm-tier backend.
+    pub fn pool_backend(&self, backend: &str, action: &str, ok: bool, bytes: u64) {
+        let result = if ok { "ok" } else { "error" };
+        self.pool_backend_moves
+            .get_or_create(&labels(&[
+                ("backend", backend),
+                ("action", action),
+                ("result", result),
+            ]))
+            .inc();
+        if ok {
+            self.pool_backend_bytes
+                .get_or_create(&labels(&[("backend", backend), ("action", action)]))
+                .inc_by(bytes);
         }
     }
 
@@ -538,6 +569,8 @@ impl Metrics {
             &self.pool_hits,
             &self.pool_moves,
             &self.pool_bytes,
+            &self.pool_backend_moves,
+            &self.pool_backend_bytes,
             &self.placements,
             &self.xids,
         ] {

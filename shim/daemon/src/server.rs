@@ -17,6 +17,7 @@ use ttrpc::r#async::TtrpcContext;
 use super::metrics::Metrics;
 use super::policy::{Asked, FairnessSection};
 use mqfq_proto::api;
+use mqfq_proto::warm::Warm;
 use scheduler_core::node::ContainerKey;
 use scheduler_core::node::admission::{AdmitInfo, CoreError, Grant, Kind};
 use scheduler_core::node::pool::Order;
@@ -51,8 +52,8 @@ struct Inner {
     node: Node,
     /// Functions whose containers exported converted memory (their next ones stay native).
     advice: scheduler_core::native::NativeAdvice,
-    /// Containers with the CUDA interposer (their memory is pooled): key → shim pid.
-    pooled: HashMap<ContainerKey, u32>,
+    /// Containers with the CUDA interposer (their memory is pooled).
+    pooled: HashMap<ContainerKey, Pooled>,
     /// Pool orders not yet fetched, per shim pid.
     orders: HashMap<u32, Vec<Order>>,
     waiters: HashMap<ContainerKey, Waiter>,
@@ -60,7 +61,24 @@ struct Inner {
     /// Which GPU a container given several gets (None: off).
     placement: Option<scheduler_core::placement::Placement>,
     /// The Warm-tier backend of containers whose pod did not choose one.
-    warm: mqfq_proto::warm::Warm,
+    warm: Warm,
+}
+
+/// A pooled container: the shim that holds it, and how its memory goes Warm.
+#[derive(Clone, Copy, Debug)]
+struct Pooled {
+    shim: u32,
+    warm: Warm,
+}
+
+/// A request's `warm`, or INVALID_ARGUMENT naming `field`.
+fn warm_field(field: &str, value: &str) -> ttrpc::Result<Warm> {
+    Warm::from_wire(value).map_err(|e| {
+        status(
+            ttrpc::Code::INVALID_ARGUMENT,
+            format!("invalid `{field}`: {e}"),
+        )
+    })
 }
 
 /// The daemon's shared state.
@@ -236,7 +254,7 @@ impl Daemon {
                 waiters: HashMap::new(),
                 watched: HashSet::new(),
                 placement: None,
-                warm: mqfq_proto::warm::Warm::default(),
+                warm: Warm::default(),
             }),
             started: Instant::now(),
             boot_id,
@@ -378,7 +396,7 @@ impl Daemon {
         }
         inner.node.pool_mut().shim_gone(pid);
         inner.orders.remove(&pid);
-        inner.pooled.retain(|_, p| *p != pid);
+        inner.pooled.retain(|_, p| p.shim != pid);
         self.settle(&mut inner, grants);
     }
 }
@@ -407,6 +425,7 @@ impl api::Admission for Service {
             }
         };
         check_asked(req.weight, &req.tenant, &req.pod_namespace).map_err(|e| to_ttrpc(&e))?;
+        let warm = warm_field("warm", &req.warm)?;
         let info = admit_info(&d.policy, &req, kind);
         let key = info.key().map_err(|e| to_ttrpc(&e))?;
         let (tx, rx) = oneshot::channel();
@@ -418,7 +437,11 @@ impl api::Admission for Service {
             }
             inner.waiters.insert(key.clone(), tx);
             if req.pooled {
-                inner.pooled.insert(key.clone(), req.shim_pid);
+                let pooled = Pooled {
+                    shim: req.shim_pid,
+                    warm,
+                };
+                inner.pooled.insert(key.clone(), pooled);
             }
             match inner.node.step(&Input::Admit(info), now) {
                 Ok(out) => d.settle(&mut inner, out),

@@ -49,6 +49,26 @@ pub struct WarmError {
     pub value: String,
 }
 
+impl serde::Serialize for Warm {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+impl Warm {
+    /// From a request's field: empty (an older shim) is `uvm`.
+    ///
+    /// # Errors
+    /// Any other value that names no backend.
+    pub fn from_wire(s: &str) -> Result<Self, WarmError> {
+        if s.is_empty() {
+            Ok(Warm::Uvm)
+        } else {
+            s.parse()
+        }
+    }
+}
+
 impl<'de> serde::Deserialize<'de> for Warm {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let s = String::deserialize(d)?;

@@ -116,6 +116,7 @@ fn admit_request(
         pooled,
         pod_namespace: work.pod_namespace.clone(),
         partners: work.partners.clone(),
+        warm: if pooled { work.warm.as_str() } else { "" }.into(),
         ..Default::default()
     }
 }
@@ -133,6 +134,7 @@ fn entry(key: &ContainerKey, work: &GpuWork) -> api::Running {
         weight: work.weight,
         gpus: gpus(work),
         pod_namespace: work.pod_namespace.clone(),
+        warm: work.warm.as_str().into(),
         ..Default::default()
     }
 }

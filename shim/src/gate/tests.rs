@@ -94,6 +94,7 @@ fn gate_and_work(socket: std::path::PathBuf) -> (Arc<DaemonGate>, GpuWork) {
         grant: None,
         placeable: false,
         partners: Vec::new(),
+        warm: Default::default(),
     };
     (gate, work)
 }

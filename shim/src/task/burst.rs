@@ -602,7 +602,7 @@ impl TaskService {
                     st.containers.get(id).map_or((None, Usage::default()), |c| {
                         let fresh = c.managed_asked.is_some_and(|t| t.elapsed() < STATUS_EVERY);
                         let dir = c.ctl_dir.clone().filter(|_| !c.pool_failed && !fresh);
-                        (dir.map(|d| (d, c.warm)), c.held)
+                        (dir.map(|d| (d, c.warm())), c.held)
                     })
                 };
                 let held = match dir {

@@ -114,7 +114,7 @@ impl TaskService {
         let id = id.to_owned();
         let bundle = PathBuf::from(&req.bundle);
         let spec_path = bundle.join("config.json");
-        let (mut spec, gpu, nvidia, warm) = self.read_spec(&spec_path, &id).await?;
+        let (mut spec, gpu, nvidia) = self.read_spec(&spec_path, &id).await?;
         let opts = options::decode(req.options.as_ref())?;
         let stdio = StdioPaths {
             stdin: req.stdin.clone(),
@@ -210,6 +210,7 @@ impl TaskService {
             }
             None => (None, None),
         };
+        let off = matches!(&gpu, Classification::Gpu(w) if w.warm == Warm::Off);
         let container = Container {
             id: id.clone(),
             bundle,
@@ -222,8 +223,7 @@ impl TaskService {
             evicted: false,
             pool_lock: std::sync::Arc::default(),
             // `io.mqfq.warm=off`: the pool never moves it, as if dropped from the start.
-            pool_failed: warm == Warm::Off,
-            warm,
+            pool_failed: off,
             held: Default::default(),
             managed_asked: None,
             burst,
@@ -242,7 +242,7 @@ impl TaskService {
         &self,
         spec_path: &Path,
         id: &str,
-    ) -> Result<(serde_json::Value, Classification, Option<Prepared>, Warm)> {
+    ) -> Result<(serde_json::Value, Classification, Option<Prepared>)> {
         let text = tokio::fs::read_to_string(spec_path)
             .await
             .map_err(|e| Error::io(format!("read {}", spec_path.display()), e))?;
@@ -252,7 +252,7 @@ impl TaskService {
         // Checked on every container, as the other annotations are: a typo fails where it is.
         crate::uvm::warm_asked(&spec)?;
         let Classification::Gpu(w) = &mut gpu else {
-            return Ok((spec, gpu, None, Warm::Off));
+            return Ok((spec, gpu, None));
         };
         let nvidia = self.placed_edits(&mut spec, id, w).await;
         let nvidia = nvidia.map_err(|e| {
@@ -265,8 +265,8 @@ impl TaskService {
         })?;
         // Still before anything is mounted: a bad interposer annotation fails with nothing to
         // undo.
-        let warm = self.warm_advice(&mut spec, id, w).await?;
-        Ok((spec, gpu, nvidia, warm))
+        w.warm = self.warm_advice(&mut spec, id, w).await?;
+        Ok((spec, gpu, nvidia))
     }
 
     /// The node's NVIDIA edits for the container, for the one GPU mqfqd chooses when the

@@ -62,8 +62,6 @@ pub struct Container {
     /// Its processes failed to answer a memory move in time, or its Warm tier is `off`: it runs
     /// unpooled.
     pub pool_failed: bool,
-    /// How its memory goes Warm (meaningful where the interposer is injected).
-    pub warm: Warm,
     /// What its CUDA processes held at the last Pause or burst end (managed bytes size
     /// memory-move deadlines).
     pub held: crate::memory::Usage,
@@ -77,6 +75,14 @@ pub struct Container {
 }
 
 impl Container {
+    /// How its memory goes Warm (meaningful where the interposer is injected).
+    fn warm(&self) -> Warm {
+        match &self.gpu {
+            Classification::Gpu(w) => w.warm,
+            Classification::NotGpu => Warm::Off,
+        }
+    }
+
     fn proc_mut(&mut self, exec_id: &str) -> Result<&mut Proc> {
         if exec_id.is_empty() {
             Ok(&mut self.init)

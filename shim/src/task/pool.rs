@@ -101,7 +101,7 @@ impl TaskService {
                 c.pool_lock.clone(),
                 c.pool_failed,
                 c.burst.clone(),
-                c.warm,
+                c.warm(),
             )
         };
         let _moving = lock.lock().await;
@@ -207,7 +207,7 @@ impl TaskService {
         }
         let found = {
             let st = self.state.lock().await;
-            st.containers.get(id).map(|c| (c.warm, c.runtime.clone()))
+            st.containers.get(id).map(|c| (c.warm(), c.runtime.clone()))
         };
         let a = match found {
             Some((Warm::Checkpoint, runtime)) => {
@@ -417,7 +417,7 @@ impl TaskService {
             let st = self.state.lock().await;
             st.containers
                 .get(id)
-                .map_or((0, Warm::Uvm), |c| (c.held.managed, c.warm))
+                .map_or((0, Warm::Uvm), |c| (c.held.managed, c.warm()))
         };
         let within = self.move_deadline(bytes);
         let a = if warm == Warm::Checkpoint {

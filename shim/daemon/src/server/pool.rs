@@ -47,7 +47,12 @@ impl Daemon {
         if inner.node.core().lease_of(&key).is_some() {
             return;
         }
-        inner.pooled.insert(key.clone(), shim_pid);
+        let pooled = super::Pooled {
+            shim: shim_pid,
+            // Checked when the registration came in.
+            warm: mqfq_proto::warm::Warm::from_wire(&r.warm).unwrap_or_default(),
+        };
+        inner.pooled.insert(key.clone(), pooled);
         let pool = inner.node.pool_mut();
         pool.adopt_idle(&key, flow, gpu, shim_pid, r.managed_bytes, r.evicted, now);
         if let Some(n) = r.native.as_ref() {
@@ -203,6 +208,14 @@ pub(super) fn report(
                 ms = o.seconds * 1e3, skipped = o.skipped, "pool report");
         } else {
             tracing::warn!(key = %o.key, action = o.action.name(), "pool action failed: {}", r.error);
+        }
+        if !o.skipped && !o.gone {
+            let warm = inner
+                .pooled
+                .get(&o.key)
+                .map_or_else(Default::default, |p| p.warm);
+            d.metrics
+                .pool_backend(warm.as_str(), o.action.name(), o.ok, o.bytes);
         }
         // Each result only moves the pool; the node joins what they changed once, below.
         inner.node.pool_mut().report(o, now);

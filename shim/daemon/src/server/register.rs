@@ -24,6 +24,7 @@ pub(super) fn register(
     }
     for r in req.running.iter().chain(&req.idle) {
         check_asked(r.weight, &r.tenant, &r.pod_namespace).map_err(|e| to_ttrpc(&e))?;
+        super::warm_field("running.warm", &r.warm)?;
     }
     let running: Vec<RunningInfo> = req
         .running
@@ -57,7 +58,12 @@ pub(super) fn register(
         for ((r, wire), (key, lease)) in running.iter().zip(&req.running).zip(&reg.leases) {
             if wire.pooled && r.lease != *lease {
                 // Newly adopted (a restarted daemon, or a fail-open start): running, Hot.
-                inner.pooled.insert(key.clone(), req.shim_pid);
+                let pooled = super::Pooled {
+                    shim: req.shim_pid,
+                    // Checked above.
+                    warm: mqfq_proto::warm::Warm::from_wire(&wire.warm).unwrap_or_default(),
+                };
+                inner.pooled.insert(key.clone(), pooled);
                 let hit = Input::Hit {
                     lease: *lease,
                     container: None,

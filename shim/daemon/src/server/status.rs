@@ -156,6 +156,11 @@ impl Daemon {
                 pending: e.pending.map_or("", Action::name).into(),
                 uses: e.uses,
                 native: Some(mqfq_proto::memory::to_proto(&e.native)).into(),
+                warm: inner
+                    .pooled
+                    .get(&e.key)
+                    .map_or("", |p| p.warm.as_str())
+                    .into(),
                 ..Default::default()
             })
             .collect();
