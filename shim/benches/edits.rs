@@ -102,6 +102,7 @@ fn main() {
         pod_namespace: String::new(),
         placeable: false,
         partners: Vec::new(),
+        warm: Default::default(),
     };
     let mut ours = Vec::with_capacity(n);
     for i in 0..n {
