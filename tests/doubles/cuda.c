@@ -50,7 +50,8 @@
  * is removed). A forked child has no page until it initialises. The page is named by the pid the
  * process sees and lives in its own root: a controller in another pid and mount namespace (the
  * shim, for a container's process) passes the host pid, and the double finds the page under
- * /proc/<pid>/root by the process's innermost NSpid (resolved inside that root).
+ * /proc/<pid>/root by the process's innermost NSpid (resolved inside that root). A process with
+ * FAKE_CUDA_CKPT_CONTROLLER=1 publishes no page of its own.
  *
  * Context lifetimes and stream capture, as far as an interposer can break them: a context reset
  * (cuDevicePrimaryCtxReset_v2) or destroyed (cuCtxDestroy_v2) and then made current or
@@ -806,6 +807,9 @@ static void ckpt_publish_once(void) {
 }
 
 static void ckpt_publish(void) {
+    /* A controller only (the shim): it acts on other processes and has no page of its own. */
+    const char *c = getenv("FAKE_CUDA_CKPT_CONTROLLER");
+    if (c && strcmp(c, "1") == 0) return;
     pthread_once(&ckpt_once, ckpt_publish_once);
 }
 

@@ -283,13 +283,17 @@ pub fn most_at_once(cuda: &Path, ids: &[&str], until_us: i64) -> usize {
 }
 
 /// The libcuda double's checkpoint API as the shim drives it: a copy of the double for the
-/// shim to load (`MQFQ_LIBCUDA`), and a folder for the processes' pages mounted into containers
-/// at the same path (`FAKE_CUDA_CKPT_DIR` for both sides).
+/// shim to load (`MQFQ_LIBCUDA`, as a controller only), and the pages of the containers'
+/// processes in each container's own `/tmp` (`FAKE_CUDA_CKPT_DIR`, the same path for both
+/// sides: the controller looks it up inside the process's root).
 #[derive(Debug)]
 pub struct CheckpointDouble {
-    dir: tempfile::TempDir,
+    _dir: tempfile::TempDir,
     lib: PathBuf,
 }
+
+/// Where the containers' processes publish their pages, inside their own root.
+const PAGES: &str = "/tmp";
 
 impl CheckpointDouble {
     /// Builds the shim's copy of the double.
@@ -299,12 +303,7 @@ impl CheckpointDouble {
     pub fn new() -> std::io::Result<Self> {
         let dir = tempfile::tempdir()?;
         let lib = build_double("cuda", dir.path())?;
-        std::fs::create_dir(dir.path().join("pages"))?;
-        Ok(CheckpointDouble { dir, lib })
-    }
-
-    fn pages(&self) -> String {
-        self.dir.path().join("pages").display().to_string()
+        Ok(CheckpointDouble { _dir: dir, lib })
     }
 
     /// The shims' environment (for [`Containerd::start_with_env`]).
@@ -312,20 +311,15 @@ impl CheckpointDouble {
     pub fn shim_env(&self) -> Vec<(&'static str, String)> {
         vec![
             ("MQFQ_LIBCUDA", self.lib.display().to_string()),
-            ("FAKE_CUDA_CKPT_DIR", self.pages()),
+            ("FAKE_CUDA_CKPT_DIR", PAGES.into()),
+            ("FAKE_CUDA_CKPT_CONTROLLER", "1".into()),
         ]
     }
 
-    /// The `ctr run` flags that give a container the pages folder.
+    /// The `ctr run` flags that have a container's CUDA processes publish their pages.
     #[must_use]
     pub fn container_flags(&self) -> Vec<String> {
-        let p = self.pages();
-        vec![
-            "--env".into(),
-            format!("FAKE_CUDA_CKPT_DIR={p}"),
-            "--mount".into(),
-            format!("type=bind,src={p},dst={p},options=rbind:rw"),
-        ]
+        vec!["--env".into(), format!("FAKE_CUDA_CKPT_DIR={PAGES}")]
     }
 
     /// `(state, device bytes, host bytes)` of host PID `pid` as the controller `ctl` (the
@@ -338,7 +332,8 @@ impl CheckpointDouble {
     pub fn state(&self, ctl: &Path, pid: u32) -> (i64, i64, i64) {
         let o = Command::new(ctl)
             .args([&pid.to_string(), "state", "bytes"])
-            .env("FAKE_CUDA_CKPT_DIR", self.pages())
+            .env("FAKE_CUDA_CKPT_DIR", PAGES)
+            .env("FAKE_CUDA_CKPT_CONTROLLER", "1")
             .output()
             .expect("run ckpt_ctl");
         let out = String::from_utf8_lossy(&o.stdout).into_owned();
