@@ -185,3 +185,37 @@ fn injected_failures_leave_the_process_as_documented() {
     c.kill().unwrap();
     c.wait().unwrap();
 }
+
+/// The GPU check's checkpoint program (`tests/gpu/ckptbench.c`) over the double: a controller
+/// suspends and resumes an application holding native memory round after round, the driver
+/// reports it checkpointed in between, and the application's kernel finds every value where it
+/// left it.
+#[test]
+fn the_gpu_check_program_suspends_and_resumes_an_application_over_the_double() {
+    let dir = tempfile::tempdir().unwrap();
+    if built(dir.path(), &["cuda"]).is_none() {
+        return;
+    }
+    let bench = common::gpu_program(dir.path(), "ckptbench");
+    let out = common::run_gpu_program(
+        &bench,
+        dir.path(),
+        &["4", "3"],
+        &[("FAKE_CUDA_CKPT_DIR", dir.path())],
+    );
+    for line in [
+        "lock_ms ",
+        "checkpoint_GBps ",
+        "restore_GBps ",
+        "unlock_ms ",
+    ] {
+        let n = out.lines().filter(|l| l.starts_with(line)).count();
+        assert_eq!(n, 3, "{line}: {out}");
+    }
+    assert_eq!(out.matches("state_after_checkpoint 2").count(), 3, "{out}");
+    assert_eq!(
+        out.matches("results_wrong 0 of 1048576").count(),
+        3,
+        "{out}"
+    );
+}

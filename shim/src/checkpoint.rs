@@ -5,15 +5,16 @@
 //! pointer queries and graph capture behave as without the interposer.
 //!
 //! The driver acts on host PIDs. The ones used here come from the container's own cgroup
-//! (`runc ps`) and are kept with their start time: before every call the PID is checked to be
-//! the same process still (a PID reused by another process, of this container or not, is never
-//! acted on). A container can therefore make the shim touch nothing but its own processes; what
-//! it can do to them through their checkpoint state is to stall or fail them, which the
-//! deadlines and the pool's failure path bound (SECURITY.md).
+//! (`runc ps`) and are kept with the start time they had when first read: before every call the
+//! PID is checked to be that process still, so a PID reused after it was found is never acted
+//! on. What the API leaves open is the gap between `runc ps` and that first read, and between a
+//! check and the driver's call (a PID-based API; SECURITY.md says what that gives a container).
+//! What a container can do to its own processes through their checkpoint state is stall or fail
+//! them, which the deadlines and the pool's failure path bound.
 //!
 //! `libcuda.so.1` (or `MQFQ_LIBCUDA`) is loaded into the shim the first time a container needs
 //! it; a node without it, or a driver without the API, is a clear error on that container's
-//! move, never a failed shim.
+//! move ([`CkptError::Unavailable`]), never a failed shim.
 
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
@@ -297,13 +298,19 @@ impl Driver for LibCuda {
 }
 
 /// The start time of a process (`/proc/<pid>/stat` field 22, clock ticks since boot), or `None`
-/// when it is gone.
+/// when it is gone. Read as bytes: a process names itself, and a name that is not UTF-8 must not
+/// hide it.
 #[must_use]
 pub fn start_time(pid: u32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // After the command's closing parenthesis: field 3 onward; field 22 is the 20th.
-    let rest = &stat[stat.rfind(')')? + 1..];
-    rest.split_ascii_whitespace().nth(19)?.parse().ok()
+    let stat = std::fs::read(format!("/proc/{pid}/stat")).ok()?;
+    // After the command's closing parenthesis (the last one: the name may hold any byte):
+    // field 3 onward; field 22 is the 20th.
+    let rest = &stat[stat.iter().rposition(|&b| b == b')')? + 1..];
+    let field = rest
+        .split(u8::is_ascii_whitespace)
+        .filter(|w| !w.is_empty())
+        .nth(19)?;
+    std::str::from_utf8(field).ok()?.parse().ok()
 }
 
 /// One CUDA process of a container: its host PID and the start time it had when found.
@@ -329,17 +336,31 @@ impl CudaProc {
 }
 
 /// The CUDA processes among `pids` (a container's, from its cgroup): those the driver knows,
-/// with their state.
-#[must_use]
-pub fn cuda_processes(driver: &dyn Driver, pids: &[u32]) -> Vec<(CudaProc, ProcState)> {
-    pids.iter()
-        .filter_map(|&pid| {
-            let started = start_time(pid)?;
-            let state = driver.state(pid).ok()?;
-            // Read again after the driver answered: the answer was this process's.
-            (start_time(pid) == Some(started)).then_some((CudaProc { pid, started }, state))
-        })
-        .collect()
+/// with their state. A PID the driver does not know is not a CUDA process; one that is gone is
+/// skipped.
+///
+/// # Errors
+/// The driver's API is not there ([`CkptError::Unavailable`]): nothing can be said of any.
+pub fn cuda_processes(
+    driver: &dyn Driver,
+    pids: &[u32],
+) -> Result<Vec<(CudaProc, ProcState)>, CkptError> {
+    let mut found = Vec::new();
+    for &pid in pids {
+        let Some(started) = start_time(pid) else {
+            continue;
+        };
+        let state = match driver.state(pid) {
+            Ok(s) => s,
+            Err(e @ CkptError::Unavailable(_)) => return Err(e),
+            Err(_) => continue,
+        };
+        // Read again after the driver answered: the answer was this process's.
+        if start_time(pid) == Some(started) {
+            found.push((CudaProc { pid, started }, state));
+        }
+    }
+    Ok(found)
 }
 
 /// What suspending or resuming a container's processes did.
@@ -351,11 +372,26 @@ pub struct Outcome {
     pub error: Option<CkptError>,
 }
 
+/// Unlocks `procs` (a suspend that could not finish); the first failure, if any.
+fn unlock_all(driver: &dyn Driver, procs: &[CudaProc]) -> Option<CkptError> {
+    let mut first = None;
+    for p in procs {
+        match p.same().and_then(|()| driver.unlock(p.pid)) {
+            Ok(()) | Err(CkptError::Gone { .. }) => {}
+            Err(e) => {
+                first.get_or_insert(e);
+            }
+        }
+    }
+    first
+}
+
 /// Suspends `procs`: every one locked first (within `lock_timeout` in all), then each
-/// checkpointed. A process that does not lock in time leaves all of them running (unlocked
-/// again): the container stays Hot, and the caller may try later. A failed checkpoint stops
-/// there and is reported; processes already checkpointed stay so (a later resume restores
-/// them).
+/// checkpointed. A process that exited meanwhile is skipped (it holds nothing). A process that
+/// does not lock in time leaves all of them running (unlocked again): the container stays Hot,
+/// and the caller may try later. A failed checkpoint stops there and is reported, the processes
+/// not yet checkpointed unlocked again; those already checkpointed stay so (a later resume
+/// restores them). A failed unlock is the error reported (the process stays locked).
 pub fn suspend(driver: &dyn Driver, procs: &[CudaProc], lock_timeout: Duration) -> Outcome {
     let deadline = Instant::now() + lock_timeout;
     let mut locked = Vec::new();
@@ -374,20 +410,19 @@ pub fn suspend(driver: &dyn Driver, procs: &[CudaProc], lock_timeout: Duration) 
         match r {
             Ok(true) => locked.push(*p),
             Ok(false) => out.done += 1,
+            Err(CkptError::Gone { .. }) => {}
             Err(e) => {
-                for l in &locked {
-                    let _ = l.same().and_then(|()| driver.unlock(l.pid));
-                }
-                out.error = Some(e);
+                out.error = Some(unlock_all(driver, &locked).unwrap_or(e));
                 return out;
             }
         }
     }
-    for p in &locked {
+    for (i, p) in locked.iter().enumerate() {
         match p.same().and_then(|()| driver.checkpoint(p.pid)) {
             Ok(()) => out.done += 1,
+            Err(CkptError::Gone { .. }) => {}
             Err(e) => {
-                out.error = Some(e);
+                out.error = Some(unlock_all(driver, &locked[i + 1..]).unwrap_or(e));
                 return out;
             }
         }
@@ -398,14 +433,14 @@ pub fn suspend(driver: &dyn Driver, procs: &[CudaProc], lock_timeout: Duration) 
 /// Resumes `procs`: each checkpointed one restored, then each locked one unlocked. A restore
 /// without room is retried until `deadline` (the node reserved the memory; what is still in use
 /// is being freed); past it the process stays checkpointed and the error says so. A process
-/// that died meanwhile is not an error (nothing of it is held).
+/// that died meanwhile is not an error (nothing of it is held); one the driver gave up on is.
 pub fn resume(driver: &dyn Driver, procs: &[CudaProc], deadline: Instant) -> Outcome {
     let mut out = Outcome::default();
     for p in procs {
         let r = (|| -> Result<(), CkptError> {
             p.same()?;
-            if driver.state(p.pid)? == ProcState::Checkpointed {
-                loop {
+            match driver.state(p.pid)? {
+                ProcState::Checkpointed => loop {
                     match driver.restore(p.pid) {
                         Err(CkptError::OutOfMemory { .. }) if Instant::now() < deadline => {
                             std::thread::sleep(Duration::from_millis(20));
@@ -413,6 +448,10 @@ pub fn resume(driver: &dyn Driver, procs: &[CudaProc], deadline: Instant) -> Out
                         }
                         r => break r?,
                     }
+                },
+                ProcState::Running | ProcState::Locked => {}
+                state @ (ProcState::Failed | ProcState::Other(_)) => {
+                    return Err(CkptError::State { pid: p.pid, state });
                 }
             }
             p.same()?;
@@ -425,9 +464,7 @@ pub fn resume(driver: &dyn Driver, procs: &[CudaProc], deadline: Instant) -> Out
             Ok(()) => out.done += 1,
             Err(CkptError::Gone { .. }) => {}
             Err(e) => {
-                if out.error.is_none() {
-                    out.error = Some(e);
-                }
+                out.error.get_or_insert(e);
             }
         }
     }

@@ -555,3 +555,69 @@ fn checkpoint_backend_suspends_a_paused_container_and_resume_restores_it() {
     });
     assert!(c.leftovers().is_empty(), "{:?}", c.leftovers());
 }
+
+/// Under `checkpoint`, a restore that finds no GPU memory (the driver double answers out of
+/// memory) within the move timeout fails the Resume: the container stays paused and suspended,
+/// and holds no lease. Killed afterwards, its Resume finds the process gone and it ends.
+#[test]
+fn a_checkpoint_restore_without_memory_fails_the_resume_and_holds_nothing() {
+    let shim = Path::new(env!("CARGO_BIN_EXE_containerd-shim-mqfq-v2"));
+    let ck = CheckpointDouble::new().unwrap();
+    let mut env: Vec<(&str, String)> = ck.shim_env();
+    env.extend([
+        ("MQFQ_BURST", "off".into()),
+        ("FAKE_CUDA_CKPT_FAIL", "restore-oom".into()),
+        ("MQFQ_POOL_MOVE_TIMEOUT_MS", "1000".into()),
+    ]);
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let Some(c) = Containerd::start_with_env(
+        &format!("it-{}-ckpt-oom", std::process::id()),
+        shim.parent().unwrap(),
+        &env,
+    ) else {
+        return;
+    };
+    let cuda = c.install_cuda(&interposer()).unwrap();
+    let ctl = mqfq_testkit::build_double("ckpt_ctl", &cuda).unwrap();
+    let d = Mqfqd::start(
+        &mqfq_testkit::daemon_program("mqfqd"),
+        &mqfq_testkit::daemon_program("mqfqctl"),
+        c.dir(),
+        &c.daemon_socket(),
+        "restart_grace_ms = 0\n[queue]\nttl_s = 0.3\n[pool]\nhot_ttl_s = 1.0\nwarm = \"checkpoint\"\n",
+    );
+    let mut flags = vec!["-d".to_owned()];
+    flags.extend(ck.container_flags());
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let o = c.run_cuda_with(MQFQ, "m", "ck", &cuda, &flags, &["loop"]);
+    assert!(o.status.success(), "{}", text(&o));
+    wait_log(&cuda, "m", "launched", |l| count(l, "launch") >= 3);
+    assert!(c.ctr(&["task", "pause", "m"]).status.success());
+    d.wait_for("checkpointed", |s| tier_is(s, "m", "warm"));
+    let pid = c.task_pid("m");
+    assert_eq!(ck.state(&ctl, pid).0, 2);
+
+    let o = c.ctr(&["task", "resume", "m"]);
+    assert!(!o.status.success(), "the Resume must fail: {}", text(&o));
+    assert!(
+        text(&o).contains("could not be restored"),
+        "says why: {}",
+        text(&o)
+    );
+    assert!(c.wait_status("m", "PAUSED"), "frozen again");
+    assert_eq!(ck.state(&ctl, pid).0, 2, "still checkpointed");
+    // Its lease went back with the failed Resume; the pool does not count it Hot (it forgets a
+    // container whose Resume failed: the shim restores it at its next Resume, on its own
+    // record).
+    let s = d.wait_for("no lease held", |s| {
+        s["leases"].as_array().is_none_or(Vec::is_empty)
+    });
+    assert!(!tier_is(&s, "m", "hot"), "{s}");
+
+    c.remove("m");
+    d.wait_for("the pool empty", |s| {
+        s["pool"].as_array().is_none_or(Vec::is_empty)
+            && s["leases"].as_array().is_none_or(Vec::is_empty)
+    });
+    assert!(c.leftovers().is_empty(), "{:?}", c.leftovers());
+}

@@ -35,7 +35,9 @@ pub use crate::node::pool_config;
 
 use crate::policy::{Admission, MemoryStyle, NAIVE_GATE, PUBLISHED_GATE, Policy, PoolView, Signal};
 use crate::trace::Trace;
-use crate::types::{Audit, Baselines, Record, SimConfig, SimError, SimOutput};
+use crate::types::{
+    Audit, Baselines, Record, SimConfig, SimError, SimOutput, WarmBackend, WarmStats,
+};
 use dispatch::Clock;
 use scheduler_core::concurrency::ConcurrencyController;
 use scheduler_core::config::ConfigError;
@@ -113,6 +115,9 @@ struct Engine<'t> {
     limits: Vec<(f64, u32)>,
     audit: Audit,
     pcie_mb: f64,
+    warm: WarmStats,
+    /// GPU memory Warm containers hold now, MB.
+    warm_gpu_mb: f64,
     now: f64,
     d_integral: f64,
     slot_integral: f64,
@@ -133,6 +138,50 @@ impl<'t> Engine<'t> {
     }
     fn mem(&self, f: usize) -> f64 {
         self.trace.functions[f].mem_mb
+    }
+    /// What a Hot container of `f` holds on its GPU: its memory and its CUDA context.
+    fn hot_mb(&self, f: usize) -> f64 {
+        self.mem(f) + self.cfg.context_mb
+    }
+    /// What an evict or a restore of `f`'s container moves: under `uvm` its memory (the
+    /// context stays on the GPU), under `checkpoint` all it holds.
+    fn moved_mb(&self, f: usize) -> f64 {
+        match self.cfg.warm {
+            WarmBackend::Uvm => self.mem(f),
+            WarmBackend::Checkpoint => self.hot_mb(f),
+        }
+    }
+    /// What a Warm container of `f` still holds on its GPU (its context under `uvm`).
+    fn warm_mb(&self, f: usize) -> f64 {
+        self.hot_mb(f) - self.moved_mb(f)
+    }
+    /// The share of the link's rate a move gets: 1 under `uvm` (a prefetch at the link's
+    /// rate), the checkpoint rate's share of it under `checkpoint`.
+    fn move_share(&self, g: usize) -> f64 {
+        match self.cfg.warm {
+            WarmBackend::Uvm => 1.0,
+            WarmBackend::Checkpoint => (self.cfg.checkpoint_gbps / self.gpus[g].link_gbps).min(1.0),
+        }
+    }
+    /// Milliseconds an evict or restore of `mb` takes on GPU `g`.
+    fn move_ms(&self, g: usize, mb: f64) -> f64 {
+        self.transfer_ms(g, mb) / self.move_share(g)
+    }
+    /// A container of `f` went Warm (`true`) or left Warm: what Warm containers hold on the
+    /// GPUs follows.
+    fn warm_moved(&mut self, f: usize, into: bool) {
+        let mb = self.warm_mb(f);
+        if into {
+            self.warm_gpu_mb += mb;
+            self.warm.peak_warm_gpu_mb = self.warm.peak_warm_gpu_mb.max(self.warm_gpu_mb);
+        } else {
+            self.warm_gpu_mb -= mb;
+        }
+    }
+    /// A Warm container's memory is back at `until`.
+    fn restored(&mut self, until: f64) {
+        self.warm.restores += 1;
+        self.warm.restore_ms += until - self.now;
     }
     /// Milliseconds to move `mb` over GPU `g`'s host link.
     fn transfer_ms(&self, g: usize, mb: f64) -> f64 {
@@ -208,12 +257,16 @@ impl<'t> Engine<'t> {
             return;
         }
         let (g, f) = self.run_site(r);
-        let mem = self.mem(f);
         let (c, until, tier) = if let Some(c) = self.idle_container(f, g, Tier::Hot) {
             (c, self.containers[c].ready_ms.max(self.now), Tier::Hot)
         } else {
             let warm = self.idle_container(f, g, Tier::Warm);
-            if !self.make_room(g, mem, true, policy) {
+            let need = if warm.is_some() {
+                self.moved_mb(f)
+            } else {
+                self.hot_mb(f)
+            };
+            if !self.make_room(g, need, true, policy) {
                 if !force {
                     self.runs[r].as_mut().expect("run exists").phase = Phase::WaitMem;
                     return;
@@ -236,11 +289,15 @@ impl<'t> Engine<'t> {
             let ct = &self.containers[c];
             (ct.func, ct.gpu, ct.tier)
         };
-        let mem = self.mem(f);
-        self.gpus[g].used_mb += mem;
         let until = if was == Tier::Warm {
-            self.pcie(g, mem)
+            let moved = self.moved_mb(f);
+            self.gpus[g].used_mb += moved;
+            self.warm_moved(f, false);
+            let until = self.move_link(g, moved);
+            self.restored(until);
+            until
         } else {
+            self.gpus[g].used_mb += self.hot_mb(f);
             (self.now + self.cold_ms(f)).max(self.gpus[g].pcie_free_ms)
         };
         let ct = &mut self.containers[c];
@@ -292,7 +349,6 @@ impl<'t> Engine<'t> {
             let run = self.runs[r].as_ref().expect("run exists");
             (run.gpu, run.func, run.container, run.current)
         };
-        let mem = self.mem(f);
         let c = claimed.unwrap_or_else(|| {
             let c = self
                 .idle_container(f, g, Tier::Hot)
@@ -307,6 +363,11 @@ impl<'t> Engine<'t> {
         let until = if was == Tier::Hot {
             self.containers[c].ready_ms.max(self.now)
         } else {
+            let mem = if was == Tier::Warm {
+                self.moved_mb(f)
+            } else {
+                self.hot_mb(f)
+            };
             // What the pool's next sample would see: the memory with this container's.
             self.pool_need(g, mem, policy);
             if self.gpus[g].budget_mb - self.gpus[g].used_mb + EPS < mem {
@@ -319,7 +380,7 @@ impl<'t> Engine<'t> {
             let until = self.bring_in(c);
             if was == Tier::Warm {
                 let g = self.containers[c].gpu;
-                self.pool_restored(c, self.transfer_ms(g, mem) / 1e3, policy);
+                self.pool_restored(c, self.move_ms(g, mem) / 1e3, policy);
             }
             until
         };
@@ -555,6 +616,8 @@ fn engine<'t>(
         limits: Vec::new(),
         audit: Audit::default(),
         pcie_mb: 0.0,
+        warm: WarmStats::default(),
+        warm_gpu_mb: 0.0,
         now: trace.invocations.first().map_or(0.0, |i| i.arrival_ms),
         d_integral: 0.0,
         slot_integral: 0.0,

@@ -32,7 +32,10 @@ pub use engine::simulate;
 pub use policy::{POLICIES, Policy};
 pub use report::{Summary, summarize};
 pub use trace::{Trace, TraceError};
-pub use types::{Audit, Baselines, Corun, NoneMemory, Record, SimConfig, SimError, SimOutput};
+pub use types::{
+    Audit, Baselines, Corun, NoneMemory, Record, SimConfig, SimError, SimOutput, WarmBackend,
+    WarmStats,
+};
 
 /// Runs the named policy over a trace with the given knobs.
 ///

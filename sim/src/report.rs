@@ -76,6 +76,8 @@ pub struct Summary {
     pub tiers: TierCounts,
     /// MB moved over PCIe.
     pub pcie_mb: f64,
+    /// The Warm tier's restores and what it held.
+    pub warm: crate::types::WarmStats,
     /// Makespan, s.
     pub makespan_s: f64,
     /// Time-averaged D per GPU.
@@ -210,6 +212,7 @@ pub fn summarize(trace: &Trace, out: &SimOutput, short_threshold_ms: f64) -> Sum
         },
         tiers,
         pcie_mb: out.pcie_mb,
+        warm: out.warm,
         makespan_s,
         mean_d: out.mean_d,
         mean_slots: out.mean_slots,

@@ -117,6 +117,31 @@ impl std::str::FromStr for NoneMemory {
     }
 }
 
+/// How an idle container's memory goes to the host (issue 36): the interposer's managed
+/// memory (`uvm`: the function's allocations move, its CUDA context stays on the GPU) or the
+/// driver's checkpoint API (`checkpoint`: the whole process moves, context included, at the
+/// checkpoint rate). Applies to every policy's warm pool.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum WarmBackend {
+    /// The interposer's conversion.
+    #[default]
+    Uvm,
+    /// The driver's checkpoint API.
+    Checkpoint,
+}
+
+impl std::str::FromStr for WarmBackend {
+    type Err = ConfigError;
+    fn from_str(s: &str) -> Result<Self, ConfigError> {
+        match s {
+            "uvm" => Ok(WarmBackend::Uvm),
+            "checkpoint" => Ok(WarmBackend::Checkpoint),
+            _ => Err(ConfigError::new("warm", s, "must be uvm or checkpoint")),
+        }
+    }
+}
+
 /// Simulator knobs.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct SimConfig {
@@ -171,6 +196,12 @@ pub struct SimConfig {
     /// `mqfq-sticky`'s maximum burst hold, seconds (mqfqd's `[limits] max_burst_hold_s`; an
     /// invocation is a burst lease); `None`: none.
     pub max_burst_hold_s: Option<f64>,
+    /// How idle containers' memory goes Warm.
+    pub warm: WarmBackend,
+    /// Each container's CUDA context on its GPU, MB (0: not modelled, as before issue 36).
+    pub context_mb: f64,
+    /// The driver's checkpoint / restore rate, GB/s (the link's rate bounds it).
+    pub checkpoint_gbps: f64,
 }
 
 impl Default for SimConfig {
@@ -199,6 +230,9 @@ impl Default for SimConfig {
             memory_admission: Some(scheduler_core::node::admission::DEFAULT_FOOTPRINT_MB),
             none_memory: NoneMemory::Fail,
             max_burst_hold_s: Some(scheduler_core::node::admission::DEFAULT_MAX_BURST_HOLD_S),
+            warm: WarmBackend::Uvm,
+            context_mb: 0.0,
+            checkpoint_gbps: 8.0,
         }
     }
 }
@@ -235,6 +269,8 @@ impl SimConfig {
         };
         pos("gpu-mem-mb", self.gpu_mem_mb)?;
         pos("pcie-gbps", self.pcie_gbps)?;
+        nonneg("context-mb", self.context_mb)?;
+        pos("checkpoint-gbps", self.checkpoint_gbps)?;
         nonneg("cold-ms", self.cold_ms)?;
         nonneg("corun-gain", self.corun_gain)?;
         nonneg("corun-gain-max", self.corun_gain_max)?;
@@ -324,6 +360,18 @@ pub struct Audit {
     pub failed_starts: u64,
 }
 
+/// What the Warm tier cost and held (the two backends' comparison, issue 36).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct WarmStats {
+    /// Warm containers brought back to their GPU (for a call, or prefetched ahead of one).
+    pub restores: u64,
+    /// Their restore time, summed, ms (from the order to the memory back: the link's queue and
+    /// the move).
+    pub restore_ms: f64,
+    /// The most GPU memory Warm containers held at once, MB (their contexts under `uvm`).
+    pub peak_warm_gpu_mb: f64,
+}
+
 /// Result of one run.
 #[derive(Clone, Debug, Serialize)]
 pub struct SimOutput {
@@ -343,6 +391,8 @@ pub struct SimOutput {
     pub audit: Audit,
     /// Bytes moved over PCIe (evictions + restores), MB.
     pub pcie_mb: f64,
+    /// The Warm tier's restores and what it held.
+    pub warm: WarmStats,
     /// Time-averaged concurrency limit D per GPU.
     pub mean_d: f64,
     /// Time-averaged slots held per GPU.

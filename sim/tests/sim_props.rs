@@ -159,6 +159,61 @@ fn the_node_pool_evicts_and_reclaims_in_the_simulator() {
     );
 }
 
+/// The Warm-tier backends (issue 36), for the node's pool and a baseline's alike: one container
+/// evicted at the hot TTL and restored for the next call. Under `uvm` its 400 MB context stays on
+/// the GPU while Warm and the restore moves its 1200 MB at the link's 12 GB/s (100 ms); under
+/// `checkpoint` nothing stays and the restore moves all 1600 MB at 8 GB/s (200 ms).
+#[test]
+fn the_warm_backends_differ_in_what_stays_on_the_gpu_and_what_a_restore_moves() {
+    use mqfq_sim::WarmBackend;
+    let t = Trace::parse(
+        "time_ms,function,exec_ms,mem_mb,cold_ms\n\
+         0,f,50,1200,2000\n\
+         20000,f,50,1200,2000\n",
+    )
+    .unwrap();
+    let cfg = |warm, context_mb| SimConfig {
+        tiers: scheduler_core::config::TierConfig {
+            hot_ttl_s: 10.0,
+            warm_ttl_s: 600.0,
+            ..Default::default()
+        },
+        warm,
+        context_mb,
+        ..SimConfig::default()
+    };
+    let run = |t: &Trace, p: &str, c: &SimConfig| run_policy(p, t, c).unwrap().warm;
+    let uvm = run(&t, "mqfq-sticky", &cfg(WarmBackend::Uvm, 400.0));
+    let ckpt = run(&t, "mqfq-sticky", &cfg(WarmBackend::Checkpoint, 400.0));
+    let plain = run(&t, "mqfq-sticky", &cfg(WarmBackend::Uvm, 0.0));
+    assert_eq!((uvm.restores, ckpt.restores, plain.restores), (1, 1, 1));
+    assert!((uvm.peak_warm_gpu_mb - 400.0).abs() < 1e-6, "{uvm:?}");
+    assert!(ckpt.peak_warm_gpu_mb.abs() < 1e-6, "{ckpt:?}");
+    assert!(plain.peak_warm_gpu_mb.abs() < 1e-6, "{plain:?}");
+    assert!((uvm.restore_ms - 100.0).abs() < 1.0, "{uvm:?}");
+    assert!((ckpt.restore_ms - 200.0).abs() < 1.0, "{ckpt:?}");
+    // A baseline's pool evicts under pressure (at its keep-alive's end it drops, never
+    // evicts): g does not fit beside f, so f goes Warm, and comes back for its next call.
+    let pressure = Trace::parse(
+        "time_ms,function,exec_ms,mem_mb,cold_ms\n\
+         0,f,50,1200,2000\n\
+         5000,g,50,19000,2000\n\
+         20000,f,50,1200,2000\n",
+    )
+    .unwrap();
+    let uvm = run(&pressure, "fcfs", &cfg(WarmBackend::Uvm, 400.0));
+    let ckpt = run(&pressure, "fcfs", &cfg(WarmBackend::Checkpoint, 400.0));
+    assert!(uvm.restores >= 1 && ckpt.restores >= 1, "{uvm:?} {ckpt:?}");
+    assert!(uvm.peak_warm_gpu_mb >= 400.0 - 1e-6, "{uvm:?}");
+    assert!(ckpt.peak_warm_gpu_mb.abs() < 1e-6, "{ckpt:?}");
+    let bad = SimConfig {
+        checkpoint_gbps: 0.0,
+        ..SimConfig::default()
+    };
+    let e = run_policy("fcfs", &t, &bad).unwrap_err().to_string();
+    assert!(e.contains("checkpoint-gbps"), "{e}");
+}
+
 /// A steady stream of small kernels (each keeps 20 % of the SMs busy alone), offered at 2.5×
 /// what one-at-a-time can serve: busy-time reads ~100 % throughout.
 fn small_kernels() -> Trace {

@@ -839,7 +839,7 @@ static void ckpt_bytes(long long delta) {
 
 /* The pid a process sees itself as (the last NSpid of /proc/<pid>/status), or -1. */
 static int ns_pid(int pid) {
-    char path[64], buf[4096];
+    char path[64], buf[16384];
     snprintf(path, sizeof path, "/proc/%d/status", pid);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return -1;
@@ -897,14 +897,21 @@ static ckpt_page *ckpt_of(int pid) {
     snprintf(name, sizeof name, "fake-cuda-ckpt-%d", inner);
     int dfd = ckpt_dir_of(pid);
     if (dfd < 0) return NULL;
-    int fd = openat(dfd, name, O_RDWR | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
-    if (fd < 0) {
+    /* The name is the container's: looked at without opening it (a device node or a FIFO
+     * must not be opened by the controller), then reopened as the regular file it is. */
+    int pfd = openat(dfd, name, O_PATH | O_CLOEXEC | O_NOFOLLOW);
+    struct stat st;
+    if (pfd < 0 || fstat(pfd, &st) != 0 || !S_ISREG(st.st_mode) ||
+        st.st_size < (off_t)sizeof(ckpt_page)) {
+        if (pfd >= 0) close(pfd);
         close(dfd);
         return NULL;
     }
-    struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size < (off_t)sizeof(ckpt_page)) {
-        close(fd);
+    char via[64];
+    snprintf(via, sizeof via, "/proc/self/fd/%d", pfd);
+    int fd = open(via, O_RDWR | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+    close(pfd);
+    if (fd < 0) {
         close(dfd);
         return NULL;
     }

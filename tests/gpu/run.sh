@@ -15,7 +15,9 @@
 # by default (the export of converted memory refused, later allocations native), and pointer
 # queries on converted memory; (6) load signals and burst cost under 1-8 concurrent invocations;
 # (7) the burst monitor beside a stream capture and a context reset (the driver's own rules); (8)
-# oversubscribed UVM: fault-driven migration's rate and two processes thrashing.
+# oversubscribed UVM: fault-driven migration's rate and two processes thrashing; (9) the driver's
+# checkpoint API driven from another process (issue 36): lock / checkpoint / restore / unlock of
+# 1, 4 and 16 GiB of native memory, against step 4's prefetch of the same bytes.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-$PWD/gpu-out}
@@ -273,5 +275,30 @@ if [ -x "$UVM" ] && command -v nvidia-smi >/dev/null; then
     fi
 else
     say "## oversubscribed UVM: uvmbench or nvidia-smi missing"
+fi
+# (9) The checkpoint backend (issue 36): a controller suspends and resumes an application holding
+# native device memory, as the shim does; the restore rate is the Warm tier's under `checkpoint`.
+CK=$BIN/ckptbench
+if [ ! -x "$CK" ] && command -v cc >/dev/null; then
+    cc -O2 -o "$OUT/ckptbench" tests/gpu/ckptbench.c -ldl && CK=$OUT/ckptbench
+fi
+if [ -x "$CK" ]; then
+    for mib in 1024 4096 16384; do
+        say "## checkpoint API, ${mib} MiB native"
+        timeout 120 "$CK" "$mib" 2 2>&1 | sed "s/^/ckpt_${mib} /" | tee -a "$R"
+        say "ckptbench exit: ${PIPESTATUS[0]}"
+    done
+    python3 - "$R" <<'PY' | tee -a "$R"
+import re, sys
+t = open(sys.argv[1]).read()
+def vals(k):
+    return [float(v) for v in re.findall(rf"(?:^|\s){k} ([0-9.]+)", t, re.M)]
+ck, rs, pre = vals("checkpoint_GBps"), vals("restore_GBps"), vals("prefetch_GBps")
+if rs:
+    print(f"summary: checkpoint best {max(ck):.1f} GB/s, restore best {max(rs):.1f} GB/s"
+          + (f" vs UVM prefetch {max(pre):.1f} GB/s" if pre else ""))
+PY
+else
+    say "## checkpoint: ckptbench missing"
 fi
 say "# done $(date -u +%FT%TZ)"

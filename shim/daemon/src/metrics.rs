@@ -343,9 +343,10 @@ impl Metrics {
             ]))
             .inc();
         if ok {
+            // A shim's figure, capped (a hostile one must not wrap the counter): 1 PiB a move.
             self.pool_backend_bytes
                 .get_or_create(&labels(&[("backend", backend), ("action", action)]))
-                .inc_by(bytes);
+                .inc_by(bytes.min(1 << 50));
         }
     }
 

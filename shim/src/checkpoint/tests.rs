@@ -130,7 +130,7 @@ fn start_time_reads_this_process_and_not_a_missing_one() {
 fn only_the_drivers_processes_are_cuda_processes() {
     let (_c, pids) = sleepers(3);
     let d = FakeDriver::with(&pids[..2]);
-    let found = cuda_processes(&d, &pids);
+    let found = cuda_processes(&d, &pids).unwrap();
     assert_eq!(
         found.iter().map(|(p, _)| p.pid()).collect::<Vec<_>>(),
         pids[..2]
@@ -142,7 +142,11 @@ fn only_the_drivers_processes_are_cuda_processes() {
 fn suspend_then_resume_round_trips_every_process() {
     let (_c, pids) = sleepers(2);
     let d = FakeDriver::with(&pids);
-    let procs: Vec<_> = cuda_processes(&d, &pids).into_iter().map(|p| p.0).collect();
+    let procs: Vec<_> = cuda_processes(&d, &pids)
+        .unwrap()
+        .into_iter()
+        .map(|p| p.0)
+        .collect();
     let out = suspend(&d, &procs, Duration::from_secs(1));
     assert_eq!(
         out,
@@ -179,7 +183,11 @@ fn a_process_that_does_not_lock_leaves_all_running() {
     let (_c, pids) = sleepers(2);
     let d = FakeDriver::with(&pids);
     d.busy.lock().unwrap().push(pids[1]);
-    let procs: Vec<_> = cuda_processes(&d, &pids).into_iter().map(|p| p.0).collect();
+    let procs: Vec<_> = cuda_processes(&d, &pids)
+        .unwrap()
+        .into_iter()
+        .map(|p| p.0)
+        .collect();
     let out = suspend(&d, &procs, Duration::from_millis(50));
     assert_eq!(out.done, 0);
     assert!(matches!(out.error, Some(CkptError::LockTimeout { pid, .. }) if pid == pids[1]));
@@ -194,7 +202,11 @@ fn a_failed_checkpoint_is_reported_and_a_failed_process_never_touched_again() {
     let (_c, pids) = sleepers(1);
     let d = FakeDriver::with(&pids);
     d.fail_checkpoint.lock().unwrap().push(pids[0]);
-    let procs: Vec<_> = cuda_processes(&d, &pids).into_iter().map(|p| p.0).collect();
+    let procs: Vec<_> = cuda_processes(&d, &pids)
+        .unwrap()
+        .into_iter()
+        .map(|p| p.0)
+        .collect();
     let out = suspend(&d, &procs, Duration::from_secs(1));
     assert!(matches!(out.error, Some(CkptError::Cuda { code: 999, .. })));
     let again = suspend(&d, &procs, Duration::from_secs(1));
@@ -211,7 +223,11 @@ fn a_failed_checkpoint_is_reported_and_a_failed_process_never_touched_again() {
 fn a_restore_without_room_waits_for_it_within_the_deadline() {
     let (_c, pids) = sleepers(1);
     let d = FakeDriver::with(&pids);
-    let procs: Vec<_> = cuda_processes(&d, &pids).into_iter().map(|p| p.0).collect();
+    let procs: Vec<_> = cuda_processes(&d, &pids)
+        .unwrap()
+        .into_iter()
+        .map(|p| p.0)
+        .collect();
     assert_eq!(suspend(&d, &procs, Duration::from_secs(1)).done, 1);
     *d.oom_restores.lock().unwrap() = 3;
     let out = resume(&d, &procs, Instant::now() + Duration::from_secs(30));
@@ -234,15 +250,26 @@ fn a_restore_without_room_waits_for_it_within_the_deadline() {
 fn a_reused_pid_is_never_acted_on() {
     let (mut c, pids) = sleepers(1);
     let d = FakeDriver::with(&pids);
-    let procs: Vec<_> = cuda_processes(&d, &pids).into_iter().map(|p| p.0).collect();
+    let procs: Vec<_> = cuda_processes(&d, &pids)
+        .unwrap()
+        .into_iter()
+        .map(|p| p.0)
+        .collect();
     // The same PID with another start time: not the process found.
     let forged = [CudaProc {
         pid: pids[0],
         started: procs[0].started + 1,
     }];
     let out = suspend(&d, &forged, Duration::from_secs(1));
-    assert!(matches!(out.error, Some(CkptError::Gone { .. })));
-    assert!(d.calls.lock().unwrap().is_empty());
+    assert_eq!(
+        out,
+        Outcome::default(),
+        "skipped, as a process that exited is"
+    );
+    assert!(
+        d.calls.lock().unwrap().is_empty(),
+        "no call reached the driver"
+    );
     // A process that exited is no error on resume: nothing of it is held.
     for ch in &mut c.0 {
         ch.kill().unwrap();
@@ -259,7 +286,7 @@ fn a_reused_pid_is_never_acted_on() {
 }
 
 #[test]
-fn a_missing_library_is_an_error_not_a_panic() {
+fn a_missing_library_is_an_error_not_a_panic_and_finds_no_process_silently() {
     let d = LibCuda {
         loaded: OnceLock::new(),
     };
@@ -271,4 +298,92 @@ fn a_missing_library_is_an_error_not_a_panic() {
         d.lock(1, Duration::from_secs(1)),
         Err(CkptError::Unavailable(_))
     ));
+    // Not "no CUDA process": the move must fail, not report nothing moved as done.
+    let me = std::process::id();
+    assert!(matches!(
+        cuda_processes(&d, &[me]),
+        Err(CkptError::Unavailable(_))
+    ));
+}
+
+#[test]
+fn a_process_named_with_bytes_that_are_not_utf8_is_not_hidden() {
+    // A container's process can give itself any name, ")" and invalid UTF-8 included.
+    let mut child = std::process::Command::new("sh")
+        .args(["-c", "printf '\\377) x (' > /proc/self/comm; sleep 60"])
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !std::fs::read(format!("/proc/{pid}/comm"))
+        .unwrap_or_default()
+        .starts_with(b"\xff")
+    {
+        assert!(Instant::now() < deadline, "never renamed");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let stat = std::fs::read(format!("/proc/{pid}/stat")).unwrap();
+    assert!(std::str::from_utf8(&stat).is_err(), "{stat:?}");
+    assert!(start_time(pid).is_some_and(|t| t > 0));
+    let d = FakeDriver::with(&[pid]);
+    assert_eq!(cuda_processes(&d, &[pid]).unwrap().len(), 1);
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+#[test]
+fn resume_reports_a_failed_process_and_suspend_skips_one_that_exited() {
+    let (mut c, pids) = sleepers(2);
+    let d = FakeDriver::with(&pids);
+    let procs: Vec<_> = cuda_processes(&d, &pids)
+        .unwrap()
+        .into_iter()
+        .map(|p| p.0)
+        .collect();
+    d.states.lock().unwrap().insert(pids[0], ProcState::Failed);
+    let out = resume(&d, &procs, Instant::now());
+    assert!(matches!(
+        out.error,
+        Some(CkptError::State {
+            state: ProcState::Failed,
+            ..
+        })
+    ));
+    assert_eq!(out.done, 1);
+    // The first exits: a suspend of both moves the other and reports no error.
+    d.states.lock().unwrap().insert(pids[0], ProcState::Running);
+    c.0[0].kill().unwrap();
+    c.0[0].wait().unwrap();
+    let out = suspend(&d, &procs, Duration::from_secs(1));
+    assert_eq!(
+        out,
+        Outcome {
+            done: 1,
+            error: None
+        }
+    );
+    assert_eq!(d.of(pids[1]), ProcState::Checkpointed);
+}
+
+#[test]
+fn a_checkpoint_that_fails_unlocks_the_processes_not_yet_suspended() {
+    let (_c, pids) = sleepers(3);
+    let d = FakeDriver::with(&pids);
+    d.fail_checkpoint.lock().unwrap().push(pids[1]);
+    let procs: Vec<_> = cuda_processes(&d, &pids)
+        .unwrap()
+        .into_iter()
+        .map(|p| p.0)
+        .collect();
+    let out = suspend(&d, &procs, Duration::from_secs(1));
+    assert!(matches!(out.error, Some(CkptError::Cuda { code: 999, .. })));
+    assert_eq!(
+        [d.of(pids[0]), d.of(pids[1]), d.of(pids[2])],
+        [
+            ProcState::Checkpointed,
+            ProcState::Failed,
+            ProcState::Running
+        ],
+        "the third never stays locked"
+    );
 }

@@ -10,6 +10,12 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use super::TaskService;
+
+/// The longest a suspend waits for the processes' submitted work to end before it gives up for
+/// now (the container stays Hot; the pool backs off and asks again).
+const LOCK_WAIT: Duration = Duration::from_secs(2);
+/// What the driver gets past a move's window before the move counts as timed out.
+const DRIVER_GRACE: Duration = Duration::from_secs(5);
 use crate::checkpoint::{self, CkptError};
 use crate::memory::Usage;
 use crate::runtime::Runtime;
@@ -62,25 +68,52 @@ impl TaskService {
             }
         };
         let driver = self.ckpt.clone();
-        let done = tokio::task::spawn_blocking(move || {
-            let procs: Vec<_> = checkpoint::cuda_processes(&*driver, &pids)
+        // The lock waits for the processes' submitted work only: a short deadline, so a
+        // thawed container (running without a lease) is not given long; the rest of the
+        // window is the copy's.
+        let lock = within.min(LOCK_WAIT);
+        let work = tokio::task::spawn_blocking(move || {
+            let procs: Vec<_> = checkpoint::cuda_processes(&*driver, &pids)?
                 .into_iter()
                 .map(|(p, _)| p)
                 .collect();
-            if evict {
-                checkpoint::suspend(&*driver, &procs, within)
+            let out = if evict {
+                checkpoint::suspend(&*driver, &procs, lock)
             } else {
                 checkpoint::resume(&*driver, &procs, Instant::now() + within)
+            };
+            Ok::<_, CkptError>((procs.len(), out))
+        });
+        // The driver's calls other than the lock have no deadline of their own, and the process
+        // is the container's: past the window (and a grace for the driver) the move has timed
+        // out, and the caller drops the container from the pool (its thread may stay stuck in
+        // the driver; no other call is made for that container again).
+        let (found, out) = match tokio::time::timeout(within + DRIVER_GRACE, work).await {
+            Err(_) => {
+                a.timed_out = true;
+                a.errors.push(format!(
+                    "the driver did not answer within {} ms",
+                    (within + DRIVER_GRACE).as_millis()
+                ));
+                return a;
             }
-        })
-        .await;
-        let out = match done {
-            Ok(o) => o,
-            Err(e) => {
+            Ok(Err(e)) => {
                 a.errors.push(format!("checkpoint thread: {e}"));
                 return a;
             }
+            Ok(Ok(Err(e))) => {
+                a.errors.push(e.to_string());
+                return a;
+            }
+            Ok(Ok(Ok(r))) => r,
         };
+        if found == 0 && bytes > 0 {
+            // Memory held and no process the driver knows: nothing was moved, whatever else.
+            a.errors.push(format!(
+                "{bytes} bytes held and no CUDA process of the container known to the driver"
+            ));
+            return a;
+        }
         a.processes = out.done;
         a.bytes = bytes;
         match out.error {

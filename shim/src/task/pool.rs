@@ -56,6 +56,15 @@ impl Default for PoolTimeouts {
     }
 }
 
+/// A container's processes that the driver did not bring back (see [`TaskService::restore`]).
+#[derive(Debug)]
+pub(super) struct NotRestored {
+    /// For want of GPU memory in time: trying again later may succeed.
+    pub(super) busy: bool,
+    /// What the driver said.
+    pub(super) why: String,
+}
+
 /// How long one PoolOrders call waits in the daemon.
 const ORDERS_WAIT: Duration = Duration::from_secs(25);
 
@@ -167,8 +176,26 @@ impl TaskService {
                 }
                 return Err(e);
             }
-            if let (true, Some(d)) = (gated, &ctl) {
-                self.restore(id, d, thawed).await;
+            if let (true, Some(d)) = (gated, &ctl)
+                && let Err(e) = self.restore(id, d, thawed).await
+            {
+                // Its processes are still suspended: it must not run, or hold a slot, so. Frozen
+                // again and its lease given back; containerd sees the Resume fail and the
+                // container still paused.
+                let frozen = runtime.pause(id).await;
+                self.release_lease(id, true, "resume failed").await;
+                if let Err(f) = frozen {
+                    tracing::error!(container = %id, "freeze after a failed restore: {f}");
+                }
+                return Err(crate::error::Error::FailedPrecondition(format!(
+                    "container {id}: its GPU memory could not be restored{}: {}",
+                    if e.busy {
+                        " (no GPU memory free in time)"
+                    } else {
+                        ""
+                    },
+                    e.why
+                )));
             }
         }
         let mut st = self.state.lock().await;
@@ -195,7 +222,18 @@ impl TaskService {
     }
 
     /// After a thaw at Resume: brings evicted memory back before the task goes on.
-    pub(super) async fn restore(&self, id: &str, dir: &Path, thawed: Instant) {
+    ///
+    /// # Errors
+    /// Under `checkpoint`, its processes could not be brought back (they stay suspended, and
+    /// would block in their next CUDA call): [`NotRestored`] says whether for want of GPU
+    /// memory (`busy`: the caller may try again) or for good. Under `uvm` a failed prefetch is
+    /// no error: the interposer lets launches through and its memory pages in.
+    pub(super) async fn restore(
+        &self,
+        id: &str,
+        dir: &Path,
+        thawed: Instant,
+    ) -> std::result::Result<(), NotRestored> {
         let evicted = {
             let mut st = self.state.lock().await;
             st.containers
@@ -203,29 +241,25 @@ impl TaskService {
                 .is_some_and(|c| std::mem::replace(&mut c.evicted, false))
         };
         if !evicted {
-            return;
+            return Ok(());
         }
         let found = {
             let st = self.state.lock().await;
             st.containers.get(id).map(|c| (c.warm(), c.runtime.clone()))
         };
+        let checkpoint = matches!(found, Some((Warm::Checkpoint, _)));
         let a = match found {
             Some((Warm::Checkpoint, runtime)) => {
-                let a = self
-                    .checkpoint_move(id, &*runtime, dir, false, self.pool_timeouts.moves)
-                    .await;
-                if !a.busy.is_empty() {
-                    // No GPU memory came free in time: still Warm, tried again at its next
-                    // burst or Resume (its processes wait, locked, meanwhile).
-                    tracing::warn!(container = %id, "restore: {}", a.busy.join("; "));
-                    if let Some(c) = self.state.lock().await.containers.get_mut(id) {
-                        c.evicted = true;
-                    }
-                }
-                a
+                self.checkpoint_move(id, &*runtime, dir, false, self.pool_timeouts.moves)
+                    .await
             }
             _ => uvm(dir, id, Command::Prefetch, self.pool_timeouts.moves).await,
         };
+        let failed = checkpoint && !(a.ok() && a.busy.is_empty());
+        if failed && let Some(c) = self.state.lock().await.containers.get_mut(id) {
+            // Still (partly) suspended: whoever runs it next restores it first.
+            c.evicted = true;
+        }
         if !a.ok() {
             // The interposer lets launches through after a failed prefetch (and prefetches
             // itself after its bounded wait): the memory is still reachable, only slower.
@@ -244,10 +278,29 @@ impl TaskService {
                 ok: a.ok() && a.busy.is_empty(),
                 bytes: a.bytes,
                 duration_ns: nanos(thawed.elapsed()),
-                error: a.errors.join("; "),
+                error: a
+                    .errors
+                    .iter()
+                    .chain(&a.busy)
+                    .cloned()
+                    .collect::<Vec<_>>()
+                    .join("; "),
                 ..Default::default()
             }])
             .await;
+        if failed {
+            return Err(NotRestored {
+                busy: a.ok(),
+                why: a
+                    .errors
+                    .iter()
+                    .chain(&a.busy)
+                    .cloned()
+                    .collect::<Vec<_>>()
+                    .join("; "),
+            });
+        }
+        Ok(())
     }
 
     /// How long moving `bytes` may take: 2 s plus 1 GiB/s, at most the move timeout.

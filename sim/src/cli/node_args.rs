@@ -26,6 +26,17 @@ pub(super) struct NodeArgs {
     /// Host↔GPU bandwidth, GB/s.
     #[arg(long, default_value_t = 12.0)]
     pcie_gbps: f64,
+    /// How idle containers' memory goes Warm: `uvm` (the interposer's managed memory; the CUDA
+    /// context stays on the GPU) or `checkpoint` (the driver's checkpoint API: all of it moves).
+    #[arg(long, default_value = "uvm")]
+    warm: String,
+    /// Each container's CUDA context on its GPU, MB (0: not modelled).
+    #[arg(long, default_value_t = 0.0)]
+    context_mb: f64,
+    /// Under `--warm checkpoint`: the driver's checkpoint / restore rate, GB/s (an assumption
+    /// from users' reports until the GPU check measures it; the link's rate bounds it).
+    #[arg(long, default_value_t = 8.0)]
+    checkpoint_gbps: f64,
     /// Cold start for functions without `cold_ms`, ms.
     #[arg(long, default_value_t = 3000.0)]
     cold_ms: f64,
@@ -186,6 +197,9 @@ impl NodeArgs {
             gpu_mem_mb: self.gpu_mem_mb,
             mode: self.mode.parse::<GpuMode>()?,
             pcie_gbps: self.pcie_gbps,
+            warm: self.warm.parse()?,
+            context_mb: self.context_mb,
+            checkpoint_gbps: self.checkpoint_gbps,
             cold_ms: self.cold_ms,
             profile: self.profile.parse::<Profile>()?,
             overrides: Overrides {

@@ -200,6 +200,7 @@ impl Engine<'_> {
             gpus: self.cfg.gpus,
             audit: self.audit,
             pcie_mb: self.pcie_mb,
+            warm: self.warm,
             mean_d: self.d_integral / span,
             mean_slots: self.slot_integral / span,
             limits: self.limits,

@@ -32,7 +32,7 @@ impl Engine<'_> {
                     if best == Tier::Cold {
                         best = Tier::Warm;
                     }
-                    restore = restore.min(self.transfer_ms(c.gpu, self.mem(f)));
+                    restore = restore.min(self.move_ms(c.gpu, self.moved_mb(f)));
                 }
                 Tier::Cold => {}
             }
@@ -56,6 +56,12 @@ impl Engine<'_> {
         self.pcie_at(g, mb, 1.0)
     }
 
+    /// An evict or restore of `mb` on GPU `g`'s link, at the Warm backend's rate; returns when
+    /// it is done.
+    pub(super) fn move_link(&mut self, g: usize, mb: f64) -> f64 {
+        self.pcie_at(g, mb, self.move_share(g))
+    }
+
     /// [`Engine::pcie`] at `share` of the link's rate (fault-driven paging): the same bytes,
     /// `1 / share` times as long on the link.
     pub(super) fn pcie_at(&mut self, g: usize, mb: f64, share: f64) -> f64 {
@@ -68,27 +74,29 @@ impl Engine<'_> {
     }
 
     pub(super) fn evict(&mut self, c: usize, policy: &mut dyn Policy) {
-        let (g, f, mb) = {
+        let (g, f) = {
             let ct = &mut self.containers[c];
             debug_assert!(ct.tier == Tier::Hot && !ct.busy);
             ct.tier = Tier::Warm;
-            (ct.gpu, ct.func, self.trace.functions[ct.func].mem_mb)
+            (ct.gpu, ct.func)
         };
+        let mb = self.moved_mb(f);
         self.gpus[g].used_mb -= mb;
-        self.pcie(g, mb);
+        self.warm_moved(f, true);
+        self.move_link(g, mb);
         self.refresh(f, policy);
     }
 
     /// Container `c` (idle, Hot) is gone with its memory: its function's next call starts cold.
     pub(super) fn discard(&mut self, c: usize, policy: &mut dyn Policy) {
-        let (g, f, mb) = {
+        let (g, f) = {
             let ct = &mut self.containers[c];
             debug_assert!(ct.tier == Tier::Hot && !ct.busy);
             ct.tier = Tier::Cold;
             ct.alive = false;
-            (ct.gpu, ct.func, self.trace.functions[ct.func].mem_mb)
+            (ct.gpu, ct.func)
         };
-        self.gpus[g].used_mb -= mb;
+        self.gpus[g].used_mb -= self.hot_mb(f);
         self.by_func[f].retain(|&x| x != c);
         self.refresh(f, policy);
     }
@@ -107,7 +115,7 @@ impl Engine<'_> {
         if need <= free + EPS {
             return true;
         }
-        let bw = self.gpus[g].link_gbps;
+        let bw = self.gpus[g].link_gbps * self.move_share(g);
         let cands: Vec<ContainerView> = self
             .containers
             .iter()
@@ -115,7 +123,7 @@ impl Engine<'_> {
             .filter(|(_, c)| c.alive && c.gpu == g && c.tier == Tier::Hot && !c.busy)
             .filter(|(_, c)| active_ok || !policy.active(c.func))
             .map(|(i, c)| {
-                let mb = self.trace.functions[c.func].mem_mb;
+                let mb = self.moved_mb(c.func);
                 ContainerView {
                     id: i as u64,
                     tier: c.tier,
@@ -131,7 +139,7 @@ impl Engine<'_> {
             .collect();
         let freeable: f64 = cands
             .iter()
-            .map(|c| self.trace.functions[self.containers[c.id as usize].func].mem_mb)
+            .map(|c| self.moved_mb(self.containers[c.id as usize].func))
             .sum();
         if free + freeable + EPS < need {
             return false;
@@ -162,12 +170,14 @@ impl Engine<'_> {
             });
         let Some(c) = warm else { return };
         let g = self.containers[c].gpu;
-        let mem = self.mem(f);
+        let mem = self.moved_mb(f);
         if !self.make_room(g, mem, false, policy) {
             return;
         }
         self.gpus[g].used_mb += mem;
-        let end = self.pcie(g, mem);
+        self.warm_moved(f, false);
+        let end = self.move_link(g, mem);
+        self.restored(end);
         let ct = &mut self.containers[c];
         ct.tier = Tier::Hot;
         ct.ready_ms = end;
@@ -210,6 +220,11 @@ impl Engine<'_> {
         }
         for c in drop {
             let f = self.containers[c].func;
+            // A Warm container's context (under `uvm`) leaves its GPU with it.
+            if self.containers[c].tier == Tier::Warm {
+                self.gpus[self.containers[c].gpu].used_mb -= self.warm_mb(f);
+                self.warm_moved(f, false);
+            }
             self.containers[c].alive = false;
             self.containers[c].tier = Tier::Cold;
             self.by_func[f].retain(|&x| x != c);

@@ -75,7 +75,7 @@ impl Engine<'_> {
         let released = Input::Released {
             key: key(c),
             paused: true,
-            bytes: bytes(self.mem(self.containers[c].func)),
+            bytes: bytes(self.moved_mb(self.containers[c].func)),
             native: None,
         };
         node(policy).step(released, ms(self.now));
@@ -90,7 +90,7 @@ impl Engine<'_> {
             ok: true,
             skipped: false,
             gone: false,
-            bytes: bytes(self.mem(self.containers[c].func)),
+            bytes: bytes(self.moved_mb(self.containers[c].func)),
             seconds,
         });
         node(policy).step(report, ms(self.now));
@@ -136,7 +136,7 @@ impl Engine<'_> {
     fn carry_out(&mut self, c: usize, action: Action) -> (Option<u64>, f64) {
         let ct = &self.containers[c];
         let (f, g) = (ct.func, ct.gpu);
-        let mb = self.mem(f);
+        let mb = self.moved_mb(f);
         if !ct.alive || ct.busy {
             return (None, 0.0);
         }
@@ -144,20 +144,28 @@ impl Engine<'_> {
             (Action::Evict, Tier::Hot) => {
                 self.containers[c].tier = Tier::Warm;
                 self.gpus[g].used_mb -= mb;
-                self.pcie(g, mb);
-                (Some(bytes(mb)), self.transfer_ms(g, mb) / 1e3)
+                self.warm_moved(f, true);
+                self.move_link(g, mb);
+                (Some(bytes(mb)), self.move_ms(g, mb) / 1e3)
             }
             (Action::Prefetch, Tier::Warm) => {
                 self.gpus[g].used_mb += mb;
-                let end = self.pcie(g, mb);
+                self.warm_moved(f, false);
+                let end = self.move_link(g, mb);
+                self.restored(end);
                 let ct = &mut self.containers[c];
                 ct.tier = Tier::Hot;
                 ct.ready_ms = end;
-                (Some(bytes(mb)), self.transfer_ms(g, mb) / 1e3)
+                (Some(bytes(mb)), self.move_ms(g, mb) / 1e3)
             }
             (Action::Reclaim, tier) => {
-                if tier == Tier::Hot {
-                    self.gpus[g].used_mb -= mb;
+                match tier {
+                    Tier::Hot => self.gpus[g].used_mb -= self.hot_mb(f),
+                    Tier::Warm => {
+                        self.gpus[g].used_mb -= self.warm_mb(f);
+                        self.warm_moved(f, false);
+                    }
+                    Tier::Cold => {}
                 }
                 let ct = &mut self.containers[c];
                 ct.alive = false;

@@ -17,7 +17,7 @@ impl Engine<'_> {
     /// Gives run `r` a container under `none`, or fails it.
     pub(super) fn acquire_unadmitted(&mut self, r: usize, policy: &mut dyn Policy) {
         let (g, f) = self.run_site(r);
-        let mem = self.mem(f);
+        let mem = self.hot_mb(f);
         let (c, until, tier) = if let Some(c) = self.idle_container(f, g, Tier::Hot) {
             (c, self.containers[c].ready_ms.max(self.now), Tier::Hot)
         } else if self.gpus[g].used_mb + mem <= self.cfg.mem_mb(g) + EPS
@@ -51,7 +51,7 @@ impl Engine<'_> {
                 .enumerate()
                 .filter_map(|(i, run)| run.as_ref().map(|run| (i, run)))
                 .filter(|(i, run)| run.gpu == g && (run.container.is_some() || *i == r))
-                .map(|(_, run)| self.mem(run.func))
+                .map(|(_, run)| self.hot_mb(run.func))
                 .sum();
             if running > cap + EPS {
                 return self.pcie_at(g, mem, UVM_FAULT_SHARE);

@@ -209,7 +209,9 @@ pub(super) fn report(
         } else {
             tracing::warn!(key = %o.key, action = o.action.name(), "pool action failed: {}", r.error);
         }
-        if !o.skipped && !o.gone {
+        // A move that failed also says `gone` (the shim drops the container from its pool):
+        // counted, as an error.
+        if !o.skipped {
             let warm = inner
                 .pooled
                 .get(&o.key)

@@ -11,6 +11,9 @@ use crate::error::Error;
 use crate::gate::Kind;
 use crate::gpu::Classification;
 
+/// How long a burst whose restore found no GPU memory waits before it asks for a slot again.
+const RESTORE_RETRY: Duration = Duration::from_millis(200);
+
 impl TaskService {
     /// Asks `mqfqd` for the container's burst lease, restores evicted memory once granted,
     /// and tells the waiting processes.
@@ -66,9 +69,27 @@ impl TaskService {
                     .await;
                 continue;
             }
-            self.restore_for_burst(id).await;
+            let restored = self.restore_for_burst(id).await;
             drop(moving);
-            break Ok(());
+            let Err(e) = restored else {
+                break Ok(());
+            };
+            // Its processes are still suspended: the lease goes back (a locked process holds
+            // no GPU work) and the memory stays where it is.
+            let held = {
+                let st = self.state.lock().await;
+                st.containers.get(id).map(|c| c.held).unwrap_or_default()
+            };
+            self.gate
+                .release(&self.namespace, id, mqfq_proto::UNUSED, held)
+                .await;
+            if !e.busy {
+                break Err(format!("its GPU memory could not be restored: {}", e.why));
+            }
+            // No GPU memory free in time: the burst waits (its first call blocks meanwhile)
+            // and asks for a slot again, as a restore without room waits for memory.
+            tracing::info!(container = %id, "restore without room: the burst asks again");
+            tokio::time::sleep(RESTORE_RETRY).await;
         };
         if book.admitted(result.err()) {
             self.after_burst(id, After::Release(Ended::nothing())).await;
@@ -118,7 +139,7 @@ impl TaskService {
     }
 
     /// Brings an evicted burst container's memory back (its processes are running).
-    async fn restore_for_burst(&self, id: &str) {
+    async fn restore_for_burst(&self, id: &str) -> Result<(), super::super::pool::NotRestored> {
         let dir = {
             let st = self.state.lock().await;
             st.containers
@@ -126,8 +147,9 @@ impl TaskService {
                 .filter(|c| c.evicted)
                 .and_then(|c| c.ctl_dir.clone())
         };
-        if let Some(dir) = dir {
-            self.restore(id, &dir, Instant::now()).await;
+        match dir {
+            Some(dir) => self.restore(id, &dir, Instant::now()).await,
+            None => Ok(()),
         }
     }
 }

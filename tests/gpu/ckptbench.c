@@ -1,0 +1,232 @@
+/*
+ * The driver's checkpoint API on a real GPU (issue 36 GPU check), the way the shim uses it: a
+ * controller process suspends and resumes another process that holds native device memory.
+ * Driver API loaded at run time and one kernel as PTX, so no CUDA toolkit is needed:
+ *   cc -O2 -o ckptbench ckptbench.c -ldl
+ *
+ *   ckptbench MIB ROUNDS   forks an application that allocates MIB of native device memory
+ *                          (cuMemAlloc), fills it and runs a kernel over it; this process (the
+ *                          controller, initialising the driver only after the fork) then, ROUNDS
+ *                          times: locks it, checkpoints it, restores it, unlocks it (each timed,
+ *                          `lock_ms`, `checkpoint_ms` / `checkpoint_GBps`, `restore_ms` /
+ *                          `restore_GBps`, `unlock_ms`; `state_after_checkpoint` as the driver
+ *                          reports it), and has the application run the kernel again and check
+ *                          every value (`results_wrong`). Compare with uvmbench's prefetch_GBps
+ *                          for the same bytes.
+ *
+ * Prints `name value` lines; exits 1 on a wrong result, a failed call or a missing function.
+ */
+#include <dlfcn.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+typedef int CUresult;
+typedef unsigned long long CUdeviceptr;
+typedef void *CUcontext;
+typedef void *CUmodule;
+typedef void *CUfunction;
+typedef struct {
+    unsigned int timeoutMs;
+    unsigned int reserved0;
+    unsigned long long reserved1[7];
+} LockArgs;
+
+static CUresult (*cuInit)(unsigned);
+static CUresult (*cuDeviceGet)(int *, int);
+static CUresult (*cuDevicePrimaryCtxRetain)(CUcontext *, int);
+static CUresult (*cuCtxSetCurrent)(CUcontext);
+static CUresult (*cuCtxSynchronize)(void);
+static CUresult (*cuMemAlloc)(CUdeviceptr *, size_t);
+static CUresult (*cuMemcpyHtoD)(CUdeviceptr, const void *, size_t);
+static CUresult (*cuMemcpyDtoH)(void *, CUdeviceptr, size_t);
+static CUresult (*cuModuleLoadData)(CUmodule *, const void *);
+static CUresult (*cuModuleGetFunction)(CUfunction *, CUmodule, const char *);
+static CUresult (*cuLaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned,
+                                  unsigned, unsigned, void *, void **, void **);
+static CUresult (*ckLock)(int, LockArgs *);
+static CUresult (*ckCheckpoint)(int, void *);
+static CUresult (*ckRestore)(int, void *);
+static CUresult (*ckUnlock)(int, void *);
+static CUresult (*ckState)(int, int *);
+
+#include "inc_ptx.h"
+
+static double now_ms(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec * 1e3 + t.tv_nsec / 1e6;
+}
+
+#define LOAD(h, f, name)                                                                   \
+    do {                                                                                   \
+        *(void **)&f = dlsym(h, name);                                                     \
+        if (!f) {                                                                          \
+            printf("missing %s\n", name);                                                  \
+            return 1;                                                                      \
+        }                                                                                  \
+    } while (0)
+
+#define CHECK(call)                                                                        \
+    do {                                                                                   \
+        CUresult r_ = (call);                                                              \
+        if (r_) {                                                                          \
+            printf("error %s = %d\n", #call, r_);                                          \
+            return 1;                                                                      \
+        }                                                                                  \
+    } while (0)
+
+static int launch(CUfunction f, CUdeviceptr p, unsigned n) {
+    void *args[] = {&p, &n};
+    unsigned blocks = (n + 255) / 256;
+    return cuLaunchKernel(f, blocks, 1, 1, 256, 1, 1, 0, NULL, args, NULL) || cuCtxSynchronize();
+}
+
+/* The application: native memory, filled and incremented once; then one kernel and a check per
+ * byte read from `cmd` ('k'), answering each on `ans` with the count of wrong values. */
+static int app(void *h, size_t bytes, int cmd, int ans) {
+    unsigned n = (unsigned)(bytes / 4);
+    int dev;
+    CUcontext ctx;
+    CUmodule m;
+    CUfunction f;
+    CUdeviceptr d;
+    CHECK(cuInit(0));
+    CHECK(cuDeviceGet(&dev, 0));
+    CHECK(cuDevicePrimaryCtxRetain(&ctx, dev));
+    CHECK(cuCtxSetCurrent(ctx));
+    CHECK(cuModuleLoadData(&m, PTX));
+    CHECK(cuModuleGetFunction(&f, m, "inc"));
+    unsigned *host = malloc(bytes);
+    if (!host) return 1;
+    for (unsigned i = 0; i < n; i++) host[i] = i;
+    CHECK(cuMemAlloc(&d, bytes));
+    CHECK(cuMemcpyHtoD(d, host, bytes));
+    CHECK(launch(f, d, n));
+    unsigned rounds = 1;
+    unsigned wrong = 0;
+    if (write(ans, &wrong, sizeof wrong) != sizeof wrong) return 1;
+    (void)h;
+    char c;
+    while (read(cmd, &c, 1) == 1) {
+        CHECK(launch(f, d, n));
+        rounds++;
+        CHECK(cuMemcpyDtoH(host, d, bytes));
+        wrong = 0;
+        for (unsigned i = 0; i < n; i++)
+            if (host[i] != i + rounds) wrong++;
+        if (write(ans, &wrong, sizeof wrong) != sizeof wrong) return 1;
+    }
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    if (argc < 3) {
+        fprintf(stderr, "usage: ckptbench MIB ROUNDS\n");
+        return 2;
+    }
+    size_t bytes = (size_t)atol(argv[1]) << 20;
+    int rounds = atoi(argv[2]);
+    void *h = dlopen("libcuda.so.1", RTLD_NOW);
+    if (!h) {
+        printf("no libcuda.so.1: %s\n", dlerror());
+        return 1;
+    }
+    LOAD(h, cuInit, "cuInit");
+    LOAD(h, cuDeviceGet, "cuDeviceGet");
+    LOAD(h, cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain");
+    LOAD(h, cuCtxSetCurrent, "cuCtxSetCurrent");
+    LOAD(h, cuCtxSynchronize, "cuCtxSynchronize");
+    LOAD(h, cuMemAlloc, "cuMemAlloc_v2");
+    LOAD(h, cuMemcpyHtoD, "cuMemcpyHtoD_v2");
+    LOAD(h, cuMemcpyDtoH, "cuMemcpyDtoH_v2");
+    LOAD(h, cuModuleLoadData, "cuModuleLoadData");
+    LOAD(h, cuModuleGetFunction, "cuModuleGetFunction");
+    LOAD(h, cuLaunchKernel, "cuLaunchKernel");
+    LOAD(h, ckLock, "cuCheckpointProcessLock");
+    LOAD(h, ckCheckpoint, "cuCheckpointProcessCheckpoint");
+    LOAD(h, ckRestore, "cuCheckpointProcessRestore");
+    LOAD(h, ckUnlock, "cuCheckpointProcessUnlock");
+    LOAD(h, ckState, "cuCheckpointProcessGetState");
+    int cmd[2], ans[2];
+    if (pipe(cmd) || pipe(ans)) return 1;
+    pid_t pid = fork();
+    if (pid < 0) return 1;
+    if (pid == 0) {
+        close(cmd[1]);
+        close(ans[0]);
+        _exit(app(h, bytes, cmd[0], ans[1]));
+    }
+    close(cmd[0]);
+    close(ans[1]);
+    unsigned wrong;
+    int status = 1;
+    if (read(ans[0], &wrong, sizeof wrong) != sizeof wrong) {
+        printf("error application did not start\n");
+        goto out;
+    }
+    /* The controller's driver, initialised after the fork (restore needs it, or persistence). */
+    CUresult init = cuInit(0);
+    printf("controller_init %d\n", init);
+    double gb = bytes / 1e9;
+    for (int k = 0; k < rounds; k++) {
+        LockArgs la = {.timeoutMs = 10000};
+        double t0 = now_ms();
+        CUresult r = ckLock(pid, &la);
+        double t1 = now_ms();
+        if (r) {
+            printf("error lock = %d\n", r);
+            goto out;
+        }
+        printf("lock_ms %.2f\n", t1 - t0);
+        t0 = now_ms();
+        r = ckCheckpoint(pid, NULL);
+        t1 = now_ms();
+        if (r) {
+            printf("error checkpoint = %d\n", r);
+            goto out;
+        }
+        printf("checkpoint_ms %.2f\ncheckpoint_GBps %.2f\n", t1 - t0, gb / ((t1 - t0) / 1e3));
+        int st = -1;
+        ckState(pid, &st);
+        printf("state_after_checkpoint %d\n", st);
+        t0 = now_ms();
+        r = ckRestore(pid, NULL);
+        t1 = now_ms();
+        if (r) {
+            printf("error restore = %d\n", r);
+            goto out;
+        }
+        printf("restore_ms %.2f\nrestore_GBps %.2f\n", t1 - t0, gb / ((t1 - t0) / 1e3));
+        t0 = now_ms();
+        r = ckUnlock(pid, NULL);
+        t1 = now_ms();
+        if (r) {
+            printf("error unlock = %d\n", r);
+            goto out;
+        }
+        printf("unlock_ms %.2f\n", t1 - t0);
+        if (write(cmd[1], "k", 1) != 1 || read(ans[0], &wrong, sizeof wrong) != sizeof wrong) {
+            printf("error application gone\n");
+            goto out;
+        }
+        printf("results_wrong %u of %zu\n", wrong, bytes / 4);
+        if (wrong) goto out;
+    }
+    status = 0;
+out:
+    close(cmd[1]);
+    int ws = 0;
+    if (waitpid(pid, &ws, 0) < 0 || !WIFEXITED(ws) || WEXITSTATUS(ws)) {
+        kill(pid, SIGKILL);
+        if (status == 0) printf("error application exit %d\n", ws);
+        status = 1;
+    }
+    return status;
+}
