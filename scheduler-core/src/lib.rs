@@ -29,6 +29,7 @@ pub mod queue;
 pub mod tenant_lru;
 pub mod tiers;
 pub mod time;
+pub mod warm;
 
 pub use config::{ConfigError, GpuMode, Profile, QueueConfig};
 pub use queue::{Dispatched, FlowEvent, FlowId, FlowState, MqfqQueue, QueueError, Ticket};

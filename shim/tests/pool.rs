@@ -438,6 +438,47 @@ fn a_function_that_exported_gets_native_allocations_in_its_next_containers() {
     assert!(c.leftovers().is_empty(), "{:?}", c.leftovers());
 }
 
+/// A containerd whose shims drive the libcuda double's checkpoint API (with `env` beside it) and
+/// gate Start and Resume, the doubles built (`ckpt_ctl` too), and an mqfqd with `extra` config
+/// whose pool evicts by checkpoint after 1 s of idleness.
+fn checkpoint_node(
+    name: &str,
+    env: &[(&str, &str)],
+    extra: &str,
+) -> Option<(Containerd, Mqfqd, PathBuf, PathBuf, CheckpointDouble)> {
+    let shim = Path::new(env!("CARGO_BIN_EXE_containerd-shim-mqfq-v2"));
+    let ck = CheckpointDouble::new().unwrap();
+    let owned = ck.shim_env();
+    let mut all: Vec<(&str, &str)> = owned.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    all.push(("MQFQ_BURST", "off"));
+    all.extend_from_slice(env);
+    let c = Containerd::start_with_env(
+        &format!("it-{}-{name}", std::process::id()),
+        shim.parent().unwrap(),
+        &all,
+    )?;
+    let cuda = c.install_cuda(&interposer()).unwrap();
+    let ctl = mqfq_testkit::build_double("ckpt_ctl", &cuda).unwrap();
+    let d = Mqfqd::start(
+        &mqfq_testkit::daemon_program("mqfqd"),
+        &mqfq_testkit::daemon_program("mqfqctl"),
+        c.dir(),
+        &c.daemon_socket(),
+        &format!(
+            "{extra}restart_grace_ms = 0\n[queue]\nttl_s = 0.3\n[pool]\nhot_ttl_s = 1.0\n\
+             warm = \"checkpoint\"\n"
+        ),
+    );
+    Some((c, d, cuda, ctl, ck))
+}
+
+/// `ctr run` flags for a detached CUDA client whose processes publish checkpoint pages.
+fn ck_flags(ck: &CheckpointDouble) -> Vec<String> {
+    let mut flags = vec!["-d".to_owned()];
+    flags.extend(ck.container_flags());
+    flags
+}
+
 /// `[pool] warm = "checkpoint"`: the container's allocations stay native (nothing converted),
 /// its paused processes are suspended whole by the driver's checkpoint API from the shim (the
 /// double's page shows its device bytes on the host and the process checkpointed), the pool
@@ -445,33 +486,13 @@ fn a_function_that_exported_gets_native_allocations_in_its_next_containers() {
 /// checkpointed leaves nothing behind.
 #[test]
 fn checkpoint_backend_suspends_a_paused_container_and_resume_restores_it() {
-    let shim = Path::new(env!("CARGO_BIN_EXE_containerd-shim-mqfq-v2"));
-    let ck = CheckpointDouble::new().unwrap();
-    let mut env: Vec<(&str, String)> = ck.shim_env();
-    env.push(("MQFQ_BURST", "off".into()));
-    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
-    let Some(c) = Containerd::start_with_env(
-        &format!("it-{}-ckpt", std::process::id()),
-        shim.parent().unwrap(),
-        &env,
-    ) else {
+    let metrics = mqfq_testkit::free_metrics_addr();
+    let Some((c, d, cuda, ctl, ck)) =
+        checkpoint_node("ckpt", &[], &format!("metrics_addr = \"{metrics}\"\n"))
+    else {
         return;
     };
-    let cuda = c.install_cuda(&interposer()).unwrap();
-    let ctl = mqfq_testkit::build_double("ckpt_ctl", &cuda).unwrap();
-    let metrics = mqfq_testkit::free_metrics_addr();
-    let d = Mqfqd::start(
-        &mqfq_testkit::daemon_program("mqfqd"),
-        &mqfq_testkit::daemon_program("mqfqctl"),
-        c.dir(),
-        &c.daemon_socket(),
-        &format!(
-            "metrics_addr = \"{metrics}\"\nrestart_grace_ms = 0\n[queue]\nttl_s = 0.3\n\
-             [pool]\nhot_ttl_s = 1.0\nwarm = \"checkpoint\"\n"
-        ),
-    );
-    let mut flags = vec!["-d".to_owned()];
-    flags.extend(ck.container_flags());
+    let flags = ck_flags(&ck);
     let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
     for id in ["k", "k2"] {
         let o = c.run_cuda_with(MQFQ, id, "ck", &cuda, &flags, &["loop"]);
@@ -561,33 +582,17 @@ fn checkpoint_backend_suspends_a_paused_container_and_resume_restores_it() {
 /// and holds no lease. Killed afterwards, its Resume finds the process gone and it ends.
 #[test]
 fn a_checkpoint_restore_without_memory_fails_the_resume_and_holds_nothing() {
-    let shim = Path::new(env!("CARGO_BIN_EXE_containerd-shim-mqfq-v2"));
-    let ck = CheckpointDouble::new().unwrap();
-    let mut env: Vec<(&str, String)> = ck.shim_env();
-    env.extend([
-        ("MQFQ_BURST", "off".into()),
-        ("FAKE_CUDA_CKPT_FAIL", "restore-oom".into()),
-        ("MQFQ_POOL_MOVE_TIMEOUT_MS", "1000".into()),
-    ]);
-    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
-    let Some(c) = Containerd::start_with_env(
-        &format!("it-{}-ckpt-oom", std::process::id()),
-        shim.parent().unwrap(),
-        &env,
+    let Some((c, d, cuda, ctl, ck)) = checkpoint_node(
+        "ckpt-oom",
+        &[
+            ("FAKE_CUDA_CKPT_FAIL", "restore-oom"),
+            ("MQFQ_POOL_MOVE_TIMEOUT_MS", "1000"),
+        ],
+        "",
     ) else {
         return;
     };
-    let cuda = c.install_cuda(&interposer()).unwrap();
-    let ctl = mqfq_testkit::build_double("ckpt_ctl", &cuda).unwrap();
-    let d = Mqfqd::start(
-        &mqfq_testkit::daemon_program("mqfqd"),
-        &mqfq_testkit::daemon_program("mqfqctl"),
-        c.dir(),
-        &c.daemon_socket(),
-        "restart_grace_ms = 0\n[queue]\nttl_s = 0.3\n[pool]\nhot_ttl_s = 1.0\nwarm = \"checkpoint\"\n",
-    );
-    let mut flags = vec!["-d".to_owned()];
-    flags.extend(ck.container_flags());
+    let flags = ck_flags(&ck);
     let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
     let o = c.run_cuda_with(MQFQ, "m", "ck", &cuda, &flags, &["loop"]);
     assert!(o.status.success(), "{}", text(&o));

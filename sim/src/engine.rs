@@ -10,7 +10,9 @@
 //! - **Startup.** Hot container: none. Warm container (memory on host): its `mem_mb` over PCIe at
 //!   `pcie_gbps` GB/s (on a node of GPU models, scaled by each model's host link against the
 //!   reference A30's: an H100's PCIe 5.0 moves twice as fast). No container: `cold_ms`. Evicting victims to make room also moves their
-//!   bytes over PCIe first. Transfers on one GPU's link are serialized.
+//!   bytes over PCIe first. Transfers on one GPU's link are serialized. With a CUDA context per
+//!   container (`context_mb`), a Warm container keeps it on its GPU under `uvm`; under
+//!   `checkpoint` the context moves too, at `checkpoint_gbps` (issue 36).
 //! - **Memory.** Hot containers (busy, idle, or being restored) count against the GPU's budget
 //!   (capacity minus the tier headroom). Victims come from [`TierPolicy`]. A batch that cannot
 //!   get memory waits in its slot until some finishes; if nothing else runs on that GPU it is
@@ -35,15 +37,14 @@ pub use crate::node::pool_config;
 
 use crate::policy::{Admission, MemoryStyle, NAIVE_GATE, PUBLISHED_GATE, Policy, PoolView, Signal};
 use crate::trace::Trace;
-use crate::types::{
-    Audit, Baselines, Record, SimConfig, SimError, SimOutput, WarmBackend, WarmStats,
-};
+use crate::types::{Audit, Baselines, Record, SimConfig, SimError, SimOutput, WarmStats};
 use dispatch::Clock;
 use scheduler_core::concurrency::ConcurrencyController;
 use scheduler_core::config::ConfigError;
 use scheduler_core::node::admission::Limits;
 use scheduler_core::tiers::{Tier, TierPolicy};
 use scheduler_core::time::Time;
+use scheduler_core::warm::Warm;
 
 #[derive(Debug)]
 struct Gpu {
@@ -147,8 +148,8 @@ impl<'t> Engine<'t> {
     /// context stays on the GPU), under `checkpoint` all it holds.
     fn moved_mb(&self, f: usize) -> f64 {
         match self.cfg.warm {
-            WarmBackend::Uvm => self.mem(f),
-            WarmBackend::Checkpoint => self.hot_mb(f),
+            Warm::Uvm | Warm::Off => self.mem(f),
+            Warm::Checkpoint => self.hot_mb(f),
         }
     }
     /// What a Warm container of `f` still holds on its GPU (its context under `uvm`).
@@ -159,8 +160,8 @@ impl<'t> Engine<'t> {
     /// rate), the checkpoint rate's share of it under `checkpoint`.
     fn move_share(&self, g: usize) -> f64 {
         match self.cfg.warm {
-            WarmBackend::Uvm => 1.0,
-            WarmBackend::Checkpoint => (self.cfg.checkpoint_gbps / self.gpus[g].link_gbps).min(1.0),
+            Warm::Uvm | Warm::Off => 1.0,
+            Warm::Checkpoint => (self.cfg.checkpoint_gbps / self.gpus[g].link_gbps).min(1.0),
         }
     }
     /// Milliseconds an evict or restore of `mb` takes on GPU `g`.

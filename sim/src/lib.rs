@@ -33,8 +33,7 @@ pub use policy::{POLICIES, Policy};
 pub use report::{Summary, summarize};
 pub use trace::{Trace, TraceError};
 pub use types::{
-    Audit, Baselines, Corun, NoneMemory, Record, SimConfig, SimError, SimOutput, WarmBackend,
-    WarmStats,
+    Audit, Baselines, Corun, NoneMemory, Record, SimConfig, SimError, SimOutput, WarmStats,
 };
 
 /// Runs the named policy over a trace with the given knobs.

@@ -5,6 +5,7 @@ use serde::Serialize;
 
 use scheduler_core::config::{ConfigError, GpuMode, Overrides, Profile, TierConfig};
 use scheduler_core::tiers::Tier;
+use scheduler_core::warm::Warm;
 
 /// How the baseline policies (fcfs, batch, sjf, paella) run.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
@@ -117,31 +118,6 @@ impl std::str::FromStr for NoneMemory {
     }
 }
 
-/// How an idle container's memory goes to the host (issue 36): the interposer's managed
-/// memory (`uvm`: the function's allocations move, its CUDA context stays on the GPU) or the
-/// driver's checkpoint API (`checkpoint`: the whole process moves, context included, at the
-/// checkpoint rate). Applies to every policy's warm pool.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum WarmBackend {
-    /// The interposer's conversion.
-    #[default]
-    Uvm,
-    /// The driver's checkpoint API.
-    Checkpoint,
-}
-
-impl std::str::FromStr for WarmBackend {
-    type Err = ConfigError;
-    fn from_str(s: &str) -> Result<Self, ConfigError> {
-        match s {
-            "uvm" => Ok(WarmBackend::Uvm),
-            "checkpoint" => Ok(WarmBackend::Checkpoint),
-            _ => Err(ConfigError::new("warm", s, "must be uvm or checkpoint")),
-        }
-    }
-}
-
 /// Simulator knobs.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct SimConfig {
@@ -196,8 +172,11 @@ pub struct SimConfig {
     /// `mqfq-sticky`'s maximum burst hold, seconds (mqfqd's `[limits] max_burst_hold_s`; an
     /// invocation is a burst lease); `None`: none.
     pub max_burst_hold_s: Option<f64>,
-    /// How idle containers' memory goes Warm.
-    pub warm: WarmBackend,
+    /// How idle containers' memory goes Warm (issue 36): the interposer's managed memory (`uvm`:
+    /// the function's allocations move, its CUDA context stays on the GPU) or the driver's
+    /// checkpoint API (`checkpoint`: the whole process moves, context included, at the
+    /// checkpoint rate). Applies to every policy's warm pool; `off` is not modelled.
+    pub warm: Warm,
     /// Each container's CUDA context on its GPU, MB (0: not modelled, as before issue 36).
     pub context_mb: f64,
     /// The driver's checkpoint / restore rate, GB/s (the link's rate bounds it).
@@ -230,7 +209,7 @@ impl Default for SimConfig {
             memory_admission: Some(scheduler_core::node::admission::DEFAULT_FOOTPRINT_MB),
             none_memory: NoneMemory::Fail,
             max_burst_hold_s: Some(scheduler_core::node::admission::DEFAULT_MAX_BURST_HOLD_S),
-            warm: WarmBackend::Uvm,
+            warm: Warm::Uvm,
             context_mb: 0.0,
             checkpoint_gbps: 8.0,
         }
@@ -270,6 +249,13 @@ impl SimConfig {
         pos("gpu-mem-mb", self.gpu_mem_mb)?;
         pos("pcie-gbps", self.pcie_gbps)?;
         nonneg("context-mb", self.context_mb)?;
+        if self.warm == Warm::Off {
+            return Err(ConfigError::new(
+                "warm",
+                "off",
+                "the simulator models uvm and checkpoint",
+            ));
+        }
         pos("checkpoint-gbps", self.checkpoint_gbps)?;
         nonneg("cold-ms", self.cold_ms)?;
         nonneg("corun-gain", self.corun_gain)?;

@@ -165,7 +165,7 @@ fn the_node_pool_evicts_and_reclaims_in_the_simulator() {
 /// `checkpoint` nothing stays and the restore moves all 1600 MB at 8 GB/s (200 ms).
 #[test]
 fn the_warm_backends_differ_in_what_stays_on_the_gpu_and_what_a_restore_moves() {
-    use mqfq_sim::WarmBackend;
+    use scheduler_core::warm::Warm;
     let t = Trace::parse(
         "time_ms,function,exec_ms,mem_mb,cold_ms\n\
          0,f,50,1200,2000\n\
@@ -183,9 +183,9 @@ fn the_warm_backends_differ_in_what_stays_on_the_gpu_and_what_a_restore_moves() 
         ..SimConfig::default()
     };
     let run = |t: &Trace, p: &str, c: &SimConfig| run_policy(p, t, c).unwrap().warm;
-    let uvm = run(&t, "mqfq-sticky", &cfg(WarmBackend::Uvm, 400.0));
-    let ckpt = run(&t, "mqfq-sticky", &cfg(WarmBackend::Checkpoint, 400.0));
-    let plain = run(&t, "mqfq-sticky", &cfg(WarmBackend::Uvm, 0.0));
+    let uvm = run(&t, "mqfq-sticky", &cfg(Warm::Uvm, 400.0));
+    let ckpt = run(&t, "mqfq-sticky", &cfg(Warm::Checkpoint, 400.0));
+    let plain = run(&t, "mqfq-sticky", &cfg(Warm::Uvm, 0.0));
     assert_eq!((uvm.restores, ckpt.restores, plain.restores), (1, 1, 1));
     assert!((uvm.peak_warm_gpu_mb - 400.0).abs() < 1e-6, "{uvm:?}");
     assert!(ckpt.peak_warm_gpu_mb.abs() < 1e-6, "{ckpt:?}");
@@ -201,8 +201,8 @@ fn the_warm_backends_differ_in_what_stays_on_the_gpu_and_what_a_restore_moves() 
          20000,f,50,1200,2000\n",
     )
     .unwrap();
-    let uvm = run(&pressure, "fcfs", &cfg(WarmBackend::Uvm, 400.0));
-    let ckpt = run(&pressure, "fcfs", &cfg(WarmBackend::Checkpoint, 400.0));
+    let uvm = run(&pressure, "fcfs", &cfg(Warm::Uvm, 400.0));
+    let ckpt = run(&pressure, "fcfs", &cfg(Warm::Checkpoint, 400.0));
     assert!(uvm.restores >= 1 && ckpt.restores >= 1, "{uvm:?} {ckpt:?}");
     assert!(uvm.peak_warm_gpu_mb >= 400.0 - 1e-6, "{uvm:?}");
     assert!(ckpt.peak_warm_gpu_mb.abs() < 1e-6, "{ckpt:?}");

@@ -738,16 +738,23 @@ static int ckpt_path(int pid, char *out, size_t n, const char *suffix) {
     return w > 0 && (size_t)w < n;
 }
 
+/* /proc/<pid>/<what> into buf (NUL-terminated), or 0 when it cannot be read. */
+static int read_proc(int pid, const char *what, char *buf, size_t cap) {
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/%s", pid, what);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return 0;
+    ssize_t n = read(fd, buf, cap - 1);
+    close(fd);
+    if (n <= 0) return 0;
+    buf[n] = 0;
+    return 1;
+}
+
 /* Field 22 of /proc/<pid>/stat (start time in clock ticks), or -1. */
 static long long start_time(int pid) {
-    char path[64], buf[1024];
-    snprintf(path, sizeof path, "/proc/%d/stat", pid);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return -1;
-    ssize_t n = read(fd, buf, sizeof buf - 1);
-    close(fd);
-    if (n <= 0) return -1;
-    buf[n] = 0;
+    char buf[1024];
+    if (!read_proc(pid, "stat", buf, sizeof buf)) return -1;
     char *p = strrchr(buf, ')');
     if (!p) return -1;
     /* After ")": field 3 (state) onward; field 22 is the 20th of them. */
@@ -839,14 +846,8 @@ static void ckpt_bytes(long long delta) {
 
 /* The pid a process sees itself as (the last NSpid of /proc/<pid>/status), or -1. */
 static int ns_pid(int pid) {
-    char path[64], buf[16384];
-    snprintf(path, sizeof path, "/proc/%d/status", pid);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return -1;
-    ssize_t n = read(fd, buf, sizeof buf - 1);
-    close(fd);
-    if (n <= 0) return -1;
-    buf[n] = 0;
+    char buf[16384];
+    if (!read_proc(pid, "status", buf, sizeof buf)) return -1;
     char *line = strstr(buf, "\nNSpid:");
     if (!line) return pid;
     line += 7;

@@ -26,11 +26,8 @@
 #include <time.h>
 #include <unistd.h>
 
-typedef int CUresult;
-typedef unsigned long long CUdeviceptr;
-typedef void *CUcontext;
-typedef void *CUmodule;
-typedef void *CUfunction;
+#include "drvapi.h"
+
 typedef struct {
     unsigned int timeoutMs;
     unsigned int reserved0;
@@ -56,30 +53,6 @@ static CUresult (*ckUnlock)(int, void *);
 static CUresult (*ckState)(int, int *);
 
 #include "inc_ptx.h"
-
-static double now_ms(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec * 1e3 + t.tv_nsec / 1e6;
-}
-
-#define LOAD(h, f, name)                                                                   \
-    do {                                                                                   \
-        *(void **)&f = dlsym(h, name);                                                     \
-        if (!f) {                                                                          \
-            printf("missing %s\n", name);                                                  \
-            return 1;                                                                      \
-        }                                                                                  \
-    } while (0)
-
-#define CHECK(call)                                                                        \
-    do {                                                                                   \
-        CUresult r_ = (call);                                                              \
-        if (r_) {                                                                          \
-            printf("error %s = %d\n", #call, r_);                                          \
-            return 1;                                                                      \
-        }                                                                                  \
-    } while (0)
 
 static int launch(CUfunction f, CUdeviceptr p, unsigned n) {
     void *args[] = {&p, &n};

@@ -28,11 +28,8 @@
 #include <time.h>
 #include <unistd.h>
 
-typedef int CUresult;
-typedef unsigned long long CUdeviceptr;
-typedef void *CUcontext;
-typedef void *CUmodule;
-typedef void *CUfunction;
+#include "drvapi.h"
+
 
 static CUresult (*cuInit)(unsigned);
 static CUresult (*cuDeviceGet)(int *, int);
@@ -50,30 +47,6 @@ static CUresult (*cuLaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsi
                                   unsigned, unsigned, void *, void **, void **);
 
 #include "inc_ptx.h"
-static double now_ms(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec * 1e3 + t.tv_nsec / 1e6;
-}
-
-#define LOAD(h, f, name)                                                                   \
-    do {                                                                                   \
-        *(void **)&f = dlsym(h, name);                                                     \
-        if (!f) {                                                                          \
-            printf("missing %s\n", name);                                                  \
-            return 1;                                                                      \
-        }                                                                                  \
-    } while (0)
-
-#define CHECK(call)                                                                        \
-    do {                                                                                   \
-        CUresult r_ = (call);                                                              \
-        if (r_) {                                                                          \
-            printf("error %s = %d\n", #call, r_);                                          \
-            return 1;                                                                      \
-        }                                                                                  \
-    } while (0)
-
 /* One command to this process's own interposer control socket; returns the reply. */
 static int ctl(const char *cmd, char *reply, size_t cap) {
     const char *dir = getenv("MQFQ_CTL_DIR");

@@ -106,6 +106,15 @@ impl Drop for Children {
     }
 }
 
+/// The CUDA processes the driver knows among `pids`.
+fn found(d: &FakeDriver, pids: &[u32]) -> Vec<CudaProc> {
+    cuda_processes(d, pids)
+        .unwrap()
+        .into_iter()
+        .map(|p| p.0)
+        .collect()
+}
+
 fn sleepers(n: usize) -> (Children, Vec<u32>) {
     let c: Vec<_> = (0..n)
         .map(|_| {
@@ -142,11 +151,7 @@ fn only_the_drivers_processes_are_cuda_processes() {
 fn suspend_then_resume_round_trips_every_process() {
     let (_c, pids) = sleepers(2);
     let d = FakeDriver::with(&pids);
-    let procs: Vec<_> = cuda_processes(&d, &pids)
-        .unwrap()
-        .into_iter()
-        .map(|p| p.0)
-        .collect();
+    let procs = found(&d, &pids);
     let out = suspend(&d, &procs, Duration::from_secs(1));
     assert_eq!(
         out,
@@ -183,11 +188,7 @@ fn a_process_that_does_not_lock_leaves_all_running() {
     let (_c, pids) = sleepers(2);
     let d = FakeDriver::with(&pids);
     d.busy.lock().unwrap().push(pids[1]);
-    let procs: Vec<_> = cuda_processes(&d, &pids)
-        .unwrap()
-        .into_iter()
-        .map(|p| p.0)
-        .collect();
+    let procs = found(&d, &pids);
     let out = suspend(&d, &procs, Duration::from_millis(50));
     assert_eq!(out.done, 0);
     assert!(matches!(out.error, Some(CkptError::LockTimeout { pid, .. }) if pid == pids[1]));
@@ -202,11 +203,7 @@ fn a_failed_checkpoint_is_reported_and_a_failed_process_never_touched_again() {
     let (_c, pids) = sleepers(1);
     let d = FakeDriver::with(&pids);
     d.fail_checkpoint.lock().unwrap().push(pids[0]);
-    let procs: Vec<_> = cuda_processes(&d, &pids)
-        .unwrap()
-        .into_iter()
-        .map(|p| p.0)
-        .collect();
+    let procs = found(&d, &pids);
     let out = suspend(&d, &procs, Duration::from_secs(1));
     assert!(matches!(out.error, Some(CkptError::Cuda { code: 999, .. })));
     let again = suspend(&d, &procs, Duration::from_secs(1));
@@ -223,11 +220,7 @@ fn a_failed_checkpoint_is_reported_and_a_failed_process_never_touched_again() {
 fn a_restore_without_room_waits_for_it_within_the_deadline() {
     let (_c, pids) = sleepers(1);
     let d = FakeDriver::with(&pids);
-    let procs: Vec<_> = cuda_processes(&d, &pids)
-        .unwrap()
-        .into_iter()
-        .map(|p| p.0)
-        .collect();
+    let procs = found(&d, &pids);
     assert_eq!(suspend(&d, &procs, Duration::from_secs(1)).done, 1);
     *d.oom_restores.lock().unwrap() = 3;
     let out = resume(&d, &procs, Instant::now() + Duration::from_secs(30));
@@ -250,11 +243,7 @@ fn a_restore_without_room_waits_for_it_within_the_deadline() {
 fn a_reused_pid_is_never_acted_on() {
     let (mut c, pids) = sleepers(1);
     let d = FakeDriver::with(&pids);
-    let procs: Vec<_> = cuda_processes(&d, &pids)
-        .unwrap()
-        .into_iter()
-        .map(|p| p.0)
-        .collect();
+    let procs = found(&d, &pids);
     // The same PID with another start time: not the process found.
     let forged = [CudaProc {
         pid: pids[0],
@@ -335,11 +324,7 @@ fn a_process_named_with_bytes_that_are_not_utf8_is_not_hidden() {
 fn resume_reports_a_failed_process_and_suspend_skips_one_that_exited() {
     let (mut c, pids) = sleepers(2);
     let d = FakeDriver::with(&pids);
-    let procs: Vec<_> = cuda_processes(&d, &pids)
-        .unwrap()
-        .into_iter()
-        .map(|p| p.0)
-        .collect();
+    let procs = found(&d, &pids);
     d.states.lock().unwrap().insert(pids[0], ProcState::Failed);
     let out = resume(&d, &procs, Instant::now());
     assert!(matches!(
@@ -370,11 +355,7 @@ fn a_checkpoint_that_fails_unlocks_the_processes_not_yet_suspended() {
     let (_c, pids) = sleepers(3);
     let d = FakeDriver::with(&pids);
     d.fail_checkpoint.lock().unwrap().push(pids[1]);
-    let procs: Vec<_> = cuda_processes(&d, &pids)
-        .unwrap()
-        .into_iter()
-        .map(|p| p.0)
-        .collect();
+    let procs = found(&d, &pids);
     let out = suspend(&d, &procs, Duration::from_secs(1));
     assert!(matches!(out.error, Some(CkptError::Cuda { code: 999, .. })));
     assert_eq!(

@@ -269,36 +269,29 @@ impl TaskService {
             self.drop_from_pool(id, "did not restore its memory in time")
                 .await;
         }
-        tracing::info!(container = %id, bytes = a.bytes, ms = thawed.elapsed().as_secs_f64() * 1e3, "restored");
+        let why = a
+            .errors
+            .iter()
+            .chain(&a.busy)
+            .cloned()
+            .collect::<Vec<_>>()
+            .join("; ");
+        let ok = a.ok() && a.busy.is_empty();
+        tracing::info!(container = %id, bytes = a.bytes, ok, ms = thawed.elapsed().as_secs_f64() * 1e3, "restored");
         self.orders
             .pool_report(vec![mqfqd::PoolResult {
                 namespace: self.namespace.clone(),
                 container_id: id.to_owned(),
                 action: mqfqd::PoolAction::RESTORE.into(),
-                ok: a.ok() && a.busy.is_empty(),
+                ok,
                 bytes: a.bytes,
                 duration_ns: nanos(thawed.elapsed()),
-                error: a
-                    .errors
-                    .iter()
-                    .chain(&a.busy)
-                    .cloned()
-                    .collect::<Vec<_>>()
-                    .join("; "),
+                error: why.clone(),
                 ..Default::default()
             }])
             .await;
         if failed {
-            return Err(NotRestored {
-                busy: a.ok(),
-                why: a
-                    .errors
-                    .iter()
-                    .chain(&a.busy)
-                    .cloned()
-                    .collect::<Vec<_>>()
-                    .join("; "),
-            });
+            return Err(NotRestored { busy: a.ok(), why });
         }
         Ok(())
     }

@@ -58,15 +58,8 @@ impl TaskService {
                 // and the burst waits for the Resume, then for a slot again.
                 drop(moving);
                 tracing::info!(container = %id, "burst lease granted while paused: handed back");
-                // Its frozen processes cannot say what they hold: what was last known goes; its
-                // memory stays where it was (reason `unused`: evicted memory stays evicted).
-                let held = {
-                    let st = self.state.lock().await;
-                    st.containers.get(id).map(|c| c.held).unwrap_or_default()
-                };
-                self.gate
-                    .release(&self.namespace, id, mqfq_proto::UNUSED, held)
-                    .await;
+                // Its frozen processes cannot say what they hold: what was last known goes.
+                self.hand_back(id).await;
                 continue;
             }
             let restored = self.restore_for_burst(id).await;
@@ -76,13 +69,7 @@ impl TaskService {
             };
             // Its processes are still suspended: the lease goes back (a locked process holds
             // no GPU work) and the memory stays where it is.
-            let held = {
-                let st = self.state.lock().await;
-                st.containers.get(id).map(|c| c.held).unwrap_or_default()
-            };
-            self.gate
-                .release(&self.namespace, id, mqfq_proto::UNUSED, held)
-                .await;
+            self.hand_back(id).await;
             if !e.busy {
                 break Err(format!("its GPU memory could not be restored: {}", e.why));
             }
@@ -136,6 +123,18 @@ impl TaskService {
         st.containers
             .get(id)
             .is_some_and(|c| c.init.status() == crate::process::Status::Paused)
+    }
+
+    /// Gives back a burst lease the container could not use, with what its processes were last
+    /// known to hold (reason `unused`: its memory stays where it is).
+    async fn hand_back(&self, id: &str) {
+        let held = {
+            let st = self.state.lock().await;
+            st.containers.get(id).map(|c| c.held).unwrap_or_default()
+        };
+        self.gate
+            .release(&self.namespace, id, mqfq_proto::UNUSED, held)
+            .await;
     }
 
     /// Brings an evicted burst container's memory back (its processes are running).
