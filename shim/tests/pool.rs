@@ -90,6 +90,11 @@ fn no_launch_while_evicted(log: &[String]) {
 /// also the daemon's metrics port. The shims gate Start and Resume (`MQFQ_BURST=off`, the
 /// OpenWhisk-with-pauses setup); `shim/tests/bursts.rs` has the pool under burst admission.
 fn setup(name: &str) -> Option<(Containerd, Mqfqd, PathBuf, String)> {
+    setup_with(name, "")
+}
+
+/// [`setup`] with more of mqfqd's `[pool]` section.
+fn setup_with(name: &str, pool: &str) -> Option<(Containerd, Mqfqd, PathBuf, String)> {
     let shim = Path::new(env!("CARGO_BIN_EXE_containerd-shim-mqfq-v2"));
     let c = Containerd::start_with_env(
         &format!("it-{}-{name}", std::process::id()),
@@ -105,7 +110,7 @@ fn setup(name: &str) -> Option<(Containerd, Mqfqd, PathBuf, String)> {
         &c.daemon_socket(),
         &format!(
             "metrics_addr = \"{metrics}\"\nrestart_grace_ms = 0\n\
-             [queue]\nttl_s = 0.3\n[pool]\nhot_ttl_s = 1.0\n"
+             [queue]\nttl_s = 0.3\n[pool]\nhot_ttl_s = 1.0\n{pool}"
         ),
     );
     Some((c, d, cuda, metrics))
@@ -624,5 +629,38 @@ fn a_checkpoint_restore_without_memory_fails_the_resume_and_holds_nothing() {
         s["pool"].as_array().is_none_or(Vec::is_empty)
             && s["leases"].as_array().is_none_or(Vec::is_empty)
     });
+    assert!(c.leftovers().is_empty(), "{:?}", c.leftovers());
+}
+
+/// A node that allows only `uvm` and `off` (`[pool] warm_allowed`): a pod asking for
+/// `checkpoint` fails at Create with an error naming the annotation, and leaves nothing; one
+/// asking for `off` runs, its allocations not converted and its container never pooled.
+#[test]
+fn a_pod_may_choose_only_the_warm_backends_the_node_allows() {
+    let Some((c, d, cuda, _)) = setup_with("deny", "warm_allowed = [\"uvm\", \"off\"]\n") else {
+        return;
+    };
+    let flags = ["-d", "--annotation", "io.mqfq.warm=checkpoint"];
+    let o = c.run_cuda_with(MQFQ, "no", "fn-no", &cuda, &flags, &["loop"]);
+    assert!(!o.status.success(), "{}", text(&o));
+    assert!(
+        text(&o).contains("io.mqfq.warm=checkpoint: not allowed on this node"),
+        "{}",
+        text(&o)
+    );
+    let _ = c.ctr(&["containers", "rm", "no"]);
+    let flags = ["-d", "--annotation", "io.mqfq.warm=off"];
+    let o = c.run_cuda_with(MQFQ, "off", "fn-off", &cuda, &flags, &["loop"]);
+    assert!(o.status.success(), "{}", text(&o));
+    wait_log(&cuda, "off", "launched", |l| count(l, "launch") >= 3);
+    let log = driver_log(&cuda, "off");
+    assert_eq!(
+        count(&log, "alloc managed"),
+        0,
+        "nothing converted: {log:?}"
+    );
+    let s = d.status();
+    assert!(entry(&s, "off").is_none(), "never pooled: {s}");
+    c.remove("off");
     assert!(c.leftovers().is_empty(), "{:?}", c.leftovers());
 }

@@ -25,7 +25,8 @@
 //!                  # persistence_mode = true, cuda_library = "libcuda.so.1",
 //!                  # warm_budget_mib = 1024, warm_paths = []
 //! [pool]           # idle GPU containers: hot_ttl_s = 1800, warm_ttl_s = 7200, headroom = 0.15,
-//!                  # prefetch_iat = 5, reclaim = false, host_headroom = 0.1
+//!                  # prefetch_iat = 5, reclaim = false, host_headroom = 0.1, warm = "uvm",
+//!                  # warm_allowed = ["checkpoint", "uvm", "off"]
 //! [fairness]       # weights and tenants (see `policy`): trust_annotations = false,
 //!                  # tenant_from = "namespace", tenants = {}, [[fairness.rule]] …
 //! [limits]         # waiters_per_shim = 256, containers_per_shim = 256, flow_idle_s = 600,
@@ -227,6 +228,8 @@ pub struct PoolSection {
     /// How a container's memory goes Warm unless its pod says (`io.mqfq.warm`): `checkpoint`
     /// (the driver's checkpoint API), `uvm` (the interposer's managed memory) or `off`.
     pub warm: mqfq_proto::warm::Warm,
+    /// The backends a pod may choose with `io.mqfq.warm` (a Create asking another fails).
+    pub warm_allowed: Vec<mqfq_proto::warm::Warm>,
 }
 
 impl Default for PoolSection {
@@ -240,6 +243,11 @@ impl Default for PoolSection {
             reclaim: false,
             host_headroom: 0.1,
             warm: mqfq_proto::warm::Warm::default(),
+            warm_allowed: vec![
+                mqfq_proto::warm::Warm::Checkpoint,
+                mqfq_proto::warm::Warm::Uvm,
+                mqfq_proto::warm::Warm::Off,
+            ],
         }
     }
 }
@@ -422,6 +430,13 @@ impl DaemonConfig {
             },
             ..e
         })?;
+        if !self.pool.warm_allowed.contains(&self.pool.warm) {
+            return Err(reject(
+                "pool.warm",
+                self.pool.warm,
+                "must be one of pool.warm_allowed",
+            ));
+        }
         self.memory_admission()?;
         self.fairness.check()?;
         self.limits.check()?;

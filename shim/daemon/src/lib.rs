@@ -184,7 +184,7 @@ pub async fn run(
         cfg.limits.flow_idle_s,
     )
     .map_err(io("open dispatch_log"))?;
-    daemon.set_warm(cfg.pool.warm);
+    daemon.set_warm(cfg.pool.warm, cfg.pool.warm_allowed.clone());
     if cfg.placement.enabled {
         daemon.set_placement(Some(scheduler_core::placement::Placement::new(
             cfg.placement.config(),

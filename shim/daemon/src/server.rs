@@ -60,8 +60,8 @@ struct Inner {
     watched: HashSet<u32>,
     /// Which GPU a container given several gets (None: off).
     placement: Option<scheduler_core::placement::Placement>,
-    /// The Warm-tier backend of containers whose pod did not choose one.
-    warm: Warm,
+    /// The Warm-tier backend of containers whose pod did not choose one, and those a pod may.
+    warm: (Warm, Vec<Warm>),
 }
 
 /// A pooled container: the shim that holds it, and how its memory goes Warm.
@@ -254,7 +254,7 @@ impl Daemon {
                 waiters: HashMap::new(),
                 watched: HashSet::new(),
                 placement: None,
-                warm: Warm::default(),
+                warm: (Warm::default(), Vec::new()),
             }),
             started: Instant::now(),
             boot_id,

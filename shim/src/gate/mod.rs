@@ -104,6 +104,8 @@ pub struct Advice {
     pub native_alloc: String,
     /// The node's Warm-tier backend (empty from an older daemon).
     pub warm: String,
+    /// The backends a pod may choose (empty: any).
+    pub warm_allowed: Vec<String>,
 }
 
 /// What a burst measured, reported with its release.

@@ -40,12 +40,20 @@ impl TaskService {
             return Ok(asked_warm.unwrap_or_default());
         }
         let all = |v: &str| v.split(',').any(|n| n == "all");
-        let advice = if asked.as_deref().is_some_and(all) && asked_warm.is_some() {
-            None
-        } else {
-            self.gate.advise(&self.namespace, id, work).await
-        };
-        let advice = advice.unwrap_or_default();
+        let advice = self
+            .gate
+            .advise(&self.namespace, id, work)
+            .await
+            .unwrap_or_default();
+        if let Some(w) = asked_warm
+            && !advice.warm_allowed.is_empty()
+            && !advice.warm_allowed.iter().any(|a| a == w.as_str())
+        {
+            return Err(Error::InvalidArgument(format!(
+                "annotation {WARM}={w}: not allowed on this node (mqfqd's [pool] warm_allowed: {})",
+                advice.warm_allowed.join(", ")
+            )));
+        }
         let warm = asked_warm.unwrap_or_else(|| {
             if advice.warm.is_empty() {
                 return Warm::default();

@@ -157,6 +157,14 @@ fn every_bad_key_or_value_is_named() {
         ("[queue]\nmemory_admission = \"yes\"", "memory_admission"),
         ("[pool]\nhost_headroom = -1", "pool.host_headroom"),
         ("[pool]\nwarm = \"criu\"", "not a Warm-tier backend"),
+        (
+            "[pool]\nwarm_allowed = [\"uvm\", \"criu\"]",
+            "not a Warm-tier backend",
+        ),
+        (
+            "[pool]\nwarm = \"checkpoint\"\nwarm_allowed = [\"uvm\"]",
+            "pool.warm",
+        ),
         ("[pool]\nhot_ttl_s = -1", "pool.hot_ttl_s"),
         ("[pool]\nevict = true", "evict"),
         ("[fairness]\ntenant_from = \"pod\"", "fairness.tenant_from"),

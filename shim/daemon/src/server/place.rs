@@ -39,9 +39,10 @@ impl Daemon {
         self.lock().placement = p;
     }
 
-    /// The Warm-tier backend told to shims for containers whose pod did not choose one.
-    pub fn set_warm(&self, w: mqfq_proto::warm::Warm) {
-        self.lock().warm = w;
+    /// The Warm-tier backend told to shims for containers whose pod did not choose one, and
+    /// the ones a pod may choose (empty: any).
+    pub fn set_warm(&self, w: mqfq_proto::warm::Warm, allowed: Vec<mqfq_proto::warm::Warm>) {
+        self.lock().warm = (w, allowed);
     }
 
     /// A run that ended as runs do teaches its function's features: its GPU time, and what

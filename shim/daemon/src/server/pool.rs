@@ -95,11 +95,12 @@ pub(super) fn advise(
             }
             inner.advice.learn(flow, info.tenant.as_deref(), now);
         }
-        (inner.advice.advises(flow, now), inner.warm)
+        (inner.advice.advises(flow, now), inner.warm.clone())
     };
     Ok(api::AdviseResponse {
         native_alloc: if native { "all" } else { "" }.into(),
-        warm: warm.as_str().into(),
+        warm: warm.0.as_str().into(),
+        warm_allowed: warm.1.iter().map(|w| w.as_str().to_owned()).collect(),
         ..Default::default()
     })
 }

@@ -16,6 +16,7 @@ impl Gate for Arc<DaemonGate> {
         Some(super::super::Advice {
             native_alloc: r.native_alloc,
             warm: r.warm,
+            warm_allowed: r.warm_allowed,
         })
     }
 
