@@ -530,6 +530,10 @@ fn checkpoint_backend_suspends_a_paused_container_and_resume_restores_it() {
     });
     assert_eq!(entry(&s, "k").unwrap()["bytes"], MANAGED);
     assert_eq!(entry(&s, "k").unwrap()["warm"], "checkpoint");
+    assert_eq!(
+        (&s["warm"], &s["late_binding"]),
+        (&"checkpoint".into(), &false.into())
+    );
     assert!(c.wait_status("k", "PAUSED"), "still paused for containerd");
     assert_eq!(
         ck.state(&ctl, pid),

@@ -213,6 +213,12 @@ impl NodeMqfq {
             .map_err(config_error)
     }
 
+    /// Whether waiting work may move to another of its GPUs (on unless `--no-late-binding`:
+    /// the executor runs each grant on the GPU it names).
+    pub fn set_late_binding(&mut self, on: bool) {
+        self.node.core_mut().set_late_binding(on);
+    }
+
     /// Places each invocation by `mode` (default: the core's least-loaded routing);
     /// `weights` replace the default weights at every hour (the simulator has no time of day);
     /// `cold_start_s` is the node's cold start, as its operator would set it.

@@ -35,10 +35,17 @@ pub fn render(s: &api::StatusResponse) -> String {
     let mut o = String::new();
     let _ = writeln!(
         o,
-        "mqfqd {} · policy {} · backend {} · {} waiting · {} leases · {} fail-open starts reported",
+        "mqfqd {} · policy {}{} · backend {} · warm by {} · {} waiting · {} leases · {} fail-open \
+         starts reported",
         s.boot_id,
         s.policy,
+        if s.late_binding {
+            " (late binding)"
+        } else {
+            ""
+        },
         s.backend,
+        if s.warm.is_empty() { "uvm" } else { &s.warm },
         s.waiting,
         s.leases.len(),
         s.fail_open_starts
@@ -261,6 +268,8 @@ pub fn to_json(s: &api::StatusResponse) -> serde_json::Value {
         "boot_id": s.boot_id,
         "backend": s.backend,
         "policy": s.policy,
+        "late_binding": s.late_binding,
+        "warm": s.warm,
         "waiting": s.waiting,
         "fail_open_starts": s.fail_open_starts,
         "gpus": s.gpus.iter().map(|g| json!({

@@ -127,6 +127,9 @@ fn the_status_socket_reads_and_never_writes() {
             text.contains("admitted memory GiB: held 4.0, reserved 4.0, free 60.0 of 68.0"),
             "{text}"
         );
+        // mqfqd's defaults: no late binding, Warm by UVM.
+        assert!((!s.late_binding, s.warm.as_str()) == (true, "uvm"), "{s:?}");
+        assert!(text.contains("· warm by uvm ·"), "{text}");
     });
     common::stop(child);
     assert!(!status_sock.exists(), "removed at a clean stop");

@@ -95,6 +95,10 @@ pub(super) struct NodeArgs {
     /// false`): what admitting memory is worth.
     #[arg(long)]
     no_memory_admission: bool,
+    /// mqfq-sticky's waiting work stays on the GPU it was routed to (mqfqd's default,
+    /// `[queue] late_binding = false`): what moving it is worth.
+    #[arg(long)]
+    no_late_binding: bool,
     /// Under `none`, a start past the GPU's memory: `fail` (its allocations fail; counted) or
     /// `uvm` (managed memory: it goes on, and runs page the excess in over PCIe).
     #[arg(long, default_value = "fail")]
@@ -238,6 +242,7 @@ impl NodeArgs {
                 .map(parse_weights)
                 .transpose()?,
             memory_admission: (!self.no_memory_admission).then_some(self.default_footprint_mb),
+            late_binding: !self.no_late_binding,
             none_memory: self.none_memory.parse()?,
             corun: match (self.corun.as_str(), self.timeslice_cost) {
                 ("overlap", None) => Corun::Overlap,

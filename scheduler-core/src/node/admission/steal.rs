@@ -22,6 +22,12 @@ impl Core {
         self.late_binding = on;
     }
 
+    /// Whether waiting work may move to another of its GPUs.
+    #[must_use]
+    pub fn late_binding(&self) -> bool {
+        self.late_binding
+    }
+
     /// Moves waiting admissions to GPUs that can start them now, and dispatches them there;
     /// each admission moves at most once per call.
     pub(super) fn rebalance(&mut self, now: Time) -> Vec<Grant> {

@@ -169,6 +169,8 @@ impl Daemon {
             boot_id: self.boot_id.clone(),
             backend: self.backend.into(),
             policy: core.order().as_str().into(),
+            late_binding: core.late_binding(),
+            warm: inner.warm.0.as_str().into(),
             gpus,
             flows,
             leases,
