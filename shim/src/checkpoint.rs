@@ -372,26 +372,27 @@ pub struct Outcome {
     pub error: Option<CkptError>,
 }
 
-/// Unlocks `procs` (a suspend that could not finish); the first failure, if any.
-fn unlock_all(driver: &dyn Driver, procs: &[CudaProc]) -> Option<CkptError> {
-    let mut first = None;
+/// Unlocks those of `procs` still locked (a suspend that could not finish); a failure to is
+/// logged (the caller reports why the suspend stopped, and a later restore unlocks them).
+fn unlock_all(driver: &dyn Driver, procs: &[CudaProc]) {
     for p in procs {
-        match p.same().and_then(|()| driver.unlock(p.pid)) {
+        let r = p.same().and_then(|()| match driver.state(p.pid)? {
+            ProcState::Locked => driver.unlock(p.pid),
+            _ => Ok(()),
+        });
+        match r {
             Ok(()) | Err(CkptError::Gone { .. }) => {}
-            Err(e) => {
-                first.get_or_insert(e);
-            }
+            Err(e) => tracing::warn!(pid = p.pid, "unlock after a failed suspend: {e}"),
         }
     }
-    first
 }
 
 /// Suspends `procs`: every one locked first (within `lock_timeout` in all), then each
 /// checkpointed. A process that exited meanwhile is skipped (it holds nothing). A process that
 /// does not lock in time leaves all of them running (unlocked again): the container stays Hot,
 /// and the caller may try later. A failed checkpoint stops there and is reported, the processes
-/// not yet checkpointed unlocked again; those already checkpointed stay so (a later resume
-/// restores them). A failed unlock is the error reported (the process stays locked).
+/// not yet checkpointed unlocked again (the failed one too, if still locked); those already
+/// checkpointed stay so (a later resume restores them, and unlocks any an unlock missed).
 pub fn suspend(driver: &dyn Driver, procs: &[CudaProc], lock_timeout: Duration) -> Outcome {
     let deadline = Instant::now() + lock_timeout;
     let mut locked = Vec::new();
@@ -412,7 +413,8 @@ pub fn suspend(driver: &dyn Driver, procs: &[CudaProc], lock_timeout: Duration) 
             Ok(false) => out.done += 1,
             Err(CkptError::Gone { .. }) => {}
             Err(e) => {
-                out.error = Some(unlock_all(driver, &locked).unwrap_or(e));
+                unlock_all(driver, &locked);
+                out.error = Some(e);
                 return out;
             }
         }
@@ -422,7 +424,9 @@ pub fn suspend(driver: &dyn Driver, procs: &[CudaProc], lock_timeout: Duration) 
             Ok(()) => out.done += 1,
             Err(CkptError::Gone { .. }) => {}
             Err(e) => {
-                out.error = Some(unlock_all(driver, &locked[i + 1..]).unwrap_or(e));
+                // This one too, if the driver left it locked.
+                unlock_all(driver, &locked[i..]);
+                out.error = Some(e);
                 return out;
             }
         }
@@ -463,9 +467,12 @@ pub fn resume(driver: &dyn Driver, procs: &[CudaProc], deadline: Instant) -> Out
         match r {
             Ok(()) => out.done += 1,
             Err(CkptError::Gone { .. }) => {}
-            Err(e) => {
-                out.error.get_or_insert(e);
-            }
+            // A failure no retry mends outranks a want of memory: the caller must not wait
+            // for memory to come back for a process that cannot be restored anyway.
+            Err(e) => match &out.error {
+                None | Some(CkptError::OutOfMemory { .. }) => out.error = Some(e),
+                Some(_) => {}
+            },
         }
     }
     out

@@ -912,7 +912,10 @@ static ckpt_page *ckpt_of(int pid) {
     snprintf(via, sizeof via, "/proc/self/fd/%d", pfd);
     int fd = open(via, O_RDWR | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
     close(pfd);
-    if (fd < 0) {
+    /* Its size again, on what is mapped (a page truncated between the two would fault the
+     * controller; one truncated after this still can: a test double's limit). */
+    if (fd < 0 || fstat(fd, &st) != 0 || st.st_size < (off_t)sizeof(ckpt_page)) {
+        if (fd >= 0) close(fd);
         close(dfd);
         return NULL;
     }

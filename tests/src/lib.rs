@@ -479,9 +479,22 @@ impl Containerd {
     }
 
     /// Everything a test could have left behind: shim processes serving this containerd, runc
-    /// state in this namespace, mounts under the scratch directory, tasks and containers.
+    /// state in this namespace, mounts under the scratch directory, tasks and containers. A
+    /// shim exits a moment after its last container is deleted, so what is found is looked for
+    /// again for up to 10 s before it counts as left behind.
     #[must_use]
     pub fn leftovers(&self) -> Vec<String> {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let found = self.leftovers_now();
+            if found.is_empty() || Instant::now() >= deadline {
+                return found;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    fn leftovers_now(&self) -> Vec<String> {
         let mut out = Vec::new();
         let sock = self.socket().display().to_string();
         for pid in shim_pids(&sock) {

@@ -343,10 +343,11 @@ impl Metrics {
             ]))
             .inc();
         if ok {
-            // A shim's figure, capped (a hostile one must not wrap the counter): 1 PiB a move.
+            // A shim's figure, capped at 1 TiB a move (more than any GPU holds): a hostile one
+            // would need millions of reports to wrap the counter.
             self.pool_backend_bytes
                 .get_or_create(&labels(&[("backend", backend), ("action", action)]))
-                .inc_by(bytes.min(1 << 50));
+                .inc_by(bytes.min(1 << 40));
         }
     }
 

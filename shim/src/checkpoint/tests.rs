@@ -11,8 +11,9 @@ pub(crate) struct FakeDriver {
     pub(crate) busy: Mutex<Vec<u32>>,
     /// Restores that answer out of memory before one succeeds.
     pub(crate) oom_restores: Mutex<u32>,
-    /// PIDs whose checkpoint fails (they go Failed).
+    /// PIDs whose checkpoint fails (they go Failed, or stay Locked with `fail_stays_locked`).
     pub(crate) fail_checkpoint: Mutex<Vec<u32>>,
+    pub(crate) fail_stays_locked: Mutex<bool>,
     pub(crate) calls: Mutex<Vec<String>>,
 }
 
@@ -67,7 +68,9 @@ impl Driver for FakeDriver {
     }
     fn checkpoint(&self, pid: u32) -> Result<(), CkptError> {
         if self.fail_checkpoint.lock().unwrap().contains(&pid) {
-            self.states.lock().unwrap().insert(pid, ProcState::Failed);
+            if !*self.fail_stays_locked.lock().unwrap() {
+                self.states.lock().unwrap().insert(pid, ProcState::Failed);
+            }
             return Err(CkptError::Cuda {
                 call: "cuCheckpointProcessCheckpoint",
                 pid,
@@ -366,5 +369,42 @@ fn a_checkpoint_that_fails_unlocks_the_processes_not_yet_suspended() {
             ProcState::Running
         ],
         "the third never stays locked"
+    );
+}
+
+#[test]
+fn a_checkpoint_that_fails_and_leaves_its_process_locked_unlocks_it() {
+    let (_c, pids) = sleepers(2);
+    let d = FakeDriver::with(&pids);
+    d.fail_checkpoint.lock().unwrap().push(pids[0]);
+    *d.fail_stays_locked.lock().unwrap() = true;
+    let out = suspend(&d, &found(&d, &pids), Duration::from_secs(1));
+    assert!(matches!(out.error, Some(CkptError::Cuda { code: 999, .. })));
+    assert_eq!(
+        [d.of(pids[0]), d.of(pids[1])],
+        [ProcState::Running, ProcState::Running],
+        "neither left locked"
+    );
+}
+
+#[test]
+fn a_failure_no_retry_mends_outranks_a_want_of_memory() {
+    let (_c, pids) = sleepers(2);
+    let d = FakeDriver::with(&pids);
+    let procs = found(&d, &pids);
+    assert_eq!(suspend(&d, &procs, Duration::from_secs(1)).done, 2);
+    // The first restore finds no memory (past its deadline); the second process has failed.
+    *d.oom_restores.lock().unwrap() = u32::MAX;
+    d.states.lock().unwrap().insert(pids[1], ProcState::Failed);
+    let out = resume(&d, &procs, Instant::now());
+    assert!(
+        matches!(
+            out.error,
+            Some(CkptError::State {
+                state: ProcState::Failed,
+                ..
+            })
+        ),
+        "{out:?}"
     );
 }

@@ -7,6 +7,8 @@
 //! and its next burst or Resume tries again); any other failure fails the move.
 
 use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use super::TaskService;
@@ -40,6 +42,22 @@ pub(super) fn held_from(a: &Answer, warm: Warm) -> Usage {
     }
 }
 
+/// A container's one driver call in progress: taken before a move's thread starts, given back
+/// when that thread ends (even one that outlived its move's deadline).
+struct InFlight(Arc<AtomicBool>);
+
+impl InFlight {
+    fn take(flag: Arc<AtomicBool>) -> Option<Self> {
+        (!flag.swap(true, Ordering::SeqCst)).then_some(InFlight(flag))
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::SeqCst);
+    }
+}
+
 impl TaskService {
     /// Suspends (`evict`) or resumes the container's CUDA processes through the driver, within
     /// `within`; answered as the interposer's moves are. `dir` is its control directory, asked
@@ -53,12 +71,26 @@ impl TaskService {
         within: Duration,
     ) -> Answer {
         let mut a = Answer::default();
+        let Some((held, in_flight)) = ({
+            let st = self.state.lock().await;
+            st.containers
+                .get(id)
+                .map(|c| (c.held.managed, c.ckpt_in_flight.clone()))
+        }) else {
+            a.errors.push("no such container".into());
+            return a;
+        };
         let bytes = if evict {
             let s = super::pool::uvm(dir, id, Command::Status, self.pool_timeouts.status).await;
+            if !s.ok() {
+                // Without its figure nothing says what a suspend would move.
+                a.errors
+                    .push(format!("its status failed: {}", s.errors.join("; ")));
+                return a;
+            }
             held_from(&s, Warm::Checkpoint).managed
         } else {
-            let st = self.state.lock().await;
-            st.containers.get(id).map_or(0, |c| c.held.managed)
+            held
         };
         let pids = match runtime.ps(id).await {
             Ok(p) => p,
@@ -67,12 +99,20 @@ impl TaskService {
                 return a;
             }
         };
+        // One driver call at a time per container: a thread still in the driver from a move
+        // that timed out (its process stalled it) is never joined by another.
+        let Some(flight) = InFlight::take(in_flight) else {
+            a.errors
+                .push("a driver call for this container is still in progress".into());
+            return a;
+        };
         let driver = self.ckpt.clone();
         // The lock waits for the processes' submitted work only: a short deadline, so a
         // thawed container (running without a lease) is not given long; the rest of the
         // window is the copy's.
         let lock = within.min(LOCK_WAIT);
         let work = tokio::task::spawn_blocking(move || {
+            let _flight = flight;
             let procs: Vec<_> = checkpoint::cuda_processes(&*driver, &pids)?
                 .into_iter()
                 .map(|(p, _)| p)
@@ -86,8 +126,8 @@ impl TaskService {
         });
         // The driver's calls other than the lock have no deadline of their own, and the process
         // is the container's: past the window (and a grace for the driver) the move has timed
-        // out, and the caller drops the container from the pool (its thread may stay stuck in
-        // the driver; no other call is made for that container again).
+        // out, and the caller drops the container from the pool; its thread may stay in the
+        // driver, and until it leaves no other move of this container starts (above).
         let (found, out) = match tokio::time::timeout(within + DRIVER_GRACE, work).await {
             Err(_) => {
                 a.timed_out = true;
@@ -107,7 +147,7 @@ impl TaskService {
             }
             Ok(Ok(Ok(r))) => r,
         };
-        if found == 0 && bytes > 0 {
+        if evict && found == 0 && bytes > 0 {
             // Memory held and no process the driver knows: nothing was moved, whatever else.
             a.errors.push(format!(
                 "{bytes} bytes held and no CUDA process of the container known to the driver"
@@ -115,6 +155,9 @@ impl TaskService {
             return a;
         }
         a.processes = out.done;
+        // What moved: nothing when no process did (on a restore, its processes may have
+        // exited meanwhile: nothing of them is held, and that is no failure).
+        let bytes = if out.done > 0 { bytes } else { 0 };
         a.bytes = bytes;
         match out.error {
             None => {}
@@ -126,5 +169,23 @@ impl TaskService {
         tracing::info!(container = %id, evict, processes = a.processes, bytes,
             error = ?a.errors.first().or(a.busy.first()), "pool: checkpoint move");
         a
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_driver_call_per_container_until_its_thread_ends() {
+        let flag = Arc::new(AtomicBool::new(false));
+        let first = InFlight::take(flag.clone()).expect("free");
+        assert!(
+            InFlight::take(flag.clone()).is_none(),
+            "a second waits its turn"
+        );
+        // The first thread ends (even long after its move gave up on it): free again.
+        std::thread::spawn(move || drop(first)).join().unwrap();
+        assert!(InFlight::take(flag).is_some());
     }
 }

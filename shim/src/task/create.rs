@@ -233,6 +233,7 @@ impl TaskService {
             // `io.mqfq.warm=off`: the pool never moves it, as if dropped from the start.
             pool_failed: off,
             held: Default::default(),
+            ckpt_in_flight: std::sync::Arc::default(),
             managed_asked: None,
             burst,
             burst_task,

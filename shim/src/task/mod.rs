@@ -67,6 +67,8 @@ pub struct Container {
     pub held: crate::memory::Usage,
     /// When a burst's end last asked its processes for `held`.
     pub managed_asked: Option<Instant>,
+    /// A driver call of the checkpoint backend is in progress for it (one at a time).
+    pub ckpt_in_flight: Arc<std::sync::atomic::AtomicBool>,
     /// Burst admission (its interposer asks for each burst of GPU work): its Start and Resume
     /// are then not gated.
     pub burst: Option<Arc<burst::Book>>,
@@ -183,6 +185,18 @@ impl TaskService {
                 .release(&self.namespace, id, reason, Default::default())
                 .await;
         }
+    }
+
+    /// Gives back a lease the container could not use, with what its processes were last
+    /// known to hold (reason `unused`: its memory stays where it is).
+    pub(super) async fn hand_back(&self, id: &str) {
+        let held = {
+            let st = self.state.lock().await;
+            st.containers.get(id).map(|c| c.held).unwrap_or_default()
+        };
+        self.gate
+            .release(&self.namespace, id, mqfq_proto::UNUSED, held)
+            .await;
     }
 
     /// Tells mqfqd that a CUDA process of the container had an export of converted memory

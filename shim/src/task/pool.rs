@@ -180,12 +180,15 @@ impl TaskService {
                 && let Err(e) = self.restore(id, d, thawed).await
             {
                 // Its processes are still suspended: it must not run, or hold a slot, so. Frozen
-                // again and its lease given back; containerd sees the Resume fail and the
-                // container still paused.
-                let frozen = runtime.pause(id).await;
-                self.release_lease(id, true, "resume failed").await;
+                // again and its lease given back as one it could not use (the pool keeps it,
+                // Warm); containerd sees the Resume fail and the container still paused.
+                let mut frozen = runtime.pause(id).await;
+                if frozen.is_err() {
+                    frozen = runtime.pause(id).await;
+                }
+                self.hand_back(id).await;
                 if let Err(f) = frozen {
-                    tracing::error!(container = %id, "freeze after a failed restore: {f}");
+                    tracing::error!(container = %id, "freeze after a failed restore: {f}; the container runs while containerd sees it paused");
                 }
                 return Err(crate::error::Error::FailedPrecondition(format!(
                     "container {id}: its GPU memory could not be restored{}: {}",
@@ -259,6 +262,11 @@ impl TaskService {
         if failed && let Some(c) = self.state.lock().await.containers.get_mut(id) {
             // Still (partly) suspended: whoever runs it next restores it first.
             c.evicted = true;
+        }
+        if failed && !a.ok() {
+            // Not for want of memory: no order moves it again (a Resume still tries).
+            self.drop_from_pool(id, "its processes could not be restored")
+                .await;
         }
         if !a.ok() {
             // The interposer lets launches through after a failed prefetch (and prefetches
@@ -487,7 +495,9 @@ impl TaskService {
                 // Partly evicted still needs a restore; a failed prefetch is tried again at
                 // Resume.
                 c.evicted = if evict {
-                    a.processes > 0
+                    // A checkpoint move that failed may have left processes suspended or
+                    // locked; resuming a running one does nothing, so a restore is tried.
+                    a.processes > 0 || (warm == Warm::Checkpoint && !a.ok())
                 } else {
                     !a.ok() || !a.busy.is_empty()
                 };

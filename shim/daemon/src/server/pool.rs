@@ -210,9 +210,10 @@ pub(super) fn report(
         } else {
             tracing::warn!(key = %o.key, action = o.action.name(), "pool action failed: {}", r.error);
         }
-        // A move that failed also says `gone` (the shim drops the container from its pool):
-        // counted, as an error.
-        if !o.skipped {
+        // A move the shim tried took time or succeeded; one that failed also says `gone` (the
+        // shim drops the container): counted, as an error. "No such container" and the like
+        // took no time: no move.
+        if !o.skipped && (o.ok || o.seconds > 0.0) {
             let warm = inner
                 .pooled
                 .get(&o.key)

@@ -73,6 +73,9 @@ impl TaskService {
             if !e.busy {
                 break Err(format!("its GPU memory could not be restored: {}", e.why));
             }
+            if book.lock().waiting.is_empty() {
+                break Err("its GPU memory could not be restored, and nobody waits".into());
+            }
             // No GPU memory free in time: the burst waits (its first call blocks meanwhile)
             // and asks for a slot again, as a restore without room waits for memory.
             tracing::info!(container = %id, "restore without room: the burst asks again");
@@ -123,18 +126,6 @@ impl TaskService {
         st.containers
             .get(id)
             .is_some_and(|c| c.init.status() == crate::process::Status::Paused)
-    }
-
-    /// Gives back a burst lease the container could not use, with what its processes were last
-    /// known to hold (reason `unused`: its memory stays where it is).
-    async fn hand_back(&self, id: &str) {
-        let held = {
-            let st = self.state.lock().await;
-            st.containers.get(id).map(|c| c.held).unwrap_or_default()
-        };
-        self.gate
-            .release(&self.namespace, id, mqfq_proto::UNUSED, held)
-            .await;
     }
 
     /// Brings an evicted burst container's memory back (its processes are running).
