@@ -223,12 +223,8 @@ fn idle_containers_are_evicted_restored_at_resume_and_prefetched_on_activation()
     for id in ["a", "b"] {
         c.remove(id);
     }
-    d.wait_for("the pool empty", |s| {
-        s["pool"].as_array().is_none_or(Vec::is_empty)
-            && s["leases"].as_array().is_none_or(Vec::is_empty)
-    });
     assert!(!c.dir().join("ctl").join(&c.ns).join("a").exists());
-    assert!(c.leftovers().is_empty(), "{:?}", c.leftovers());
+    nothing_left(&c, &d);
 }
 
 #[test]
@@ -443,6 +439,15 @@ fn a_function_that_exported_gets_native_allocations_in_its_next_containers() {
     assert!(c.leftovers().is_empty(), "{:?}", c.leftovers());
 }
 
+/// The pool and the leases empty, and nothing of the containers left.
+fn nothing_left(c: &Containerd, d: &Mqfqd) {
+    d.wait_for("the pool empty", |s| {
+        s["pool"].as_array().is_none_or(Vec::is_empty)
+            && s["leases"].as_array().is_none_or(Vec::is_empty)
+    });
+    assert!(c.leftovers().is_empty(), "{:?}", c.leftovers());
+}
+
 /// Whether process `pid`'s cgroup is frozen (cgroup v1's freezer, or v2's `cgroup.freeze`).
 fn frozen(pid: u32) -> bool {
     let cgroups = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap();
@@ -597,11 +602,7 @@ fn checkpoint_backend_suspends_a_paused_container_and_resume_restores_it() {
     }
 
     c.remove("k");
-    d.wait_for("the pool empty", |s| {
-        s["pool"].as_array().is_none_or(Vec::is_empty)
-            && s["leases"].as_array().is_none_or(Vec::is_empty)
-    });
-    assert!(c.leftovers().is_empty(), "{:?}", c.leftovers());
+    nothing_left(&c, &d);
 }
 
 /// Under `checkpoint`, a restore that finds no GPU memory (the driver double answers out of
@@ -646,11 +647,7 @@ fn a_checkpoint_restore_without_memory_fails_the_resume_and_holds_nothing() {
     assert!(tier_is(&s, "m", "warm"), "{s}");
 
     c.remove("m");
-    d.wait_for("the pool empty", |s| {
-        s["pool"].as_array().is_none_or(Vec::is_empty)
-            && s["leases"].as_array().is_none_or(Vec::is_empty)
-    });
-    assert!(c.leftovers().is_empty(), "{:?}", c.leftovers());
+    nothing_left(&c, &d);
 }
 
 /// A node that allows only `uvm` and `off` (`[pool] warm_allowed`): a pod asking for

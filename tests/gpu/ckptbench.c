@@ -34,18 +34,6 @@ typedef struct {
     unsigned long long reserved1[7];
 } LockArgs;
 
-static CUresult (*cuInit)(unsigned);
-static CUresult (*cuDeviceGet)(int *, int);
-static CUresult (*cuDevicePrimaryCtxRetain)(CUcontext *, int);
-static CUresult (*cuCtxSetCurrent)(CUcontext);
-static CUresult (*cuCtxSynchronize)(void);
-static CUresult (*cuMemAlloc)(CUdeviceptr *, size_t);
-static CUresult (*cuMemcpyHtoD)(CUdeviceptr, const void *, size_t);
-static CUresult (*cuMemcpyDtoH)(void *, CUdeviceptr, size_t);
-static CUresult (*cuModuleLoadData)(CUmodule *, const void *);
-static CUresult (*cuModuleGetFunction)(CUfunction *, CUmodule, const char *);
-static CUresult (*cuLaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned,
-                                  unsigned, unsigned, void *, void **, void **);
 static CUresult (*ckLock)(int, LockArgs *);
 static CUresult (*ckCheckpoint)(int, void *);
 static CUresult (*ckRestore)(int, void *);
@@ -53,12 +41,6 @@ static CUresult (*ckUnlock)(int, void *);
 static CUresult (*ckState)(int, int *);
 
 #include "inc_ptx.h"
-
-static int launch(CUfunction f, CUdeviceptr p, unsigned n) {
-    void *args[] = {&p, &n};
-    unsigned blocks = (n + 255) / 256;
-    return cuLaunchKernel(f, blocks, 1, 1, 256, 1, 1, 0, NULL, args, NULL) || cuCtxSynchronize();
-}
 
 /* The application: native memory, filled and incremented once; then one kernel and a check per
  * byte read from `cmd` ('k'), answering each on `ans` with the count of wrong values. */
@@ -106,22 +88,8 @@ int main(int argc, char **argv) {
     }
     size_t bytes = (size_t)atol(argv[1]) << 20;
     int rounds = atoi(argv[2]);
-    void *h = dlopen("libcuda.so.1", RTLD_NOW);
-    if (!h) {
-        printf("no libcuda.so.1: %s\n", dlerror());
-        return 1;
-    }
-    LOAD(h, cuInit, "cuInit");
-    LOAD(h, cuDeviceGet, "cuDeviceGet");
-    LOAD(h, cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain");
-    LOAD(h, cuCtxSetCurrent, "cuCtxSetCurrent");
-    LOAD(h, cuCtxSynchronize, "cuCtxSynchronize");
-    LOAD(h, cuMemAlloc, "cuMemAlloc_v2");
-    LOAD(h, cuMemcpyHtoD, "cuMemcpyHtoD_v2");
-    LOAD(h, cuMemcpyDtoH, "cuMemcpyDtoH_v2");
-    LOAD(h, cuModuleLoadData, "cuModuleLoadData");
-    LOAD(h, cuModuleGetFunction, "cuModuleGetFunction");
-    LOAD(h, cuLaunchKernel, "cuLaunchKernel");
+    void *h;
+    if (load_driver(&h)) return 1;
     LOAD(h, ckLock, "cuCheckpointProcessLock");
     LOAD(h, ckCheckpoint, "cuCheckpointProcessCheckpoint");
     LOAD(h, ckRestore, "cuCheckpointProcessRestore");

@@ -42,4 +42,47 @@ static double now_ms(void) {
         }                                                                                  \
     } while (0)
 
+/* The driver calls both benches make (run time lookups: see load_driver). */
+static CUresult (*cuInit)(unsigned);
+static CUresult (*cuDeviceGet)(int *, int);
+static CUresult (*cuDevicePrimaryCtxRetain)(CUcontext *, int);
+static CUresult (*cuCtxSetCurrent)(CUcontext);
+static CUresult (*cuCtxSynchronize)(void);
+static CUresult (*cuMemAlloc)(CUdeviceptr *, size_t);
+static CUresult (*cuMemcpyHtoD)(CUdeviceptr, const void *, size_t);
+static CUresult (*cuMemcpyDtoH)(void *, CUdeviceptr, size_t);
+static CUresult (*cuModuleLoadData)(CUmodule *, const void *);
+static CUresult (*cuModuleGetFunction)(CUfunction *, CUmodule, const char *);
+static CUresult (*cuLaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned,
+                                  unsigned, unsigned, void *, void **, void **);
+
+/* Loads libcuda.so.1 into *out and looks the calls above up; 1 (said on stdout) when it cannot. */
+static int load_driver(void **out) {
+    void *h = dlopen("libcuda.so.1", RTLD_NOW);
+    if (!h) {
+        printf("no libcuda.so.1: %s\n", dlerror());
+        return 1;
+    }
+    LOAD(h, cuInit, "cuInit");
+    LOAD(h, cuDeviceGet, "cuDeviceGet");
+    LOAD(h, cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain");
+    LOAD(h, cuCtxSetCurrent, "cuCtxSetCurrent");
+    LOAD(h, cuCtxSynchronize, "cuCtxSynchronize");
+    LOAD(h, cuMemAlloc, "cuMemAlloc_v2");
+    LOAD(h, cuMemcpyHtoD, "cuMemcpyHtoD_v2");
+    LOAD(h, cuMemcpyDtoH, "cuMemcpyDtoH_v2");
+    LOAD(h, cuModuleLoadData, "cuModuleLoadData");
+    LOAD(h, cuModuleGetFunction, "cuModuleGetFunction");
+    LOAD(h, cuLaunchKernel, "cuLaunchKernel");
+    *out = h;
+    return 0;
+}
+
+/* The `inc` kernel over n words at p, then a synchronize; nonzero on failure. */
+static int launch(CUfunction f, CUdeviceptr p, unsigned n) {
+    void *args[] = {&p, &n};
+    unsigned blocks = (n + 255) / 256;
+    return cuLaunchKernel(f, blocks, 1, 1, 256, 1, 1, 0, NULL, args, NULL) || cuCtxSynchronize();
+}
+
 #endif

@@ -31,20 +31,8 @@
 #include "drvapi.h"
 
 
-static CUresult (*cuInit)(unsigned);
-static CUresult (*cuDeviceGet)(int *, int);
-static CUresult (*cuDevicePrimaryCtxRetain)(CUcontext *, int);
-static CUresult (*cuCtxSetCurrent)(CUcontext);
-static CUresult (*cuCtxSynchronize)(void);
-static CUresult (*cuMemAlloc)(CUdeviceptr *, size_t);
 static CUresult (*cuMemAllocHost)(void **, size_t);
-static CUresult (*cuMemcpyHtoD)(CUdeviceptr, const void *, size_t);
-static CUresult (*cuMemcpyDtoH)(void *, CUdeviceptr, size_t);
-static CUresult (*cuModuleLoadData)(CUmodule *, const void *);
-static CUresult (*cuModuleGetFunction)(CUfunction *, CUmodule, const char *);
 static CUresult (*cuMemAllocManaged)(CUdeviceptr *, size_t, unsigned);
-static CUresult (*cuLaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned,
-                                  unsigned, unsigned, void *, void **, void **);
 
 #include "inc_ptx.h"
 /* One command to this process's own interposer control socket; returns the reply. */
@@ -81,12 +69,6 @@ static void nvml_view(const char *when) {
     if (system(cmd) != 0) printf("nvml_%s (this pid not listed)\n", when);
 }
 
-static int launch(CUfunction f, CUdeviceptr p, unsigned n) {
-    void *args[] = {&p, &n};
-    unsigned blocks = (n + 255) / 256;
-    return cuLaunchKernel(f, blocks, 1, 1, 256, 1, 1, 0, NULL, args, NULL) || cuCtxSynchronize();
-}
-
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0);
     if (argc < 3) {
@@ -95,23 +77,9 @@ int main(int argc, char **argv) {
     }
     size_t bytes = (size_t)atol(argv[2]) << 20;
     unsigned n = (unsigned)(bytes / 4);
-    void *h = dlopen("libcuda.so.1", RTLD_NOW);
-    if (!h) {
-        printf("no libcuda.so.1: %s\n", dlerror());
-        return 1;
-    }
-    LOAD(h, cuInit, "cuInit");
-    LOAD(h, cuDeviceGet, "cuDeviceGet");
-    LOAD(h, cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain");
-    LOAD(h, cuCtxSetCurrent, "cuCtxSetCurrent");
-    LOAD(h, cuCtxSynchronize, "cuCtxSynchronize");
-    LOAD(h, cuMemAlloc, "cuMemAlloc_v2");
+    void *h;
+    if (load_driver(&h)) return 1;
     LOAD(h, cuMemAllocHost, "cuMemAllocHost_v2");
-    LOAD(h, cuMemcpyHtoD, "cuMemcpyHtoD_v2");
-    LOAD(h, cuMemcpyDtoH, "cuMemcpyDtoH_v2");
-    LOAD(h, cuModuleLoadData, "cuModuleLoadData");
-    LOAD(h, cuModuleGetFunction, "cuModuleGetFunction");
-    LOAD(h, cuLaunchKernel, "cuLaunchKernel");
     int dev;
     CUcontext ctx;
     double t0, t1;
