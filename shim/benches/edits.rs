@@ -11,7 +11,7 @@ use std::time::Instant;
 
 use mqfq_shim::gpu::{GpuSelection, GpuWork};
 use mqfq_shim::nvidia::edits::{
-    ContainerEdits, DeviceNode, Mount, NamedDevice, NodeEdits, Symlink, make_symlinks,
+    ContainerEdits, DeviceNode, Mount, NamedDevice, NodeEdits, Symlink,
 };
 
 fn node(path: &str, major: i64, minor: i64) -> DeviceNode {
@@ -121,7 +121,7 @@ fn main() {
         )
         .expect("write");
         let root = mqfq_shim::rootfs::Root::open(&bundle.join("rootfs")).expect("rootfs");
-        make_symlinks(&root, &edits).expect("symlinks");
+        mqfq_shim::nvidia::rootfs::make_symlinks(&root, &edits).expect("symlinks");
         ours.push(t.elapsed().as_secs_f64() * 1e3);
         let _ = std::fs::remove_dir_all(&bundle);
     }
@@ -161,7 +161,7 @@ fn main() {
         std::fs::write(rootfs.join("etc/ld.so.cache"), &image_cache).expect("image cache");
         let mut spec = spec();
         let t = Instant::now();
-        mqfq_shim::nvidia::edits::install_ld_cache(&mut spec, &root, &e, dir.path())
+        mqfq_shim::nvidia::rootfs::install_ld_cache(&mut spec, &root, &e, dir.path())
             .expect("install");
         written.push(t.elapsed().as_secs_f64() * 1e3);
     }

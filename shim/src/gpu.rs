@@ -50,15 +50,7 @@ pub const ANN_PARTNERS: &str = "io.mqfq.partners";
 /// The most partners a container may name.
 pub const MAX_PARTNERS: usize = 8;
 
-/// Which GPUs a container asked for, as it named them.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum GpuSelection {
-    /// All GPUs (`all`), or unspecified.
-    All,
-    /// Devices by index, UUID or MIG name.
-    Devices(Vec<String>),
-}
+pub use mqfq_edits::GpuSelection;
 
 /// A GPU container's scheduling identity.
 #[derive(Clone, Debug, PartialEq, Serialize)]

@@ -14,7 +14,6 @@
 
 pub mod checkpoint;
 pub mod console;
-pub mod elf;
 pub mod error;
 #[cfg(feature = "fuzzing")]
 pub mod fuzzing;
@@ -33,6 +32,7 @@ pub mod stats;
 pub mod task;
 pub mod uvm;
 
+pub use mqfq_edits::elf;
 pub use mqfq_proto::{api, memory};
 
 /// Version and git revision, as `-v` prints them.

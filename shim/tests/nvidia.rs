@@ -519,9 +519,9 @@ fn the_built_ld_cache_lets_glibc_find_driver_libraries() {
     };
     let mut spec = serde_json::json!({});
     let fs = mqfq_shim::rootfs::Root::open(&root).unwrap();
-    let got = edits::install_ld_cache(&mut spec, &fs, &e, dir.path()).unwrap();
+    let got = mqfq_shim::nvidia::rootfs::install_ld_cache(&mut spec, &fs, &e, dir.path()).unwrap();
     assert!(
-        matches!(got, edits::LdCache::Written { image_entries } if image_entries > 0),
+        matches!(got, mqfq_shim::nvidia::rootfs::LdCache::Written { image_entries } if image_entries > 0),
         "{got:?}"
     );
     assert!(

@@ -24,7 +24,7 @@ pub fn cdi(data: &[u8]) {
         "nvidia.yaml"
     };
     if let Ok(mut node) = crate::nvidia::cdi::parse(Path::new(file), text) {
-        let _ = node.select(&mqfq_shim::gpu::GpuSelection::All);
+        let _ = node.select(&mqfq_edits::GpuSelection::All);
         let _ = serde_json::to_string(&node);
         node.error = None;
     }

@@ -407,7 +407,7 @@ const ROOTFS_DEADLINE: Duration = Duration::from_secs(10);
 struct RootfsWork {
     spec: serde_json::Value,
     links: usize,
-    cache: crate::nvidia::edits::LdCache,
+    cache: crate::nvidia::rootfs::LdCache,
     /// Why the interposer is not injected, when it would be wanted.
     unpooled: Option<String>,
 }
@@ -421,14 +421,15 @@ fn rootfs_work(
     edits: Option<&crate::nvidia::edits::ContainerEdits>,
     interposer: Option<crate::elf::GlibcVersion>,
 ) -> std::result::Result<RootfsWork, crate::nvidia::edits::EditError> {
-    use crate::nvidia::edits;
-    let root = crate::rootfs::Root::open(rootfs)?;
+    use crate::nvidia::rootfs as in_root;
+    let root = crate::rootfs::Root::open(rootfs)
+        .map_err(|e| crate::nvidia::edits::EditError::Rootfs(Box::new(e)))?;
     let (links, cache) = match edits {
         Some(e) => (
-            edits::make_symlinks(&root, e)?,
-            edits::install_ld_cache(&mut spec, &root, e, bundle)?,
+            in_root::make_symlinks(&root, e)?,
+            in_root::install_ld_cache(&mut spec, &root, e, bundle)?,
         ),
-        None => (0, edits::LdCache::Unchanged),
+        None => (0, in_root::LdCache::Unchanged),
     };
     let unpooled =
         interposer.and_then(|needs| crate::uvm::fits(needs, crate::uvm::image_glibc(&root)).err());

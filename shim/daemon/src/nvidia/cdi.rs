@@ -165,7 +165,7 @@ fn library_soname(path: &Path) -> Option<String> {
         .take(256 << 20)
         .read_to_end(&mut d)
         .ok()?;
-    mqfq_shim::elf::soname(&d)
+    mqfq_edits::elf::soname(&d)
 }
 
 /// What `update-ldcache` would have registered: each mounted shared library's soname (read from

@@ -1,4 +1,4 @@
-//! Building the node's NVIDIA edits, which the shim applies at Create (`mqfq_shim::nvidia`):
+//! Building the node's NVIDIA edits, which the shim applies at Create (`mqfq_edits`):
 //!
 //! - [`cdi`] — importing an existing CDI spec (`/etc/cdi`, `/var/run/cdi`; JSON or YAML).
 //! - [`discover`] — discovery from a driver root when no CDI spec exists (ld.so.cache, `/dev`,
@@ -12,7 +12,7 @@ pub mod cdi;
 pub mod discover;
 pub mod warm;
 
-pub use mqfq_shim::nvidia::{DEFAULT_EDITS_FILE, edits, ldcache, store};
+pub use mqfq_edits::{DEFAULT_EDITS_FILE, edits, ldcache, store};
 
 use std::path::{Path, PathBuf};
 

@@ -6,8 +6,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use crate::gpu::GpuSelection;
-use crate::rootfs::{Root, RootError};
+use crate::GpuSelection;
 
 /// Why edits could not be built or applied; each names the device, file or field at fault.
 #[derive(Debug, thiserror::Error)]
@@ -55,9 +54,10 @@ pub enum EditError {
     /// The OCI spec has an unexpected shape.
     #[error("OCI spec: {0}")]
     OciSpec(String),
-    /// A path inside the container's rootfs could not be used.
+    /// A path inside the container's rootfs could not be used (the shim's rootfs resolver's
+    /// error, kept as the source).
     #[error(transparent)]
-    Rootfs(#[from] RootError),
+    Rootfs(Box<dyn std::error::Error + Send + Sync>),
 }
 
 impl EditError {
@@ -511,97 +511,12 @@ pub fn apply(spec: &mut Value, edits: &ContainerEdits) -> Result<Applied, EditEr
     Ok(applied)
 }
 
-/// Creates the edits' symlinks inside the container's root, resolving every path inside it (an
-/// image's own symlinks never lead the shim out of it); an existing entry is left alone.
+/// Points the container's `/etc/ld.so.cache` at `file` (a read-only bind mount), replacing any
+/// mount there: where the rootfs cannot take the cache, the bundle's copy stands in.
 ///
 /// # Errors
-/// A link path that is not absolute or has `..`, or one that cannot be created inside the root.
-pub fn make_symlinks(root: &Root, edits: &ContainerEdits) -> Result<usize, EditError> {
-    let mut n = 0;
-    for s in &edits.symlinks {
-        if !crate::rootfs::is_plain(&s.link) {
-            return Err(EditError::Spec {
-                file: PathBuf::from(&s.link),
-                reason: "symlink path must be absolute without '..'".into(),
-            });
-        }
-        if root.symlink(&s.link, &s.target)? {
-            n += 1;
-        }
-    }
-    Ok(n)
-}
-
-#[cfg(test)]
-mod tests;
-
-/// Where the container's `ld.so.cache` went.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum LdCache {
-    /// No driver library to add.
-    Unchanged,
-    /// Written into the rootfs as `/etc/ld.so.cache` (`ldconfig` in the container keeps working).
-    Written {
-        /// Entries taken from the image's own cache (0 when it had none or a bad one).
-        image_entries: usize,
-    },
-    /// The rootfs refused the write (read-only): a file in the bundle, bind-mounted read-only.
-    Mounted(PathBuf),
-}
-
-/// Gives the container an `ld.so.cache` listing the driver libraries: the image's own cache
-/// (read from its rootfs as untrusted input: a regular file of at most
-/// [`MAX_CACHE_BYTES`](super::ldcache::MAX_CACHE_BYTES), parsed with bounds) merged with
-/// `edits.libraries`, written atomically into the rootfs. A missing or bad image cache is
-/// ignored with a log line: the container still gets the driver libraries. Where the rootfs
-/// cannot be written, the cache goes to `bundle/ld.so.cache` and is bind-mounted instead.
-///
-/// # Errors
-/// Neither the rootfs nor the bundle can be written, or the spec has the wrong shape.
-pub fn install_ld_cache(
-    spec: &mut Value,
-    root: &Root,
-    edits: &ContainerEdits,
-    bundle: &Path,
-) -> Result<LdCache, EditError> {
-    use super::ldcache;
-    if edits.libraries.is_empty() {
-        return Ok(LdCache::Unchanged);
-    }
-    let image = match root.read("/etc/ld.so.cache", ldcache::MAX_CACHE_BYTES) {
-        Ok(bytes) => bytes,
-        Err(e) => {
-            tracing::warn!("image ld.so.cache ignored: {e}");
-            None
-        }
-    };
-    let entries = match image.as_deref().map(ldcache::parse) {
-        Some(Ok(entries)) => entries,
-        Some(Err(e)) => {
-            tracing::warn!("image ld.so.cache ignored: {e}");
-            Vec::new()
-        }
-        None => Vec::new(),
-    };
-    let driver: Vec<(String, String)> = edits
-        .libraries
-        .iter()
-        .map(|l| (l.soname.clone(), l.path.clone()))
-        .collect();
-    let bytes = ldcache::for_container(&entries, &driver);
-    match root.write_atomic("/etc/ld.so.cache", &bytes, 0o644) {
-        Ok(()) => {
-            return Ok(LdCache::Written {
-                image_entries: entries.len(),
-            });
-        }
-        Err(e) if e.errno() == Some(libc::EROFS) => {
-            tracing::info!("rootfs is read-only ({e}): ld.so.cache bind-mounted instead");
-        }
-        Err(e) => return Err(e.into()),
-    }
-    let file = bundle.join("ld.so.cache");
-    std::fs::write(&file, bytes).map_err(EditError::io(format!("write {}", file.display())))?;
+/// The spec has the wrong shape.
+pub fn bind_ld_cache(spec: &mut Value, file: &Path) -> Result<(), EditError> {
     let m = spec
         .as_object_mut()
         .ok_or_else(|| EditError::OciSpec("not an object".into()))?;
@@ -613,5 +528,8 @@ pub fn install_ld_cache(
         "type": "bind",
         "options": ["ro", "nosuid", "nodev", "bind", "rprivate"],
     }));
-    Ok(LdCache::Mounted(file))
+    Ok(())
 }
+
+#[cfg(test)]
+mod tests;
