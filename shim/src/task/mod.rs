@@ -1,4 +1,6 @@
-//! The containerd Task service: thin ttrpc adapters over plain async operations.
+//! The containerd Task service: thin ttrpc adapters over plain async operations, one file per
+//! lifecycle verb (`create`, `start`, `exec`, `kill`, `delete`, `state`, `wait`; Pause and Resume
+//! with the pool's hands in `pool`), the process exits in `exits`.
 //!
 //! Events go through one ordered channel (a single forwarder publishes them one at a time), so
 //! containerd always sees TaskCreate → TaskStart → TaskExit → TaskDelete and ExecAdded →
@@ -8,21 +10,17 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 use containerd_shim::ExitSignal;
-use containerd_shim::monitor::{ExitEvent, Subject, Topic, monitor_subscribe};
 use containerd_shim::util::convert_to_timestamp;
-use containerd_shim_protos::api;
-use containerd_shim_protos::events::task::{TaskDelete, TaskExecAdded, TaskExit};
 use containerd_shim_protos::protobuf::{MessageDyn, MessageField};
 use tokio::sync::{Mutex, mpsc};
 
 use crate::error::{Error, Result};
 use crate::gate::{Gate, PoolChannel};
 use crate::gpu::Classification;
-use crate::io::{ProcessIo, StdioPaths};
-use crate::process::{Exit, Proc, Status};
+use crate::process::{Exit, Proc};
 use crate::runtime::{Runtime, RuntimeFactory};
 use mqfq_proto::warm::Warm;
 
@@ -223,391 +221,6 @@ impl TaskService {
         });
     }
 
-    /// Starts the loop that turns reaped pids into process exits. Call once.
-    ///
-    /// # Errors
-    /// The exit monitor refused the subscription.
-    pub async fn watch_exits(&self) -> Result<()> {
-        let mut sub = monitor_subscribe(Topic::All).await?;
-        let svc = self.clone();
-        tokio::spawn(async move {
-            while let Some(ExitEvent { subject, exit_code }) = sub.rx.recv().await {
-                if let Subject::Pid(pid) = subject
-                    && let Ok(pid) = u32::try_from(pid)
-                {
-                    svc.on_exit(pid, u32::try_from(exit_code).unwrap_or(255))
-                        .await;
-                }
-            }
-        });
-        Ok(())
-    }
-
-    fn emit(&self, topic: &'static str, ev: Box<dyn MessageDyn>) {
-        // The forwarder only goes away at shutdown; events after that have nobody to go to.
-        let _ = self.events.send((topic, ev));
-    }
-
-    /// A pid was reaped.
-    pub async fn on_exit(&self, pid: u32, code: u32) {
-        let exit = Exit {
-            code,
-            at: SystemTime::now(),
-        };
-        let mut st = self.state.lock().await;
-        let mut found = None;
-        for c in st.containers.values_mut() {
-            let procs = std::iter::once(&mut c.init).chain(c.execs.values_mut());
-            for p in procs {
-                if p.is_running_pid(pid) {
-                    found = Some((c.id.clone(), p.exec_id().to_owned()));
-                    break;
-                }
-            }
-            if found.is_some() {
-                break;
-            }
-        }
-        match found {
-            Some((cid, eid)) => {
-                drop(st);
-                self.record_exit(&cid, &eid, exit).await;
-            }
-            None => {
-                let now = Instant::now();
-                st.unclaimed
-                    .retain(|_, (_, seen)| now.duration_since(*seen) < UNCLAIMED_TTL);
-                st.unclaimed.insert(pid, (exit, now));
-            }
-        }
-    }
-
-    /// Marks a process exited, then drains its stdio and publishes the exit.
-    async fn record_exit(&self, cid: &str, eid: &str, exit: Exit) {
-        let (io, gpu) = {
-            let mut st = self.state.lock().await;
-            let Some(c) = st.containers.get_mut(cid) else {
-                return;
-            };
-            let gpu = eid.is_empty() && matches!(c.gpu, Classification::Gpu(_));
-            let Ok(p) = c.proc_mut(eid) else { return };
-            (p.exited(exit), gpu)
-        };
-        self.release_lease(cid, gpu, "exit").await;
-        let svc = self.clone();
-        let (cid, eid) = (cid.to_owned(), eid.to_owned());
-        tokio::spawn(async move {
-            if let Some(mut io) = io {
-                io.drain(DRAIN_LIMIT).await;
-            }
-            let mut st = svc.state.lock().await;
-            if let Some(c) = st.containers.get_mut(&cid)
-                && let Ok(p) = c.proc_mut(&eid)
-            {
-                p.drained(svc.exit_event(&cid));
-            }
-        });
-    }
-
-    /// Sends a process's `TaskExit` (what [`Proc`] calls when it publishes an exit).
-    fn exit_event<'a>(&'a self, cid: &'a str) -> impl FnOnce(&str, u32, Exit) + 'a {
-        move |exec_id, pid, exit| {
-            let (code, at) = exit_status(Some(exit));
-            self.emit(
-                containerd_shim_protos::topics::TASK_EXIT_EVENT_TOPIC,
-                Box::new(TaskExit {
-                    container_id: cid.to_owned(),
-                    id: if exec_id.is_empty() { cid } else { exec_id }.to_owned(),
-                    pid,
-                    exit_status: code,
-                    exited_at: at,
-                    ..Default::default()
-                }),
-            );
-        }
-    }
-
-    /// Claims an exit of `pid` seen since `since` (when runc was asked to make the process).
-    /// An older entry is another process that had the same pid before it was reused.
-    async fn claim_early_exit(&self, cid: &str, eid: &str, pid: u32, since: Instant) {
-        let early = {
-            let mut st = self.state.lock().await;
-            match st.unclaimed.remove(&pid) {
-                Some((exit, seen)) if seen >= since => Some(exit),
-                _ => None,
-            }
-        };
-        if let Some(exit) = early {
-            self.record_exit(cid, eid, exit).await;
-        }
-    }
-
-    /// Publishes `TaskOOM` whenever the kernel OOM-kills in the container's memory cgroup.
-    /// Best effort: a container without a memory cgroup simply gets no OOM events.
-    fn watch_oom(&self, id: &str, pid: u32) {
-        let cg = match crate::oom::memory_cgroup(pid, Path::new("/sys/fs/cgroup")) {
-            Ok(cg) => cg,
-            Err(e) => {
-                tracing::debug!("no OOM watch for {id}: {}", e.full_message());
-                return;
-            }
-        };
-        let events = self.events.clone();
-        let cid = id.to_owned();
-        let r = crate::oom::watch(&cg, move || {
-            tracing::info!(container = %cid, "OOM kill");
-            let _ = events.send((
-                containerd_shim_protos::topics::TASK_OOM_EVENT_TOPIC,
-                Box::new(containerd_shim_protos::events::task::TaskOOM {
-                    container_id: cid.clone(),
-                    ..Default::default()
-                }),
-            ));
-        });
-        if let Err(e) = r {
-            tracing::warn!("no OOM watch for {id}: {}", e.full_message());
-        }
-    }
-
-    /// Records an exec process (`runc exec` happens at Start).
-    ///
-    /// # Errors
-    /// `NOT_FOUND`, `ALREADY_EXISTS`, `INVALID_ARGUMENT` for a bad process spec, `UNIMPLEMENTED`
-    /// for tty, `FAILED_PRECONDITION` if the container has exited.
-    pub async fn exec(&self, req: api::ExecProcessRequest) -> Result<()> {
-        let spec: oci_spec::runtime::Process = serde_json::from_slice(&req.spec.value)
-            .map_err(|e| Error::InvalidArgument(format!("exec {} spec: {e}", req.exec_id)))?;
-        if req.exec_id.is_empty() {
-            return Err(Error::InvalidArgument("exec id is empty".into()));
-        }
-        let stdio = StdioPaths {
-            stdin: req.stdin.clone(),
-            stdout: req.stdout.clone(),
-            stderr: req.stderr.clone(),
-            terminal: req.terminal,
-        };
-        stdio.check()?;
-        let check = |c: &Container| -> Result<()> {
-            if c.execs.contains_key(&req.exec_id) {
-                return Err(Error::AlreadyExists(format!(
-                    "exec {} in {}",
-                    req.exec_id, req.id
-                )));
-            }
-            if c.init.status() == Status::Stopped {
-                return Err(Error::FailedPrecondition(format!(
-                    "container {} has exited",
-                    req.id
-                )));
-            }
-            Ok(())
-        };
-        {
-            let st = self.state.lock().await;
-            check(st.containers.get(&req.id).ok_or_else(|| nf(&req.id))?)?;
-        }
-        // Setting up stdio may wait on a logging binary: not under the lock.
-        let io = ProcessIo::new(&stdio, &req.id, &self.namespace).await?;
-        let mut st = self.state.lock().await;
-        let c = st.containers.get_mut(&req.id).ok_or_else(|| nf(&req.id))?;
-        check(c)?;
-        let mut p = Proc::new(&req.exec_id, 0, stdio, Some(io));
-        p.spec = Some(spec);
-        c.execs.insert(req.exec_id.clone(), p);
-        self.emit(
-            containerd_shim_protos::topics::TASK_EXEC_ADDED_EVENT_TOPIC,
-            Box::new(TaskExecAdded {
-                container_id: req.id.clone(),
-                exec_id: req.exec_id.clone(),
-                ..Default::default()
-            }),
-        );
-        Ok(())
-    }
-
-    /// Signals the init (through runc, optionally every process) or an exec.
-    ///
-    /// # Errors
-    /// `NOT_FOUND` for unknown or finished processes, or runc's failure.
-    pub async fn kill(&self, id: &str, exec_id: &str, signal: u32, all: bool) -> Result<()> {
-        let (runtime, pid, gpu) = {
-            let mut st = self.state.lock().await;
-            let c = st.containers.get_mut(id).ok_or_else(|| nf(id))?;
-            let runtime = c.runtime.clone();
-            let gpu = exec_id.is_empty() && matches!(c.gpu, Classification::Gpu(_));
-            let p = c.proc_mut(exec_id)?;
-            if p.status() == Status::Stopped && !all {
-                return Err(Error::NotFound(format!(
-                    "{id} {exec_id}: process already finished"
-                )));
-            }
-            (runtime, p.pid(), gpu)
-        };
-        if exec_id.is_empty() {
-            if gpu {
-                // A start still waiting for admission must not be let in after the kill.
-                self.gate.cancel(&self.namespace, id).await;
-            }
-            runtime.kill(id, signal, all).await?;
-            self.release_lease(id, gpu, "kill").await;
-            return Ok(());
-        }
-        if pid == 0 {
-            return Err(Error::NotFound(format!(
-                "exec {exec_id} in {id} was never started"
-            )));
-        }
-        let sig = nix::sys::signal::Signal::try_from(i32::try_from(signal).unwrap_or(-1))
-            .map_err(|_| Error::InvalidArgument(format!("signal {signal}")))?;
-        let pid = nix::unistd::Pid::from_raw(i32::try_from(pid).unwrap_or(-1));
-        nix::sys::signal::kill(pid, sig).map_err(|e| {
-            if e == nix::errno::Errno::ESRCH {
-                Error::NotFound(format!("exec {exec_id} in {id}: process already finished"))
-            } else {
-                Error::io(format!("kill exec {exec_id}"), e.into())
-            }
-        })
-    }
-
-    /// Deletes an exec record, or the container (`runc delete --force`, unmount, forget).
-    ///
-    /// # Errors
-    /// `NOT_FOUND`, `FAILED_PRECONDITION` while running, or runc's failure.
-    pub async fn delete(&self, id: &str, exec_id: &str) -> Result<api::DeleteResponse> {
-        if !exec_id.is_empty() {
-            let mut st = self.state.lock().await;
-            let c = st.containers.get_mut(id).ok_or_else(|| nf(id))?;
-            let p = c.proc_mut(exec_id)?;
-            if matches!(p.status(), Status::Running | Status::Paused) {
-                return Err(Error::FailedPrecondition(format!(
-                    "exec {exec_id} in {id} is still running"
-                )));
-            }
-            let mut p = c.execs.remove(exec_id).ok_or_else(|| nf(id))?;
-            // An exit still draining its stdio is published now, before the record goes.
-            p.publish_now(self.exit_event(id));
-            let (code, at) = exit_status(p.exit());
-            return Ok(api::DeleteResponse {
-                pid: p.pid(),
-                exit_status: code,
-                exited_at: at,
-                ..Default::default()
-            });
-        }
-        let (runtime, gpu) = {
-            let st = self.state.lock().await;
-            let c = st.containers.get(id).ok_or_else(|| nf(id))?;
-            if matches!(c.init.status(), Status::Running | Status::Paused) {
-                return Err(Error::FailedPrecondition(format!(
-                    "container {id} is still running; kill it first"
-                )));
-            }
-            (c.runtime.clone(), matches!(c.gpu, Classification::Gpu(_)))
-        };
-        if gpu {
-            self.gate.cancel(&self.namespace, id).await;
-            self.release_lease(id, true, "delete").await;
-        }
-        match runtime.delete(id, true).await {
-            Ok(()) | Err(Error::NotFound(_)) => {}
-            Err(e) => return Err(e),
-        }
-        let mut st = self.state.lock().await;
-        let mut c = st.containers.remove(id).ok_or_else(|| nf(id))?;
-        // TaskExit must precede TaskDelete even when the exit is still draining its stdio.
-        c.init.publish_now(self.exit_event(id));
-        if c.mounted_rootfs {
-            unmount(&c.bundle.join("rootfs"));
-        }
-        if let Some(t) = &c.burst_task {
-            t.abort();
-        }
-        if let Some(d) = &c.ctl_dir {
-            crate::uvm::cleanup(d);
-        }
-        if let Some(mut io) = c.init.io.take() {
-            io.shutdown();
-        }
-        let (code, at) = exit_status(c.init.exit());
-        self.emit(
-            containerd_shim_protos::topics::TASK_DELETE_EVENT_TOPIC,
-            Box::new(TaskDelete {
-                container_id: id.to_owned(),
-                pid: c.init.pid(),
-                exit_status: code,
-                exited_at: at.clone(),
-                id: id.to_owned(),
-                ..Default::default()
-            }),
-        );
-        Ok(api::DeleteResponse {
-            pid: c.init.pid(),
-            exit_status: code,
-            exited_at: at,
-            ..Default::default()
-        })
-    }
-
-    /// The state of the init or an exec.
-    ///
-    /// # Errors
-    /// `NOT_FOUND`.
-    pub async fn state(&self, id: &str, exec_id: &str) -> Result<api::StateResponse> {
-        let mut st = self.state.lock().await;
-        let c = st.containers.get_mut(id).ok_or_else(|| nf(id))?;
-        let bundle = c.bundle.display().to_string();
-        let p = c.proc_mut(exec_id)?;
-        let status = match p.status() {
-            Status::Created => api::Status::CREATED,
-            Status::Running => api::Status::RUNNING,
-            Status::Paused => api::Status::PAUSED,
-            Status::Stopped => api::Status::STOPPED,
-        };
-        let (code, at) = exit_status(p.exit());
-        Ok(api::StateResponse {
-            id: id.to_owned(),
-            bundle,
-            pid: p.pid(),
-            status: status.into(),
-            stdin: p.stdio.stdin.clone(),
-            stdout: p.stdio.stdout.clone(),
-            stderr: p.stdio.stderr.clone(),
-            terminal: p.stdio.terminal,
-            exit_status: code,
-            exited_at: at,
-            exec_id: exec_id.to_owned(),
-            ..Default::default()
-        })
-    }
-
-    /// Waits for the init or an exec to exit (its exit event published).
-    ///
-    /// # Errors
-    /// `NOT_FOUND`.
-    pub async fn wait(&self, id: &str, exec_id: &str) -> Result<api::WaitResponse> {
-        let mut rx = {
-            let mut st = self.state.lock().await;
-            let c = st.containers.get_mut(id).ok_or_else(|| nf(id))?;
-            c.proc_mut(exec_id)?.subscribe()
-        };
-        let exit = loop {
-            if let Some(e) = *rx.borrow_and_update() {
-                break e;
-            }
-            if rx.changed().await.is_err() {
-                return Err(Error::NotFound(format!(
-                    "{id} {exec_id}: deleted while waiting"
-                )));
-            }
-        };
-        let (code, at) = exit_status(Some(exit));
-        Ok(api::WaitResponse {
-            exit_status: code,
-            exited_at: at,
-            ..Default::default()
-        })
-    }
-
     async fn runtime_and_pid(&self, id: &str) -> Result<(Arc<dyn Runtime>, u32)> {
         let st = self.state.lock().await;
         let c = st.containers.get(id).ok_or_else(|| nf(id))?;
@@ -649,8 +262,14 @@ mod adapter;
 pub mod burst;
 mod checkpoint;
 mod create;
+mod delete;
+mod exec;
+mod exits;
+mod kill;
 mod pool;
 mod start;
+mod state;
+mod wait;
 
 #[cfg(test)]
 mod tests;

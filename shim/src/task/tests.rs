@@ -1,5 +1,6 @@
 use std::sync::atomic::Ordering;
 
+use containerd_shim_protos::api;
 use containerd_shim_protos::protobuf::well_known_types::any::Any;
 use containerd_shim_protos::shim_async::Task;
 use containerd_shim_protos::ttrpc;
