@@ -90,12 +90,12 @@ impl Task for TaskService {
     }
 
     async fn pause(&self, _: &TtrpcContext, req: api::PauseRequest) -> ttrpc::Result<api::Empty> {
-        ttrpc_result(self.pause_resume(&req.id, true).await)?;
+        ttrpc_result(self.pause_task(&req.id).await)?;
         Ok(api::Empty::new())
     }
 
     async fn resume(&self, _: &TtrpcContext, req: api::ResumeRequest) -> ttrpc::Result<api::Empty> {
-        ttrpc_result(self.pause_resume(&req.id, false).await)?;
+        ttrpc_result(self.resume_task(&req.id).await)?;
         Ok(api::Empty::new())
     }
 

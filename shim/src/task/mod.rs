@@ -266,9 +266,12 @@ mod delete;
 mod exec;
 mod exits;
 mod kill;
+mod pause;
 mod pool;
+mod resume;
 mod start;
 mod state;
+mod turn;
 mod wait;
 
 #[cfg(test)]

@@ -1,4 +1,5 @@
-//! Pause, Resume, and the pool agent: this shim's hands for `mqfqd`'s pool manager.
+//! The pool agent: this shim's hands for `mqfqd`'s pool manager (Pause and Resume are in
+//! `pause.rs` and `resume.rs`; what they share in `turn.rs`).
 //!
 //! A paused container's processes are frozen, so they cannot answer the interposer's control
 //! socket. Moving a paused container's memory therefore takes a thaw, the move, and a freeze
@@ -16,15 +17,9 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use containerd_shim_protos::events::task::{TaskPaused, TaskResumed};
-
-use super::{TaskService, nf};
+use super::TaskService;
 use crate::api as mqfqd;
-use crate::error::Result;
-use crate::gate::Kind;
-use crate::gpu::Classification;
-use crate::memory::Usage;
-use crate::process::{Status, Transition};
+use crate::process::Status;
 use crate::uvm::client::{self, Answer, Command};
 use mqfq_proto::warm::Warm;
 
@@ -79,151 +74,11 @@ pub(super) async fn uvm(dir: &Path, id: &str, cmd: Command, timeout: Duration) -
         })
 }
 
-fn transition(pause: bool) -> Transition {
-    if pause {
-        Transition::Pause
-    } else {
-        Transition::Resume
-    }
-}
-
 fn nanos(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
 impl TaskService {
-    /// Pause (freeze; the lease goes back, with the bytes its CUDA processes hold) or Resume
-    /// (wait for admission, thaw, restore evicted memory).
-    pub(super) async fn pause_resume(&self, id: &str, pause: bool) -> Result<()> {
-        let (runtime, work, ctl, lock, unpooled, book, warm) = {
-            let st = self.state.lock().await;
-            let c = st.containers.get(id).ok_or_else(|| nf(id))?;
-            c.init.check(transition(pause))?;
-            let work = match &c.gpu {
-                Classification::Gpu(w) => Some(w.clone()),
-                Classification::NotGpu => None,
-            };
-            (
-                c.runtime.clone(),
-                work,
-                c.ctl_dir.clone(),
-                c.pool_lock.clone(),
-                c.pool_failed,
-                c.burst.clone(),
-                c.warm(),
-            )
-        };
-        let _moving = lock.lock().await;
-        // Checked again under the lock: a second Pause or Resume that waited behind this one
-        // must not act twice (a second Resume would re-admit, fail in runc, and release the
-        // lease the first one holds).
-        {
-            let st = self.state.lock().await;
-            let c = st.containers.get(id).ok_or_else(|| nf(id))?;
-            c.init.check(transition(pause))?;
-        }
-        let pooled = ctl.is_some() && !unpooled;
-        if pause {
-            // Read while the processes can still answer, within a deadline.
-            let held = match &ctl {
-                Some(d) if pooled => {
-                    let a = uvm(d, id, Command::Status, self.pool_timeouts.status).await;
-                    if !a.ok() {
-                        let why = format!("its status failed: {}", a.errors.join("; "));
-                        self.drop_from_pool(id, &why).await;
-                    }
-                    let held = super::checkpoint::held_from(&a, warm);
-                    if let Some(c) = self.state.lock().await.containers.get_mut(id) {
-                        c.held = held;
-                    }
-                    held
-                }
-                _ => Usage::default(),
-            };
-            self.report_exports(id).await;
-            runtime.pause(id).await?;
-            // A frozen container uses no GPU time: its slot goes to the queue.
-            if work.is_some() {
-                self.gate.release(&self.namespace, id, "pause", held).await;
-                if self.pool_failed(id).await {
-                    // Not idle in the pool: its memory is never moved again.
-                    self.gate.cancel(&self.namespace, id).await;
-                }
-            }
-        } else {
-            // A burst-mode container resumes at once: its next burst is admitted (and its
-            // memory restored) when it comes. One paused mid-burst goes on with that burst once
-            // thawed, so like any other container it takes a lease (kind burst) first.
-            let (gated, kind) = match &book {
-                None => (work.is_some(), Kind::Resume),
-                Some(b) => (work.is_some() && b.held(), Kind::Burst),
-            };
-            if let (true, Some(w)) = (gated, &work) {
-                self.gate
-                    .admit(&self.namespace, id, w, kind, pooled)
-                    .await?;
-                if book.as_ref().is_some_and(|b| !b.regranted()) {
-                    // Its processes went away while it waited: nobody will end that burst.
-                    self.gate
-                        .release(&self.namespace, id, "idle", Usage::default())
-                        .await;
-                }
-            }
-            let thawed = Instant::now();
-            if let Err(e) = runtime.resume(id).await {
-                if gated {
-                    self.release_lease(id, true, "resume failed").await;
-                }
-                return Err(e);
-            }
-            if let (true, Some(d)) = (gated, &ctl)
-                && let Err(e) = self.restore(id, d, thawed).await
-            {
-                // Its processes are still suspended: it must not run, or hold a slot, so. Frozen
-                // again and its lease given back as one it could not use (the pool keeps it,
-                // Warm); containerd sees the Resume fail and the container still paused.
-                let mut frozen = runtime.pause(id).await;
-                if frozen.is_err() {
-                    frozen = runtime.pause(id).await;
-                }
-                self.hand_back(id).await;
-                if let Err(f) = frozen {
-                    tracing::error!(container = %id, "freeze after a failed restore: {f}; the container runs while containerd sees it paused");
-                }
-                return Err(crate::error::Error::FailedPrecondition(format!(
-                    "container {id}: its GPU memory could not be restored{}: {}",
-                    if e.busy {
-                        " (no GPU memory free in time)"
-                    } else {
-                        ""
-                    },
-                    e.why
-                )));
-            }
-        }
-        let mut st = self.state.lock().await;
-        let c = st.containers.get_mut(id).ok_or_else(|| nf(id))?;
-        c.init.paused(pause);
-        if pause {
-            self.emit(
-                containerd_shim_protos::topics::TASK_PAUSED_EVENT_TOPIC,
-                Box::new(TaskPaused {
-                    container_id: id.to_owned(),
-                    ..Default::default()
-                }),
-            );
-        } else {
-            self.emit(
-                containerd_shim_protos::topics::TASK_RESUMED_EVENT_TOPIC,
-                Box::new(TaskResumed {
-                    container_id: id.to_owned(),
-                    ..Default::default()
-                }),
-            );
-        }
-        Ok(())
-    }
-
     /// After a thaw at Resume: brings evicted memory back before the task goes on.
     ///
     /// # Errors
@@ -313,7 +168,7 @@ impl TaskService {
     }
 
     /// Whether a container was dropped from the pool.
-    async fn pool_failed(&self, id: &str) -> bool {
+    pub(super) async fn pool_failed(&self, id: &str) -> bool {
         self.state
             .lock()
             .await
@@ -324,7 +179,7 @@ impl TaskService {
 
     /// A container whose processes did not answer in time: its memory is never moved again
     /// (no more thaws for it), and it runs unpooled from now on.
-    async fn drop_from_pool(&self, id: &str, why: &str) {
+    pub(super) async fn drop_from_pool(&self, id: &str, why: &str) {
         let mut st = self.state.lock().await;
         if let Some(c) = st.containers.get_mut(id)
             && !c.pool_failed

@@ -408,7 +408,7 @@ async fn state_machine_errors_and_pause_resume() {
         Err(Error::AlreadyExists(_))
     ));
     assert!(matches!(
-        h.svc.pause_resume("p1", true).await,
+        h.svc.pause_task("p1").await,
         Err(Error::FailedPrecondition(_))
     ));
     h.svc.start("p1", "").await.unwrap();
@@ -420,12 +420,12 @@ async fn state_machine_errors_and_pause_resume() {
         h.svc.delete("p1", "").await,
         Err(Error::FailedPrecondition(_))
     ));
-    h.svc.pause_resume("p1", true).await.unwrap();
+    h.svc.pause_task("p1").await.unwrap();
     assert_eq!(
         h.svc.state("p1", "").await.unwrap().status(),
         api::Status::PAUSED
     );
-    h.svc.pause_resume("p1", false).await.unwrap();
+    h.svc.resume_task("p1").await.unwrap();
     h.svc.kill("p1", "", 15, false).await.unwrap();
     h.svc.on_exit(pid, 143).await;
     h.svc.wait("p1", "").await.unwrap();

@@ -93,12 +93,12 @@ async fn a_second_resume_waiting_behind_the_first_does_not_admit_or_release_agai
     let req = h.bundle("d1", &gpu);
     h.svc.create(req).await.unwrap();
     h.svc.start("d1", "").await.unwrap();
-    h.svc.pause_resume("d1", true).await.unwrap();
+    h.svc.pause_task("d1").await.unwrap();
     let (a, b) = (h.svc.clone(), h.svc.clone());
-    let first = tokio::spawn(async move { a.pause_resume("d1", false).await });
+    let first = tokio::spawn(async move { a.resume_task("d1").await });
     tokio::time::sleep(Duration::from_millis(50)).await;
     // A retried Resume arrives while the first waits in the queue.
-    let second = tokio::spawn(async move { b.pause_resume("d1", false).await });
+    let second = tokio::spawn(async move { b.resume_task("d1").await });
     tokio::time::sleep(Duration::from_millis(50)).await;
     gate.go.notify_one();
     first.await.unwrap().unwrap();

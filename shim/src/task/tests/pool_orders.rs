@@ -45,7 +45,7 @@ async fn pool_orders_thaw_move_and_freeze_only_idle_containers() {
     let req = h.bundle("p1", &plain());
     h.svc.create(req).await.unwrap();
     h.svc.start("p1", "").await.unwrap();
-    h.svc.pause_resume("p1", true).await.unwrap();
+    h.svc.pause_task("p1").await.unwrap();
     // A control folder with no CUDA process in it yet.
     let ctl = h.dir.path().join("ctl");
     std::fs::create_dir_all(&ctl).unwrap();
@@ -86,7 +86,7 @@ async fn pool_orders_thaw_move_and_freeze_only_idle_containers() {
         .await;
     assert!(last().skipped);
     // Running: not idle, skipped without touching runc.
-    h.svc.pause_resume("p1", false).await.unwrap();
+    h.svc.resume_task("p1").await.unwrap();
     let before = h.fake.calls().len();
     h.svc
         .run_order(&order("test", "p1", PoolAction::EVICT))
@@ -103,7 +103,7 @@ async fn pool_orders_thaw_move_and_freeze_only_idle_containers() {
         .await;
     assert!(last().gone);
     // Reclaim of a paused container: killed, then thawed so it can die.
-    h.svc.pause_resume("p1", true).await.unwrap();
+    h.svc.pause_task("p1").await.unwrap();
     let before = h.fake.calls().len();
     h.svc
         .run_order(&order("test", "p1", PoolAction::RECLAIM))
@@ -131,7 +131,7 @@ async fn a_container_that_stalls_a_memory_move_is_frozen_again_and_never_thawed_
     let req = h.bundle("s1", &gpu);
     h.svc.create(req).await.unwrap();
     h.svc.start("s1", "").await.unwrap();
-    h.svc.pause_resume("s1", true).await.unwrap();
+    h.svc.pause_task("s1").await.unwrap();
     // The container's "CUDA process": accepts, reads, never answers.
     let ctl = h.dir.path().join("ctl-s1");
     std::fs::create_dir_all(&ctl).unwrap();
@@ -180,7 +180,7 @@ async fn a_container_that_stalls_a_memory_move_is_frozen_again_and_never_thawed_
     assert_eq!(h.fake.calls().len(), before);
     assert!(last().gone);
     // Its next admission is not pooled.
-    h.svc.pause_resume("s1", false).await.unwrap();
+    h.svc.resume_task("s1").await.unwrap();
     assert_eq!(gate.admits.lock().unwrap().last().map(|a| a.1), Some(false));
     stall.join().unwrap();
 }
@@ -201,7 +201,7 @@ async fn an_evict_refused_as_busy_leaves_the_container_pooled_for_the_next_order
     let req = h.bundle("b1", &gpu);
     h.svc.create(req).await.unwrap();
     h.svc.start("b1", "").await.unwrap();
-    h.svc.pause_resume("b1", true).await.unwrap();
+    h.svc.pause_task("b1").await.unwrap();
     // The container's "CUDA process": greets, then refuses every evict as busy.
     let ctl = h.dir.path().join("ctl-b1");
     std::fs::create_dir_all(&ctl).unwrap();
@@ -252,6 +252,6 @@ async fn an_evict_refused_as_busy_leaves_the_container_pooled_for_the_next_order
     }
     busy.join().unwrap();
     // Still pooled: its next admission is.
-    h.svc.pause_resume("b1", false).await.unwrap();
+    h.svc.resume_task("b1").await.unwrap();
     assert_eq!(gate.admits.lock().unwrap().last().map(|a| a.1), Some(true));
 }

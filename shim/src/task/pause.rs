@@ -1,0 +1,45 @@
+//! Pause: the container frozen, and its GPU slot given back with what its CUDA processes hold
+//! (read before the freeze, while they can still answer), so the queue and the pool know.
+
+use super::TaskService;
+use super::pool::uvm;
+use crate::error::Result;
+use crate::memory::Usage;
+use crate::uvm::client::Command;
+
+impl TaskService {
+    /// Pause: freeze; the lease goes back, with the bytes its CUDA processes hold.
+    ///
+    /// # Errors
+    /// `NOT_FOUND`, a transition not allowed now, or runc's failure to freeze.
+    pub(super) async fn pause_task(&self, id: &str) -> Result<()> {
+        let t = self.turn(id, true).await?;
+        // Read while the processes can still answer, within a deadline.
+        let held = match &t.ctl {
+            Some(d) if t.pooled => {
+                let a = uvm(d, id, Command::Status, self.pool_timeouts.status).await;
+                if !a.ok() {
+                    let why = format!("its status failed: {}", a.errors.join("; "));
+                    self.drop_from_pool(id, &why).await;
+                }
+                let held = super::checkpoint::held_from(&a, t.warm);
+                if let Some(c) = self.state.lock().await.containers.get_mut(id) {
+                    c.held = held;
+                }
+                held
+            }
+            _ => Usage::default(),
+        };
+        self.report_exports(id).await;
+        t.runtime.pause(id).await?;
+        // A frozen container uses no GPU time: its slot goes to the queue.
+        if t.work.is_some() {
+            self.gate.release(&self.namespace, id, "pause", held).await;
+            if self.pool_failed(id).await {
+                // Not idle in the pool: its memory is never moved again.
+                self.gate.cancel(&self.namespace, id).await;
+            }
+        }
+        self.turned(id, true).await
+    }
+}
