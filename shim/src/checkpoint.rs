@@ -19,6 +19,8 @@
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
+use crate::process::start_time;
+
 /// A process's state as the driver reports it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ProcState {
@@ -295,22 +297,6 @@ impl Driver for LibCuda {
     fn unlock(&self, pid: u32) -> Result<(), CkptError> {
         self.call("cuCheckpointProcessUnlock", pid, |l| l.unlock)
     }
-}
-
-/// The start time of a process (`/proc/<pid>/stat` field 22, clock ticks since boot), or `None`
-/// when it is gone. Read as bytes: a process names itself, and a name that is not UTF-8 must not
-/// hide it.
-#[must_use]
-pub fn start_time(pid: u32) -> Option<u64> {
-    let stat = std::fs::read(format!("/proc/{pid}/stat")).ok()?;
-    // After the command's closing parenthesis (the last one: the name may hold any byte):
-    // field 3 onward; field 22 is the 20th.
-    let rest = &stat[stat.iter().rposition(|&b| b == b')')? + 1..];
-    let field = rest
-        .split(u8::is_ascii_whitespace)
-        .filter(|w| !w.is_empty())
-        .nth(19)?;
-    std::str::from_utf8(field).ok()?.parse().ok()
 }
 
 /// One CUDA process of a container: its host PID and the start time it had when found.

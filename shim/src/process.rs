@@ -289,6 +289,23 @@ impl Proc {
     }
 }
 
+/// A host process's start time (`/proc/<pid>/stat` field 22, clock ticks since boot), or `None`
+/// when it is gone: with its PID, what names one process (a PID is reused, the pair is not).
+/// Read as bytes: a process names itself, and a name that is not UTF-8 must not hide it (the
+/// burst socket's peers and the checkpoint backend's processes are both found by it).
+#[must_use]
+pub fn start_time(pid: u32) -> Option<u64> {
+    let stat = std::fs::read(format!("/proc/{pid}/stat")).ok()?;
+    // After the command's closing parenthesis (the last one: the name may hold any byte):
+    // field 3 onward; field 22 is the 20th.
+    let rest = &stat[stat.iter().rposition(|&b| b == b')')? + 1..];
+    let field = rest
+        .split(u8::is_ascii_whitespace)
+        .filter(|w| !w.is_empty())
+        .nth(19)?;
+    std::str::from_utf8(field).ok()?.parse().ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -21,13 +21,7 @@ pub(super) struct Peer {
     pub(super) start: u64,
 }
 
-/// `pid`'s start time (clock ticks since boot, `/proc/<pid>/stat` field 22), if it runs.
-pub(super) fn start_time(pid: u32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The command name may hold spaces and parentheses: fields count from the last ')'.
-    let rest = &stat[stat.rfind(')')? + 1..];
-    rest.split_whitespace().nth(19)?.parse().ok()
-}
+pub(super) use crate::process::start_time;
 
 /// The process that connected `stream`, if it still runs (see the module docs).
 pub(super) fn peer(stream: &UnixStream) -> Option<Peer> {
