@@ -38,6 +38,21 @@ pub struct StdioPaths {
 }
 
 impl StdioPaths {
+    /// A request's stdio, checked (see [`check`](Self::check)).
+    ///
+    /// # Errors
+    /// As [`check`](Self::check).
+    pub fn checked(stdin: &str, stdout: &str, stderr: &str, terminal: bool) -> Result<Self> {
+        let s = StdioPaths {
+            stdin: stdin.to_owned(),
+            stdout: stdout.to_owned(),
+            stderr: stderr.to_owned(),
+            terminal,
+        };
+        s.check()?;
+        Ok(s)
+    }
+
     /// Checks that the shim can serve these paths.
     ///
     /// # Errors

@@ -124,13 +124,7 @@ impl TaskService {
         let spec_path = bundle.join("config.json");
         let (mut spec, gpu, nvidia) = self.read_spec(&spec_path, &id).await?;
         let opts = options::decode(req.options.as_ref())?;
-        let stdio = StdioPaths {
-            stdin: req.stdin.clone(),
-            stdout: req.stdout.clone(),
-            stderr: req.stderr.clone(),
-            terminal: req.terminal,
-        };
-        stdio.check()?;
+        let stdio = StdioPaths::checked(&req.stdin, &req.stdout, &req.stderr, req.terminal)?;
         if !req.checkpoint.is_empty() {
             return Err(Error::Unimplemented("restore from checkpoint"));
         }

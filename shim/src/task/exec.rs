@@ -21,13 +21,7 @@ impl TaskService {
         if req.exec_id.is_empty() {
             return Err(Error::InvalidArgument("exec id is empty".into()));
         }
-        let stdio = StdioPaths {
-            stdin: req.stdin.clone(),
-            stdout: req.stdout.clone(),
-            stderr: req.stderr.clone(),
-            terminal: req.terminal,
-        };
-        stdio.check()?;
+        let stdio = StdioPaths::checked(&req.stdin, &req.stdout, &req.stderr, req.terminal)?;
         let check = |c: &Container| -> Result<()> {
             if c.execs.contains_key(&req.exec_id) {
                 return Err(Error::AlreadyExists(format!(

@@ -92,19 +92,15 @@ impl TaskService {
         dir: &Path,
         thawed: Instant,
     ) -> std::result::Result<(), NotRestored> {
-        let evicted = {
+        let found = {
             let mut st = self.state.lock().await;
-            st.containers
-                .get_mut(id)
-                .is_some_and(|c| std::mem::replace(&mut c.evicted, false))
+            st.containers.get_mut(id).and_then(|c| {
+                std::mem::replace(&mut c.evicted, false).then(|| (c.warm(), c.runtime.clone()))
+            })
         };
-        if !evicted {
+        if found.is_none() {
             return Ok(());
         }
-        let found = {
-            let st = self.state.lock().await;
-            st.containers.get(id).map(|c| (c.warm(), c.runtime.clone()))
-        };
         let checkpoint = matches!(found, Some((Warm::Checkpoint, _)));
         let a = match found {
             Some((Warm::Checkpoint, runtime)) => {
