@@ -600,9 +600,8 @@ impl TaskService {
                 let (dir, known) = {
                     let st = self.state.lock().await;
                     st.containers.get(id).map_or((None, Usage::default()), |c| {
-                        let fresh = c.managed_asked.is_some_and(|t| t.elapsed() < STATUS_EVERY);
-                        let dir = c.ctl_dir.clone().filter(|_| !c.pool_failed && !fresh);
-                        (dir.map(|d| (d, c.warm())), c.held)
+                        let dir = c.gpu.to_ask(STATUS_EVERY).map(Path::to_path_buf);
+                        (dir.map(|d| (d, c.gpu.warm())), c.gpu.held())
                     })
                 };
                 let held = match dir {
@@ -612,8 +611,7 @@ impl TaskService {
                                 .await;
                         let held = super::checkpoint::held_from(&a, warm);
                         if let Some(c) = self.state.lock().await.containers.get_mut(id) {
-                            c.held = held;
-                            c.managed_asked = Some(Instant::now());
+                            c.gpu.set_held(held, true);
                         }
                         // Its status says whether a process had an export refused: only then
                         // is the mark looked for (not at every burst's end).

@@ -75,7 +75,7 @@ impl TaskService {
             let st = self.state.lock().await;
             st.containers
                 .get(id)
-                .map(|c| (c.held.managed, c.ckpt_in_flight.clone()))
+                .and_then(|c| Some((c.gpu.held().managed, c.gpu.in_flight()?)))
         }) else {
             a.errors.push("no such container".into());
             return a;

@@ -204,15 +204,11 @@ impl TaskService {
         if ctl_dir.is_some() {
             self.start_pool_agent();
         }
-        let (burst, burst_task) = match burst_listener {
-            Some(l) => {
-                let book = std::sync::Arc::new(super::burst::Book::default());
-                let task = self.serve_bursts(&id, l, book.clone());
-                (task.is_some().then_some(book), task)
-            }
-            None => (None, None),
-        };
-        let off = matches!(&gpu, Classification::Gpu(w) if w.warm == Warm::Off);
+        let bursts = burst_listener.and_then(|l| {
+            let book = std::sync::Arc::new(super::burst::Book::default());
+            let task = self.serve_bursts(&id, l, book.clone())?;
+            Some((book, task))
+        });
         let container = Container {
             id: id.clone(),
             bundle,
@@ -220,17 +216,8 @@ impl TaskService {
             runtime,
             init,
             execs: HashMap::new(),
-            gpu,
-            ctl_dir,
-            evicted: false,
+            gpu: super::life::GpuLife::new(gpu, ctl_dir, bursts),
             pool_lock: std::sync::Arc::default(),
-            // `io.mqfq.warm=off`: the pool never moves it, as if dropped from the start.
-            pool_failed: off,
-            held: Default::default(),
-            ckpt_in_flight: std::sync::Arc::default(),
-            managed_asked: None,
-            burst,
-            burst_task,
         };
         self.created(container, &req, stdio, pid).await;
         self.claim_early_exit(&id, "", pid, since).await;

@@ -6,7 +6,6 @@ use containerd_shim_protos::events::task::TaskDelete;
 
 use super::{TaskService, exit_status, nf, unmount};
 use crate::error::{Error, Result};
-use crate::gpu::Classification;
 use crate::process::Status;
 
 impl TaskService {
@@ -43,7 +42,7 @@ impl TaskService {
                     "container {id} is still running; kill it first"
                 )));
             }
-            (c.runtime.clone(), matches!(c.gpu, Classification::Gpu(_)))
+            (c.runtime.clone(), c.gpu.is_gpu())
         };
         if gpu {
             self.gate.cancel(&self.namespace, id).await;
@@ -60,12 +59,7 @@ impl TaskService {
         if c.mounted_rootfs {
             unmount(&c.bundle.join("rootfs"));
         }
-        if let Some(t) = &c.burst_task {
-            t.abort();
-        }
-        if let Some(d) = &c.ctl_dir {
-            crate::uvm::cleanup(d);
-        }
+        c.gpu.end();
         if let Some(mut io) = c.init.io.take() {
             io.shutdown();
         }

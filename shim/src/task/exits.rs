@@ -11,7 +11,6 @@ use containerd_shim_protos::protobuf::MessageDyn;
 
 use super::{DRAIN_LIMIT, TaskService, UNCLAIMED_TTL, exit_status};
 use crate::error::Result;
-use crate::gpu::Classification;
 use crate::process::Exit;
 
 impl TaskService {
@@ -81,7 +80,7 @@ impl TaskService {
             let Some(c) = st.containers.get_mut(cid) else {
                 return;
             };
-            let gpu = eid.is_empty() && matches!(c.gpu, Classification::Gpu(_));
+            let gpu = eid.is_empty() && c.gpu.is_gpu();
             let Ok(p) = c.proc_mut(eid) else { return };
             (p.exited(exit), gpu)
         };

@@ -2,7 +2,6 @@
 
 use super::{TaskService, nf};
 use crate::error::{Error, Result};
-use crate::gpu::Classification;
 use crate::process::Status;
 
 impl TaskService {
@@ -15,7 +14,7 @@ impl TaskService {
             let mut st = self.state.lock().await;
             let c = st.containers.get_mut(id).ok_or_else(|| nf(id))?;
             let runtime = c.runtime.clone();
-            let gpu = exec_id.is_empty() && matches!(c.gpu, Classification::Gpu(_));
+            let gpu = exec_id.is_empty() && c.gpu.is_gpu();
             let p = c.proc_mut(exec_id)?;
             if p.status() == Status::Stopped && !all {
                 return Err(Error::NotFound(format!(

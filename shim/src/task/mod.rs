@@ -22,7 +22,6 @@ use crate::gate::{Gate, PoolChannel};
 use crate::gpu::Classification;
 use crate::process::{Exit, Proc};
 use crate::runtime::{Runtime, RuntimeFactory};
-use mqfq_proto::warm::Warm;
 
 /// How long an exit waits for its stdio to drain before it is published anyway.
 const DRAIN_LIMIT: Duration = Duration::from_secs(3);
@@ -48,41 +47,14 @@ pub struct Container {
     pub init: Proc,
     /// Exec processes by exec id.
     pub execs: HashMap<String, Proc>,
-    /// GPU classification.
-    pub gpu: Classification,
-    /// The CUDA interposer's control directory on the host, when injected (its GPU memory is
-    /// then pooled).
-    pub ctl_dir: Option<PathBuf>,
-    /// Its memory was evicted to the host for the pool (it must be restored before it runs).
-    pub evicted: bool,
-    /// Serializes Pause / Resume with the pool's thaw-move-freeze of this container.
+    /// Its GPU life: what admits its GPU work and where the pool has its memory.
+    pub gpu: life::GpuLife,
+    /// Serializes Pause / Resume with each other and with the pool's thaw-move-freeze of this
+    /// container.
     pub pool_lock: Arc<Mutex<()>>,
-    /// Its processes failed to answer a memory move in time, or its Warm tier is `off`: it runs
-    /// unpooled.
-    pub pool_failed: bool,
-    /// What its CUDA processes held at the last Pause or burst end (managed bytes size
-    /// memory-move deadlines).
-    pub held: crate::memory::Usage,
-    /// When a burst's end last asked its processes for `held`.
-    pub managed_asked: Option<Instant>,
-    /// A driver call of the checkpoint backend is in progress for it (one at a time).
-    pub ckpt_in_flight: Arc<std::sync::atomic::AtomicBool>,
-    /// Burst admission (its interposer asks for each burst of GPU work): its Start and Resume
-    /// are then not gated.
-    pub burst: Option<Arc<burst::Book>>,
-    /// The task serving its burst socket (aborted at Delete).
-    pub burst_task: Option<tokio::task::AbortHandle>,
 }
 
 impl Container {
-    /// How its memory goes Warm (meaningful where the interposer is injected).
-    fn warm(&self) -> Warm {
-        match &self.gpu {
-            Classification::Gpu(w) => w.warm,
-            Classification::NotGpu => Warm::Off,
-        }
-    }
-
     fn proc_mut(&mut self, exec_id: &str) -> Result<&mut Proc> {
         if exec_id.is_empty() {
             Ok(&mut self.init)
@@ -190,7 +162,10 @@ impl TaskService {
     pub(super) async fn hand_back(&self, id: &str) {
         let held = {
             let st = self.state.lock().await;
-            st.containers.get(id).map(|c| c.held).unwrap_or_default()
+            st.containers
+                .get(id)
+                .map(|c| c.gpu.held())
+                .unwrap_or_default()
         };
         self.gate
             .release(&self.namespace, id, mqfq_proto::UNUSED, held)
@@ -205,10 +180,7 @@ impl TaskService {
             let st = self.state.lock().await;
             st.containers
                 .get(id)
-                .and_then(|c| match (&c.ctl_dir, &c.gpu) {
-                    (Some(d), Classification::Gpu(w)) => Some((d.clone(), w.clone())),
-                    _ => None,
-                })
+                .and_then(|c| Some((c.gpu.ctl_dir()?.to_path_buf(), c.gpu.work()?.clone())))
         };
         let Some((dir, work)) = found.filter(|(d, _)| crate::uvm::exported(d)) else {
             return;
@@ -239,7 +211,7 @@ impl TaskService {
             .await
             .containers
             .get(id)
-            .map(|c| c.gpu.clone())
+            .map(|c| c.gpu.classification())
     }
 }
 
@@ -266,6 +238,7 @@ mod delete;
 mod exec;
 mod exits;
 mod kill;
+mod life;
 mod pause;
 mod pool;
 mod resume;

@@ -24,7 +24,7 @@ impl TaskService {
                 }
                 let held = super::checkpoint::held_from(&a, t.warm);
                 if let Some(c) = self.state.lock().await.containers.get_mut(id) {
-                    c.held = held;
+                    c.gpu.set_held(held, false);
                 }
                 held
             }

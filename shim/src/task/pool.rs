@@ -95,7 +95,9 @@ impl TaskService {
         let found = {
             let mut st = self.state.lock().await;
             st.containers.get_mut(id).and_then(|c| {
-                std::mem::replace(&mut c.evicted, false).then(|| (c.warm(), c.runtime.clone()))
+                c.gpu
+                    .take_evicted()
+                    .then(|| (c.gpu.warm(), c.runtime.clone()))
             })
         };
         if found.is_none() {
@@ -112,7 +114,7 @@ impl TaskService {
         let failed = checkpoint && !(a.ok() && a.busy.is_empty());
         if failed && let Some(c) = self.state.lock().await.containers.get_mut(id) {
             // Still (partly) suspended: whoever runs it next restores it first.
-            c.evicted = true;
+            c.gpu.moved(true);
         }
         if failed && !a.ok() {
             // Not for want of memory: no order moves it again (a Resume still tries).
@@ -170,7 +172,7 @@ impl TaskService {
             .await
             .containers
             .get(id)
-            .is_some_and(|c| c.pool_failed)
+            .is_some_and(|c| c.gpu.dropped())
     }
 
     /// A container whose processes did not answer in time: its memory is never moved again
@@ -178,9 +180,8 @@ impl TaskService {
     pub(super) async fn drop_from_pool(&self, id: &str, why: &str) {
         let mut st = self.state.lock().await;
         if let Some(c) = st.containers.get_mut(id)
-            && !c.pool_failed
+            && c.gpu.drop_from_pool()
         {
-            c.pool_failed = true;
             tracing::warn!(container = %id, "dropped from the GPU memory pool: {why}");
         }
     }
@@ -214,10 +215,10 @@ impl TaskService {
             st.containers.get(id).map(|c| {
                 (
                     c.runtime.clone(),
-                    c.ctl_dir.clone(),
+                    c.gpu.ctl_dir().map(Path::to_path_buf),
                     c.pool_lock.clone(),
-                    c.pool_failed,
-                    c.burst.clone(),
+                    c.gpu.dropped(),
+                    c.gpu.book().cloned(),
                 )
             })
         } else {
@@ -246,7 +247,9 @@ impl TaskService {
         };
         let now = {
             let st = self.state.lock().await;
-            st.containers.get(id).map(|c| (c.init.status(), c.evicted))
+            st.containers
+                .get(id)
+                .map(|c| (c.init.status(), c.gpu.evicted()))
         };
         let started = Instant::now();
         match (now, o.action.enum_value()) {
@@ -322,7 +325,7 @@ impl TaskService {
             let st = self.state.lock().await;
             st.containers
                 .get(id)
-                .map_or((0, Warm::Uvm), |c| (c.held.managed, c.warm()))
+                .map_or((0, Warm::Uvm), |c| (c.gpu.held().managed, c.gpu.warm()))
         };
         let within = self.move_deadline(bytes);
         let a = if warm == Warm::Checkpoint {
@@ -345,13 +348,13 @@ impl TaskService {
             if let Some(c) = st.containers.get_mut(id) {
                 // Partly evicted still needs a restore; a failed prefetch is tried again at
                 // Resume.
-                c.evicted = if evict {
+                c.gpu.moved(if evict {
                     // A checkpoint move that failed may have left processes suspended or
                     // locked; resuming a running one does nothing, so a restore is tried.
                     a.processes > 0 || (warm == Warm::Checkpoint && !a.ok())
                 } else {
                     !a.ok() || !a.busy.is_empty()
-                };
+                });
             }
         }
         if !a.ok() {

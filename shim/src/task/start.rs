@@ -14,7 +14,7 @@ use super::{TaskService, nf};
 use crate::console::ConsoleSocket;
 use crate::error::{Error, Result};
 use crate::gate::Kind;
-use crate::gpu::{Classification, GpuWork};
+use crate::gpu::GpuWork;
 use crate::io::{ChildIo, ProcessIo};
 use crate::runtime::{ExecArgs, Runtime};
 
@@ -62,13 +62,7 @@ impl TaskService {
             )));
         }
         // A burst-mode container starts at once: its GPU work waits instead.
-        let work = match (&c.gpu, exec_id.is_empty()) {
-            _ if c.burst.is_some() => None,
-            (Classification::Gpu(w), true) => {
-                Some((w.clone(), c.ctl_dir.is_some() && !c.pool_failed))
-            }
-            _ => None,
-        };
+        let work = c.gpu.gated().filter(|_| exec_id.is_empty());
         let (runtime, bundle) = (c.runtime.clone(), c.bundle.clone());
         let p = c.proc_mut(exec_id)?;
         if !exec_id.is_empty() && p.spec.is_none() {

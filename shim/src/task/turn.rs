@@ -3,7 +3,7 @@
 //! and at the end the new status recorded and its event sent. What each does in between is in
 //! `pause.rs` and `resume.rs`.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use containerd_shim_protos::events::task::{TaskPaused, TaskResumed};
@@ -11,7 +11,7 @@ use tokio::sync::OwnedMutexGuard;
 
 use super::{TaskService, burst, nf};
 use crate::error::Result;
-use crate::gpu::{Classification, GpuWork};
+use crate::gpu::GpuWork;
 use crate::process::Transition;
 use crate::runtime::Runtime;
 use mqfq_proto::warm::Warm;
@@ -42,22 +42,21 @@ impl TaskService {
     /// # Errors
     /// `NOT_FOUND`, or the transition is not allowed now.
     pub(super) async fn turn(&self, id: &str, pause: bool) -> Result<Turn> {
-        let (runtime, work, ctl, lock, unpooled, book, warm) = {
+        let (runtime, lock, (work, ctl, pooled, book, warm)) = {
             let st = self.state.lock().await;
             let c = st.containers.get(id).ok_or_else(|| nf(id))?;
             c.init.check(transition(pause))?;
-            let work = match &c.gpu {
-                Classification::Gpu(w) => Some(w.clone()),
-                Classification::NotGpu => None,
-            };
+            let g = &c.gpu;
             (
                 c.runtime.clone(),
-                work,
-                c.ctl_dir.clone(),
                 c.pool_lock.clone(),
-                c.pool_failed,
-                c.burst.clone(),
-                c.warm(),
+                (
+                    g.work().cloned(),
+                    g.ctl_dir().map(Path::to_path_buf),
+                    g.pooled(),
+                    g.book().cloned(),
+                    g.warm(),
+                ),
             )
         };
         let moving = lock.lock_owned().await;
@@ -70,10 +69,10 @@ impl TaskService {
             c.init.check(transition(pause))?;
         }
         Ok(Turn {
-            pooled: ctl.is_some() && !unpooled,
             runtime,
             work,
             ctl,
+            pooled,
             book,
             warm,
             _moving: moving,

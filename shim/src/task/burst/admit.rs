@@ -9,7 +9,6 @@ use super::super::TaskService;
 use super::{After, Book, Ended};
 use crate::error::Error;
 use crate::gate::Kind;
-use crate::gpu::Classification;
 
 /// How long a burst whose restore found no GPU memory waits before it asks for a slot again.
 const RESTORE_RETRY: Duration = Duration::from_millis(200);
@@ -20,12 +19,11 @@ impl TaskService {
     pub(super) async fn admit_burst(&self, id: &str, book: &Arc<Book>) {
         let found = {
             let st = self.state.lock().await;
-            st.containers.get(id).and_then(|c| match &c.gpu {
-                Classification::Gpu(w) => Some((w.clone(), c.pool_lock.clone(), c.pool_failed)),
-                Classification::NotGpu => None,
-            })
+            st.containers
+                .get(id)
+                .and_then(|c| Some((c.gpu.work()?.clone(), c.pool_lock.clone(), c.gpu.pooled())))
         };
-        let Some((work, lock, unpooled)) = found else {
+        let Some((work, lock, pooled)) = found else {
             book.admitted(Some("no such GPU container".into()));
             return;
         };
@@ -45,7 +43,7 @@ impl TaskService {
                 }
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
-            if let Err(e) = self.admit_until_answered(id, book, &work, unpooled).await {
+            if let Err(e) = self.admit_until_answered(id, book, &work, pooled).await {
                 break Err(e);
             }
             // Memory the pool evicted comes back before the burst's first call runs; a move
@@ -94,12 +92,12 @@ impl TaskService {
         id: &str,
         book: &Book,
         work: &crate::gpu::GpuWork,
-        unpooled: bool,
+        pooled: bool,
     ) -> std::result::Result<(), String> {
         loop {
             match self
                 .gate
-                .admit(&self.namespace, id, work, Kind::Burst, !unpooled)
+                .admit(&self.namespace, id, work, Kind::Burst, pooled)
                 .await
             {
                 Ok(()) => return Ok(()),
@@ -134,8 +132,8 @@ impl TaskService {
             let st = self.state.lock().await;
             st.containers
                 .get(id)
-                .filter(|c| c.evicted)
-                .and_then(|c| c.ctl_dir.clone())
+                .filter(|c| c.gpu.evicted())
+                .and_then(|c| c.gpu.ctl_dir().map(std::path::Path::to_path_buf))
         };
         match dir {
             Some(dir) => self.restore(id, &dir, Instant::now()).await,

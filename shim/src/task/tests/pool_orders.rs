@@ -42,7 +42,7 @@ async fn pool_orders_thaw_move_and_freeze_only_idle_containers() {
     use crate::api::{PoolAction, PoolOrder};
     let gate = Arc::new(RecordingGate::default());
     let h = harness_with(gate.clone(), gate.clone());
-    let req = h.bundle("p1", &plain());
+    let req = h.bundle("p1", &gpu());
     h.svc.create(req).await.unwrap();
     h.svc.start("p1", "").await.unwrap();
     h.svc.pause_task("p1").await.unwrap();
@@ -56,7 +56,8 @@ async fn pool_orders_thaw_move_and_freeze_only_idle_containers() {
         .containers
         .get_mut("p1")
         .unwrap()
-        .ctl_dir = Some(ctl);
+        .gpu
+        .inject(ctl);
     let order = |ns: &str, id: &str, a: PoolAction| PoolOrder {
         namespace: ns.into(),
         container_id: id.into(),
@@ -148,7 +149,8 @@ async fn a_container_that_stalls_a_memory_move_is_frozen_again_and_never_thawed_
         .containers
         .get_mut("s1")
         .unwrap()
-        .ctl_dir = Some(ctl);
+        .gpu
+        .inject(ctl);
     let order = |a: PoolAction| PoolOrder {
         namespace: "test".into(),
         container_id: "s1".into(),
@@ -230,7 +232,8 @@ async fn an_evict_refused_as_busy_leaves_the_container_pooled_for_the_next_order
         .containers
         .get_mut("b1")
         .unwrap()
-        .ctl_dir = Some(ctl);
+        .gpu
+        .inject(ctl);
     let evict = PoolOrder {
         namespace: "test".into(),
         container_id: "b1".into(),
