@@ -31,6 +31,13 @@ if ! command -v cargo >/dev/null 2>&1; then
     curl --proto '=https' --tlsv1.2 -sSf https://sh.rustup.rs | sh -s -- -y --profile minimal \
         --component clippy,rustfmt
 fi
+# The pinned toolchain (rust-toolchain.toml), installed with its components and targets if this
+# machine's rustup has another.
+pinned=$(sed -n 's/^channel = "\(.*\)"$/\1/p' rust-toolchain.toml)
+if ! rustup run "$pinned" cargo --version >/dev/null 2>&1; then
+    rustup toolchain install "$pinned" --profile minimal --component clippy,rustfmt \
+        --target aarch64-unknown-linux-gnu
+fi
 for comp in clippy rustfmt; do
     if ! cargo "${comp/rustfmt/fmt}" --version >/dev/null 2>&1; then
         rustup component add "$comp"
