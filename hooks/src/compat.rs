@@ -54,6 +54,8 @@ const MAX_NAMES: usize = 16;
 const MAX_NAME: usize = 64;
 /// How deep the caller's stack is searched for a listed library.
 const MAX_FRAMES: usize = 48;
+/// `MAX_FRAMES` as `backtrace` takes it.
+const FRAMES_C: c_int = 48;
 
 /// `CUpointer_attribute` values this module reads or answers.
 const ATTR_MEMORY_TYPE: c_int = 2;
@@ -182,7 +184,7 @@ fn pc_listed(pc: *mut c_void, libraries: &[String]) -> bool {
 fn caller_listed() -> bool {
     let mut frames = [std::ptr::null_mut::<c_void>(); MAX_FRAMES];
     // SAFETY: a live array of MAX_FRAMES pointers, its length passed.
-    let n = unsafe { backtrace(frames.as_mut_ptr(), MAX_FRAMES as c_int) };
+    let n = unsafe { backtrace(frames.as_mut_ptr(), FRAMES_C) };
     let n = usize::try_from(n).unwrap_or(0).min(MAX_FRAMES);
     let libraries = &policy().libraries;
     frames[..n].iter().any(|&pc| pc_listed(pc, libraries))

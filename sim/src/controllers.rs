@@ -198,6 +198,7 @@ pub fn compare(rows: &[Row], d_max: u32, samples: usize) -> Result<Vec<Outcome>,
         .map(|(name, law, gpm)| {
             let all = closed_loop(rows, law, gpm, d_max, samples)?;
             let limits = all[all.len() / 2..].to_vec();
+            #[expect(clippy::cast_precision_loss, reason = "a sample count")]
             let k = limits.len().max(1) as f64;
             let mean =
                 |f: &dyn Fn(&Row) -> f64| limits.iter().map(|&l| f(&at(rows, l))).sum::<f64>() / k;

@@ -519,6 +519,11 @@ impl<'t> Engine<'t> {
                     self.finish(inv, g, policy);
                     let mb = self.mem(self.containers[c].func);
                     let uses = self.containers[c].uses + 1;
+                    #[expect(
+                        clippy::cast_possible_truncation,
+                        clippy::cast_sign_loss,
+                        reason = "a footprint in MB, finite and >= 0: its bytes fit u64"
+                    )]
                     let credit = self.tiers.credit(
                         uses,
                         self.transfer_ms(g, mb) / 1e3,

@@ -202,6 +202,7 @@ mod tests {
     /// One slot, two functions with 20 invocations each waiting from t = 0. Serving all of a's
     /// first gives a twice its share while b waits; alternating is fair but for the ends.
     #[test]
+    #[expect(clippy::cast_precision_loss, reason = "record indices")]
     fn alternating_is_fair_and_serving_one_flow_first_is_not() {
         let s = MIN_BACKLOG_MS;
         let mut csv = String::from("time_ms,function,exec_ms,mem_mb\n");

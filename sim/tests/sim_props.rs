@@ -93,10 +93,11 @@ proptest! {
                     "{}: ran in {} < solo {}", p, r.end_ms - r.start_ms, inv.exec_ms);
                 work += inv.exec_ms * t.functions[inv.func].util;
             }
-            #[expect(clippy::cast_precision_loss)]
-            let capacity = out.makespan_ms * cfg.gpus as f64 * (1.0 + cfg.corun_gain_max);
+            #[expect(clippy::cast_precision_loss, reason = "a GPU count")]
+            let gpus = cfg.gpus as f64;
+            let capacity = out.makespan_ms * gpus * (1.0 + cfg.corun_gain_max);
             prop_assert!(work <= capacity + 1e-6, "{}: work {} > capacity {}", p, work, capacity);
-            prop_assert!(out.busy_ms <= out.makespan_ms * cfg.gpus as f64 + 1e-6);
+            prop_assert!(out.busy_ms <= out.makespan_ms * gpus + 1e-6);
         }
     }
 }
@@ -232,7 +233,7 @@ fn small_kernels() -> Trace {
         invocations: (0..4000)
             .map(|i| Invocation {
                 arrival_ms: f64::from(i) * 20.0,
-                func: (i % 4) as usize,
+                func: usize::try_from(i % 4).unwrap(),
                 exec_ms: 50.0,
             })
             .collect(),
@@ -240,6 +241,7 @@ fn small_kernels() -> Trace {
 }
 
 #[test]
+#[expect(clippy::cast_precision_loss, reason = "an invocation count")]
 fn busy_time_pins_d_where_measured_interference_lets_it_grow() {
     let t = small_kernels();
     let mean = |policy: &str, law: &str, gpm: bool| {

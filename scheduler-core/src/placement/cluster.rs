@@ -376,7 +376,7 @@ impl PublishGate {
     /// tick by every node.
     pub fn failed(&mut self, now: Time) {
         self.failures = self.failures.saturating_add(1);
-        let wait = (self.cfg.min_interval_s * 2f64.powi(self.failures.min(16) as i32 - 1))
+        let wait = (self.cfg.min_interval_s * 2f64.powi(self.failures.min(16).cast_signed() - 1))
             .min(self.cfg.heartbeat_s);
         self.retry_at = Some(now.plus_secs(wait));
     }
@@ -461,7 +461,11 @@ pub fn rank<'a>(nodes: &[NodeState<'a>], function: Option<&str>, stale_s: f64) -
                 };
             }
             let m = merit(s);
-            #[expect(clippy::cast_possible_truncation, reason = "0..=10")]
+            #[expect(
+                clippy::cast_possible_truncation,
+                clippy::cast_precision_loss,
+                reason = "MAX_SCORE is 10: the score is 0..=10"
+            )]
             let score = if best > 0.0 {
                 ((m / best) * MAX_SCORE as f64).round() as i64
             } else {

@@ -30,7 +30,8 @@ pub(super) fn measured(p: &mut Placement, function: &str, burst_ms: f64) {
 
 fn feed(f: &mut Features, name: &str, s: &[Sample]) {
     for (i, x) in s.iter().enumerate() {
-        f.observe(name, x, Time::from_secs_f64(i as f64)).unwrap();
+        let at = Time::from_nanos(u64::try_from(i).unwrap() * 1_000_000_000);
+        f.observe(name, x, at).unwrap();
     }
 }
 

@@ -214,6 +214,7 @@ mod tests {
 
     /// Tenant A runs `k` functions, tenant B one; every flow always backlogged, one slot, equal
     /// charges. Returns the dispatches each tenant got.
+    #[expect(clippy::cast_precision_loss, reason = "step counts")]
     fn run(k: usize, tenants: bool, wa: f64, steps: usize) -> (usize, usize) {
         let mut q: MqfqQueue<usize> = MqfqQueue::new(cfg()).unwrap();
         let t = |name: &'static str| tenants.then_some(name);

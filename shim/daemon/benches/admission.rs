@@ -38,6 +38,7 @@ async fn pair(c: &api::AdmissionClient, i: usize) -> f64 {
     us
 }
 
+#[expect(clippy::cast_precision_loss, reason = "call counts")]
 fn main() {
     let n: usize = std::env::var("N")
         .ok()

@@ -14,6 +14,11 @@ use std::process::Command;
 use mqfq_proto::api;
 
 #[test]
+#[expect(
+    clippy::cast_possible_truncation,
+    clippy::cast_sign_loss,
+    reason = "the budget mqfqd computes, computed the same way"
+)]
 fn the_status_socket_reads_and_never_writes() {
     let dir = tempfile::tempdir_in("/tmp").unwrap();
     let sock = dir.path().join("run/mqfqd.sock");

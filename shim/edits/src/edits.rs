@@ -350,8 +350,11 @@ pub fn stat_device(path: &Path) -> Result<(&'static str, i64, i64), String> {
         return Err(format!("{} is not a device node", path.display()));
     };
     let rdev = md.rdev();
-    let major = i64::from(nix::sys::stat::major(rdev) as u32);
-    let minor = i64::from(nix::sys::stat::minor(rdev) as u32);
+    let number = |n: u64| {
+        i64::try_from(n).map_err(|_| format!("{}: device number {n} out of range", path.display()))
+    };
+    let major = number(nix::sys::stat::major(rdev))?;
+    let minor = number(nix::sys::stat::minor(rdev))?;
     Ok((kind, major, minor))
 }
 

@@ -101,7 +101,7 @@ pub fn parse(d: &[u8]) -> Result<Vec<Entry<'_>>, String> {
     };
     for i in 0..nlibs {
         let e = HEADER + i * ENTRY;
-        let flags = u32_at(h, e).ok_or("truncated entry")? as i32;
+        let flags = u32_at(h, e).ok_or("truncated entry")?.cast_signed();
         let key = u32_at(h, e + 4).ok_or("truncated entry")? as usize;
         let value = u32_at(h, e + 8).ok_or("truncated entry")? as usize;
         let osversion = u32_at(h, e + 12).ok_or("truncated entry")?;
@@ -360,7 +360,7 @@ mod tests {
         // An announced count whose table cannot fit is refused before anything is allocated, and
         // so is one past the entry cap (it bounds parsing and sorting work too).
         let mut huge = shared_string_cache(1, 8);
-        huge[20..24].copy_from_slice(&(MAX_ENTRIES as u32).to_le_bytes());
+        huge[20..24].copy_from_slice(&u32::try_from(MAX_ENTRIES).unwrap().to_le_bytes());
         assert!(parse(&huge).unwrap_err().contains("truncated"));
         let too_many = shared_string_cache(u32::try_from(MAX_ENTRIES).unwrap() + 1, 8);
         assert!(parse(&too_many).unwrap_err().contains("accepted"));

@@ -159,6 +159,10 @@ impl TaskService {
 
     /// How long moving `bytes` may take: 2 s plus 1 GiB/s, at most the move timeout.
     fn move_deadline(&self, bytes: u64) -> Duration {
+        #[expect(
+            clippy::cast_precision_loss,
+            reason = "a deadline in seconds: rounding is harmless"
+        )]
         let secs = 2.0 + bytes as f64 / f64::from(1u32 << 30);
         self.pool_timeouts
             .moves

@@ -71,6 +71,10 @@ impl Core {
     pub(super) fn route(&self, candidates: &[u32]) -> usize {
         let load = |i: usize| {
             let g = &self.gpus[i];
+            #[expect(
+                clippy::cast_precision_loss,
+                reason = "a queue's length: far below 2^52"
+            )]
             let busy = f64::from(g.running) + g.queue.queued() as f64;
             busy / f64::from(g.conc.limit())
         };

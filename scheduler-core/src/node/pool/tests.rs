@@ -624,6 +624,7 @@ fn hot_gpus_are_where_the_functions_hot_containers_are() {
 }
 
 #[test]
+#[expect(clippy::cast_precision_loss, reason = "GIB is 2^30: exact in f64")]
 fn start_costs_are_what_each_gpus_readiest_idle_container_of_the_function_would_take() {
     let mut p = pool(30.0, false);
     p.observe_memory(0, 0, 80 * GIB);
