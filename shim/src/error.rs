@@ -12,6 +12,15 @@ pub enum Error {
     /// Bad input from the caller (a malformed annotation, an unknown option type, a bad spec).
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
+    /// Bad input that a parser refused: what was being read, and the parser's error.
+    #[error("invalid argument: {what}")]
+    Invalid {
+        /// What was being read (the field, annotation or file at fault).
+        what: String,
+        /// Why the parser refused it.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
     /// No such container or exec process.
     #[error("{0}: not found")]
     NotFound(String),
@@ -69,11 +78,22 @@ impl Error {
         }
     }
 
+    /// Input a parser refused, with the parser's error as the source.
+    pub fn invalid(
+        what: impl Into<String>,
+        source: impl Into<Box<dyn std::error::Error + Send + Sync>>,
+    ) -> Self {
+        Error::Invalid {
+            what: what.into(),
+            source: source.into(),
+        }
+    }
+
     /// The ttrpc code for this error.
     #[must_use]
     pub fn code(&self) -> ttrpc::Code {
         match self {
-            Error::InvalidArgument(_) => ttrpc::Code::INVALID_ARGUMENT,
+            Error::InvalidArgument(_) | Error::Invalid { .. } => ttrpc::Code::INVALID_ARGUMENT,
             Error::NotFound(_) => ttrpc::Code::NOT_FOUND,
             Error::AlreadyExists(_) => ttrpc::Code::ALREADY_EXISTS,
             Error::FailedPrecondition(_) => ttrpc::Code::FAILED_PRECONDITION,
@@ -143,6 +163,13 @@ mod tests {
         assert_eq!(
             status(Error::DeadlineExceeded("rootfs work".into())).0,
             ttrpc::Code::DEADLINE_EXCEEDED
+        );
+        let bad = serde_json::from_str::<u32>("x").unwrap_err();
+        let (code, msg) = status(Error::invalid("exec e1 spec", bad));
+        assert_eq!(code, ttrpc::Code::INVALID_ARGUMENT);
+        assert!(
+            msg.starts_with("invalid argument: exec e1 spec: expected"),
+            "{msg}"
         );
         let (code, msg) = status(Error::io(
             "open fifo /x",

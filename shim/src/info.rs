@@ -44,10 +44,7 @@ pub fn runtime_info(
     let any = if options.is_empty() {
         None
     } else {
-        Some(
-            Any::parse_from_bytes(options)
-                .map_err(|e| Error::InvalidArgument(format!("runtime options: {e}")))?,
-        )
+        Some(Any::parse_from_bytes(options).map_err(|e| Error::invalid("runtime options", e))?)
     };
     let opts = crate::options::decode(any.as_ref())?;
     let info_options = any.into();
@@ -221,7 +218,11 @@ mod tests {
     #[test]
     fn options_that_do_not_decode_are_an_invalid_argument() {
         let e = runtime_info(b"\xff\xff\xff", |_| Ok(FEATURES.as_bytes().to_vec())).unwrap_err();
-        assert!(matches!(e, Error::InvalidArgument(_)), "{e}");
+        assert_eq!(
+            e.code(),
+            containerd_shim_protos::ttrpc::Code::INVALID_ARGUMENT,
+            "{e}"
+        );
         assert!(e.to_string().contains("runtime options"), "{e}");
     }
 

@@ -120,7 +120,7 @@ pub(crate) fn decode_cri(bytes: &[u8]) -> Result<(String, Vec<u8>)> {
 }
 
 pub(crate) fn parse_config(text: &str, origin: &str) -> Result<ShimConfig> {
-    toml::from_str(text).map_err(|e| Error::InvalidArgument(format!("{origin}: {e}")))
+    toml::from_str(text).map_err(|e| Error::invalid(origin, e))
 }
 
 /// Decodes runtime options. `None` or an empty `Any` gives defaults.
@@ -136,7 +136,7 @@ pub fn decode(any: Option<&Any>) -> Result<RuntimeOptions> {
     match name {
         "containerd.runc.v1.Options" => {
             let o = RuncOptionsProto::parse_from_bytes(&any.value)
-                .map_err(|e| Error::InvalidArgument(format!("containerd.runc.v1.Options: {e}")))?;
+                .map_err(|e| Error::invalid("containerd.runc.v1.Options", e))?;
             Ok(RuntimeOptions {
                 binary_name: non_empty(&o.binary_name),
                 root: non_empty(&o.root),
@@ -155,7 +155,7 @@ pub fn decode(any: Option<&Any>) -> Result<RuntimeOptions> {
                 parse_config(&text, "runtime options config_body")?
             } else if !path.is_empty() {
                 let text = std::fs::read_to_string(PathBuf::from(&path)).map_err(|e| {
-                    Error::InvalidArgument(format!("runtime options config_path {path}: {e}"))
+                    Error::invalid(format!("runtime options config_path {path}"), e)
                 })?;
                 parse_config(&text, &format!("runtime options config_path {path}"))?
             } else {
@@ -178,8 +178,7 @@ pub fn decode_bytes(bytes: &[u8]) -> Result<RuntimeOptions> {
     if bytes.is_empty() {
         return Ok(RuntimeOptions::default());
     }
-    let any = Any::parse_from_bytes(bytes)
-        .map_err(|e| Error::InvalidArgument(format!("runtime options: {e}")))?;
+    let any = Any::parse_from_bytes(bytes).map_err(|e| Error::invalid("runtime options", e))?;
     decode(Some(&any))
 }
 
@@ -265,7 +264,7 @@ mod tests {
             "runtimeoptions.v1.Options",
             cri("", b"binary_nmae = \"runc\"\n"),
         );
-        let e = decode(Some(&a)).unwrap_err().to_string();
+        let e = decode(Some(&a)).unwrap_err().full_message();
         assert!(e.contains("binary_nmae"), "{e}");
         let a = any("runtimeoptions.v1.Options", vec![0x1a, 0x40]);
         decode(Some(&a)).unwrap_err();

@@ -41,8 +41,16 @@ impl std::fmt::Debug for Service {
     }
 }
 
-fn shim_err(what: &str, e: impl std::fmt::Display) -> containerd_shim::Error {
-    containerd_shim::Error::Other(format!("{what}: {e}"))
+/// `what` failed, with the error and every source under it (what containerd prints).
+fn shim_err(what: &str, e: &(dyn std::error::Error + 'static)) -> containerd_shim::Error {
+    let mut msg = format!("{what}: {e}");
+    let mut src = e.source();
+    while let Some(s) = src {
+        msg.push_str(": ");
+        msg.push_str(&s.to_string());
+        src = s.source();
+    }
+    containerd_shim::Error::Other(msg)
 }
 
 /// The grouping key: the pod sandbox id for CRI containers, else the container id.
@@ -80,20 +88,20 @@ impl Shim for Service {
         tokio::io::stdin()
             .read_to_end(&mut raw)
             .await
-            .map_err(|e| shim_err("read options from stdin", e))?;
-        let rt = options::decode_bytes(&raw).map_err(|e| shim_err("runtime options", e))?;
+            .map_err(|e| shim_err("read options from stdin", &e))?;
+        let rt = options::decode_bytes(&raw).map_err(|e| shim_err("runtime options", &e))?;
         let spec_text = tokio::fs::read_to_string("config.json")
             .await
-            .map_err(|e| shim_err("read config.json", e))?;
+            .map_err(|e| shim_err("read config.json", &e))?;
         let spec: serde_json::Value =
-            serde_json::from_str(&spec_text).map_err(|e| shim_err("parse config.json", e))?;
+            serde_json::from_str(&spec_text).map_err(|e| shim_err("parse config.json", &e))?;
         let group = grouping(&spec, &opts.id);
         let address = socket_address(&opts.address, &opts.namespace, &group);
         if group != opts.id && socket_answers(&address).await {
             write_str_to_file("address", &address).await?;
             return Ok(address);
         }
-        let exe = std::env::current_exe().map_err(|e| shim_err("current exe", e))?;
+        let exe = std::env::current_exe().map_err(|e| shim_err("current exe", &e))?;
         let mut cmd = tokio::process::Command::new(exe);
         cmd.stdout(std::process::Stdio::piped())
             .stdin(std::process::Stdio::null())
@@ -111,7 +119,7 @@ impl Shim for Service {
         if opts.debug {
             cmd.arg("-debug");
         }
-        let mut child = cmd.spawn().map_err(|e| shim_err("spawn shim server", e))?;
+        let mut child = cmd.spawn().map_err(|e| shim_err("spawn shim server", &e))?;
         let pid = child.id().unwrap_or_default();
         if let Some(cg) = rt.shim_cgroup.as_deref() {
             containerd_shim::cgroup::add_task_to_cgroup(cg, pid)?;
@@ -128,7 +136,7 @@ impl Shim for Service {
 
     async fn delete_shim(&mut self) -> containerd_shim::Result<DeleteResponse> {
         // containerd lost the shim: remove runc state and mounts. cwd is the bundle.
-        let bundle = std::env::current_dir().map_err(|e| shim_err("cwd", e))?;
+        let bundle = std::env::current_dir().map_err(|e| shim_err("cwd", &e))?;
         let opts: RuntimeOptions = match tokio::fs::read(bundle.join(OPTIONS_FILE)).await {
             Ok(b) => serde_json::from_slice(&b).unwrap_or_default(),
             Err(_) => RuntimeOptions::default(),

@@ -166,7 +166,7 @@ impl Task for TaskService {
         let r = async {
             let resources: oci_spec::runtime::LinuxResources =
                 serde_json::from_slice(&req.resources.value)
-                    .map_err(|e| Error::InvalidArgument(format!("update resources: {e}")))?;
+                    .map_err(|e| Error::invalid("update resources", e))?;
             let (runtime, _) = self.runtime_and_pid(&req.id).await?;
             runtime.update(&req.id, &resources).await
         };

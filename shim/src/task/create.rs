@@ -237,7 +237,7 @@ impl TaskService {
             .await
             .map_err(|e| Error::io(format!("read {}", spec_path.display()), e))?;
         let mut spec: serde_json::Value = serde_json::from_str(&text)
-            .map_err(|e| Error::InvalidArgument(format!("{}: {e}", spec_path.display())))?;
+            .map_err(|e| Error::invalid(spec_path.display().to_string(), e))?;
         let mut gpu = gpu::classify(&spec, id, gpu::GpuAccess::from_env()?)?;
         // Checked on every container, as the other annotations are: a typo fails where it is.
         crate::uvm::warm_asked(&spec)?;
@@ -246,11 +246,12 @@ impl TaskService {
         };
         let nvidia = self.placed_edits(&mut spec, id, w).await;
         let nvidia = nvidia.map_err(|e| {
-            let msg = format!("GPU container {id}: {e}");
             if e.is_callers() {
-                Error::InvalidArgument(msg)
+                Error::invalid(format!("GPU container {id}"), e)
             } else {
-                Error::FailedPrecondition(format!("{msg} (the node's NVIDIA setup)"))
+                Error::FailedPrecondition(format!(
+                    "GPU container {id}: {e} (the node's NVIDIA setup)"
+                ))
             }
         })?;
         // Still before anything is mounted: a bad interposer annotation fails with nothing to
@@ -458,7 +459,7 @@ async fn finish_gpu(
     });
     let work = match tokio::time::timeout(ROOTFS_DEADLINE, job).await {
         Ok(Ok(Ok(w))) => w,
-        Ok(Ok(Err(e))) => return Err(Error::InvalidArgument(format!("GPU container {id}: {e}"))),
+        Ok(Ok(Err(e))) => return Err(Error::invalid(format!("GPU container {id}"), e)),
         Ok(Err(e)) => return Err(Error::io("rootfs work", std::io::Error::other(e))),
         Err(_) => {
             return Err(Error::DeadlineExceeded(format!(
@@ -494,7 +495,7 @@ async fn finish_gpu(
     };
     let write = async {
         let text = serde_json::to_vec(spec)
-            .map_err(|e| Error::InvalidArgument(format!("{}: {e}", spec_path.display())))?;
+            .map_err(|e| Error::invalid(spec_path.display().to_string(), e))?;
         tokio::fs::write(spec_path, text)
             .await
             .map_err(|e| Error::io(format!("write {}", spec_path.display()), e))

@@ -17,7 +17,7 @@ impl TaskService {
     /// for tty, `FAILED_PRECONDITION` if the container has exited.
     pub async fn exec(&self, req: api::ExecProcessRequest) -> Result<()> {
         let spec: oci_spec::runtime::Process = serde_json::from_slice(&req.spec.value)
-            .map_err(|e| Error::InvalidArgument(format!("exec {} spec: {e}", req.exec_id)))?;
+            .map_err(|e| Error::invalid(format!("exec {} spec", req.exec_id), e))?;
         if req.exec_id.is_empty() {
             return Err(Error::InvalidArgument("exec id is empty".into()));
         }

@@ -132,7 +132,7 @@ pub fn warm_asked(spec: &Value) -> Result<Option<Warm>> {
         .ok_or_else(|| Error::InvalidArgument(format!("annotation {WARM}: not a string")))?;
     v.parse()
         .map(Some)
-        .map_err(|e| Error::InvalidArgument(format!("annotation {WARM}: {e}")))
+        .map_err(|e| Error::invalid(format!("annotation {WARM}"), e))
 }
 
 /// Whether the container wants the interposer (`io.mqfq.uvm`, default on); also checks
