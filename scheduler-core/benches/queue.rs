@@ -25,7 +25,7 @@ fn cycle(c: &mut Criterion) {
                 let d = q.dispatch(now).expect("always backlogged");
                 let flow = d.ticket.flow;
                 // Service varies a little so tags move and the indexes are exercised.
-                #[expect(clippy::cast_precision_loss)]
+                #[expect(clippy::cast_precision_loss, reason = "k % 7: below 7")]
                 let service = 0.05 + (k % 7) as f64 * 0.01;
                 q.complete(&d.ticket, Some(service), now)
                     .expect("outstanding");

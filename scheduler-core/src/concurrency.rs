@@ -289,7 +289,11 @@ impl ConcurrencyController {
     }
 
     /// The most concurrency a baseline is learned at: D's starting limit.
-    #[expect(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+    #[expect(
+        clippy::cast_possible_truncation,
+        clippy::cast_sign_loss,
+        reason = "d_initial is validated in [1, d_max], d_max a u32: exact after floor"
+    )]
     fn reference_level(&self) -> u32 {
         (self.cfg.d_initial.floor() as u32).max(1)
     }
@@ -307,7 +311,11 @@ impl ConcurrencyController {
 
     /// How many invocations may run now: `⌊D⌋`, at least 1.
     #[must_use]
-    #[expect(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+    #[expect(
+        clippy::cast_possible_truncation,
+        clippy::cast_sign_loss,
+        reason = "D is clamped to [1, d_max], d_max a u32: exact after floor"
+    )]
     pub fn limit(&self) -> u32 {
         // d is clamped to [1, d_max] with d_max a u32, so the cast is exact after floor.
         (self.d.floor() as u32).max(1)

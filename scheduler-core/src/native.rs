@@ -191,7 +191,7 @@ mod tests {
     fn a_tenant_cycling_function_names_forgets_only_its_own() {
         let mut a = NativeAdvice::default();
         for (i, f) in ["victim/f0", "victim/f1", "victim/f2"].iter().enumerate() {
-            #[expect(clippy::cast_precision_loss)]
+            #[expect(clippy::cast_precision_loss, reason = "an index below 3")]
             a.learn_within(f, Some("victim"), t(i as f64), 8);
         }
         for i in 0..1000 {
@@ -216,11 +216,11 @@ mod tests {
         fn bounded_and_keeps_the_newest(n in 1usize..(CAPACITY + 300)) {
             let mut a = NativeAdvice::default();
             for i in 0..n {
-                #[expect(clippy::cast_precision_loss)]
+                #[expect(clippy::cast_precision_loss, reason = "an index below CAPACITY + 300")]
                 a.learn(&format!("f{i}"), None, t(i as f64));
             }
             prop_assert!(a.len() <= CAPACITY);
-            #[expect(clippy::cast_precision_loss)]
+            #[expect(clippy::cast_precision_loss, reason = "a count below CAPACITY + 300")]
             let now = t(n as f64);
             let newest = format!("f{}", n - 1);
             prop_assert!(a.advises(&newest, now));

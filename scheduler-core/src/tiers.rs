@@ -129,7 +129,8 @@ impl TierPolicy {
     #[expect(
         clippy::cast_possible_truncation,
         clippy::cast_sign_loss,
-        clippy::cast_precision_loss
+        clippy::cast_precision_loss,
+        reason = "GPU bytes, far below 2^52, times a share in (0, 1]: fit u64, >= 0"
     )]
     pub fn budget(&self, capacity_bytes: u64) -> u64 {
         (capacity_bytes as f64 * (1.0 - self.cfg.headroom)) as u64
@@ -138,7 +139,10 @@ impl TierPolicy {
     /// The GDSF priority a container earns when it is used (higher = keep): the current
     /// inflation plus `uses × reload_cost / size`. Store it with the container.
     #[must_use]
-    #[expect(clippy::cast_precision_loss)]
+    #[expect(
+        clippy::cast_precision_loss,
+        reason = "bytes and use counts: a priority needs no exact bits"
+    )]
     pub fn credit(&self, uses: u64, reload_cost_s: f64, bytes: u64) -> f64 {
         let size_mb = (bytes as f64 / (1024.0 * 1024.0)).max(1.0);
         self.inflation + (uses.max(1) as f64) * reload_cost_s.max(0.0) / size_mb

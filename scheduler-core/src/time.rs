@@ -27,7 +27,11 @@ impl Time {
 
     /// From (non-negative, finite) seconds; negative or NaN input saturates to zero.
     #[must_use]
-    #[expect(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+    #[expect(
+        clippy::cast_possible_truncation,
+        clippy::cast_sign_loss,
+        reason = "seconds checked > 0, rounded; huge values saturate, as meant"
+    )]
     pub fn from_secs_f64(s: f64) -> Self {
         if s.is_nan() || s <= 0.0 {
             return Time(0);
@@ -44,7 +48,10 @@ impl Time {
 
     /// Seconds since the epoch.
     #[must_use]
-    #[expect(clippy::cast_precision_loss)]
+    #[expect(
+        clippy::cast_precision_loss,
+        reason = "nanoseconds: exact for 104 days, then rounded to under a µs"
+    )]
     pub fn as_secs_f64(self) -> f64 {
         self.0 as f64 / 1e9
     }

@@ -222,7 +222,7 @@ proptest! {
     ) {
         let w = vec![1.0; costs.len()];
         let (gap, cmax) = backlogged_run(&costs, &w, d, fair_cfg(t, sel), true, 400);
-        #[expect(clippy::cast_precision_loss)]
+        #[expect(clippy::cast_precision_loss, reason = "D below 6")]
         let bound = t + d as f64 * cmax;
         prop_assert!(gap <= bound + 1e-9, "gap {gap} > bound {bound}");
     }
@@ -238,7 +238,7 @@ proptest! {
         let costs: Vec<f64> = flows.iter().map(|f| f.0).collect();
         let w: Vec<f64> = flows.iter().map(|f| f.1).collect();
         let (gap, cmax) = backlogged_run(&costs, &w, d, fair_cfg(t, sel), true, 400);
-        #[expect(clippy::cast_precision_loss)]
+        #[expect(clippy::cast_precision_loss, reason = "D below 5")]
         let bound = t + d as f64 * cmax;
         prop_assert!(gap <= bound + 1e-9, "gap {gap} > bound {bound}");
     }
@@ -255,7 +255,7 @@ proptest! {
         let w = vec![1.0; costs.len()];
         let (gap, cmax) = backlogged_run(&costs, &w, d, fair_cfg(t, sel), false, 400);
         let cmax = cmax.max(0.5);
-        #[expect(clippy::cast_precision_loss)]
+        #[expect(clippy::cast_precision_loss, reason = "D below 6")]
         let bound = t + (d as f64 + 1.0) * cmax;
         prop_assert!(gap <= bound + 1e-9, "gap {gap} > bound {bound}");
     }
@@ -373,7 +373,7 @@ proptest! {
             now = end;
             q.complete(&ticket, Some(1.0), Time::from_secs_f64(now)).unwrap();
         }
-        #[expect(clippy::cast_precision_loss)]
+        #[expect(clippy::cast_precision_loss, reason = "D and function counts below 6")]
         let bound = (t + d as f64 + 2.0) * (k.max(m) as f64 + 1.0) / wa.min(1.0);
         prop_assert!(worst <= bound, "gap {worst} > {bound} (a={a}, b={b})");
     }

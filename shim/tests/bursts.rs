@@ -236,7 +236,7 @@ fn a_process_cycling_bursts_is_paced_to_the_idle_time() {
             Some("release") => released = Some(t),
             Some("enqueue") => {
                 if let Some(at) = released.take() {
-                    #[expect(clippy::cast_precision_loss)]
+                    #[expect(clippy::cast_precision_loss, reason = "a gap in ns, shown in ms")]
                     gaps.push((t - at) as f64 / 1e6);
                 }
             }

@@ -208,7 +208,7 @@ fn idle_containers_are_evicted_restored_at_resume_and_prefetched_on_activation()
         ) >= 1.0,
         "{m}"
     );
-    #[expect(clippy::cast_precision_loss)]
+    #[expect(clippy::cast_precision_loss, reason = "MANAGED is a few MiB: exact")]
     let both = 2.0 * MANAGED as f64;
     assert!(
         mqfq_testkit::metric(&m, "mqfq_pool_moved_bytes_total{direction=\"to_host\"}") >= both,
@@ -331,7 +331,7 @@ fn native_memory_and_its_reasons_reach_mqfqctl_and_the_metrics() {
         .unwrap_or_default();
     assert!(line.contains("export (1 exports refused)"), "{table}");
     // The gauges follow within the sampler's period.
-    #[expect(clippy::cast_precision_loss)]
+    #[expect(clippy::cast_precision_loss, reason = "MIB is 2^20: exact")]
     let mib = MIB as f64;
     let function = |id: &str| {
         entry(&s, id).unwrap()["function"]
@@ -584,7 +584,7 @@ fn checkpoint_backend_suspends_a_paused_container_and_resume_restores_it() {
     // Two suspended; k restored (k2's restore, if its dying process got one, may come after
     // the pool forgot it, and then counts nowhere).
     let m = mqfq_testkit::scrape(&metrics);
-    #[expect(clippy::cast_precision_loss)]
+    #[expect(clippy::cast_precision_loss, reason = "MANAGED is a few MiB: exact")]
     let managed = MANAGED as f64;
     for (action, n) in [("evict", 2.0), ("restore", 1.0)] {
         let moves = format!(

@@ -637,7 +637,11 @@ fn engine<'t>(
 ///
 /// # Errors
 /// A bad knob, or [`SimError::Stuck`] if the event loop stops progressing.
-#[expect(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+#[expect(
+    clippy::cast_possible_truncation,
+    clippy::cast_sign_loss,
+    reason = "samples per 500 ms: rounded and >= 1, sample_ms being finite and > 0"
+)]
 pub fn simulate(
     trace: &Trace,
     policy: &mut dyn Policy,

@@ -163,7 +163,7 @@ pub fn gpu_share(trace: &Trace, records: &[Record]) -> Share {
 
 /// Jain's fairness index of `xs`: (Σx)² / (n Σx²); 1 when all are equal.
 #[must_use]
-#[expect(clippy::cast_precision_loss)]
+#[expect(clippy::cast_precision_loss, reason = "a sample count")]
 pub fn jain(xs: &[f64]) -> f64 {
     let s: f64 = xs.iter().sum();
     let s2: f64 = xs.iter().map(|x| x * x).sum();

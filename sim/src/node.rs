@@ -50,7 +50,11 @@ pub fn gpu_infos(gpus: usize, memory_mb: impl Fn(usize) -> f64, mode: GpuMode) -
             uuid: format!("GPU-sim-{g}"),
             name: "simulated".into(),
             mode,
-            #[expect(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+            #[expect(
+                clippy::cast_possible_truncation,
+                clippy::cast_sign_loss,
+                reason = "a memory size in MB, clamped >= 0: its bytes fit u64"
+            )]
             memory_total: (memory_mb(g).max(0.0) * 1024.0 * 1024.0) as u64,
             mig: Vec::new(),
         })

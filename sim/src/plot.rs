@@ -68,7 +68,7 @@ where
 ///
 /// # Errors
 /// Empty input or a drawing failure.
-#[expect(clippy::cast_precision_loss)]
+#[expect(clippy::cast_precision_loss, reason = "point counts and indices")]
 pub fn cdf(path: &Path, series: &[(&str, Vec<f64>)]) -> Result<()> {
     let lo = series
         .iter()
@@ -112,7 +112,7 @@ pub fn cdf(path: &Path, series: &[(&str, Vec<f64>)]) -> Result<()> {
 ///
 /// # Errors
 /// Empty input or a drawing failure.
-#[expect(clippy::cast_precision_loss)]
+#[expect(clippy::cast_precision_loss, reason = "a series index")]
 pub fn limits(path: &Path, series: &[(&str, Vec<(f64, u32)>)]) -> Result<()> {
     let end = series
         .iter()

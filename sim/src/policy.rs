@@ -446,7 +446,7 @@ impl Policy for Paella {
         };
         let (inv, _) = self.queues[f].pop_front()?;
         self.queued -= 1;
-        #[expect(clippy::cast_precision_loss)]
+        #[expect(clippy::cast_precision_loss, reason = "a function count")]
         let share = 1.0 / self.n_seen.max(1) as f64;
         for g in 0..self.queues.len() {
             if g == f {

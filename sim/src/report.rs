@@ -97,7 +97,8 @@ pub struct Summary {
 #[expect(
     clippy::cast_possible_truncation,
     clippy::cast_sign_loss,
-    clippy::cast_precision_loss
+    clippy::cast_precision_loss,
+    reason = "a sample count; the rank is >= 1 and clamped to it"
 )]
 pub fn percentile(sorted: &[f64], p: f64) -> f64 {
     if sorted.is_empty() {
@@ -107,7 +108,7 @@ pub fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[rank.min(sorted.len()) - 1]
 }
 
-#[expect(clippy::cast_precision_loss)]
+#[expect(clippy::cast_precision_loss, reason = "a sample count")]
 fn mean(xs: &[f64]) -> Option<f64> {
     (!xs.is_empty()).then(|| xs.iter().sum::<f64>() / xs.len() as f64)
 }
@@ -126,7 +127,7 @@ pub fn latencies_s(trace: &Trace, out: &SimOutput) -> Vec<f64> {
 
 /// Summarizes a run; `short_threshold_ms` splits short from long functions by mean exec time.
 #[must_use]
-#[expect(clippy::cast_precision_loss)]
+#[expect(clippy::cast_precision_loss, reason = "GPU and invocation counts")]
 pub fn summarize(trace: &Trace, out: &SimOutput, short_threshold_ms: f64) -> Summary {
     let n = trace.functions.len();
     let mut lat_by_f: Vec<Vec<f64>> = vec![Vec::new(); n];

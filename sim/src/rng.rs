@@ -22,7 +22,7 @@ impl SplitMix64 {
     }
 
     /// Uniform in [0, 1).
-    #[expect(clippy::cast_precision_loss)]
+    #[expect(clippy::cast_precision_loss, reason = "53-bit integers: exact in f64")]
     pub fn next_f64(&mut self) -> f64 {
         (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
     }
@@ -34,7 +34,10 @@ impl SplitMix64 {
     }
 
     /// Uniform index in 0..n (n > 0).
-    #[expect(clippy::cast_possible_truncation)]
+    #[expect(
+        clippy::cast_possible_truncation,
+        reason = "a remainder below n, itself a usize"
+    )]
     pub fn below(&mut self, n: usize) -> usize {
         debug_assert!(n > 0);
         (self.next_u64() % n as u64) as usize

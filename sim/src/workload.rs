@@ -116,7 +116,8 @@ fn spec_err(field: &str, msg: &str) -> TraceError {
 #[expect(
     clippy::cast_precision_loss,
     clippy::cast_possible_truncation,
-    clippy::cast_sign_loss
+    clippy::cast_sign_loss,
+    reason = "small function, GPU and window counts; windows ceils a validated positive ratio"
 )]
 pub fn design_mix(spec: &MixSpec) -> Result<Trace, TraceError> {
     if spec.functions < 2 {
@@ -316,7 +317,11 @@ fn header_index<'a>(
 ///
 /// # Errors
 /// A missing column or malformed number, with file and line.
-#[expect(clippy::cast_precision_loss, clippy::too_many_lines)]
+#[expect(
+    clippy::cast_precision_loss,
+    clippy::too_many_lines,
+    reason = "minute indices"
+)]
 pub fn azure(
     invocations_csv: &str,
     durations_csv: &str,

@@ -666,7 +666,8 @@ pub fn percentile(v: &mut [f64], q: f64) -> f64 {
     #[expect(
         clippy::cast_possible_truncation,
         clippy::cast_sign_loss,
-        clippy::cast_precision_loss
+        clippy::cast_precision_loss,
+        reason = "a sample count; the rank is clamped into 1..=len"
     )]
     let i = ((v.len() as f64 * q).ceil() as usize).clamp(1, v.len()) - 1;
     v[i]
@@ -675,7 +676,7 @@ pub fn percentile(v: &mut [f64], q: f64) -> f64 {
 /// The mean of `v`; 0 for an empty slice.
 #[must_use]
 pub fn mean(v: &[f64]) -> f64 {
-    #[expect(clippy::cast_precision_loss)]
+    #[expect(clippy::cast_precision_loss, reason = "a sample count")]
     let n = v.len().max(1) as f64;
     v.iter().sum::<f64>() / n
 }

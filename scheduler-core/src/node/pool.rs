@@ -267,7 +267,10 @@ impl Pool {
         bytes.min(cap.saturating_sub(others))
     }
 
-    #[expect(clippy::cast_precision_loss)]
+    #[expect(
+        clippy::cast_precision_loss,
+        reason = "a container's bytes: an estimated reload time needs no exact bits"
+    )]
     fn reload_cost(e: &Entry) -> f64 {
         e.reload_s
             .unwrap_or(e.bytes as f64 / ASSUMED_BYTES_PER_S + 0.01)

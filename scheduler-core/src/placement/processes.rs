@@ -106,7 +106,7 @@ impl ProcessSamples {
         if at.is_empty() {
             return None;
         }
-        #[expect(clippy::cast_precision_loss)]
+        #[expect(clippy::cast_precision_loss, reason = "a sample count")]
         let n = at.len() as f64;
         let (sm, mem) = at.values().fold((0.0, 0.0), |(a, b), (sm, mem)| {
             (a + sm.min(1.0), b + mem.min(1.0))
@@ -180,7 +180,10 @@ mod tests {
     fn the_store_is_bounded_in_time_per_process_and_in_processes() {
         let mut p = ProcessSamples::new();
         for i in 0..(PER_PROCESS + 10) {
-            #[expect(clippy::cast_precision_loss)]
+            #[expect(
+                clippy::cast_precision_loss,
+                reason = "a loop index below PER_PROCESS + 10"
+            )]
             p.record(0, t(i as f64 * 0.1), &[at(1, 0.5, 0.5)]);
         }
         assert_eq!(p.by_process[&(0, 1)].len(), PER_PROCESS);

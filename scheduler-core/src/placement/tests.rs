@@ -403,7 +403,11 @@ fn the_work_ahead_on_a_fast_gpu_shares_its_time_whatever_its_limit() {
     // at full speed each; they share its time, so once the work ahead outweighs its speed
     // the idle A30 finishes sooner.
     node[1].limit = 8;
-    #[expect(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+    #[expect(
+        clippy::cast_possible_truncation,
+        clippy::cast_sign_loss,
+        reason = "the H100/A30 TFLOPS ratio: > 2 and small"
+    )]
     let deeper = ratio.ceil() as u32;
     node[1].queue = deeper;
     let c = pick(&node, class, &queue_only);

@@ -24,7 +24,7 @@ pub async fn status(socket: &Path) -> Result<api::StatusResponse, ttrpc::Error> 
 }
 
 fn gib(b: u64) -> f64 {
-    #[expect(clippy::cast_precision_loss)]
+    #[expect(clippy::cast_precision_loss, reason = "bytes shown in GiB")]
     let g = b as f64 / f64::from(1u32 << 30);
     g
 }
@@ -138,7 +138,10 @@ pub fn render(s: &api::StatusResponse) -> String {
             "LEASE", "CONTAINER", "FUNCTION", "KIND", "GPU", "SHIM", "HELD s"
         );
         for l in &s.leases {
-            #[expect(clippy::cast_precision_loss)]
+            #[expect(
+                clippy::cast_precision_loss,
+                reason = "nanoseconds held, shown in seconds"
+            )]
             let held = l.held_ns as f64 / 1e9;
             let _ = writeln!(
                 o,
@@ -223,7 +226,10 @@ fn render_pool(o: &mut String, pool: &[api::PoolEntry]) {
             .as_ref()
             .map(mqfq_proto::memory::from_proto)
             .unwrap_or_default();
-        #[expect(clippy::cast_precision_loss)]
+        #[expect(
+            clippy::cast_precision_loss,
+            reason = "bytes and nanoseconds, shown in MiB and seconds"
+        )]
         let (mib, idle, native_mib) = (
             e.bytes as f64 / 1048576.0,
             e.idle_ns as f64 / 1e9,

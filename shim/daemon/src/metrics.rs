@@ -434,7 +434,10 @@ impl Metrics {
                         .get_or_create(&self::function(function))
                         .dec();
                     self.admitted.get_or_create(&self::function(function)).inc();
-                    #[expect(clippy::cast_precision_loss)]
+                    #[expect(
+                        clippy::cast_precision_loss,
+                        reason = "a wait in ns, observed in seconds"
+                    )]
                     self.queue_wait
                         .get_or_create(&self::function(function))
                         .observe(*waited_ns as f64 / 1e9);

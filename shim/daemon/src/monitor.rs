@@ -283,7 +283,11 @@ fn gpm_metrics(nvml: &Nvml, a: &GpmSample<'_>, b: &GpmSample<'_>) -> Option<GpmR
 }
 
 /// Bytes per second to NVML's KB/s.
-#[expect(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+#[expect(
+    clippy::cast_possible_truncation,
+    clippy::cast_sign_loss,
+    reason = "KB/s clamped to u32::MAX; NaN or negative saturates to 0"
+)]
 fn kbps(bps: f64) -> u32 {
     (bps / 1024.0).min(f64::from(u32::MAX)) as u32
 }

@@ -173,7 +173,7 @@ fn a_flood_and_a_light_server_that_do_not_fit_together_move_memory_per_light_bur
     };
     let moved = moves(&run.metrics);
     let n = |a: &str| moved.get(a).copied().unwrap_or(0.0);
-    #[expect(clippy::cast_precision_loss)]
+    #[expect(clippy::cast_precision_loss, reason = "a burst count")]
     let bound = 2.0 * (run.light_bursts as f64 + 1.0);
     assert!(
         n("restore") + n("prefetch") <= bound && n("evict") <= bound,

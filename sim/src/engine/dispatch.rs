@@ -169,7 +169,7 @@ impl Engine<'_> {
     }
 
     /// The records, and what the run measured.
-    #[expect(clippy::cast_precision_loss)]
+    #[expect(clippy::cast_precision_loss, reason = "a GPU count")]
     pub(super) fn output(mut self, policy: &dyn Policy, first: f64) -> SimOutput {
         let mut last_end = first;
         let mut records = Vec::with_capacity(self.records.len());

@@ -103,7 +103,11 @@ impl Engine<'_> {
 
     /// Frees memory on GPU `g` so `need` MB fit; `active_ok` allows evicting active flows'
     /// containers. Returns false (and evicts nothing) if it cannot.
-    #[expect(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+    #[expect(
+        clippy::cast_possible_truncation,
+        clippy::cast_sign_loss,
+        reason = "ids are container indices; footprints in MB, >= 0: their bytes fit u64"
+    )]
     pub(super) fn make_room(
         &mut self,
         g: usize,

@@ -26,7 +26,11 @@ fn container(k: &ContainerKey) -> Option<usize> {
     k.id().strip_prefix('c')?.parse().ok()
 }
 
-#[expect(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+#[expect(
+    clippy::cast_possible_truncation,
+    clippy::cast_sign_loss,
+    reason = "MB clamped >= 0: its bytes fit u64"
+)]
 fn bytes(mb: f64) -> u64 {
     (mb.max(0.0) * 1024.0 * 1024.0) as u64
 }

@@ -13,7 +13,8 @@ impl Engine<'_> {
     #[expect(
         clippy::cast_possible_truncation,
         clippy::cast_sign_loss,
-        clippy::cast_precision_loss
+        clippy::cast_precision_loss,
+        reason = "samples skipped: floored, capped at 64, a negative count saturating to 0"
     )]
     pub(super) fn skip_idle(&mut self, clock: &mut Clock, t_arr: f64, policy: &mut dyn Policy) {
         let skipped = ((t_arr - clock.next_sample) / self.cfg.sample_ms).floor();
@@ -56,7 +57,11 @@ impl Engine<'_> {
         }
     }
 
-    #[expect(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+    #[expect(
+        clippy::cast_possible_truncation,
+        clippy::cast_sign_loss,
+        reason = "MB clamped >= 0: its bytes fit u64"
+    )]
     pub(super) fn used_bytes(&self, g: usize) -> u64 {
         (self.gpus[g].used_mb.max(0.0) * 1024.0 * 1024.0) as u64
     }

@@ -102,7 +102,10 @@ fn main() -> std::process::ExitCode {
             runtimes[i]
         );
     }
-    #[expect(clippy::cast_precision_loss)]
+    #[expect(
+        clippy::cast_precision_loss,
+        reason = "RSS and PSS in KiB: far below 2^52"
+    )]
     let (rss_ratio, pss_ratio) = (
         rss[0][0] as f64 / rss[1][0].max(1) as f64,
         rss[0][3] as f64 / rss[1][3].max(1) as f64,

@@ -130,8 +130,12 @@ impl Core {
     /// A GPU's budget, bytes; 0 when memory admission is off or the capacity is unknown.
     fn budget(&self, slot: usize) -> u64 {
         let Some(m) = self.memory else { return 0 };
-        #[expect(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
-        #[expect(clippy::cast_precision_loss)]
+        #[expect(
+            clippy::cast_possible_truncation,
+            clippy::cast_sign_loss,
+            reason = "capacity times a share in (0, 1]: finite, >= 0, fits u64"
+        )]
+        #[expect(clippy::cast_precision_loss, reason = "GPU bytes: far below 2^52")]
         let b = (self.gpus[slot].info.memory_total as f64 * (1.0 - m.headroom)) as u64;
         b
     }
@@ -148,8 +152,12 @@ impl Core {
     /// The room a long flow leaves: the largest footprint among the GPU's active short flows,
     /// of those no larger than [`SHORT_ROOM_MAX_SHARE`] of its budget.
     fn short_room(&self, slot: usize) -> u64 {
-        #[expect(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
-        #[expect(clippy::cast_precision_loss)]
+        #[expect(
+            clippy::cast_possible_truncation,
+            clippy::cast_sign_loss,
+            reason = "a quarter of a budget: finite, >= 0, fits u64"
+        )]
+        #[expect(clippy::cast_precision_loss, reason = "GPU bytes: far below 2^52")]
         let cap = (self.budget(slot) as f64 * SHORT_ROOM_MAX_SHARE) as u64;
         let q = &self.gpus[slot].queue;
         q.active_short_ids()

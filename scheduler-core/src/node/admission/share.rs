@@ -54,7 +54,11 @@ impl Core {
             if !ready.iter().any(|&o| o != t) {
                 return true;
             }
-            #[expect(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+            #[expect(
+                clippy::cast_possible_truncation,
+                clippy::cast_sign_loss,
+                reason = "slots: limit × a positive weight share, ceiled; saturating lifts the cap"
+            )]
             let share = ((f64::from(limit) * weight(t) / total).ceil() as u32).max(1);
             held.get(&t).copied().unwrap_or(0) < share
         }

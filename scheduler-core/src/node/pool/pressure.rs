@@ -237,7 +237,8 @@ impl Pool {
         #[expect(
             clippy::cast_possible_truncation,
             clippy::cast_sign_loss,
-            clippy::cast_precision_loss
+            clippy::cast_precision_loss,
+            reason = "host bytes, far below 2^52, times a share in [0, 1): fit u64, >= 0"
         )]
         let floor = (total as f64 * self.host_headroom) as u64;
         if avail >= floor {

@@ -56,7 +56,10 @@ impl Daemon {
         let shares = (!pids.is_empty())
             .then(|| p.burst_use(run.gpu, pids, run.since, now))
             .flatten();
-        #[expect(clippy::cast_precision_loss)]
+        #[expect(
+            clippy::cast_precision_loss,
+            reason = "bytes: a sample needs no more than f64's 52 bits"
+        )]
         let s = BurstSample {
             burst_ms: run.service_s * 1e3,
             sm: shares.map(|(sm, _)| sm),

@@ -186,7 +186,10 @@ pub(super) fn report(
                 ),
             )
         })?;
-        #[expect(clippy::cast_precision_loss)]
+        #[expect(
+            clippy::cast_precision_loss,
+            reason = "a move's nanoseconds, reported in seconds"
+        )]
         outcomes.push(Outcome {
             key,
             action,

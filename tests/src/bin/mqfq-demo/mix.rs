@@ -43,7 +43,7 @@ impl Outcome {
             .iter()
             .filter_map(|m| self.rows.get(m.0).map(|r| r.slowdown))
             .collect();
-        #[expect(clippy::cast_precision_loss)]
+        #[expect(clippy::cast_precision_loss, reason = "a function count")]
         let n = s.len() as f64;
         s.iter().sum::<f64>().powi(2) / (n * s.iter().map(|x| x * x).sum::<f64>())
     }
@@ -119,7 +119,7 @@ pub fn run(c: &Containerd, tag: &str, log: &Path) -> Outcome {
                 "sleep".into(),
                 format!("{service}"),
             ];
-            #[expect(clippy::cast_precision_loss)]
+            #[expect(clippy::cast_precision_loss, reason = "a launch index")]
             let delay = Duration::from_secs_f64(gap * i as f64);
             runs.push((
                 f,
@@ -150,7 +150,7 @@ pub fn run(c: &Containerd, tag: &str, log: &Path) -> Outcome {
             continue;
         };
         if r["event"] == "dispatch" {
-            #[expect(clippy::cast_precision_loss)]
+            #[expect(clippy::cast_precision_loss, reason = "a wait in ns, as seconds")]
             let w = r["waited_ns"].as_u64().unwrap_or(0) as f64 / 1e9;
             // The record names the flow: `namespace/function`.
             let flow = r["function"].as_str().unwrap_or("");

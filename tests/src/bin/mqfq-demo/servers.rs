@@ -82,7 +82,10 @@ pub fn servers_demo(c: &Containerd, cuda: &Path, record: &Path, secs: u64) -> bo
             .filter_map(|r| r["waited_ns"].as_f64())
             .map(|ns| ns / 1e6)
             .collect();
-        #[expect(clippy::cast_precision_loss)]
+        #[expect(
+            clippy::cast_precision_loss,
+            reason = "kernel durations in ns, summed in ms"
+        )]
         let busy: f64 = ids
             .iter()
             .flat_map(|id| kernels(cuda, id))
