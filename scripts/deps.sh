@@ -9,7 +9,7 @@ need_apt=()
 # containernetworking-plugins, iproute2: the CRI tests' pods get network namespaces of their own
 # on a bridge (in a network namespace made for their containerd); lintian checks the package;
 # openssl makes the certificates the extender's TLS tests use; qemu-user and libc6-arm64-cross
-# run the aarch64 interposer (shim/tests/interposer_glibc.rs) on an aarch64 glibc, emulated.
+# run the aarch64 interposer (shim/runtime/tests/interposer_glibc.rs) on an aarch64 glibc, emulated.
 for pkg in build-essential pkg-config ca-certificates curl git containerd runc busybox-static \
     protobuf-compiler python3 python3-pip containernetworking-plugins iproute2 lintian openssl \
     qemu-user libc6-arm64-cross; do

@@ -2,7 +2,7 @@
 # Fetches Docker Engine 26.1 (dockerd and the docker CLI) from Debian 13's packages docker.io and
 # docker-cli, pinned by version and hash, and extracts them under $MQFQ_TOOLS/docker-26.1 (no
 # change to apt or to installed packages); prints that directory (usr/sbin/dockerd, usr/bin/docker).
-# They run on Debian 12 (glibc 2.34 and libsystemd0 are all they link). shim/tests/docker.rs
+# They run on Debian 12 (glibc 2.34 and libsystemd0 are all they link). shim/runtime/tests/docker.rs
 # runs dockerd from there against a private containerd when MQFQ_DOCKER_DIR names it.
 set -euo pipefail
 MQFQ_TOOLS=${MQFQ_TOOLS:-$HOME/.cache/mqfq-tools}

@@ -39,7 +39,7 @@ within 900 scripts/deny.sh
 step "portable interposer (glibc >= 2.17) and an old glibc to test it on"
 MQFQ_PORTABLE_INTERPOSER=$(within 900 scripts/build-interposer.sh)
 export MQFQ_PORTABLE_INTERPOSER
-# The same for aarch64 (shim/tests/interposer_glibc.rs checks the versions it asks for).
+# The same for aarch64 (shim/runtime/tests/interposer_glibc.rs checks the versions it asks for).
 MQFQ_PORTABLE_INTERPOSER_AARCH64=$(within 900 scripts/build-interposer.sh aarch64)
 export MQFQ_PORTABLE_INTERPOSER_AARCH64
 # shellcheck source=scripts/tools.sh
@@ -51,7 +51,7 @@ if ! MQFQ_OLD_GLIBC_ROOT=$(within 300 scripts/fetch-old-glibc.sh); then
     exit 1
 fi
 export MQFQ_OLD_GLIBC_ROOT MQFQ_REQUIRE_PORTABLE=1
-step "Docker Engine 26.1 from Debian 13's packages (shim/tests/docker.rs runs it on each containerd)"
+step "Docker Engine 26.1 from Debian 13's packages (shim/runtime/tests/docker.rs runs it on each containerd)"
 if ! MQFQ_DOCKER_DIR=$(within 300 scripts/fetch-docker.sh); then
     echo "ERROR: Docker could not be fetched from Debian's archive" >&2
     exit 1

@@ -67,7 +67,7 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 /* memfd_create through the system call: glibc has the wrapper only from 2.27, and the double is
- * also built for 2.17 (shim/tests/interposer_glibc.rs). */
+ * also built for 2.17 (shim/runtime/tests/interposer_glibc.rs). */
 #ifndef MFD_CLOEXEC
 #define MFD_CLOEXEC 1U
 #endif

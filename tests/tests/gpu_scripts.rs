@@ -63,8 +63,9 @@ fn the_gpu_check_runs_only_what_gpu_prepare_builds() {
     let members = [
         "scheduler-core",
         "sim",
-        "shim",
+        "shim/runtime",
         "shim/proto",
+        "shim/edits",
         "shim/daemon",
         "shim/cluster",
         "tests",

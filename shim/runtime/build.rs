@@ -18,6 +18,6 @@ fn main() {
         let suffix = if dirty { ".m" } else { "" };
         println!("cargo:rustc-env=MQFQ_GIT_REVISION={rev}{suffix}");
     }
-    println!("cargo:rerun-if-changed=../.git/HEAD");
-    println!("cargo:rerun-if-changed=../.git/index");
+    println!("cargo:rerun-if-changed=../../.git/HEAD");
+    println!("cargo:rerun-if-changed=../../.git/index");
 }

@@ -188,7 +188,7 @@ fn zig_cc(zig: &Path, target: &str, dir: &Path, out: &str, src: &Path, args: &[&
 
 /// The libcuda double (`libcuda.so.1`) and the CUDA client (`client`) for `target`, in `dir`.
 fn zig_doubles(zig: &Path, target: &str, dir: &Path) {
-    let doubles = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/doubles");
+    let doubles = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/doubles");
     zig_cc(
         zig,
         target,

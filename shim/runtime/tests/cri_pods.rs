@@ -164,7 +164,7 @@ async fn handler_features(
 /// with a runc that ID-maps mounts (1.2 or later; Debian 12's 1.1 does not). Where it does not,
 /// runc's own handler does not either (the two handlers' features are held equal), and the
 /// kubelet would not ask; `ctr run --uidmap` runs the shim's user-namespace case on every line
-/// (`shim/tests/bursts.rs`).
+/// (`shim/runtime/tests/bursts.rs`).
 async fn userns_pods(
     cri: &mut k8s_cri::v1::runtime_service_client::RuntimeServiceClient<tonic::transport::Channel>,
 ) -> bool {

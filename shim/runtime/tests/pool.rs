@@ -88,7 +88,7 @@ fn no_launch_while_evicted(log: &[String]) {
 /// A containerd whose shims find the interposer, the doubles built, and an mqfqd whose pool
 /// evicts after 1 s of idleness (a function's flow turns inactive 0.3 s after its last use);
 /// also the daemon's metrics port. The shims gate Start and Resume (`MQFQ_BURST=off`, the
-/// OpenWhisk-with-pauses setup); `shim/tests/bursts.rs` has the pool under burst admission.
+/// OpenWhisk-with-pauses setup); `shim/runtime/tests/bursts.rs` has the pool under burst admission.
 fn setup(name: &str) -> Option<(Containerd, Mqfqd, PathBuf, String)> {
     setup_with(name, "")
 }

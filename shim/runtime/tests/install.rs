@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 fn script() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../packaging/install/mqfq-containerd.sh")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../packaging/install/mqfq-containerd.sh")
 }
 
 /// Runs the script on `root`: (exit code, stdout, stderr).
@@ -442,7 +442,7 @@ fn image_files(dir: &Path) -> PathBuf {
 #[test]
 fn the_node_installer_writes_nothing_through_a_symbolic_link() {
     let dir = tempfile::tempdir().unwrap();
-    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     let src = image_files(dir.path());
     let mqfqd_toml = dir.path().join("mqfqd.toml");
     std::fs::write(&mqfqd_toml, "backend = \"auto\"\n").unwrap();
@@ -481,7 +481,7 @@ fn the_node_installer_installs_once_and_uninstalls_everything() {
     }
     let v3 = mqfq_testkit::containerd_version().0 >= 2;
     let dir = tempfile::tempdir().unwrap();
-    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     let src = image_files(dir.path());
     std::fs::create_dir_all(src.join("systemd")).unwrap();
     std::fs::copy(
