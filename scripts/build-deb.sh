@@ -5,7 +5,7 @@
 # Towards reproducible: file times are SOURCE_DATE_EPOCH (default: the last commit's time) and
 # the build directory and cargo's home are remapped out of the binaries; CI checks that two
 # packings of one build give the same bytes (a rebuild elsewhere also needs the same Rust
-# toolchain, which is not pinned). A DEBIAN/md5sums is added for `dpkg --verify`.
+# toolchain: rust-toolchain.toml pins it). A DEBIAN/md5sums is added for `dpkg --verify`.
 # What goes in it: shim/daemon/Cargo.toml, [package.metadata.deb]; docs/INSTALL-DEBIAN.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."

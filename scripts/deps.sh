@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what building and testing mqfq-shim needs on Debian 12. Idempotent; safe to re-run.
 set -euo pipefail
+cd "$(dirname "$0")/.."
 
 need_apt=()
 # containerd, runc, busybox-static: the shim's integration tests start a real containerd;
@@ -26,14 +27,17 @@ if [ ${#need_apt[@]} -gt 0 ]; then
 fi
 
 export PATH="$HOME/.cargo/bin:$PATH"
-if ! command -v cargo >/dev/null 2>&1; then
+# The toolchain CI uses is pinned (rust-toolchain.toml), with its components and targets.
+pinned=$(sed -n 's/^channel = "\(.*\)"[[:space:]]*$/\1/p' rust-toolchain.toml)
+if [ -z "$pinned" ]; then
+    echo "deps: no channel = \"…\" line in rust-toolchain.toml" >&2
+    exit 1
+fi
+if ! command -v rustup >/dev/null 2>&1 && ! command -v cargo >/dev/null 2>&1; then
     # Debian 12's own rustc (1.63) is too old for this workspace (edition 2024): use rustup.
     curl --proto '=https' --tlsv1.2 -sSf https://sh.rustup.rs | sh -s -- -y --profile minimal \
-        --component clippy,rustfmt
+        --default-toolchain "$pinned" --component clippy,rustfmt
 fi
-# The pinned toolchain (rust-toolchain.toml), installed with its components and targets if this
-# machine's rustup has another.
-pinned=$(sed -n 's/^channel = "\(.*\)"$/\1/p' rust-toolchain.toml)
 if ! rustup run "$pinned" cargo --version >/dev/null 2>&1; then
     rustup toolchain install "$pinned" --profile minimal --component clippy,rustfmt \
         --target aarch64-unknown-linux-gnu

@@ -54,8 +54,10 @@ const MAX_NAMES: usize = 16;
 const MAX_NAME: usize = 64;
 /// How deep the caller's stack is searched for a listed library.
 const MAX_FRAMES: usize = 48;
-/// `MAX_FRAMES` as `backtrace` takes it.
+/// `MAX_FRAMES` as `backtrace` takes it: the same number, or `backtrace` would write past the
+/// array (checked when compiled).
 const FRAMES_C: c_int = 48;
+const _: () = assert!(FRAMES_C.unsigned_abs() as usize == MAX_FRAMES);
 
 /// `CUpointer_attribute` values this module reads or answers.
 const ATTR_MEMORY_TYPE: c_int = 2;

@@ -107,14 +107,7 @@ impl Error {
     /// The message with every source appended, as containerd shows it to the user.
     #[must_use]
     pub fn full_message(&self) -> String {
-        let mut msg = self.to_string();
-        let mut src = std::error::Error::source(self);
-        while let Some(s) = src {
-            msg.push_str(": ");
-            msg.push_str(&s.to_string());
-            src = s.source();
-        }
-        msg
+        chain(&self.to_string(), std::error::Error::source(self))
     }
 }
 
@@ -122,6 +115,21 @@ impl From<Error> for ttrpc::Error {
     fn from(e: Error) -> Self {
         ttrpc::Error::RpcStatus(ttrpc::get_status(e.code(), e.full_message()))
     }
+}
+
+/// `msg`, then each error of the chain from `src` on that it does not already end with (an
+/// error whose message quotes its source would otherwise say it twice).
+pub fn chain(msg: &str, mut src: Option<&(dyn std::error::Error + 'static)>) -> String {
+    let mut msg = msg.to_owned();
+    while let Some(s) = src {
+        let text = s.to_string();
+        if !msg.ends_with(&text) {
+            msg.push_str(": ");
+            msg.push_str(&text);
+        }
+        src = s.source();
+    }
+    msg
 }
 
 /// Results of the task service.
@@ -171,6 +179,13 @@ mod tests {
             msg.starts_with("invalid argument: exec e1 spec: expected"),
             "{msg}"
         );
+        // A source whose text its error already ends with is said once.
+        let quoting = crate::nvidia::edits::EditError::Io {
+            what: "read /x".into(),
+            source: std::io::Error::from_raw_os_error(libc::ELOOP),
+        };
+        let msg = Error::invalid("GPU container c", quoting).full_message();
+        assert_eq!(msg.matches("os error 40").count(), 1, "{msg}");
         let (code, msg) = status(Error::io(
             "open fifo /x",
             std::io::Error::from_raw_os_error(libc::ENOENT),

@@ -43,14 +43,7 @@ impl std::fmt::Debug for Service {
 
 /// `what` failed, with the error and every source under it (what containerd prints).
 fn shim_err(what: &str, e: &(dyn std::error::Error + 'static)) -> containerd_shim::Error {
-    let mut msg = format!("{what}: {e}");
-    let mut src = e.source();
-    while let Some(s) = src {
-        msg.push_str(": ");
-        msg.push_str(&s.to_string());
-        src = s.source();
-    }
-    containerd_shim::Error::Other(msg)
+    containerd_shim::Error::Other(crate::error::chain(&format!("{what}: {e}"), e.source()))
 }
 
 /// The grouping key: the pod sandbox id for CRI containers, else the container id.

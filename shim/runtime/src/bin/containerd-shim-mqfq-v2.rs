@@ -32,7 +32,7 @@ fn main() {
                 }
                 eprintln!("containerd-shim-mqfq-v2 -info: cannot write to stdout");
             }
-            Err(e) => eprintln!("containerd-shim-mqfq-v2 -info: {e}"),
+            Err(e) => eprintln!("containerd-shim-mqfq-v2 -info: {}", e.full_message()),
         }
         std::process::exit(1);
     }

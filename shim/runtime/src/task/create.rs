@@ -216,7 +216,7 @@ impl TaskService {
             runtime,
             init,
             execs: HashMap::new(),
-            gpu: super::life::GpuLife::new(gpu, ctl_dir, bursts),
+            gpu: super::life::GpuLife::new(gpu, ctl_dir.map(|d| (d, bursts))),
             pool_lock: std::sync::Arc::default(),
         };
         self.created(container, &req, stdio, pid).await;

@@ -26,6 +26,9 @@ use crate::gpu::{Classification, GpuWork};
 use crate::memory::Usage;
 use mqfq_proto::warm::Warm;
 
+/// A burst-mode container's book and the task serving its burst socket.
+pub type Bursts = (Arc<Book>, AbortHandle);
+
 /// A container's GPU life (see the module's docs).
 #[derive(Debug)]
 pub struct GpuLife(Life);
@@ -77,19 +80,20 @@ struct Memory {
 }
 
 impl GpuLife {
-    /// The life Create settles: its classification, the interposer's control directory when
-    /// injected, and its burst book and socket task when its interposer asks per burst.
+    /// The life Create settles: its classification and, when the interposer was injected, its
+    /// control directory with the burst book and socket task when its interposer asks per
+    /// burst (which it can only do through that directory).
     #[must_use]
-    pub fn new(
-        gpu: Classification,
-        ctl: Option<PathBuf>,
-        bursts: Option<(Arc<Book>, AbortHandle)>,
-    ) -> Self {
-        let work = match gpu {
-            Classification::NotGpu => return GpuLife(Life::NotGpu),
-            Classification::Gpu(w) => w,
+    pub fn new(gpu: Classification, ctl: Option<(PathBuf, Option<Bursts>)>) -> Self {
+        let (work, ctl) = match gpu {
+            // The interposer goes only into GPU containers.
+            Classification::NotGpu => {
+                debug_assert!(ctl.is_none(), "a control directory for a non-GPU container");
+                return GpuLife(Life::NotGpu);
+            }
+            Classification::Gpu(w) => (w, ctl),
         };
-        let Some(dir) = ctl else {
+        let Some((dir, bursts)) = ctl else {
             return GpuLife(Life::Gated(work));
         };
         let memory = Memory {
@@ -290,7 +294,7 @@ impl GpuLife {
     #[cfg(test)]
     pub(super) fn inject(&mut self, dir: PathBuf) {
         if let Life::Gated(work) = &self.0 {
-            *self = GpuLife::new(Classification::Gpu(work.clone()), Some(dir), None);
+            *self = GpuLife::new(Classification::Gpu(work.clone()), Some((dir, None)));
         }
     }
 }
@@ -315,14 +319,14 @@ mod tests {
 
     #[test]
     fn the_mode_is_settled_at_create() {
-        let not = GpuLife::new(Classification::NotGpu, None, None);
+        let not = GpuLife::new(Classification::NotGpu, None);
         assert!(!not.is_gpu() && not.gated().is_none() && !not.pooled());
-        let gated = GpuLife::new(work(Warm::Uvm), None, None);
+        let gated = GpuLife::new(work(Warm::Uvm), None);
         assert_eq!(gated.gated().map(|(_, p)| p), Some(false));
         assert!(gated.ctl_dir().is_none() && !gated.dropped());
-        let pooled = GpuLife::new(work(Warm::Uvm), Some("/x".into()), None);
+        let pooled = GpuLife::new(work(Warm::Uvm), Some(("/x".into(), None)));
         assert_eq!(pooled.gated().map(|(_, p)| p), Some(true));
-        let off = GpuLife::new(work(Warm::Off), Some("/x".into()), None);
+        let off = GpuLife::new(work(Warm::Off), Some(("/x".into(), None)));
         assert_eq!(
             off.gated().map(|(_, p)| p),
             Some(false),
@@ -333,7 +337,7 @@ mod tests {
 
     #[test]
     fn memory_moves_between_tiers_and_a_dropped_evicted_one_is_still_restored() {
-        let mut l = GpuLife::new(work(Warm::Checkpoint), Some("/x".into()), None);
+        let mut l = GpuLife::new(work(Warm::Checkpoint), Some(("/x".into(), None)));
         assert!(!l.take_evicted(), "resident: nothing to restore");
         l.moved(true);
         assert!(l.evicted() && l.pooled());
@@ -352,14 +356,14 @@ mod tests {
 
     #[test]
     fn held_is_known_only_where_the_interposer_is() {
-        let mut gated = GpuLife::new(work(Warm::Uvm), None, None);
+        let mut gated = GpuLife::new(work(Warm::Uvm), None);
         let u = Usage {
             managed: 7,
             ..Usage::default()
         };
         gated.set_held(u, true);
         assert_eq!(gated.held(), Usage::default());
-        let mut l = GpuLife::new(work(Warm::Uvm), Some("/x".into()), None);
+        let mut l = GpuLife::new(work(Warm::Uvm), Some(("/x".into(), None)));
         assert!(l.to_ask(Duration::from_secs(60)).is_some());
         l.set_held(u, true);
         assert_eq!(l.held(), u);
