@@ -6,7 +6,7 @@
 use std::fmt;
 use std::str::FromStr;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// A knob that was given a value it cannot take.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -431,35 +431,67 @@ impl Profile {
     }
 }
 
-/// Overrides on top of a profile; `None` keeps the profile's value.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct Overrides {
-    /// Fixed T in virtual seconds.
+/// The queue's knobs over a profile (`None` keeps the profile's value), as `mqfqd.toml`'s
+/// `[queue]` table reads them (`deny_unknown_fields`: a misspelt knob is an error) and the
+/// simulator's flags set them; the one list of them.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct QueueKnobs {
+    /// Fixed T, virtual seconds.
     pub overrun_s: Option<f64>,
     /// T as a multiple of τ_avg.
     pub overrun_tau: Option<f64>,
-    /// Fixed sticky TTL in seconds.
+    /// Fixed sticky TTL, seconds.
     pub ttl_s: Option<f64>,
-    /// Sticky TTL as a multiple of the flow's IAT.
+    /// Sticky TTL as a multiple of the flow's inter-arrival time.
     pub ttl_iat: Option<f64>,
-    /// Fallback charge.
+    /// Charge of a function before its service time is known.
     pub fallback_charge_s: Option<f64>,
-    /// Short-flow threshold for the slot reserve (0 = off).
+    /// Short-flow threshold of the reserved slot (0 = off).
     pub short_charge_s: Option<f64>,
-    /// Concurrency gain α.
+    /// GPU memory is admitted with the slots (default on): a lease is granted only where its
+    /// function's footprint fits beside the leases held, within capacity less the pool's
+    /// headroom. Read by whoever builds the admission core, not by [`Overrides::apply`].
+    pub memory_admission: Option<bool>,
+    /// What a function is charged before the pool has measured its containers, MiB (4096).
+    /// Read with `memory_admission`.
+    pub default_footprint_mb: Option<u64>,
+    /// Waiting work that may run on several GPUs moves to one of them that frees first (default
+    /// off: right only where the work runs on the GPU its grant names). Read by whoever builds
+    /// the admission core.
+    pub late_binding: Option<bool>,
+}
+
+/// The concurrency limit's knobs over a profile, as `[concurrency]` reads them; the one list.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConcurrencyKnobs {
+    /// Gain α.
     pub alpha: Option<f64>,
-    /// Target utilization.
+    /// SM activity above which D stops growing (GPUs with GPM).
     pub u_target: Option<f64>,
-    /// Ceiling of D.
+    /// Ceiling of D (default from the GPU mode: 8 plain, 16 MPS, 1 MIG).
     pub d_max: Option<u32>,
-    /// Slowdown above which D shrinks.
+    /// D at start: as given on whole GPUs; an MPS or MIG ceiling clamps it.
+    pub d_initial: Option<f64>,
+    /// The most co-runners should slow an admission against its function's baseline (default
+    /// 2); above it D is cut.
     pub slowdown_target: Option<f64>,
-    /// What moves D.
+}
+
+/// Overrides on top of a profile; `None` keeps the profile's value.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Overrides {
+    /// The queue's.
+    pub queue: QueueKnobs,
+    /// The concurrency limit's.
+    pub concurrency: ConcurrencyKnobs,
+    /// What moves D (the simulator's comparison; `mqfqd` is always driven by interference).
     pub law: Option<Law>,
     /// The order admissions are granted in.
     pub order: Option<GrantOrder>,
     /// D held at this many slots on every GPU ([`Law::Fixed`], `d_max` = `d_initial` = it);
-    /// not together with `d_max` or `law`.
+    /// not together with `d_max`, `d_initial` or `law`.
     pub fixed_d: Option<u32>,
 }
 
@@ -472,10 +504,12 @@ impl Overrides {
         &self,
         queue_out: &mut QueueConfig,
         conc_out: &mut ConcurrencyConfig,
+        mode: GpuMode,
     ) -> Result<(), ConfigError> {
         let mut queue = queue_out.clone();
         let mut conc = conc_out.clone();
-        match (self.overrun_s, self.overrun_tau) {
+        let (q, k) = (&self.queue, &self.concurrency);
+        match (q.overrun_s, q.overrun_tau) {
             (Some(_), Some(_)) => {
                 return Err(reject(
                     "overrun_s",
@@ -487,7 +521,7 @@ impl Overrides {
             (None, Some(k)) => queue.overrun = Overrun::TauMultiple(k),
             (None, None) => {}
         }
-        match (self.ttl_s, self.ttl_iat) {
+        match (q.ttl_s, q.ttl_iat) {
             (Some(_), Some(_)) => {
                 return Err(reject(
                     "ttl_s",
@@ -499,33 +533,44 @@ impl Overrides {
             (None, Some(k)) => queue.ttl = StickyTtl::IatMultiple(k),
             (None, None) => {}
         }
-        if let Some(c) = self.fallback_charge_s {
+        if let Some(c) = q.fallback_charge_s {
             queue.fallback_charge_s = c;
         }
-        if let Some(c) = self.short_charge_s {
+        if let Some(c) = q.short_charge_s {
             queue.short_charge_s = c;
         }
-        if let Some(a) = self.alpha {
+        if let Some(a) = k.alpha {
             conc.alpha = a;
         }
-        if let Some(u) = self.u_target {
+        if let Some(u) = k.u_target {
             conc.u_target = u;
         }
-        if let Some(d) = self.d_max {
+        if let Some(d) = k.d_max {
             conc.d_max = d;
             conc.d_initial = conc.d_initial.min(f64::from(d.max(1)));
         }
-        if let Some(t) = self.slowdown_target {
+        if let Some(d) = k.d_initial {
+            // Checked as given for whole GPUs; an MPS or MIG ceiling clamps it.
+            conc.d_initial = if mode == GpuMode::Plain {
+                d
+            } else {
+                d.min(f64::from(conc.d_max))
+            };
+        }
+        if let Some(t) = k.slowdown_target {
             conc.slowdown_target = t;
         }
         if let Some(l) = self.law {
             conc.law = l;
         }
         if let Some(d) = self.fixed_d {
-            if self.d_max.is_some() || self.law.is_some_and(|l| l != Law::Fixed) {
+            if k.d_max.is_some()
+                || k.d_initial.is_some()
+                || self.law.is_some_and(|l| l != Law::Fixed)
+            {
                 return Err(reject(
                     "fixed_d",
-                    "set together with d_max or a law",
+                    "set together with d_max, d_initial or a law",
                     "a fixed D is its own ceiling and law",
                 ));
             }
@@ -537,7 +582,7 @@ impl Overrides {
             conc.d_initial = f64::from(d);
         }
         if self.order == Some(GrantOrder::Fcfs) {
-            if self.short_charge_s.is_some_and(|c| c > 0.0) {
+            if q.short_charge_s.is_some_and(|c| c > 0.0) {
                 return Err(reject(
                     "short_charge_s",
                     "set with policy = \"fcfs\"",
@@ -584,28 +629,49 @@ mod tests {
         let mut q = QueueConfig::default();
         let mut c = ConcurrencyConfig::for_mode(GpuMode::Plain, 0.2);
         let o = Overrides {
-            alpha: Some(1.5),
+            concurrency: ConcurrencyKnobs {
+                alpha: Some(1.5),
+                ..ConcurrencyKnobs::default()
+            },
             ..Overrides::default()
         };
-        assert_eq!(o.apply(&mut q, &mut c).unwrap_err().knob, "alpha");
+        assert_eq!(
+            o.apply(&mut q, &mut c, GpuMode::Plain).unwrap_err().knob,
+            "alpha"
+        );
         let o = Overrides {
-            overrun_s: Some(-1.0),
+            queue: QueueKnobs {
+                overrun_s: Some(-1.0),
+                ..QueueKnobs::default()
+            },
             ..Overrides::default()
         };
-        let e = o.apply(&mut q, &mut c).unwrap_err();
+        let e = o.apply(&mut q, &mut c, GpuMode::Plain).unwrap_err();
         assert_eq!(e.knob, "overrun_s");
         assert!(e.to_string().contains("overrun_s"), "{e}");
         let o = Overrides {
-            ttl_s: Some(1.0),
-            ttl_iat: Some(2.0),
+            queue: QueueKnobs {
+                ttl_s: Some(1.0),
+                ttl_iat: Some(2.0),
+                ..QueueKnobs::default()
+            },
             ..Overrides::default()
         };
-        assert_eq!(o.apply(&mut q, &mut c).unwrap_err().knob, "ttl_s");
+        assert_eq!(
+            o.apply(&mut q, &mut c, GpuMode::Plain).unwrap_err().knob,
+            "ttl_s"
+        );
         let o = Overrides {
-            d_max: Some(0),
+            concurrency: ConcurrencyKnobs {
+                d_max: Some(0),
+                ..ConcurrencyKnobs::default()
+            },
             ..Overrides::default()
         };
-        assert_eq!(o.apply(&mut q, &mut c).unwrap_err().knob, "d_max");
+        assert_eq!(
+            o.apply(&mut q, &mut c, GpuMode::Plain).unwrap_err().knob,
+            "d_max"
+        );
         assert_eq!("fast".parse::<Profile>().unwrap_err().knob, "profile");
         assert_eq!("vgpu".parse::<GpuMode>().unwrap_err().knob, "mode");
         let bad = TierConfig {
@@ -620,12 +686,18 @@ mod tests {
         let mut q = QueueConfig::default();
         let mut c = ConcurrencyConfig::for_mode(GpuMode::Plain, 0.2);
         Overrides {
-            overrun_s: Some(3.0),
-            ttl_s: Some(0.5),
-            d_max: Some(4),
+            queue: QueueKnobs {
+                overrun_s: Some(3.0),
+                ttl_s: Some(0.5),
+                ..QueueKnobs::default()
+            },
+            concurrency: ConcurrencyKnobs {
+                d_max: Some(4),
+                ..ConcurrencyKnobs::default()
+            },
             ..Overrides::default()
         }
-        .apply(&mut q, &mut c)
+        .apply(&mut q, &mut c, GpuMode::Plain)
         .unwrap();
         assert_eq!(q.overrun, Overrun::Fixed(3.0));
         assert_eq!(q.ttl, StickyTtl::Fixed(0.5));
@@ -640,7 +712,7 @@ mod tests {
             fixed_d: Some(3),
             ..Overrides::default()
         }
-        .apply(&mut q, &mut c)
+        .apply(&mut q, &mut c, GpuMode::Plain)
         .unwrap();
         assert_eq!((c.law, c.d_max, c.d_initial), (Law::Fixed, 3, 3.0));
         for bad in [
@@ -650,7 +722,10 @@ mod tests {
             },
             Overrides {
                 fixed_d: Some(2),
-                d_max: Some(4),
+                concurrency: ConcurrencyKnobs {
+                    d_max: Some(4),
+                    ..ConcurrencyKnobs::default()
+                },
                 ..Overrides::default()
             },
             Overrides {
@@ -659,8 +734,52 @@ mod tests {
                 ..Overrides::default()
             },
         ] {
-            assert_eq!(bad.apply(&mut q, &mut c).unwrap_err().knob, "fixed_d");
+            assert_eq!(
+                bad.apply(&mut q, &mut c, GpuMode::Plain).unwrap_err().knob,
+                "fixed_d"
+            );
         }
         assert_eq!("fixed".parse::<Law>().unwrap_err().knob, "d_law");
+        let with_d_initial = Overrides {
+            fixed_d: Some(2),
+            concurrency: ConcurrencyKnobs {
+                d_initial: Some(2.0),
+                ..ConcurrencyKnobs::default()
+            },
+            ..Overrides::default()
+        };
+        assert_eq!(
+            with_d_initial
+                .apply(&mut q, &mut c, GpuMode::Plain)
+                .unwrap_err()
+                .knob,
+            "fixed_d"
+        );
+    }
+
+    #[test]
+    fn d_initial_is_checked_as_given_on_whole_gpus_and_clamped_under_mps_and_mig() {
+        let o = Overrides {
+            concurrency: ConcurrencyKnobs {
+                d_initial: Some(12.0),
+                ..ConcurrencyKnobs::default()
+            },
+            ..Overrides::default()
+        };
+        let mut q = QueueConfig::default();
+        let mut plain = ConcurrencyConfig::for_mode(GpuMode::Plain, 0.2);
+        assert_eq!(
+            o.apply(&mut q, &mut plain, GpuMode::Plain)
+                .unwrap_err()
+                .knob,
+            "d_initial"
+        );
+        let mut mig = ConcurrencyConfig::for_mode(GpuMode::Mig, 0.2);
+        o.apply(&mut q, &mut mig, GpuMode::Mig).unwrap();
+        assert!(
+            (mig.d_initial - 1.0).abs() < f64::EPSILON,
+            "{}",
+            mig.d_initial
+        );
     }
 }

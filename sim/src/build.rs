@@ -24,7 +24,7 @@ pub fn build(name: &str, trace: &Trace, cfg: &SimConfig) -> Result<Box<dyn Polic
         "mqfq-sticky" => {
             let mut q = cfg.profile.queue();
             let mut c = cfg.profile.concurrency(cfg.mode);
-            cfg.overrides.apply(&mut q, &mut c)?;
+            cfg.overrides.apply(&mut q, &mut c, cfg.mode)?;
             let mut gpus = node::gpu_infos(cfg.gpus, |g| cfg.mem_mb(g), cfg.mode);
             for (g, name) in gpus.iter_mut().zip(&cfg.gpu_models) {
                 g.name.clone_from(name);

@@ -583,7 +583,7 @@ fn engine<'t>(
 ) -> Result<Engine<'t>, SimError> {
     let mut q = cfg.profile.queue();
     let mut conc_cfg = cfg.profile.concurrency(cfg.mode);
-    cfg.overrides.apply(&mut q, &mut conc_cfg)?;
+    cfg.overrides.apply(&mut q, &mut conc_cfg, cfg.mode)?;
     let links = crate::hetero::link_factors(&cfg.gpu_models, cfg.gpus);
     let gpus = (0..cfg.gpus)
         .map(|g| {

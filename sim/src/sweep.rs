@@ -207,7 +207,7 @@ pub fn run(
     knobs: Knobs,
 ) -> Result<Outcome, SimError> {
     let (draw, trace, mut cfg) = draw(seed, index, duration_s);
-    cfg.overrides.short_charge_s = knobs.short_charge_s;
+    cfg.overrides.queue.short_charge_s = knobs.short_charge_s;
     if let Some(hold) = knobs.max_burst_hold_s {
         cfg.max_burst_hold_s = Some(hold).filter(|&h| h > 0.0);
     }

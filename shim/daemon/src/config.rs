@@ -36,7 +36,8 @@
 use std::path::{Path, PathBuf};
 
 use scheduler_core::config::{
-    ConcurrencyConfig, GpuMode, GrantOrder, Overrides, Profile, QueueConfig,
+    ConcurrencyConfig, ConcurrencyKnobs, GpuMode, GrantOrder, Overrides, Profile, QueueConfig,
+    QueueKnobs,
 };
 use serde::Deserialize;
 
@@ -83,50 +84,6 @@ pub enum Backend {
     Nvml,
     /// The simulated GPUs.
     Simulated,
-}
-
-/// Profile overrides for the queue.
-#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct QueueSection {
-    /// Fixed T, virtual seconds.
-    pub overrun_s: Option<f64>,
-    /// T as a multiple of τ_avg.
-    pub overrun_tau: Option<f64>,
-    /// Fixed sticky TTL.
-    pub ttl_s: Option<f64>,
-    /// TTL as a multiple of the flow's inter-arrival time.
-    pub ttl_iat: Option<f64>,
-    /// Charge of a function before its service time is known.
-    pub fallback_charge_s: Option<f64>,
-    /// Short-flow threshold of the reserved slot (0 = off).
-    pub short_charge_s: Option<f64>,
-    /// GPU memory is admitted with the slots (default on): a lease is granted only where its
-    /// function's footprint fits beside the leases held, within capacity less `[pool] headroom`.
-    pub memory_admission: Option<bool>,
-    /// What a function is charged before the pool has measured its containers, MiB (4096).
-    pub default_footprint_mb: Option<u64>,
-    /// Waiting work that may run on several GPUs moves to one of them that frees first (default
-    /// off: right only where the work runs on the GPU its grant names, which the shim does not
-    /// arrange; with one GPU per container nothing moves either way).
-    pub late_binding: Option<bool>,
-}
-
-/// Profile overrides for dynamic D.
-#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ConcurrencySection {
-    /// Gain α.
-    pub alpha: Option<f64>,
-    /// SM activity above which D stops growing (GPUs with GPM).
-    pub u_target: Option<f64>,
-    /// Ceiling of D (default from the GPU mode: 8 plain, 16 MPS, 1 MIG).
-    pub d_max: Option<u32>,
-    /// D at start.
-    pub d_initial: Option<f64>,
-    /// The most co-runners should slow an admission against its function's baseline (default
-    /// 2); above it D is cut.
-    pub slowdown_target: Option<f64>,
 }
 
 /// The simulated GPUs (no NVIDIA GPU needed).
@@ -281,9 +238,9 @@ pub struct DaemonConfig {
     /// containers (they do every second).
     pub restart_grace_ms: u64,
     /// Queue overrides.
-    pub queue: QueueSection,
+    pub queue: QueueKnobs,
     /// Concurrency overrides.
-    pub concurrency: ConcurrencySection,
+    pub concurrency: ConcurrencyKnobs,
     /// Simulated GPUs.
     pub simulated: SimulatedSection,
     /// Pre-created GPU state.
@@ -312,8 +269,8 @@ impl Default for DaemonConfig {
             sample_interval_ms: 100,
             dispatch_log: None,
             restart_grace_ms: 2000,
-            queue: QueueSection::default(),
-            concurrency: ConcurrencySection::default(),
+            queue: QueueKnobs::default(),
+            concurrency: ConcurrencyKnobs::default(),
             simulated: SimulatedSection::default(),
             nvidia: NvidiaSection::default(),
             pool: PoolSection::default(),
@@ -467,16 +424,8 @@ impl DaemonConfig {
 
     fn overrides(&self) -> Overrides {
         Overrides {
-            overrun_s: self.queue.overrun_s,
-            overrun_tau: self.queue.overrun_tau,
-            ttl_s: self.queue.ttl_s,
-            ttl_iat: self.queue.ttl_iat,
-            fallback_charge_s: self.queue.fallback_charge_s,
-            short_charge_s: self.queue.short_charge_s,
-            alpha: self.concurrency.alpha,
-            u_target: self.concurrency.u_target,
-            d_max: self.concurrency.d_max,
-            slowdown_target: self.concurrency.slowdown_target,
+            queue: self.queue.clone(),
+            concurrency: self.concurrency.clone(),
             // mqfqd never drives D from busy-time: the law is not configurable.
             law: None,
             // Checked by `check`; a bad name falls back to the default only here.
@@ -530,7 +479,7 @@ impl DaemonConfig {
         let p = self.profile()?;
         let mut q = p.queue();
         let mut c = p.concurrency(GpuMode::Plain);
-        self.overrides().apply(&mut q, &mut c)?;
+        self.overrides().apply(&mut q, &mut c, GpuMode::Plain)?;
         Ok(q)
     }
 
@@ -545,16 +494,7 @@ impl DaemonConfig {
         let p = self.profile()?;
         let mut q = p.queue();
         let mut c = p.concurrency(mode);
-        self.overrides().apply(&mut q, &mut c)?;
-        if let Some(d) = self.concurrency.d_initial {
-            // Checked as given for whole GPUs; an MPS or MIG ceiling clamps it.
-            c.d_initial = if mode == GpuMode::Plain {
-                d
-            } else {
-                d.min(f64::from(c.d_max))
-            };
-        }
-        c.validate()?;
+        self.overrides().apply(&mut q, &mut c, mode)?;
         Ok(c)
     }
 }

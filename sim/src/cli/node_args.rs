@@ -3,7 +3,7 @@
 
 use anyhow::{Context, Result, bail};
 use clap::Args;
-use scheduler_core::config::{Overrides, TierConfig};
+use scheduler_core::config::{ConcurrencyKnobs, Overrides, QueueKnobs, TierConfig};
 use scheduler_core::{GpuMode, Profile};
 
 use crate::SimConfig;
@@ -207,16 +207,24 @@ impl NodeArgs {
             cold_ms: self.cold_ms,
             profile: self.profile.parse::<Profile>()?,
             overrides: Overrides {
-                overrun_s: self.overrun_s,
-                overrun_tau: self.overrun_tau,
-                ttl_s: self.ttl_s,
-                ttl_iat: self.ttl_iat,
-                fallback_charge_s: self.fallback_charge_s,
-                short_charge_s: self.short_charge_s,
-                alpha: self.alpha,
-                u_target: self.u_target,
-                d_max: self.d_max,
-                slowdown_target: self.slowdown_target,
+                queue: QueueKnobs {
+                    overrun_s: self.overrun_s,
+                    overrun_tau: self.overrun_tau,
+                    ttl_s: self.ttl_s,
+                    ttl_iat: self.ttl_iat,
+                    fallback_charge_s: self.fallback_charge_s,
+                    short_charge_s: self.short_charge_s,
+                    // The simulator's own switches for these (`--no-memory-admission`,
+                    // `--default-footprint-mb`, `--no-late-binding`) build its node directly.
+                    ..QueueKnobs::default()
+                },
+                concurrency: ConcurrencyKnobs {
+                    alpha: self.alpha,
+                    u_target: self.u_target,
+                    d_max: self.d_max,
+                    slowdown_target: self.slowdown_target,
+                    d_initial: None,
+                },
                 law: self.d_law.as_deref().map(str::parse).transpose()?,
                 order: self.order.as_deref().map(parse_order).transpose()?,
                 fixed_d: self.fixed_d,
@@ -259,7 +267,7 @@ impl NodeArgs {
         };
         cfg.validate()?;
         let (mut q, mut c) = (cfg.profile.queue(), cfg.profile.concurrency(cfg.mode));
-        cfg.overrides.apply(&mut q, &mut c)?;
+        cfg.overrides.apply(&mut q, &mut c, cfg.mode)?;
         Ok(cfg)
     }
 }
