@@ -334,58 +334,10 @@ impl<'t> Engine<'t> {
         c
     }
 
-    /// [`Engine::acquire`] under the node's pool: the container (an idle Hot one, else an idle
-    /// Warm one, else a new one) is claimed and granted to the pool once (which makes room for
-    /// a restore); a container that takes memory then shows the pool the memory in use with it,
-    /// as the next sample would, and the pool relieves the pressure; the run waits while its
-    /// memory does not fit.
     /// Run `r`'s GPU and function.
     fn run_site(&self, r: usize) -> (usize, usize) {
         let run = self.runs[r].as_ref().expect("run exists");
         (run.gpu, run.func)
-    }
-
-    fn acquire_node(&mut self, r: usize, force: bool, policy: &mut dyn Policy) {
-        let (g, f, claimed, inv) = {
-            let run = self.runs[r].as_ref().expect("run exists");
-            (run.gpu, run.func, run.container, run.current)
-        };
-        let c = claimed.unwrap_or_else(|| {
-            let c = self
-                .idle_container(f, g, Tier::Hot)
-                .or_else(|| self.idle_container(f, g, Tier::Warm))
-                .unwrap_or_else(|| self.new_container(f, g));
-            self.containers[c].busy = true;
-            self.runs[r].as_mut().expect("run exists").container = Some(c);
-            self.pool_grant(c, inv, policy);
-            c
-        });
-        let was = self.containers[c].tier;
-        let until = if was == Tier::Hot {
-            self.containers[c].ready_ms.max(self.now)
-        } else {
-            let mem = if was == Tier::Warm {
-                self.moved_mb(f)
-            } else {
-                self.hot_mb(f)
-            };
-            // What the pool's next sample would see: the memory with this container's.
-            self.pool_need(g, mem, policy);
-            if self.gpus[g].budget_mb - self.gpus[g].used_mb + EPS < mem {
-                if !force {
-                    self.runs[r].as_mut().expect("run exists").phase = Phase::WaitMem;
-                    return;
-                }
-                self.audit.over_budget_admissions += 1;
-            }
-            let until = self.bring_in(c);
-            if was == Tier::Warm {
-                let g = self.containers[c].gpu;
-                self.pool_restored(c, self.move_ms(g, mem) / 1e3, policy);
-            }
-            until
-        };
-        self.starting_up(r, until, was, policy);
     }
 
     fn retry_waiting(&mut self, g: usize, policy: &mut dyn Policy) {
