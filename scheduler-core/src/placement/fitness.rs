@@ -347,6 +347,60 @@ fn start(g: &GpuView) -> f64 {
     }
 }
 
+/// A function not yet measured is probed: on one of the operator's probe GPUs among `pool`
+/// (any, if none is there), the readiest with a slot free, else the one that runs it soonest.
+fn probe(
+    pool: &[&GpuView],
+    probe_gpus: &[u32],
+    overloaded: bool,
+) -> Result<Choice, PlacementError> {
+    let probes: Vec<&GpuView> = pool
+        .iter()
+        .copied()
+        .filter(|g| probe_gpus.contains(&g.index))
+        .collect();
+    let among: &[&GpuView] = if probes.is_empty() { pool } else { &probes };
+    // Clean first (a slot free now and less than half busy), then a slot free, then none.
+    // With a slot free: where an idle container of it is readiest, then where it gets the
+    // largest share of FLOPS, (1 + queue) / FLOPS, so an H100 running one call still beats
+    // an idle A30 (the probe run ends sooner there). With none free, that share first (a
+    // container ready behind a long queue is not ready), then readiness. Then the least busy.
+    let free = |g: &GpuView| g.queue < g.limit.max(1);
+    let rank = |g: &GpuView| match (free(g), clamp01(g.utilization) < CLEAN_UTILIZATION) {
+        (true, true) => 0_u8,
+        (true, false) => 1,
+        (false, _) => 2,
+    };
+    let key = |g: &GpuView| {
+        let share = (1.0 + f64::from(g.queue)) / g.model.tflops.max(f64::MIN_POSITIVE);
+        let (first, second) = if free(g) {
+            (start(g), share)
+        } else {
+            (share, start(g))
+        };
+        (
+            rank(g),
+            first,
+            second,
+            (g.queue, clamp01(g.utilization), g.index),
+        )
+    };
+    let best = among
+        .iter()
+        .min_by(|a, b| {
+            key(a)
+                .partial_cmp(&key(b))
+                .unwrap_or(std::cmp::Ordering::Equal)
+        })
+        .ok_or(PlacementError::NoUsableGpu)?;
+    Ok(Choice {
+        gpu: best.index,
+        score: 0.0,
+        breakdown: Breakdown::default(),
+        reason: if overloaded { "overloaded" } else { "probe" },
+    })
+}
+
 /// Chooses a GPU among `gpus` for a function with `need`, under `weights`. `probe_gpus` are the
 /// operator's GPUs for probing new functions (empty: any).
 ///
@@ -375,51 +429,7 @@ pub fn choose(
         return Err(PlacementError::NoUsableGpu);
     }
     let Class::Known { bound, length, .. } = need.class else {
-        let probes: Vec<&GpuView> = pool
-            .iter()
-            .copied()
-            .filter(|g| probe_gpus.contains(&g.index))
-            .collect();
-        let among = if probes.is_empty() { &pool } else { &probes };
-        // Clean first (a slot free now and less than half busy), then a slot free, then none.
-        // With a slot free: where an idle container of it is readiest, then where it gets the
-        // largest share of FLOPS, (1 + queue) / FLOPS, so an H100 running one call still beats
-        // an idle A30 (the probe run ends sooner there). With none free, that share first (a
-        // container ready behind a long queue is not ready), then readiness. Then the least busy.
-        let free = |g: &GpuView| g.queue < g.limit.max(1);
-        let rank = |g: &GpuView| match (free(g), clamp01(g.utilization) < CLEAN_UTILIZATION) {
-            (true, true) => 0_u8,
-            (true, false) => 1,
-            (false, _) => 2,
-        };
-        let key = |g: &GpuView| {
-            let share = (1.0 + f64::from(g.queue)) / g.model.tflops.max(f64::MIN_POSITIVE);
-            let (first, second) = if free(g) {
-                (start(g), share)
-            } else {
-                (share, start(g))
-            };
-            (
-                rank(g),
-                first,
-                second,
-                (g.queue, clamp01(g.utilization), g.index),
-            )
-        };
-        let best = among
-            .iter()
-            .min_by(|a, b| {
-                key(a)
-                    .partial_cmp(&key(b))
-                    .unwrap_or(std::cmp::Ordering::Equal)
-            })
-            .ok_or(PlacementError::NoUsableGpu)?;
-        return Ok(Choice {
-            gpu: best.index,
-            score: 0.0,
-            breakdown: Breakdown::default(),
-            reason: if overloaded { "overloaded" } else { "probe" },
-        });
+        return probe(&pool, probe_gpus, overloaded);
     };
     let short = length == Length::Short;
     // Long: the design's fitness (free FLOPS or bandwidth, less copies). Short: the model's
