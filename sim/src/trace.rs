@@ -94,6 +94,10 @@ impl Trace {
     /// [`TraceError`] with the line number for a missing or unknown column, a wrong field count, a
     /// value that is not a number or out of range, rows out of time order, a per-function value
     /// that contradicts an earlier row, or a trace without rows.
+    #[expect(
+        clippy::too_many_lines,
+        reason = "one pass: the header, then each row checked against the rows before it"
+    )]
     pub fn parse(text: &str) -> Result<Trace, TraceError> {
         let mut lines = text.lines().enumerate().map(|(i, l)| (i + 1, l));
         let (hline, header) = lines

@@ -50,13 +50,26 @@ pub fn render(s: &api::StatusResponse) -> String {
         s.leases.len(),
         s.fail_open_starts
     );
+    render_gpus(&mut o, &s.gpus);
+    render_flows(&mut o, &s.flows);
+    if !s.leases.is_empty() {
+        render_leases(&mut o, &s.leases);
+    }
+    if !s.pool.is_empty() {
+        render_pool(&mut o, &s.pool);
+    }
+    o
+}
+
+/// Each GPU's row, with its admitted memory and health when they say something.
+fn render_gpus(o: &mut String, gpus: &[api::GpuStatus]) {
     let _ = writeln!(
         o,
         "\n{:>3} {:<7} {:>6} {:>5} {:>7} {:>6} {:>6} {:>6} {:>5} {:>15} {:>9}  NAME",
         "GPU", "MODE", "D", "LIMIT", "RUNNING", "QUEUED", "BUSY", "SM", "SLOW", "MEMORY GiB", "V"
     );
     let pct = |v: Option<f64>| v.map_or_else(|| "-".to_owned(), |v| format!("{:.0}%", v * 100.0));
-    for g in &s.gpus {
+    for g in gpus {
         let _ = writeln!(
             o,
             "{:>3} {:<7} {:>6.2} {:>5} {:>7} {:>6} {:>5.0}% {:>6} {:>5} {:>7.1}/{:<7.1} {:>9.3}  {}",
@@ -98,6 +111,10 @@ pub fn render(s: &api::StatusResponse) -> String {
             let _ = writeln!(o, "    GPU {} is {} for new containers", g.index, g.health);
         }
     }
+}
+
+/// Each flow's row, then the measured features of those placement has classed.
+fn render_flows(o: &mut String, flows: &[api::FlowStatus]) {
     let _ = writeln!(
         o,
         "\n{:<28} {:>3} {:<9} {:>9} {:>9} {:>6} {:>8} {:>6} {:>9} {:>9}",
@@ -112,7 +129,7 @@ pub fn render(s: &api::StatusResponse) -> String {
         "SERVICE s",
         "GPU s"
     );
-    for f in &s.flows {
+    for f in flows {
         let _ = writeln!(
             o,
             "{:<28} {:>3} {:<9} {:>9.3} {:>9.3} {:>6} {:>8} {:>6.2} {:>9.3} {:>9.2}",
@@ -128,39 +145,37 @@ pub fn render(s: &api::StatusResponse) -> String {
             f.gpu_time_s
         );
     }
-    for f in s.flows.iter().filter(|f| !f.class.is_empty()) {
+    for f in flows.iter().filter(|f| !f.class.is_empty()) {
         let _ = writeln!(o, "    {}: {}", f.function, features_text(f));
     }
-    if !s.leases.is_empty() {
+}
+
+/// Each lease held.
+fn render_leases(o: &mut String, leases: &[api::LeaseStatus]) {
+    let _ = writeln!(
+        o,
+        "\n{:>6} {:<36} {:<24} {:<8} {:>3} {:>8} {:>8}",
+        "LEASE", "CONTAINER", "FUNCTION", "KIND", "GPU", "SHIM", "HELD s"
+    );
+    for l in leases {
+        #[expect(
+            clippy::cast_precision_loss,
+            reason = "nanoseconds held, shown in seconds"
+        )]
+        let held = l.held_ns as f64 / 1e9;
         let _ = writeln!(
             o,
-            "\n{:>6} {:<36} {:<24} {:<8} {:>3} {:>8} {:>8}",
-            "LEASE", "CONTAINER", "FUNCTION", "KIND", "GPU", "SHIM", "HELD s"
+            "{:>6} {:<36} {:<24} {:<8} {:>3} {:>8} {:>8.2}",
+            l.lease_id,
+            format!("{}/{}", l.namespace, l.container_id),
+            l.function,
+            // A burst past the maximum hold.
+            if l.overtime { "overtime" } else { &l.kind },
+            l.gpu,
+            l.shim_pid,
+            held
         );
-        for l in &s.leases {
-            #[expect(
-                clippy::cast_precision_loss,
-                reason = "nanoseconds held, shown in seconds"
-            )]
-            let held = l.held_ns as f64 / 1e9;
-            let _ = writeln!(
-                o,
-                "{:>6} {:<36} {:<24} {:<8} {:>3} {:>8} {:>8.2}",
-                l.lease_id,
-                format!("{}/{}", l.namespace, l.container_id),
-                l.function,
-                // A burst past the maximum hold.
-                if l.overtime { "overtime" } else { &l.kind },
-                l.gpu,
-                l.shim_pid,
-                held
-            );
-        }
     }
-    if !s.pool.is_empty() {
-        render_pool(&mut o, &s.pool);
-    }
-    o
 }
 
 /// A flow's placement class and measured features, in words.

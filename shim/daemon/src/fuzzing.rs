@@ -240,6 +240,11 @@ pub fn mqfqd_requests(reqs: &[Request]) {
     }
 }
 
+/// One fuzzed request carried out on the service.
+#[expect(
+    clippy::too_many_lines,
+    reason = "one arm per request of the API, each built from the fuzzer's bytes"
+)]
 async fn apply(
     svc: &crate::server::Service,
     r: &Request,

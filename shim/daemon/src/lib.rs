@@ -145,6 +145,36 @@ pub fn build_node(
     Ok(scheduler_core::node::Node::new(core, pool))
 }
 
+/// The daemon over its node, as the configuration says: restart grace, the pool's memory
+/// reading, fairness, the dispatch log, the Warm tier's backends and placement.
+fn daemon_for(
+    cfg: &DaemonConfig,
+    gpus: Vec<scheduler_core::node::admission::GpuInfo>,
+    backend: &'static str,
+) -> Result<Arc<server::Daemon>, RunError> {
+    let mut node = build_node(cfg, gpus)?;
+    // Daemon time starts at zero with the daemon.
+    node.core_mut().hold_until(scheduler_core::Time::from_nanos(
+        cfg.restart_grace_ms.saturating_mul(1_000_000),
+    ));
+    node.pool_mut().set_measured(backend == "nvml");
+    let daemon = server::Daemon::with_policy(
+        node,
+        backend,
+        cfg.dispatch_log.as_deref(),
+        cfg.fairness.clone(),
+        cfg.limits.flow_idle_s,
+    )
+    .map_err(io("open dispatch_log"))?;
+    daemon.set_warm(cfg.pool.warm, cfg.pool.warm_allowed.clone());
+    if cfg.placement.enabled {
+        daemon.set_placement(Some(scheduler_core::placement::Placement::new(
+            cfg.placement.config(),
+        )?));
+    }
+    Ok(daemon)
+}
+
 /// Runs `mqfqd` until `stop` resolves: binds the socket, starts sampling and metrics.
 ///
 /// # Errors
@@ -170,26 +200,7 @@ pub async fn run(
     } else {
         None
     };
-    let mut node = build_node(&cfg, gpus.clone())?;
-    // Daemon time starts at zero with the daemon.
-    node.core_mut().hold_until(scheduler_core::Time::from_nanos(
-        cfg.restart_grace_ms.saturating_mul(1_000_000),
-    ));
-    node.pool_mut().set_measured(monitor.backend() == "nvml");
-    let daemon = server::Daemon::with_policy(
-        node,
-        monitor.backend(),
-        cfg.dispatch_log.as_deref(),
-        cfg.fairness.clone(),
-        cfg.limits.flow_idle_s,
-    )
-    .map_err(io("open dispatch_log"))?;
-    daemon.set_warm(cfg.pool.warm, cfg.pool.warm_allowed.clone());
-    if cfg.placement.enabled {
-        daemon.set_placement(Some(scheduler_core::placement::Placement::new(
-            cfg.placement.config(),
-        )?));
-    }
+    let daemon = daemon_for(&cfg, gpus.clone(), monitor.backend())?;
     let mut server = server::bind(&cfg.socket)
         .map_err(io(format!("listen on {}", cfg.socket.display())))?
         .register_service(mqfq_proto::api::create_admission(Arc::new(

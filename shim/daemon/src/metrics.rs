@@ -91,6 +91,10 @@ impl Default for Metrics {
 impl Metrics {
     /// Registers every family.
     #[must_use]
+    #[expect(
+        clippy::too_many_lines,
+        reason = "the one list of metric families with their help texts, as /metrics shows them"
+    )]
     pub fn new() -> Self {
         let mut registry = Registry::with_prefix("mqfq");
         let m = Metrics {

@@ -95,6 +95,10 @@ fn names_in(expr: &str) -> (Vec<String>, Vec<String>) {
 }
 
 #[test]
+#[expect(
+    clippy::too_many_lines,
+    reason = "one daemon's scrape checked against every dashboard query"
+)]
 fn every_series_the_dashboard_queries_is_exported() {
     let dir = tempfile::tempdir_in("/tmp").unwrap();
     let addr = mqfq_testkit::free_metrics_addr();

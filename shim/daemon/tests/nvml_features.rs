@@ -45,6 +45,10 @@ async fn admit(c: &api::AdmissionClient, function: &str, id: &str) -> u64 {
 }
 
 #[test]
+#[expect(
+    clippy::too_many_lines,
+    reason = "process samples, then Xids, each through a daemon on the double"
+)]
 fn nvml_process_samples_and_xids_drive_placement() {
     let dir = tempfile::tempdir_in("/tmp").unwrap();
     let Some(lib) = common::nvml_double(dir.path()) else {

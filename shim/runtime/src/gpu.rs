@@ -339,14 +339,22 @@ fn selection(names: Vec<String>) -> GpuSelection {
     }
 }
 
-/// Classifies a container from its OCI spec (`config.json` as JSON). `id` is the container id,
-/// `access` where GPU grants are accepted from.
-///
-/// # Errors
-/// [`Error::InvalidArgument`] naming the annotation when an `io.mqfq.*` annotation is malformed.
-pub fn classify(spec: &Value, id: &str, access: GpuAccess) -> Result<Classification> {
-    // Validate our annotations first, even on containers that turn out not to be GPU work, so a
-    // typo never silently disables scheduling.
+/// What a container's `io.mqfq.*` annotations ask, each checked.
+struct Asked {
+    /// `io.mqfq.gpu`.
+    forced: Option<bool>,
+    /// `io.mqfq.weight` (0: none asked).
+    weight: f64,
+    /// `io.mqfq.function`.
+    function: Option<String>,
+    /// `io.mqfq.partners`.
+    partners: Vec<String>,
+    /// `io.mqfq.tenant`.
+    tenant: Option<String>,
+}
+
+/// Reads and checks the container's own annotations.
+fn asked(spec: &Value) -> Result<Asked> {
     let forced = match annotation(spec, ANN_GPU) {
         None => None,
         Some(v) => match v.to_ascii_lowercase().as_str() {
@@ -372,6 +380,30 @@ pub fn classify(spec: &Value, id: &str, access: GpuAccess) -> Result<Classificat
     let tenant = annotation(spec, ANN_TENANT)
         .map(|v| check_name(ANN_TENANT, v))
         .transpose()?;
+    Ok(Asked {
+        forced,
+        weight,
+        function,
+        partners,
+        tenant,
+    })
+}
+
+/// Classifies a container from its OCI spec (`config.json` as JSON). `id` is the container id,
+/// `access` where GPU grants are accepted from.
+///
+/// # Errors
+/// [`Error::InvalidArgument`] naming the annotation when an `io.mqfq.*` annotation is malformed.
+pub fn classify(spec: &Value, id: &str, access: GpuAccess) -> Result<Classification> {
+    // Our annotations first, even on containers that turn out not to be GPU work, so a typo
+    // never silently disables scheduling.
+    let Asked {
+        forced,
+        weight,
+        function,
+        partners,
+        tenant,
+    } = asked(spec)?;
 
     let container_type = annotation(spec, "io.kubernetes.cri.container-type");
     if container_type == Some("sandbox") {

@@ -20,6 +20,10 @@ use k8s_cri::v1::{
 use mqfq_testkit::{BUSYBOX, Containerd, shim_pids};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[expect(
+    clippy::too_many_lines,
+    reason = "one pod's life through CRI, step by step"
+)]
 async fn pod_lifecycle_through_cri_one_shim_per_pod() {
     let shim = Path::new(env!("CARGO_BIN_EXE_containerd-shim-mqfq-v2"));
     let Some(c) = Containerd::start_cri(shim.parent().unwrap()) else {

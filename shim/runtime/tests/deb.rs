@@ -155,6 +155,10 @@ async fn plain_pod(c: &Containerd, name: &str, handler: &str, word: &str) -> Res
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[expect(
+    clippy::too_many_lines,
+    reason = "the package's life: install, GPU pods, remove and purge, in order"
+)]
 async fn the_package_installs_runs_gpu_pods_and_purges_to_the_users_config() {
     let Some(deb) = std::env::var_os("MQFQ_DEB") else {
         eprintln!("SKIPPED: MQFQ_DEB names no package (scripts/test.sh builds one)");

@@ -18,6 +18,10 @@ mod fake_driver;
 use fake_driver::{LIBDIR, VERSION, edits_daemon, must_run, root_or_skip, sh};
 
 #[test]
+#[expect(
+    clippy::too_many_lines,
+    reason = "one fake driver root: each kind of edit it yields, in turn"
+)]
 fn discovery_from_a_fake_driver_root_gives_the_exact_edits() {
     let dir = tempfile::tempdir_in("/tmp").unwrap();
     let Some(root) = root_or_skip(dir.path()) else {
@@ -281,6 +285,10 @@ fn cdi_specs_import_whole_gpus_mig_and_mps() {
 }
 
 #[test]
+#[expect(
+    clippy::too_many_lines,
+    reason = "one node's GPU containers: the edits, then each opt-out and failure"
+)]
 fn a_gpu_container_gets_the_cached_edits_without_a_hook() {
     let dir = tempfile::tempdir_in("/tmp").unwrap();
     let Some(root) = root_or_skip(dir.path()) else {

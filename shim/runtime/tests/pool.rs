@@ -260,6 +260,10 @@ fn a_restarted_daemon_relearns_paused_containers_from_their_shims() {
 /// the metrics — a communication library's buffer, the function's setting (the annotation), and
 /// a refused export — read by the shim at Pause.
 #[test]
+#[expect(
+    clippy::too_many_lines,
+    reason = "three containers' native memory followed to status and metrics"
+)]
 fn native_memory_and_its_reasons_reach_mqfqctl_and_the_metrics() {
     const MIB: u64 = 1 << 20;
     let Some((c, d, cuda, port)) = setup("native") else {

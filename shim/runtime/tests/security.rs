@@ -118,6 +118,10 @@ fn rel(p: &Path) -> String {
 }
 
 #[test]
+#[expect(
+    clippy::too_many_lines,
+    reason = "one table of hostile images, each run and checked the same way"
+)]
 fn hostile_images_cannot_make_the_shim_write_or_read_on_the_host() {
     let Some(c) = Containerd::start(&format!("it-{}-hostile", std::process::id()), shim_dir())
     else {

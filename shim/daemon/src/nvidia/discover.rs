@@ -150,30 +150,10 @@ pub fn trusted_mps_dir(dir: &Path) -> bool {
     ok
 }
 
-/// Discovers the edits under `root`; `mps_pipe_dir` is mounted when an MPS daemon has made it.
-///
-/// # Errors
-/// No driver (version file, GPUs), an unreadable ld.so.cache, or device nodes that are not
-/// devices.
-pub fn discover(root: &Path, mps_pipe_dir: &Path) -> Result<NodeEdits, EditError> {
-    let version = driver_version(root)?;
-    let gpus = gpus(root);
-    if gpus.is_empty() {
-        return Err(EditError::NoDriver {
-            root: root.to_owned(),
-            reason: "no GPUs in /proc/driver/nvidia/gpus and no /dev/nvidiaN".into(),
-        });
-    }
-    let mut common = ContainerEdits {
-        env: vec!["NVIDIA_VISIBLE_DEVICES=void".into()],
-        ..ContainerEdits::default()
-    };
-    for p in CONTROL_NODES {
-        if root.join(p.trim_start_matches('/')).exists() {
-            common.device_nodes.push(node(root, p));
-        }
-    }
-    // Libraries of this driver version, through the root's own ld.so.cache.
+/// The libraries of driver `version`, through the root's own ld.so.cache: each mounted at its
+/// real name, its cache name and development name (`libcuda.so`, which frameworks dlopen)
+/// linked to it.
+fn add_libraries(root: &Path, version: &str, common: &mut ContainerEdits) -> Result<(), EditError> {
     let cache = read_ld_cache(&root.join("etc/ld.so.cache"))?;
     for (soname, path) in cache {
         if !LIBRARIES.iter().any(|p| soname.starts_with(p)) {
@@ -186,7 +166,7 @@ pub fn discover(root: &Path, mps_pipe_dir: &Path) -> Result<NodeEdits, EditError
         let Some(real_name) = real.file_name().and_then(|n| n.to_str()) else {
             continue;
         };
-        if !real_name.ends_with(&version) {
+        if !real_name.ends_with(version) {
             continue;
         }
         let dir = Path::new(&path).parent().unwrap_or(Path::new("/"));
@@ -223,6 +203,33 @@ pub fn discover(root: &Path, mps_pipe_dir: &Path) -> Result<NodeEdits, EditError
             }
         }
     }
+    Ok(())
+}
+
+/// Discovers the edits under `root`; `mps_pipe_dir` is mounted when an MPS daemon has made it.
+///
+/// # Errors
+/// No driver (version file, GPUs), an unreadable ld.so.cache, or device nodes that are not
+/// devices.
+pub fn discover(root: &Path, mps_pipe_dir: &Path) -> Result<NodeEdits, EditError> {
+    let version = driver_version(root)?;
+    let gpus = gpus(root);
+    if gpus.is_empty() {
+        return Err(EditError::NoDriver {
+            root: root.to_owned(),
+            reason: "no GPUs in /proc/driver/nvidia/gpus and no /dev/nvidiaN".into(),
+        });
+    }
+    let mut common = ContainerEdits {
+        env: vec!["NVIDIA_VISIBLE_DEVICES=void".into()],
+        ..ContainerEdits::default()
+    };
+    for p in CONTROL_NODES {
+        if root.join(p.trim_start_matches('/')).exists() {
+            common.device_nodes.push(node(root, p));
+        }
+    }
+    add_libraries(root, &version, &mut common)?;
     if common.mounts.is_empty() {
         return Err(EditError::NoDriver {
             root: root.to_owned(),

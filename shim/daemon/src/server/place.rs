@@ -134,8 +134,9 @@ impl Daemon {
     }
 }
 
-/// `Place`: the GPU a container being created should get among those it was given.
-pub(super) fn place(d: &Daemon, req: &api::AdmitRequest) -> ttrpc::Result<api::PlaceResponse> {
+/// A `Place` request checked as an admission would be, with its partners as flow keys (they
+/// are functions of its own tenant).
+fn checked(d: &Daemon, req: &api::AdmitRequest) -> ttrpc::Result<(AdmitInfo, Vec<String>)> {
     check_asked(req.weight, &req.tenant, &req.pod_namespace).map_err(|e| to_ttrpc(&e))?;
     let info = admit_info(&d.policy, req, Kind::Start);
     // Its features are kept under its function's name: the checks an admission makes.
@@ -164,6 +165,12 @@ pub(super) fn place(d: &Daemon, req: &api::AdmitRequest) -> ttrpc::Result<api::P
             format!("invalid `gpus`: {} entries (at most 64)", req.gpus.len()),
         ));
     }
+    Ok((info, partners))
+}
+
+/// `Place`: the GPU a container being created should get among those it was given.
+pub(super) fn place(d: &Daemon, req: &api::AdmitRequest) -> ttrpc::Result<api::PlaceResponse> {
+    let (info, partners) = checked(d, req)?;
     let flow = info.flow_key();
     let now = d.now();
     let mut inner = d.lock();

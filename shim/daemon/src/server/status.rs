@@ -45,50 +45,7 @@ impl Daemon {
         let now = self.now();
         let inner = self.lock();
         let core = inner.node.core();
-        let builtin_models;
-        let models = match &inner.placement {
-            Some(p) => &p.config().models,
-            None => {
-                builtin_models = builtin();
-                &builtin_models
-            }
-        };
-        let gpus = core
-            .gpus()
-            .into_iter()
-            .map(|g| {
-                let model = lookup(models, &g.info.name);
-                let mem = g.memory;
-                api::GpuStatus {
-                    memory_budget: mem.budget,
-                    memory_held: mem.held,
-                    memory_reserved: mem.reserved,
-                    memory_blocked: mem.blocked,
-                    tflops: model.tflops,
-                    mem_gbps: model.mem_gbps,
-                    index: g.info.index,
-                    uuid: g.info.uuid,
-                    name: g.info.name,
-                    mode: format!("{:?}", g.info.mode).to_lowercase(),
-                    d: g.d,
-                    limit: g.limit,
-                    running: g.running,
-                    utilization: g.reading.busy.unwrap_or(0.0),
-                    sm_activity: g.reading.sm_activity,
-                    slowdown: g.reading.slowdown,
-                    pressure: g.reading.pressure,
-                    memory_used: g.memory_used,
-                    memory_total: g.info.memory_total,
-                    virtual_time: g.virtual_time,
-                    queued: g.queued as u64,
-                    health: inner
-                        .placement
-                        .as_ref()
-                        .map_or_else(String::new, |p| p.health(g.info.index).name().to_owned()),
-                    ..Default::default()
-                }
-            })
-            .collect();
+        let gpus = gpu_rows(&inner);
         let flows = core
             .flows()
             .into_iter()
@@ -179,4 +136,54 @@ impl Daemon {
             ..Default::default()
         }
     }
+}
+
+/// Each GPU's row: the core's view, its model's figures and placement's health.
+fn gpu_rows(inner: &super::Inner) -> Vec<api::GpuStatus> {
+    let builtin_models;
+    let models = match &inner.placement {
+        Some(p) => &p.config().models,
+        None => {
+            builtin_models = builtin();
+            &builtin_models
+        }
+    };
+    inner
+        .node
+        .core()
+        .gpus()
+        .into_iter()
+        .map(|g| {
+            let model = lookup(models, &g.info.name);
+            let mem = g.memory;
+            api::GpuStatus {
+                memory_budget: mem.budget,
+                memory_held: mem.held,
+                memory_reserved: mem.reserved,
+                memory_blocked: mem.blocked,
+                tflops: model.tflops,
+                mem_gbps: model.mem_gbps,
+                index: g.info.index,
+                uuid: g.info.uuid,
+                name: g.info.name,
+                mode: format!("{:?}", g.info.mode).to_lowercase(),
+                d: g.d,
+                limit: g.limit,
+                running: g.running,
+                utilization: g.reading.busy.unwrap_or(0.0),
+                sm_activity: g.reading.sm_activity,
+                slowdown: g.reading.slowdown,
+                pressure: g.reading.pressure,
+                memory_used: g.memory_used,
+                memory_total: g.info.memory_total,
+                virtual_time: g.virtual_time,
+                queued: g.queued as u64,
+                health: inner
+                    .placement
+                    .as_ref()
+                    .map_or_else(String::new, |p| p.health(g.info.index).name().to_owned()),
+                ..Default::default()
+            }
+        })
+        .collect()
 }
