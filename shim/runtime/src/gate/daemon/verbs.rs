@@ -61,7 +61,7 @@ impl Gate for Arc<DaemonGate> {
         kind: Kind,
         pooled: bool,
     ) -> Result<()> {
-        let k = ContainerKey::new(ns, id).map_err(|e| Error::InvalidArgument(e.to_string()))?;
+        let k = ContainerKey::new(ns, id).map_err(|e| Error::invalid("container key", e))?;
         let req = admit_request(ns, id, work, kind, pooled);
         self.admitting().insert(k.clone());
         let waited = match self.cfg.admit_timeout {
