@@ -95,7 +95,8 @@ impl TaskService {
         let pids = match runtime.ps(id).await {
             Ok(p) => p,
             Err(e) => {
-                a.errors.push(format!("its processes: {e}"));
+                a.errors
+                    .push(format!("its processes: {}", e.full_message()));
                 return a;
             }
         };

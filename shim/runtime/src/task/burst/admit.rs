@@ -112,8 +112,9 @@ impl TaskService {
                     return Err(e.to_string());
                 }
                 Err(e) => {
+                    let e = e.full_message();
                     tracing::warn!(container = %id, "burst admission refused: {e}");
-                    return Err(e.to_string());
+                    return Err(e);
                 }
             }
         }
