@@ -323,6 +323,34 @@ async fn gpu_pods_given_nvidia_devices_are_granted_their_gpu_only() {
     no_leftovers(&c).await;
 }
 
+/// `-info` with options it cannot decode fails, and says why (containerd quotes this stderr
+/// when the runtime's features cannot be read): the decoder's own error, not only which field.
+#[test]
+fn info_with_bad_options_says_why() {
+    use std::io::Write;
+    let shim = Path::new(env!("CARGO_BIN_EXE_containerd-shim-mqfq-v2"));
+    let mut child = std::process::Command::new(shim)
+        .arg("-info")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"\xff\xff\xff")
+        .unwrap();
+    let o = child.wait_with_output().unwrap();
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    let why = err
+        .split_once("invalid argument: runtime options: ")
+        .map(|(_, why)| why.trim());
+    assert!(why.is_some_and(|w| !w.is_empty()), "{err}");
+}
+
 /// `containerd-shim-mqfq-v2 -info` as containerd 2.x runs it: the features of the runc the shim
 /// delegates to, as runc's own shim reports them. On 2.x, CRI then gives the handler what it
 /// gives runc-v2 — recursive read-only mounts and user namespaces — and a pod's recursive
