@@ -27,21 +27,23 @@
 
 use std::collections::VecDeque;
 
+mod budget;
 mod dispatch;
 mod memory;
-mod pool;
+mod model;
+mod node;
+mod physical;
 mod sampling;
-mod unadmitted;
 
 pub use crate::node::pool_config;
 
-use crate::policy::{Admission, MemoryStyle, NAIVE_GATE, PUBLISHED_GATE, Policy, PoolView, Signal};
+use crate::policy::{Gate, MemoryModel, MemoryStyle, NAIVE_GATE, PUBLISHED_GATE, Policy, PoolView};
 use crate::trace::Trace;
 use crate::types::{Audit, Baselines, Record, SimConfig, SimError, SimOutput, WarmStats};
 use dispatch::Clock;
+use model::{Budget, Model, NodePool, Physical};
 use scheduler_core::concurrency::ConcurrencyController;
 use scheduler_core::config::ConfigError;
-use scheduler_core::node::admission::Limits;
 use scheduler_core::tiers::{Tier, TierPolicy};
 use scheduler_core::time::Time;
 use scheduler_core::warm::Warm;
@@ -97,7 +99,7 @@ struct Run {
 
 const EPS: f64 = 1e-7;
 
-struct Engine<'t> {
+struct Engine<'t, M> {
     trace: &'t Trace,
     cfg: SimConfig,
     tiers: TierPolicy,
@@ -122,9 +124,8 @@ struct Engine<'t> {
     now: f64,
     d_integral: f64,
     slot_integral: f64,
-    admission: Admission,
-    /// Under [`Admission::Node`]: the limits in force per GPU, as the node's core last said.
-    node_limits: Vec<Limits>,
+    /// The memory model's own state.
+    model: M,
     /// `[gpu][function]`: solo run time on that GPU's model over the reference's.
     exec_factor: Vec<Vec<f64>>,
 }
@@ -133,7 +134,7 @@ fn ms(t: f64) -> Time {
     Time::from_millis_f64(t)
 }
 
-impl<'t> Engine<'t> {
+impl<M: Model> Engine<'_, M> {
     fn cold_ms(&self, f: usize) -> f64 {
         self.trace.functions[f].cold_ms.unwrap_or(self.cfg.cold_ms)
     }
@@ -189,28 +190,6 @@ impl<'t> Engine<'t> {
         mb / self.gpus[g].link_gbps
     }
 
-    fn slots_free(&self, g: usize, admission: Admission) -> bool {
-        let gpu = &self.gpus[g];
-        match admission {
-            Admission::Unlimited => true,
-            Admission::Dynamic => gpu.slots < gpu.conc.limit(),
-            Admission::Node => gpu.slots < self.node_limits[g].slots,
-            Admission::Gated { d, util_limit } => {
-                gpu.slots < d.min(gpu.conc.config().d_max) && gpu.gate_est <= util_limit
-            }
-        }
-    }
-
-    fn limit(&self, g: usize, admission: Admission) -> u32 {
-        match admission {
-            // No limit: one more than held, so a dispatch always finds a slot.
-            Admission::Unlimited => self.gpus[g].slots.saturating_add(1),
-            Admission::Dynamic => self.gpus[g].conc.limit(),
-            Admission::Node => self.node_limits[g].slots,
-            Admission::Gated { d, .. } => d.min(self.gpus[g].conc.config().d_max),
-        }
-    }
-
     fn idle_container(&self, f: usize, g: usize, tier: Tier) -> Option<usize> {
         self.by_func[f]
             .iter()
@@ -226,9 +205,9 @@ impl<'t> Engine<'t> {
             })
     }
 
-    fn choose_gpu(&self, f: usize, admission: Admission) -> Option<usize> {
+    fn choose_gpu(&self, f: usize) -> Option<usize> {
         (0..self.gpus.len())
-            .filter(|&g| self.slots_free(g, admission))
+            .filter(|&g| M::slots_free(self, g))
             .min_by(|&a, &b| {
                 let rank = |g| {
                     if self.idle_container(f, g, Tier::Hot).is_some() {
@@ -245,42 +224,6 @@ impl<'t> Engine<'t> {
                     .then(free(b).total_cmp(&free(a)))
                     .then(a.cmp(&b))
             })
-    }
-
-    /// Gives a run its container and startup, or leaves it waiting for memory.
-    fn acquire(&mut self, r: usize, force: bool, policy: &mut dyn Policy) {
-        if self.admission == Admission::Node {
-            self.acquire_node(r, force, policy);
-            return;
-        }
-        if self.admission == Admission::Unlimited {
-            self.acquire_unadmitted(r, policy);
-            return;
-        }
-        let (g, f) = self.run_site(r);
-        let (c, until, tier) = if let Some(c) = self.idle_container(f, g, Tier::Hot) {
-            (c, self.containers[c].ready_ms.max(self.now), Tier::Hot)
-        } else {
-            let warm = self.idle_container(f, g, Tier::Warm);
-            let need = if warm.is_some() {
-                self.moved_mb(f)
-            } else {
-                self.hot_mb(f)
-            };
-            if !self.make_room(g, need, true, policy) {
-                if !force {
-                    self.runs[r].as_mut().expect("run exists").phase = Phase::WaitMem;
-                    return;
-                }
-                self.audit.over_budget_admissions += 1;
-            }
-            let c = warm.unwrap_or_else(|| self.new_container(f, g));
-            let tier = self.containers[c].tier;
-            (c, self.bring_in(c), tier)
-        };
-        self.containers[c].busy = true;
-        self.runs[r].as_mut().expect("run exists").container = Some(c);
-        self.starting_up(r, until, tier, policy);
     }
 
     /// Brings container `c` onto its GPU — a restore over PCIe when Warm, a cold start when
@@ -354,7 +297,7 @@ impl<'t> Engine<'t> {
                 .iter()
                 .flatten()
                 .any(|run| run.gpu == g && !matches!(run.phase, Phase::WaitMem));
-            self.acquire(r, !others_active, policy);
+            M::acquire(self, r, !others_active, policy);
         }
     }
 
@@ -385,10 +328,7 @@ impl<'t> Engine<'t> {
                 if util > 0.0 {
                     self.gpus[g].any_ms += dt;
                 }
-                let limit = match self.admission {
-                    Admission::Unlimited => self.gpus[g].slots,
-                    a => self.limit(g, a),
-                };
+                let limit = M::d_in_force(self, g);
                 self.d_integral += f64::from(limit) * dt;
                 self.slot_integral += f64::from(self.gpus[g].slots) * dt;
                 for run in self.runs.iter_mut().flatten() {
@@ -426,9 +366,7 @@ impl<'t> Engine<'t> {
         };
         let g = run.gpu;
         self.exec_start[inv] = self.now;
-        if self.admission != Admission::Node {
-            self.gpus[g].conc.admitted(inv as u64, true);
-        }
+        M::exec_began(self, g, inv);
     }
 
     /// `inv` ended on GPU `g`.
@@ -436,13 +374,7 @@ impl<'t> Engine<'t> {
         let (start, tier) = self.pending_start[inv];
         // What the daemon measures of a burst: its execution, co-runners' slowdown included.
         let service_ms = self.now - self.exec_start[inv];
-        if self.admission != Admission::Node {
-            let f = &self.trace.functions[self.trace.invocations[inv].func];
-            let tenant = f.tenant.as_deref().unwrap_or_default();
-            self.gpus[g]
-                .conc
-                .released(inv as u64, &f.name, tenant, Some(service_ms / 1e3));
-        }
+        M::exec_ended(self, g, inv, service_ms);
         if self.records[inv].is_some() {
             self.audit.double_completions += 1;
         }
@@ -455,7 +387,7 @@ impl<'t> Engine<'t> {
         policy.complete(inv, self.trace, service_ms, ms(self.now));
     }
 
-    fn step_phases(&mut self, policy: &mut dyn Policy, admission: Admission, mem: MemoryStyle) {
+    fn step_phases(&mut self, policy: &mut dyn Policy) {
         for r in 0..self.runs.len() {
             let Some(run) = self.runs[r].as_ref() else {
                 continue;
@@ -494,25 +426,8 @@ impl<'t> Engine<'t> {
                         let (g, f) = (run.gpu, run.func);
                         self.runs[r] = None;
                         self.containers[c].busy = false;
-                        let gpu = &mut self.gpus[g];
-                        if let Admission::Gated { .. } = admission {
-                            let n = f64::from(gpu.slots);
-                            gpu.gate_est = if gpu.slots <= 1 {
-                                0.0
-                            } else {
-                                gpu.gate_est * (n - 1.0) / n
-                            };
-                        }
-                        gpu.slots -= 1;
-                        if admission == Admission::Node {
-                            self.pool_release(c, policy);
-                        } else if mem == MemoryStyle::ColdEveryCall {
-                            self.discard(c, policy);
-                        } else if mem == MemoryStyle::EvictAfterUse
-                            || (mem == MemoryStyle::EagerPrefetch && !policy.active(f))
-                        {
-                            self.evict(c, policy);
-                        }
+                        self.gpus[g].slots -= 1;
+                        M::released(self, c, g, f, policy);
                         self.refresh(f, policy);
                         self.retry_waiting(g, policy);
                     }
@@ -528,11 +443,11 @@ fn gpu_index(g: usize) -> u32 {
 }
 
 /// The simulated node for `cfg`, before the first event.
-fn engine<'t>(
+fn engine<'t, M: Model>(
     trace: &'t Trace,
     cfg: &SimConfig,
-    admission: Admission,
-) -> Result<Engine<'t>, SimError> {
+    model: M,
+) -> Result<Engine<'t, M>, SimError> {
     let mut q = cfg.profile.queue();
     let mut conc_cfg = cfg.profile.concurrency(cfg.mode);
     cfg.overrides.apply(&mut q, &mut conc_cfg, cfg.mode)?;
@@ -579,8 +494,7 @@ fn engine<'t>(
         now: trace.invocations.first().map_or(0.0, |i| i.arrival_ms),
         d_integral: 0.0,
         slot_integral: 0.0,
-        admission,
-        node_limits: vec![Limits::default(); cfg.gpus],
+        model,
         exec_factor: crate::hetero::exec_factors(&cfg.gpu_models, cfg.gpus, trace),
     })
 }
@@ -589,36 +503,61 @@ fn engine<'t>(
 ///
 /// # Errors
 /// A bad knob, or [`SimError::Stuck`] if the event loop stops progressing.
-#[expect(
-    clippy::cast_possible_truncation,
-    clippy::cast_sign_loss,
-    reason = "samples per 500 ms: rounded and >= 1, sample_ms being finite and > 0"
-)]
 pub fn simulate(
     trace: &Trace,
     policy: &mut dyn Policy,
     cfg: &SimConfig,
 ) -> Result<SimOutput, SimError> {
     cfg.validate()?;
-    let (admission, mem_style) = match (cfg.baselines, policy.admission()) {
+    let model = match (cfg.baselines, policy.model()) {
         // A baseline as the seed ran it.
-        (Baselines::Paper, Admission::Dynamic) => (PUBLISHED_GATE, MemoryStyle::EvictAfterUse),
-        (Baselines::Naive, Admission::Dynamic) => (NAIVE_GATE, MemoryStyle::ColdEveryCall),
-        (_, a) => (a, policy.memory()),
+        (
+            Baselines::Paper,
+            MemoryModel::Budget {
+                gate: Gate::Dynamic,
+                ..
+            },
+        ) => MemoryModel::Budget {
+            gate: PUBLISHED_GATE,
+            style: MemoryStyle::EvictAfterUse,
+        },
+        (
+            Baselines::Naive,
+            MemoryModel::Budget {
+                gate: Gate::Dynamic,
+                ..
+            },
+        ) => MemoryModel::Budget {
+            gate: NAIVE_GATE,
+            style: MemoryStyle::ColdEveryCall,
+        },
+        (_, m) => m,
     };
-    let mut e = engine(trace, cfg, admission)?;
-    if admission == Admission::Node {
-        for g in 0..e.gpus.len() {
-            e.node_limits[g] = policy.node_limits(g);
+    match model {
+        MemoryModel::Node => run(engine(trace, cfg, NodePool::new(cfg.gpus))?, policy),
+        MemoryModel::Budget { gate, style } => {
+            run(engine(trace, cfg, Budget { gate, style })?, policy)
         }
+        MemoryModel::Physical => run(engine(trace, cfg, Physical)?, policy),
     }
+}
+
+/// The event loop, on the memory model `M`.
+#[expect(
+    clippy::cast_possible_truncation,
+    clippy::cast_sign_loss,
+    reason = "samples per 500 ms: rounded and >= 1, sample_ms being finite and > 0"
+)]
+fn run<M: Model>(mut e: Engine<'_, M>, policy: &mut dyn Policy) -> Result<SimOutput, SimError> {
+    M::start(&mut e, policy);
+    let (trace, sample_ms) = (e.trace, e.cfg.sample_ms);
     let first = e.now;
     let mut clock = Clock {
         first,
         next_arrival: 0,
-        next_sample: first + cfg.sample_ms,
+        next_sample: first + sample_ms,
         samples: 0,
-        paper_every: (500.0 / cfg.sample_ms).round().max(1.0) as u64,
+        paper_every: (500.0 / sample_ms).round().max(1.0) as u64,
     };
     let max_iterations = 1_000_000 + 200 * trace.invocations.len() as u64;
     for _ in 0..max_iterations {
@@ -644,17 +583,13 @@ pub fn simulate(
             return Err(SimError::Stuck(e.now));
         }
         e.advance(t.max(e.now));
-        e.step_phases(policy, admission, mem_style);
+        e.step_phases(policy);
         e.arrivals(&mut clock, policy);
         if e.now + EPS >= clock.next_sample {
-            e.sample(&mut clock, policy, mem_style);
+            e.sample(&mut clock, policy);
         }
-        e.signals(policy, mem_style);
-        if admission == Admission::Node {
-            e.dispatch_granted(policy);
-        } else {
-            e.dispatch(policy);
-        }
+        M::signals(&mut e, policy);
+        M::dispatch(&mut e, policy);
         e.check_work_conserving(policy);
     }
     Err(SimError::Stuck(e.now))

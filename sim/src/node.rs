@@ -22,7 +22,7 @@ use scheduler_core::node::pool::{Order, Pool, PoolConfig};
 use scheduler_core::node::{ContainerKey, Input, Node, Output};
 use scheduler_core::{FlowState, Time};
 
-use crate::policy::{Admission, MemoryStyle, NodeDriver, Policy, PoolView, Signal};
+use crate::policy::{MemoryModel, NodeDriver, Policy, PoolView, Signal};
 use crate::rng::SplitMix64;
 use crate::trace::Trace;
 use crate::types::PlacementMode;
@@ -448,17 +448,14 @@ impl Policy for NodeMqfq {
     fn node_mut(&mut self) -> Option<&mut dyn NodeDriver> {
         Some(self)
     }
-    fn admission(&self) -> Admission {
-        Admission::Node
+    fn model(&self) -> MemoryModel {
+        MemoryModel::Node
     }
     fn node_limits(&self, gpu: usize) -> Limits {
         self.node
             .core()
             .limits(u32::try_from(gpu).unwrap_or(u32::MAX))
             .unwrap_or_default()
-    }
-    fn memory(&self) -> MemoryStyle {
-        MemoryStyle::NodePool
     }
     fn flow_state(&self, func: usize) -> Option<FlowState> {
         self.node.core().flow_state(&self.names[func])

@@ -34,18 +34,35 @@ pub const POLICIES: [&str; 6] = [
     "mqfq-sticky",
 ];
 
-/// How a policy wants GPU slots granted.
+/// The memory model a policy runs on: who admits work onto the GPUs and who moves container
+/// memory. The executor has one path per model (`engine/node.rs`, `engine/budget.rs`,
+/// `engine/physical.rs`) and parts nowhere else.
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub enum Admission {
-    /// No admission: every call starts at once (`none`).
-    Unlimited,
+pub enum MemoryModel {
+    /// `mqfqd`'s `Node`: its core grants (GPU, limit, order) and its pool's orders move memory;
+    /// the executor runs what [`Policy::granted`] hands it and carries the orders out.
+    Node,
+    /// The executor's own slots and memory: each GPU's budget, idle containers evicted to the
+    /// host by [`scheduler_core::tiers::TierPolicy`] under pressure and at their TTLs.
+    Budget {
+        /// How slots are granted.
+        gate: Gate,
+        /// What happens to a container's memory around its calls.
+        style: MemoryStyle,
+    },
+    /// No admission and no memory manager (`none`): every call starts at once; idle containers
+    /// keep their memory until the platform's keep-alive ends them; past the GPU's physical
+    /// memory a start fails or pages (`--none-memory`).
+    Physical,
+}
+
+/// How the executor grants slots under [`MemoryModel::Budget`].
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Gate {
     /// D from the dynamic concurrency controller.
     Dynamic,
-    /// The node's admission core decides (GPU, limit, order): the executor runs what
-    /// [`Policy::granted`] hands it.
-    Node,
     /// Fixed D plus the published utilization gate (smoothed utilization estimate ≤ limit).
-    Gated {
+    Fixed {
         /// Fixed D.
         d: u32,
         /// Gate on the estimated utilization, in [0, 1].
@@ -54,25 +71,22 @@ pub enum Admission {
 }
 
 /// The published implementation's admission: fixed D = 2 and its utilization gate.
-pub const PUBLISHED_GATE: Admission = Admission::Gated {
+pub const PUBLISHED_GATE: Gate = Gate::Fixed {
     d: 2,
     util_limit: 0.95,
 };
 
 /// The naive comparison's admission: a fixed D of 2 and no utilization gate.
-pub const NAIVE_GATE: Admission = Admission::Gated {
+pub const NAIVE_GATE: Gate = Gate::Fixed {
     d: 2,
     util_limit: 1.0,
 };
 
-/// How a policy manages container memory.
+/// What happens to a container's memory around its calls under [`MemoryModel::Budget`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum MemoryStyle {
     /// Evict only under pressure; no prefetch.
     Lazy,
-    /// The node's pool decides ([`Admission::Node`]): the executor carries out its orders and
-    /// keeps no memory policy of its own.
-    NodePool,
     /// Evict a flow's memory as soon as it is not Active; prefetch on activation.
     EagerPrefetch,
     /// Push a container's memory to the host after every use (the seed's baselines).
@@ -80,9 +94,6 @@ pub enum MemoryStyle {
     /// Keep nothing: a container is gone after its call, so every call starts cold (no warm
     /// pool: `--baselines naive`).
     ColdEveryCall,
-    /// Nothing evicts: an idle container keeps its memory on the GPU until the platform's
-    /// keep-alive (`--hot-ttl-s`) ends it (`none`).
-    KeepAlive,
 }
 
 /// What the executor tells a policy about memory.
@@ -103,7 +114,7 @@ pub enum Signal {
     Deactivated(usize),
 }
 
-/// What the executor does with the node of a policy under [`Admission::Node`]: gives it inputs
+/// What the executor does with the node of a policy under [`MemoryModel::Node`]: gives it inputs
 /// as `mqfqd`'s shims and sampling loop would, and carries out its pool's orders.
 pub trait NodeDriver {
     /// One input at `now`; its grants join the policy's queue, its orders wait for
@@ -130,11 +141,11 @@ pub trait Policy {
         view: &PoolView<'_>,
         free_slots: u32,
     ) -> Option<Vec<usize>>;
-    /// Under [`Admission::Node`]: the next invocation granted, with its GPU.
+    /// Under [`MemoryModel::Node`]: the next invocation granted, with its GPU.
     fn granted(&mut self) -> Option<(usize, usize)> {
         None
     }
-    /// Under [`Admission::Node`]: the limits in force on a GPU and the work waiting for it.
+    /// Under [`MemoryModel::Node`]: the limits in force on a GPU and the work waiting for it.
     fn node_limits(&self, _gpu: usize) -> Limits {
         Limits::default()
     }
@@ -157,17 +168,16 @@ pub trait Policy {
     /// Residency of a function's memory changed; `switch_ms` is what serving it would cost in
     /// startup (0 when resident).
     fn set_resident(&mut self, _func: usize, _resident: bool, _switch_ms: f64) {}
-    /// Under [`Admission::Node`]: the node, whose pool's orders the executor carries out.
+    /// Under [`MemoryModel::Node`]: the node, whose pool's orders the executor carries out.
     fn node_mut(&mut self) -> Option<&mut dyn NodeDriver> {
         None
     }
-    /// How slots are granted.
-    fn admission(&self) -> Admission {
-        Admission::Dynamic
-    }
-    /// How memory is managed.
-    fn memory(&self) -> MemoryStyle {
-        MemoryStyle::Lazy
+    /// The memory model it runs on.
+    fn model(&self) -> MemoryModel {
+        MemoryModel::Budget {
+            gate: Gate::Dynamic,
+            style: MemoryStyle::Lazy,
+        }
     }
     /// Flow snapshot for reports (MQFQ policies only).
     fn flow_state(&self, _func: usize) -> Option<FlowState> {
@@ -274,11 +284,8 @@ impl Policy for NoAdmission {
     fn active(&self, func: usize) -> bool {
         self.per_function.get(&func).is_some_and(|n| *n > 0)
     }
-    fn admission(&self) -> Admission {
-        Admission::Unlimited
-    }
-    fn memory(&self) -> MemoryStyle {
-        MemoryStyle::KeepAlive
+    fn model(&self) -> MemoryModel {
+        MemoryModel::Physical
     }
 }
 
@@ -573,11 +580,11 @@ impl Policy for Mqfq {
             .q
             .set_residency(self.flows[func], resident, switch_ms.max(0.0) / 1e3);
     }
-    fn admission(&self) -> Admission {
-        PUBLISHED_GATE
-    }
-    fn memory(&self) -> MemoryStyle {
-        MemoryStyle::EagerPrefetch
+    fn model(&self) -> MemoryModel {
+        MemoryModel::Budget {
+            gate: PUBLISHED_GATE,
+            style: MemoryStyle::EagerPrefetch,
+        }
     }
     fn flow_state(&self, func: usize) -> Option<FlowState> {
         self.q.state(self.flows[func])

@@ -1,5 +1,5 @@
-//! The event loop's steps: arrivals handed to the policy, its signals, dispatch onto slots (the
-//! work-conservation audit with it), and the run's output.
+//! The event loop's steps: arrivals handed to the policy, the executor's own dispatch onto slots,
+//! the work-conservation audit, and the run's output.
 
 use super::*;
 
@@ -13,7 +13,7 @@ pub(super) struct Clock {
     pub(super) paper_every: u64,
 }
 
-impl Engine<'_> {
+impl<M: Model> Engine<'_, M> {
     /// Hands the policy every invocation that has arrived by now.
     pub(super) fn arrivals(&mut self, clock: &mut Clock, policy: &mut dyn Policy) {
         let trace = self.trace;
@@ -30,42 +30,13 @@ impl Engine<'_> {
         }
     }
 
-    /// Acts on the policy's flow signals: prefetch on activation; the eager style evicts a
-    /// deactivated flow's idle containers. Under the node's pool, carries out its orders (a flow
-    /// that turned Active prefetches there).
-    pub(super) fn signals(&mut self, policy: &mut dyn Policy, mem: MemoryStyle) {
-        if self.admission == Admission::Node {
-            self.pool_orders(policy);
-        }
-        for s in policy.tick(ms(self.now)) {
-            match (s, mem) {
-                (Signal::Activated(f), MemoryStyle::EagerPrefetch) => {
-                    self.prefetch(f, policy);
-                }
-                (Signal::Deactivated(f), MemoryStyle::EagerPrefetch) => {
-                    let idle: Vec<usize> = self.by_func[f]
-                        .iter()
-                        .copied()
-                        .filter(|&c| {
-                            !self.containers[c].busy && self.containers[c].tier == Tier::Hot
-                        })
-                        .collect();
-                    for c in idle {
-                        self.evict(c, policy);
-                    }
-                }
-                _ => {}
-            }
-        }
-    }
-
-    /// Dispatches while a slot is free and work waits (the executor picks the GPU).
-    pub(super) fn dispatch(&mut self, policy: &mut dyn Policy) {
-        let admission = self.admission;
+    /// Dispatches while a slot is free and work waits (the executor picks the GPU): how every
+    /// model but the node's dispatches.
+    pub(super) fn dispatch_own(&mut self, policy: &mut dyn Policy) {
         while policy.queued() > 0 {
             let Some(free) = (0..self.gpus.len())
-                .filter(|&g| self.slots_free(g, admission))
-                .map(|g| self.limit(g, admission).saturating_sub(self.gpus[g].slots))
+                .filter(|&g| M::slots_free(self, g))
+                .map(|g| M::limit(self, g).saturating_sub(self.gpus[g].slots))
                 .max()
             else {
                 break;
@@ -79,35 +50,12 @@ impl Engine<'_> {
             };
             let Some(&head) = batch.first() else { break };
             let f = self.trace.invocations[head].func;
-            let g = self
-                .choose_gpu(f, admission)
-                .expect("a GPU with a free slot exists");
-            if self.gpus[g].slots >= self.limit(g, admission) {
+            let g = self.choose_gpu(f).expect("a GPU with a free slot exists");
+            if self.gpus[g].slots >= M::limit(self, g) {
                 self.audit.over_limit_dispatches += 1;
             }
-            if let Admission::Gated { .. } = admission {
-                let gpu = &mut self.gpus[g];
-                gpu.gate_est = if gpu.slots == 0 {
-                    gpu.gate_est + 0.5
-                } else {
-                    gpu.gate_est + gpu.gate_est / f64::from(gpu.slots)
-                };
-            }
+            M::dispatched(self, g);
             self.start_run(g, batch, policy);
-        }
-    }
-
-    /// Runs what the node's core granted, on the GPU it chose.
-    pub(super) fn dispatch_granted(&mut self, policy: &mut dyn Policy) {
-        while let Some((inv, g)) = policy.granted() {
-            if g >= self.gpus.len() {
-                self.audit.over_limit_dispatches += 1;
-                continue;
-            }
-            self.start_run(g, vec![inv], policy);
-        }
-        for g in 0..self.gpus.len() {
-            self.node_limits[g] = policy.node_limits(g);
         }
     }
 
@@ -115,21 +63,13 @@ impl Engine<'_> {
     /// work may take — one under the limit any work may take, or the short-slot reserve's with
     /// a short flow waiting within the over-run threshold — where the waiting work's memory
     /// fits (under the node's core, a slot that only memory keeps free is not idle: its
-    /// [`Limits::memory_bound`]). A run waiting for memory holds its slot. Counted for every admission kind: the
-    /// published gate (`mqfq-paper`) idles slots by design, and the audit shows how often.
+    /// [`Limits::memory_bound`]). A run waiting for memory holds its slot. Counted for every
+    /// model: the published gate (`mqfq-paper`) idles slots by design, and the audit shows how
+    /// often.
+    ///
+    /// [`Limits::memory_bound`]: scheduler_core::node::admission::Limits::memory_bound
     pub(super) fn check_work_conserving(&mut self, policy: &dyn Policy) {
-        let idle = match self.admission {
-            Admission::Node => self.node_limits.iter().zip(&self.gpus).any(|(l, g)| {
-                (l.queued > 0 && !l.memory_bound && g.slots < l.any)
-                    || (l.reserve_waiting && g.slots < l.slots)
-            }),
-            Admission::Dynamic | Admission::Gated { .. } | Admission::Unlimited => {
-                policy.queued() > 0
-                    && (0..self.gpus.len())
-                        .any(|g| self.gpus[g].slots < self.limit(g, self.admission))
-            }
-        };
-        if idle {
+        if M::idle_slot(self, policy) {
             self.audit.idle_with_backlog += 1;
         }
     }
@@ -165,7 +105,7 @@ impl Engine<'_> {
                 && r.as_ref()
                     .is_some_and(|r| r.gpu == g && !matches!(r.phase, Phase::WaitMem))
         });
-        self.acquire(slot, !others_active, policy);
+        M::acquire(self, slot, !others_active, policy);
     }
 
     /// The records, and what the run measured.

@@ -1,20 +1,24 @@
-//! The simulated node's memory: which idle containers keep their memory on a GPU, eviction to
-//! the host over PCIe, prefetch back, and the TTLs, decided by `scheduler_core`'s [`TierPolicy`]
-//! (the pool's policy) over the executor's containers.
+//! Memory mechanics every model shares: the PCIe link, evicting an idle container to the host,
+//! discarding one, the TTLs of `scheduler_core`'s [`TierPolicy`] over the executor's containers
+//! (the executor's own models; under the node its pool keeps them), and the view of idle
+//! containers policies read at dispatch.
+//!
+//! [`TierPolicy`]: scheduler_core::tiers::TierPolicy
 
 use scheduler_core::tiers::{ContainerView, Tier};
 
-use super::{EPS, Engine, ms};
-use crate::policy::{MemoryStyle, Policy};
+use super::{Engine, Model, ms};
+use crate::policy::Policy;
 
-impl Engine<'_> {
-    /// Recomputes a function's best idle tier (what policies see at dispatch) and tells the
-    /// policy when residency changes. Not under the node's pool: the core hears from the pool,
-    /// and `mqfq-sticky` reads no pool view.
+impl<M: Model> Engine<'_, M> {
+    /// Function `f`'s idle containers changed (the model decides who hears of it).
     pub(super) fn refresh(&mut self, f: usize, policy: &mut dyn Policy) {
-        if self.admission == super::Admission::Node {
-            return;
-        }
+        M::refresh(self, f, policy);
+    }
+
+    /// Recomputes a function's best idle tier (what policies see at dispatch) and tells the
+    /// policy when residency changes.
+    pub(super) fn refresh_view(&mut self, f: usize, policy: &mut dyn Policy) {
         let mut best = Tier::Cold;
         let mut ready = f64::INFINITY;
         let mut restore = f64::INFINITY;
@@ -101,94 +105,9 @@ impl Engine<'_> {
         self.refresh(f, policy);
     }
 
-    /// Frees memory on GPU `g` so `need` MB fit; `active_ok` allows evicting active flows'
-    /// containers. Returns false (and evicts nothing) if it cannot.
-    #[expect(
-        clippy::cast_possible_truncation,
-        clippy::cast_sign_loss,
-        reason = "ids are container indices; footprints in MB, >= 0: their bytes fit u64"
-    )]
-    pub(super) fn make_room(
-        &mut self,
-        g: usize,
-        need: f64,
-        active_ok: bool,
-        policy: &mut dyn Policy,
-    ) -> bool {
-        let free = self.gpus[g].budget_mb - self.gpus[g].used_mb;
-        if need <= free + EPS {
-            return true;
-        }
-        let bw = self.gpus[g].link_gbps * self.move_share(g);
-        let cands: Vec<ContainerView> = self
-            .containers
-            .iter()
-            .enumerate()
-            .filter(|(_, c)| c.alive && c.gpu == g && c.tier == Tier::Hot && !c.busy)
-            .filter(|(_, c)| active_ok || !policy.active(c.func))
-            .map(|(i, c)| {
-                let mb = self.moved_mb(c.func);
-                ContainerView {
-                    id: i as u64,
-                    tier: c.tier,
-                    busy: c.busy,
-                    flow_active: policy.active(c.func),
-                    bytes: (mb * 1024.0 * 1024.0) as u64,
-                    last_used: ms(c.last_used_ms),
-                    uses: c.uses,
-                    reload_cost_s: mb / bw / 1e3,
-                    priority: c.gdsf,
-                }
-            })
-            .collect();
-        let freeable: f64 = cands
-            .iter()
-            .map(|c| self.moved_mb(self.containers[c.id as usize].func))
-            .sum();
-        if free + freeable + EPS < need {
-            return false;
-        }
-        let to_bytes = |mb: f64| (mb.max(0.0) * 1024.0 * 1024.0) as u64;
-        let victims = self
-            .tiers
-            .choose_victims(&cands, to_bytes(need), to_bytes(free));
-        for v in victims {
-            self.evict(v as usize, policy);
-        }
-        true
-    }
-
-    /// Brings `f`'s most recently used idle Warm container back, making room for it.
-    pub(super) fn prefetch(&mut self, f: usize, policy: &mut dyn Policy) {
-        if self.best[f] == Tier::Hot {
-            return;
-        }
-        let warm = self.by_func[f]
-            .iter()
-            .copied()
-            .filter(|&c| !self.containers[c].busy && self.containers[c].tier == Tier::Warm)
-            .max_by(|&a, &b| {
-                self.containers[a]
-                    .last_used_ms
-                    .total_cmp(&self.containers[b].last_used_ms)
-            });
-        let Some(c) = warm else { return };
-        let g = self.containers[c].gpu;
-        let mem = self.moved_mb(f);
-        if !self.make_room(g, mem, false, policy) {
-            return;
-        }
-        self.gpus[g].used_mb += mem;
-        self.warm_moved(f, false);
-        let end = self.move_link(g, mem);
-        self.restored(end);
-        let ct = &mut self.containers[c];
-        ct.tier = Tier::Hot;
-        ct.ready_ms = end;
-        self.refresh(f, policy);
-    }
-
-    pub(super) fn housekeeping(&mut self, policy: &mut dyn Policy, mem: MemoryStyle) {
+    /// The TTLs: idle Hot containers past the hot TTL are evicted (or, with `keep_alive`, end:
+    /// nothing keeps their memory on the host), Warm ones past the warm TTL dropped.
+    pub(super) fn housekeeping(&mut self, policy: &mut dyn Policy, keep_alive: bool) {
         let now = ms(self.now);
         let mut evict = Vec::new();
         let mut drop = Vec::new();
@@ -216,7 +135,7 @@ impl Engine<'_> {
         for c in evict {
             // Without a pool nothing keeps an idle container's memory on the host: the
             // keep-alive's end is the container's.
-            if mem == MemoryStyle::KeepAlive {
+            if keep_alive {
                 self.discard(c, policy);
             } else {
                 self.evict(c, policy);

@@ -5,15 +5,15 @@
 use scheduler_core::concurrency::Signals;
 use scheduler_core::node::admission::GpuReading;
 
-use super::{Admission, Clock, Engine, MemoryStyle, Policy, gpu_index, ms};
+use super::{Clock, Engine, Model, Policy, gpu_index};
 
-impl Engine<'_> {
+impl<M: Model> Engine<'_, M> {
     /// Idle until the next arrival: skips to the sample just before it, feeding the controllers
-    /// the idle samples they would have seen (capped; D saturates long before).
+    /// the idle samples they would have seen (capped; D saturates long before), and the model
+    /// the gap.
     #[expect(
         clippy::cast_possible_truncation,
         clippy::cast_sign_loss,
-        clippy::cast_precision_loss,
         reason = "samples skipped: floored, capped at 64, a negative count saturating to 0"
     )]
     pub(super) fn skip_idle(&mut self, clock: &mut Clock, t_arr: f64, policy: &mut dyn Policy) {
@@ -29,22 +29,8 @@ impl Engine<'_> {
             g.any_at_sample = g.any_ms;
         }
         let resume = clock.next_sample + skipped * self.cfg.sample_ms;
-        if self.admission == Admission::Node && n > 0 {
-            // The node's core and pool sample through the gap (at most 64 times, spread over
-            // it), so the pool's TTLs move containers one tier at a time as they would.
-            let (from, step) = (clock.next_sample, (resume - clock.next_sample) / n as f64);
-            for j in 0..n {
-                self.advance(from + step * j as f64);
-                let readings: Vec<GpuReading> = (0..self.gpus.len())
-                    .map(|g| GpuReading {
-                        index: gpu_index(g),
-                        signals: idle,
-                        memory_used: self.used_bytes(g),
-                    })
-                    .collect();
-                policy.sample(&readings, ms(self.now));
-                self.pool_sample(policy);
-            }
+        if n > 0 {
+            M::idle_gap(self, (clock.next_sample, resume), n, idle, policy);
         }
         clock.next_sample = resume;
     }
@@ -66,13 +52,13 @@ impl Engine<'_> {
         (self.gpus[g].used_mb.max(0.0) * 1024.0 * 1024.0) as u64
     }
 
-    /// A utilization sample on every GPU (D moves; the published gate's estimate every 500 ms);
-    /// housekeeping every tenth.
-    pub(super) fn sample(&mut self, clock: &mut Clock, policy: &mut dyn Policy, mem: MemoryStyle) {
+    /// A utilization sample on every GPU (D moves; the published gate's estimate every 500 ms),
+    /// handed to the model.
+    pub(super) fn sample(&mut self, clock: &mut Clock, policy: &mut dyn Policy) {
         clock.samples += 1;
         let waiting = policy.queued() > 0;
         if !self.gpus.is_empty() {
-            let limit = self.limit(0, self.admission);
+            let limit = M::limit(self, 0);
             if self.limits.last().is_none_or(|&(_, l)| l != limit) {
                 self.limits.push(((self.now - clock.first) / 1e3, limit));
             }
@@ -98,12 +84,7 @@ impl Engine<'_> {
                 memory_used: used,
             });
         }
-        if self.admission == Admission::Node {
-            policy.sample(&samples, ms(self.now));
-            self.pool_sample(policy);
-        } else if clock.samples.is_multiple_of(10) {
-            self.housekeeping(policy, mem);
-        }
+        M::sampled(self, clock.samples, &samples, policy);
         clock.next_sample += self.cfg.sample_ms;
     }
 }

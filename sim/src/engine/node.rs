@@ -1,22 +1,133 @@
-//! Under [`Admission::Node`], the node's pool decides memory: the [`Pool`] inside the node
-//! (what `mqfqd` runs) says which idle containers keep their memory on a GPU, which are evicted
-//! to the host, prefetched back or reclaimed. The executor plays what `mqfqd` talks to: the
-//! shims (it carries out each order at once over the simulated PCIe link and reports it, and
-//! reports a restore at admission), NVML (memory in use) and the platform (which container
-//! serves a call). The node itself tells its core what the pool learns.
+//! [`MemoryModel::Node`]: `mqfqd`'s `Node` decides. Its core grants (which invocation, on which
+//! GPU, under which limits) and the [`Pool`] inside it says which idle containers keep their
+//! memory on a GPU, which are evicted to the host, prefetched back or reclaimed. The executor
+//! plays what `mqfqd` talks to: the shims (it carries out each order at once over the simulated
+//! PCIe link and reports it, and reports a restore at admission), NVML (memory in use, each
+//! sample) and the platform (which container serves a call). The node itself tells its core
+//! what the pool learns.
 //!
 //! The pool's keys are the executor's containers (`sim/c<n>`); the core's are invocations
 //! (`sim/i<n>`, one burst each), since here the container is chosen after admission.
 //!
+//! [`MemoryModel::Node`]: crate::policy::MemoryModel::Node
 //! [`Pool`]: scheduler_core::node::pool::Pool
 
+use scheduler_core::concurrency::Signals;
+use scheduler_core::node::admission::{GpuReading, Limits};
 use scheduler_core::node::pool::{Action, Outcome};
 use scheduler_core::node::{ContainerKey, Input};
 use scheduler_core::tiers::Tier;
 
-use super::{EPS, Engine, Phase, ms};
+use super::{EPS, Engine, Model, Phase, gpu_index, ms};
 use crate::node::NAMESPACE;
 use crate::policy::{NodeDriver, Policy};
+
+/// A run under the node: the limits in force per GPU, as its core last said.
+#[derive(Debug)]
+pub(in crate::engine) struct NodePool {
+    limits: Vec<Limits>,
+}
+
+impl NodePool {
+    pub(in crate::engine) fn new(gpus: usize) -> Self {
+        NodePool {
+            limits: vec![Limits::default(); gpus],
+        }
+    }
+}
+
+impl Model for NodePool {
+    fn slots_free(e: &Engine<'_, Self>, g: usize) -> bool {
+        e.gpus[g].slots < e.model.limits[g].slots
+    }
+
+    fn limit(e: &Engine<'_, Self>, g: usize) -> u32 {
+        e.model.limits[g].slots
+    }
+
+    fn start(e: &mut Engine<'_, Self>, policy: &mut dyn Policy) {
+        for g in 0..e.gpus.len() {
+            e.model.limits[g] = policy.node_limits(g);
+        }
+    }
+
+    fn acquire(e: &mut Engine<'_, Self>, r: usize, force: bool, policy: &mut dyn Policy) {
+        e.acquire_node(r, force, policy);
+    }
+
+    /// The node measures a burst itself (its core's release carries the service).
+    fn exec_began(_: &mut Engine<'_, Self>, _: usize, _: usize) {}
+
+    fn exec_ended(_: &mut Engine<'_, Self>, _: usize, _: usize, _: f64) {}
+
+    fn released(e: &mut Engine<'_, Self>, c: usize, _: usize, _: usize, policy: &mut dyn Policy) {
+        e.pool_release(c, policy);
+    }
+
+    /// The pool's orders are carried out (a flow that turned Active prefetches there); the
+    /// policy's own flow signals move nothing.
+    fn signals(e: &mut Engine<'_, Self>, policy: &mut dyn Policy) {
+        e.pool_orders(policy);
+        let _ = policy.tick(ms(e.now));
+    }
+
+    /// Runs what the node's core granted, on the GPU it chose.
+    fn dispatch(e: &mut Engine<'_, Self>, policy: &mut dyn Policy) {
+        while let Some((inv, g)) = policy.granted() {
+            if g >= e.gpus.len() {
+                e.audit.over_limit_dispatches += 1;
+                continue;
+            }
+            e.start_run(g, vec![inv], policy);
+        }
+        for g in 0..e.gpus.len() {
+            e.model.limits[g] = policy.node_limits(g);
+        }
+    }
+
+    /// A slot is idle where work waits that memory does not hold back, or the short-slot
+    /// reserve's is free with a short flow waiting.
+    fn idle_slot(e: &Engine<'_, Self>, _: &dyn Policy) -> bool {
+        e.model.limits.iter().zip(&e.gpus).any(|(l, g)| {
+            (l.queued > 0 && !l.memory_bound && g.slots < l.any)
+                || (l.reserve_waiting && g.slots < l.slots)
+        })
+    }
+
+    /// The node's core and then its pool sample (as `mqfqd`'s sampling loop does).
+    fn sampled(e: &mut Engine<'_, Self>, _: u64, readings: &[GpuReading], policy: &mut dyn Policy) {
+        policy.sample(readings, ms(e.now));
+        e.pool_sample(policy);
+    }
+
+    /// The node's core and pool sample through the gap (spread over it), so the pool's TTLs
+    /// move containers one tier at a time as they would.
+    #[expect(clippy::cast_precision_loss, reason = "at most 64 samples")]
+    fn idle_gap(
+        e: &mut Engine<'_, Self>,
+        (from, resume): (f64, f64),
+        n: u64,
+        idle: Signals,
+        policy: &mut dyn Policy,
+    ) {
+        let step = (resume - from) / n as f64;
+        for j in 0..n {
+            e.advance(from + step * j as f64);
+            let readings: Vec<GpuReading> = (0..e.gpus.len())
+                .map(|g| GpuReading {
+                    index: gpu_index(g),
+                    signals: idle,
+                    memory_used: e.used_bytes(g),
+                })
+                .collect();
+            policy.sample(&readings, ms(e.now));
+            e.pool_sample(policy);
+        }
+    }
+
+    /// The core hears residency from the pool, and `mqfq-sticky` reads no pool view.
+    fn refresh(_: &mut Engine<'_, Self>, _: usize, _: &mut dyn Policy) {}
+}
 
 fn key(c: usize) -> ContainerKey {
     ContainerKey::new(NAMESPACE, &format!("c{c}")).expect("a valid key")
@@ -38,11 +149,11 @@ fn bytes(mb: f64) -> u64 {
 fn node(policy: &mut dyn Policy) -> &mut dyn NodeDriver {
     policy
         .node_mut()
-        .expect("the node's pool under Admission::Node")
+        .expect("a policy on the node's model has a node")
 }
 
-impl Engine<'_> {
-    /// [`Engine::acquire`] under the node's pool: the container (an idle Hot one, else an idle
+impl Engine<'_, NodePool> {
+    /// A run's container under the node's pool: the container (an idle Hot one, else an idle
     /// Warm one, else a new one) is claimed and granted to the pool once (which makes room for
     /// a restore); a container that takes memory then shows the pool the memory in use with it,
     /// as the next sample would, and the pool relieves the pressure; the run waits while its
@@ -96,7 +207,7 @@ impl Engine<'_> {
     pub(super) fn pool_grant(&mut self, c: usize, inv: usize, policy: &mut dyn Policy) {
         let g = self.containers[c].gpu;
         let memory = Input::Memory {
-            gpu: super::gpu_index(g),
+            gpu: gpu_index(g),
             used: self.used_bytes(g),
             total: bytes(self.cfg.mem_mb(g)),
         };
@@ -111,7 +222,7 @@ impl Engine<'_> {
     /// it (as its next sample would) and relieves the pressure.
     pub(super) fn pool_need(&mut self, g: usize, mb: f64, policy: &mut dyn Policy) {
         let memory = Input::Memory {
-            gpu: super::gpu_index(g),
+            gpu: gpu_index(g),
             used: bytes(self.gpus[g].used_mb + mb),
             total: bytes(self.cfg.mem_mb(g)),
         };

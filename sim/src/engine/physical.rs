@@ -1,21 +1,58 @@
-//! `none`: what a node runs without admission. Every call starts at once, in an idle container of
-//! its function on the GPU or a new one; nothing evicts an idle container's memory (plain runc
-//! and the NVIDIA toolkit know nothing of it) until the platform's keep-alive ends it. Past the
-//! GPU's physical memory a start either fails — its allocations do — or, with managed memory
-//! (`--none-memory uvm`), goes on oversubscribed, and each run on an oversubscribed GPU first
-//! pages its share of the excess in over the PCIe link; with `uvm-thrash`, a run whose
-//! co-runners' footprints and its own exceed the GPU pages its whole footprint in, at the rate
-//! of fault-driven migration.
+//! [`MemoryModel::Physical`], `none`: what a node runs without admission. Every call starts at
+//! once, in an idle container of its function on the GPU or a new one; nothing evicts an idle
+//! container's memory (plain runc and the NVIDIA toolkit know nothing of it) until the
+//! platform's keep-alive ends it. Past the GPU's physical memory a start either fails — its
+//! allocations do — or, with managed memory (`--none-memory uvm`), goes on oversubscribed, and
+//! each run on an oversubscribed GPU first pages its share of the excess in over the PCIe link;
+//! with `uvm-thrash`, a run whose co-runners' footprints and its own exceed the GPU pages its
+//! whole footprint in, at the rate of fault-driven migration.
+//!
+//! [`MemoryModel::Physical`]: crate::policy::MemoryModel::Physical
 
+use scheduler_core::node::admission::GpuReading;
 use scheduler_core::tiers::Tier;
 
-use super::{EPS, Engine};
+use super::{EPS, Engine, Model};
 use crate::policy::Policy;
 use crate::types::{NoneMemory, Record, UVM_FAULT_SHARE};
 
-impl Engine<'_> {
+/// A run without admission.
+#[derive(Clone, Copy, Debug)]
+pub(in crate::engine) struct Physical;
+
+impl Model for Physical {
+    fn slots_free(_: &Engine<'_, Self>, _: usize) -> bool {
+        true
+    }
+
+    /// No limit: one more than held, so a dispatch always finds a slot.
+    fn limit(e: &Engine<'_, Self>, g: usize) -> u32 {
+        e.gpus[g].slots.saturating_add(1)
+    }
+
+    /// What runs at once is the D in force.
+    fn d_in_force(e: &Engine<'_, Self>, g: usize) -> u32 {
+        e.gpus[g].slots
+    }
+
+    fn acquire(e: &mut Engine<'_, Self>, r: usize, _force: bool, policy: &mut dyn Policy) {
+        e.acquire_physical(r, policy);
+    }
+
+    /// Nothing evicts: the container keeps its memory.
+    fn released(_: &mut Engine<'_, Self>, _: usize, _: usize, _: usize, _: &mut dyn Policy) {}
+
+    /// The platform's keep-alive ends idle containers (nothing keeps their memory on the host).
+    fn sampled(e: &mut Engine<'_, Self>, nth: u64, _: &[GpuReading], policy: &mut dyn Policy) {
+        if nth.is_multiple_of(10) {
+            e.housekeeping(policy, true);
+        }
+    }
+}
+
+impl Engine<'_, Physical> {
     /// Gives run `r` a container under `none`, or fails it.
-    pub(super) fn acquire_unadmitted(&mut self, r: usize, policy: &mut dyn Policy) {
+    fn acquire_physical(&mut self, r: usize, policy: &mut dyn Policy) {
         let (g, f) = self.run_site(r);
         let mem = self.hot_mb(f);
         let (c, until, tier) = if let Some(c) = self.idle_container(f, g, Tier::Hot) {
