@@ -31,8 +31,7 @@ pub fn build(name: &str, trace: &Trace, cfg: &SimConfig) -> Result<Box<dyn Polic
             }
             let pool = node::pool_config(cfg);
             let mut p = node::NodeMqfq::new(trace, gpus, &q, &c, pool, false)?;
-            p.set_memory(cfg)?;
-            p.set_late_binding(cfg.late_binding);
+            p.set_core_knobs(cfg)?;
             p.set_placement(cfg.placement, cfg.placement_weights, cfg.cold_ms / 1e3)?;
             if cfg.nodes > 1 {
                 p.set_cluster(cfg.cluster, cfg.nodes)?;

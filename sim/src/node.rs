@@ -200,27 +200,25 @@ impl NodeMqfq {
         })
     }
 
-    /// Memory admission as `cfg` asks (mqfqd's default: on, with the pool's headroom), and the
-    /// maximum burst hold (`[limits]`, which mqfqd applies with it).
+    /// The core's knobs that [`Overrides::apply`] does not carry, as `mqfqd` sets them from
+    /// the same `[queue]` knobs: memory admission (default on, within the pool's headroom),
+    /// late binding (default on here: the executor runs each grant on the GPU it names) and
+    /// the maximum burst hold (`[limits]`).
     ///
     /// # Errors
     /// A bad default footprint or hold.
-    pub fn set_memory(&mut self, cfg: &crate::types::SimConfig) -> Result<(), ConfigError> {
-        let Some(mb) = cfg.memory_admission else {
-            return Ok(());
-        };
-        let m = scheduler_core::node::admission::MemoryAdmission::new(cfg.tiers.headroom, mb)
-            .map_err(config_error)?;
+    ///
+    /// [`Overrides::apply`]: scheduler_core::config::Overrides::apply
+    pub fn set_core_knobs(&mut self, cfg: &crate::types::SimConfig) -> Result<(), ConfigError> {
+        let q = &cfg.overrides.queue;
+        let memory = q.memory_admission(cfg.tiers.headroom)?;
         let core = self.node.core_mut();
-        core.set_memory(m).map_err(config_error)?;
+        if let Some(m) = memory {
+            core.set_memory(m).map_err(config_error)?;
+        }
+        core.set_late_binding(q.late_binding_or(true));
         core.set_max_burst_hold(cfg.max_burst_hold_s)
             .map_err(config_error)
-    }
-
-    /// Whether waiting work may move to another of its GPUs (on unless `--no-late-binding`:
-    /// the executor runs each grant on the GPU it names).
-    pub fn set_late_binding(&mut self, on: bool) {
-        self.node.core_mut().set_late_binding(on);
     }
 
     /// Places each invocation by `mode` (default: the core's least-loaded routing);

@@ -163,18 +163,11 @@ pub struct SimConfig {
     pub nodes: usize,
     /// How the cluster picks a node when there are several.
     pub cluster: ClusterMode,
-    /// `mqfq-sticky` admits GPU memory with its slots, charging a function not yet measured
-    /// this many MiB (mqfqd's `[queue] default_footprint_mb`); `None`: slots alone gate
-    /// (`--no-memory-admission`, mqfqd's `memory_admission = false`).
-    pub memory_admission: Option<u64>,
     /// What `none` does past the GPU's memory.
     pub none_memory: NoneMemory,
     /// `mqfq-sticky`'s maximum burst hold, seconds (mqfqd's `[limits] max_burst_hold_s`; an
     /// invocation is a burst lease); `None`: none.
     pub max_burst_hold_s: Option<f64>,
-    /// `mqfq-sticky`'s late binding (waiting work moves to another of its GPUs with a free
-    /// slot and room; mqfqd's `[queue] late_binding`).
-    pub late_binding: bool,
     /// How idle containers' memory goes Warm (issue 36): the interposer's managed memory (`uvm`:
     /// the function's allocations move, its CUDA context stays on the GPU) or the driver's
     /// checkpoint API (`checkpoint`: the whole process moves, context included, at the
@@ -209,10 +202,8 @@ impl Default for SimConfig {
             placement_weights: None,
             nodes: 1,
             cluster: ClusterMode::RoundRobin,
-            memory_admission: Some(scheduler_core::node::admission::DEFAULT_FOOTPRINT_MB),
             none_memory: NoneMemory::Fail,
             max_burst_hold_s: Some(scheduler_core::node::admission::DEFAULT_MAX_BURST_HOLD_S),
-            late_binding: true,
             warm: Warm::Uvm,
             context_mb: 0.0,
             checkpoint_gbps: 8.0,

@@ -435,24 +435,15 @@ impl DaemonConfig {
         }
     }
 
-    /// Memory admission's knobs; `None` when `[queue] memory_admission = false`.
+    /// Memory admission's knobs (`[queue]`'s, within `[pool] headroom`); `None` when
+    /// `[queue] memory_admission = false`.
     ///
     /// # Errors
     /// A bad `default_footprint_mb`.
     pub fn memory_admission(
         &self,
     ) -> Result<Option<scheduler_core::node::admission::MemoryAdmission>, ConfigError> {
-        use scheduler_core::node::admission::{DEFAULT_FOOTPRINT_MB, MemoryAdmission};
-        if self.queue.memory_admission == Some(false) {
-            return Ok(None);
-        }
-        let mb = self
-            .queue
-            .default_footprint_mb
-            .unwrap_or(DEFAULT_FOOTPRINT_MB);
-        MemoryAdmission::new(self.pool.headroom, mb)
-            .map(Some)
-            .map_err(|_| reject("queue.default_footprint_mb", mb, "must be 1 to 1048576 MiB"))
+        self.queue.memory_admission(self.pool.headroom)
     }
 
     /// The pool manager's knobs.

@@ -128,7 +128,7 @@ pub fn build_core(
     if let Some(m) = cfg.memory_admission()? {
         core.set_memory(m)?;
     }
-    core.set_late_binding(cfg.queue.late_binding == Some(true));
+    core.set_late_binding(cfg.queue.late_binding_or(false));
     Ok(core)
 }
 

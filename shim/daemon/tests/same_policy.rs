@@ -35,7 +35,7 @@ fn simulated(trace: &mqfq_sim::Trace, cfg: &SimConfig) -> (Vec<Step>, Vec<Record
     let gpus = gpu_infos(cfg.gpus, |g| cfg.mem_mb(g), cfg.mode);
     let pool = mqfq_sim::node::pool_config(cfg);
     let mut p = NodeMqfq::new(trace, gpus, &q, &c, pool, true).unwrap();
-    p.set_memory(cfg).unwrap();
+    p.set_core_knobs(cfg).unwrap();
     let out = simulate(trace, &mut p, cfg).unwrap();
     assert_eq!(out.audit.unfinished, 0, "every invocation ran");
     (p.steps().to_vec(), p.records().to_vec())

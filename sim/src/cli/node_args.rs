@@ -214,9 +214,9 @@ impl NodeArgs {
                     ttl_iat: self.ttl_iat,
                     fallback_charge_s: self.fallback_charge_s,
                     short_charge_s: self.short_charge_s,
-                    // The simulator's own switches for these (`--no-memory-admission`,
-                    // `--default-footprint-mb`, `--no-late-binding`) build its node directly.
-                    ..QueueKnobs::default()
+                    memory_admission: self.no_memory_admission.then_some(false),
+                    default_footprint_mb: Some(self.default_footprint_mb),
+                    late_binding: self.no_late_binding.then_some(false),
                 },
                 concurrency: ConcurrencyKnobs {
                     alpha: self.alpha,
@@ -249,8 +249,6 @@ impl NodeArgs {
                 .as_deref()
                 .map(parse_weights)
                 .transpose()?,
-            memory_admission: (!self.no_memory_admission).then_some(self.default_footprint_mb),
-            late_binding: !self.no_late_binding,
             none_memory: self.none_memory.parse()?,
             corun: match (self.corun.as_str(), self.timeslice_cost) {
                 ("overlap", None) => Corun::Overlap,
