@@ -142,7 +142,7 @@ pub(crate) fn answer(line: &str, greeted: &mut bool, expected: Option<&str>) -> 
     match cmd {
         "status" => {
             let (managed, resident, evicted) = crate::state::status();
-            let k = crate::state::kept();
+            let k = crate::state::native();
             format!(
                 "ok managed={managed} resident={resident} native={} evicted={} vmm={} async={} \
                  array={} setting={} library={} export={} refused={}",

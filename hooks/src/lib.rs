@@ -314,7 +314,7 @@ fn native_reason() -> Option<state::Apart> {
     if state::converting() {
         compat::keep_native()
     } else {
-        Some(state::Apart::Fallback)
+        Some(state::Apart::Other)
     }
 }
 
@@ -343,7 +343,7 @@ pub unsafe extern "C" fn cuMemAlloc_v2(dptr: *mut CuDevicePtr, size: usize) -> C
         // SAFETY: forwarding to the real allocator.
         let r = unsafe { f(dptr, size) };
         if r == CUDA_SUCCESS && !dptr.is_null() {
-            let why = why.unwrap_or(state::Apart::Fallback);
+            let why = why.unwrap_or(state::Apart::Other);
             // SAFETY: checked non-null; the driver just wrote it.
             state::apart_add(why, unsafe { *dptr }, size as u64);
         }
@@ -388,7 +388,7 @@ pub unsafe extern "C" fn cuMemAllocPitch_v2(
         // SAFETY: forwarding to the real allocator.
         let r = unsafe { f(dptr, pitch, width, height, element) };
         if r == CUDA_SUCCESS && !pitch.is_null() && !dptr.is_null() {
-            let why = why.unwrap_or(state::Apart::Fallback);
+            let why = why.unwrap_or(state::Apart::Other);
             // SAFETY: both checked non-null; the driver wrote them.
             let (ptr, bytes) = unsafe { (*dptr, (*pitch).saturating_mul(height)) };
             state::apart_add(why, ptr, bytes as u64);

@@ -60,7 +60,7 @@ pub enum Apart {
     /// `cuMemAlloc` after this process asked to export converted memory.
     Export,
     /// `cuMemAlloc` left native because conversion failed (`cuMemAllocManaged` refused).
-    Fallback,
+    Other,
 }
 
 impl Apart {
@@ -70,27 +70,30 @@ impl Apart {
         Apart::Setting,
         Apart::Library,
         Apart::Export,
-        Apart::Fallback,
+        Apart::Other,
     ];
 }
 
-/// Bytes held native, per kind, and the export requests refused on converted memory.
+/// Bytes held native, per kind, and the export requests refused on converted memory: the
+/// interposer's copy of `scheduler_core::native::Native`, field for field (the interposer, loaded
+/// into every CUDA process, links no project crate; the control socket's `status` line carries
+/// it to the shim).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Kept {
+pub struct Native {
     pub vmm: u64,
     pub stream_ordered: u64,
     pub array: u64,
     pub setting: u64,
     pub library: u64,
     pub export: u64,
-    pub fallback: u64,
+    pub other: u64,
     pub refused: u64,
 }
 
-impl Kept {
+impl Native {
     /// `cuMemAlloc` bytes left native, whatever the reason.
     pub fn alloc_native(&self) -> u64 {
-        self.setting + self.library + self.export + self.fallback
+        self.setting + self.library + self.export + self.other
     }
 }
 
@@ -119,10 +122,10 @@ pub fn apart_remove_pointer(ptr: CuDevicePtr) {
 }
 
 /// Bytes held per kind, and the refused exports.
-pub fn kept() -> Kept {
-    let mut t = Kept {
+pub fn native() -> Native {
+    let mut t = Native {
         refused: REFUSED.load(Ordering::Acquire),
-        ..Kept::default()
+        ..Native::default()
     };
     for (&(k, _), &b) in apart().iter() {
         let slot = match k {
@@ -132,7 +135,7 @@ pub fn kept() -> Kept {
             Apart::Setting => &mut t.setting,
             Apart::Library => &mut t.library,
             Apart::Export => &mut t.export,
-            Apart::Fallback => &mut t.fallback,
+            Apart::Other => &mut t.other,
         };
         *slot = slot.saturating_add(b);
     }

@@ -208,7 +208,7 @@ pub fn report(
             let writes = r.out.api_writes.iter().sum::<u64>() as f64
                 / cfg.nodes.max(1) as f64
                 / (r.out.makespan_ms / 60_000.0).max(1e-9);
-            (m, r.summary, r.mean_s, r.std_s, writes)
+            (m, r, writes)
         })
         .collect();
     let models = if cfg.gpu_models.is_empty() {
@@ -228,21 +228,16 @@ pub fn report(
     let (em, es) = rows
         .iter()
         .find(|r| r.0 == ClusterMode::Extender)
-        .map_or((f64::NAN, f64::NAN), |r| (r.2, r.3));
-    for (m, s, mean, std, writes) in &rows {
+        .map_or((f64::NAN, f64::NAN), |r| (r.1.mean_s, r.1.std_s));
+    for (m, r, writes) in &rows {
         let _ = writeln!(
             t,
-            "| {} | {:.2} | {:.2} | {:.2} | {} | {:.1} % | {:.2} | {:.2} | {:.2} |",
+            "| {} | {} | {:.2} | {:.2} | {:.2} |",
             m.as_str(),
-            mean,
-            s.p99_ms / 1e3,
-            std,
-            s.short_mean_ms
-                .map_or_else(|| "-".into(), |v| format!("{:.2}", v / 1e3)),
-            s.gpu_busy * 100.0,
+            r.latency_cells(),
             writes,
-            mean / em,
-            std / es
+            r.mean_s / em,
+            r.std_s / es
         );
     }
     Ok(t)

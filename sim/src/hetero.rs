@@ -93,6 +93,23 @@ pub(crate) struct StickyRun {
     pub(crate) out: crate::SimOutput,
 }
 
+impl StickyRun {
+    /// The cells the placement and the cluster tables both start a row with: mean, p99 and
+    /// standard deviation of latency, short functions' mean, GPU busy.
+    pub(crate) fn latency_cells(&self) -> String {
+        let s = &self.summary;
+        format!(
+            "{:.2} | {:.2} | {:.2} | {} | {:.1} %",
+            self.mean_s,
+            s.p99_ms / 1e3,
+            self.std_s,
+            s.short_mean_ms
+                .map_or_else(|| "-".into(), |v| format!("{:.2}", v / 1e3)),
+            s.gpu_busy * 100.0,
+        )
+    }
+}
+
 /// `mqfq-sticky` over `trace` under each of `cfgs`, in order.
 pub(crate) fn sticky_runs(
     trace: &Trace,
@@ -125,7 +142,7 @@ pub fn report(
     short_ms: f64,
 ) -> Result<String, crate::SimError> {
     use std::fmt::Write as _;
-    let rows: Vec<(PlacementMode, crate::Summary, f64, f64, String)> = sticky_runs(
+    let rows: Vec<(PlacementMode, StickyRun, String)> = sticky_runs(
         trace,
         PLACEMENTS.map(|p| crate::SimConfig {
             placement: p,
@@ -136,13 +153,8 @@ pub fn report(
     .into_iter()
     .zip(PLACEMENTS)
     .map(|(r, p)| {
-        (
-            p,
-            r.summary,
-            r.mean_s,
-            r.std_s,
-            calls_per_gpu(&r.out, cfg.gpus),
-        )
+        let calls = calls_per_gpu(&r.out, cfg.gpus);
+        (p, r, calls)
     })
     .collect();
     let mut models = if cfg.gpu_models.is_empty() {
@@ -163,21 +175,16 @@ pub fn report(
     let (fm, fs) = rows
         .iter()
         .find(|r| r.0 == PlacementMode::Fitness)
-        .map_or((f64::NAN, f64::NAN), |r| (r.2, r.3));
-    for (p, s, mean, std, calls) in &rows {
+        .map_or((f64::NAN, f64::NAN), |r| (r.1.mean_s, r.1.std_s));
+    for (p, r, calls) in &rows {
         let _ = writeln!(
             t,
-            "| {} | {:.2} | {:.2} | {:.2} | {} | {:.1} % | {:.1} % | {:.2} | {:.2} | {calls} |",
+            "| {} | {} | {:.1} % | {:.2} | {:.2} | {calls} |",
             p.as_str(),
-            mean,
-            s.p99_ms / 1e3,
-            std,
-            s.short_mean_ms
-                .map_or_else(|| "-".into(), |v| format!("{:.2}", v / 1e3)),
-            s.gpu_busy * 100.0,
-            s.gpu_busy_time * 100.0,
-            mean / fm,
-            std / fs
+            r.latency_cells(),
+            r.summary.gpu_busy_time * 100.0,
+            r.mean_s / fm,
+            r.std_s / fs
         );
     }
     Ok(t)
