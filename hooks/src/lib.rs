@@ -420,8 +420,23 @@ pub unsafe extern "C" fn cuMemFree_v2(ptr: CuDevicePtr) -> CuResult {
 /// forwards to the real function.
 ///
 /// A copy between host and device names its byte count (`moved = n`): counted into the
-/// burst, for the function's placement features.
+/// burst, for the function's placement features. A call with a per-thread default stream
+/// variant (`ptds`) names it after its own (`per thread name as Fn`): the same wrapper, its own
+/// symbol and its own real function.
 macro_rules! gated {
+    (
+        $(#[$doc:meta])* $name:ident as $which:ident, per thread $pname:ident as $pwhich:ident:
+        $ty:ty, $label:literal, $args:tt $(, moved = $n:ident)?
+    ) => {
+        gated!($(#[$doc])* $name as $which: $ty, $label, $args $(, moved = $n)?);
+        gated!(
+            #[doc = concat!(
+                "`", stringify!($pname), "`, the per-thread default stream variant (see `ptds`), ",
+                "held while evicted."
+            )]
+            $pname as $pwhich: $ty, $label, $args $(, moved = $n)?
+        );
+    };
     ($(#[$doc:meta])* $name:ident as $which:ident: $ty:ty, $label:literal, ($($arg:ident: $t:ty),* $(,)?) $(, moved = $n:ident)?) => {
         $(#[$doc])*
         ///
@@ -445,65 +460,87 @@ macro_rules! gated {
 
 gated!(
     /// `cuLaunchKernel`, held while evicted.
-    cuLaunchKernel as LaunchKernel: LaunchKernelFn, "cuLaunchKernel",
+    cuLaunchKernel as LaunchKernel,
+    per thread cuLaunchKernel_ptsz as LaunchKernelPtsz: LaunchKernelFn,
+    "cuLaunchKernel",
     (f: *mut c_void, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint,
      shared: c_uint, stream: *mut c_void, params: *mut *mut c_void, extra: *mut *mut c_void)
 );
 gated!(
     /// `cuGraphLaunch`, held while evicted.
-    cuGraphLaunch as GraphLaunch: GraphLaunchFn, "cuGraphLaunch",
+    cuGraphLaunch as GraphLaunch,
+    per thread cuGraphLaunch_ptsz as GraphLaunchPtsz: GraphLaunchFn,
+    "cuGraphLaunch",
     (graph: *mut c_void, stream: *mut c_void)
 );
 gated!(
     /// `cuMemcpyHtoD_v2`, held while evicted.
-    cuMemcpyHtoD_v2 as MemcpyHtoD: MemcpyHtoDFn, "cuMemcpyHtoD",
+    cuMemcpyHtoD_v2 as MemcpyHtoD,
+    per thread cuMemcpyHtoD_v2_ptds as MemcpyHtoDPtds: MemcpyHtoDFn,
+    "cuMemcpyHtoD",
     (dst: CuDevicePtr, src: *const c_void, n: usize), moved = n
 );
 gated!(
     /// `cuMemcpyDtoH_v2`, held while evicted.
-    cuMemcpyDtoH_v2 as MemcpyDtoH: MemcpyDtoHFn, "cuMemcpyDtoH",
+    cuMemcpyDtoH_v2 as MemcpyDtoH,
+    per thread cuMemcpyDtoH_v2_ptds as MemcpyDtoHPtds: MemcpyDtoHFn,
+    "cuMemcpyDtoH",
     (dst: *mut c_void, src: CuDevicePtr, n: usize), moved = n
 );
 gated!(
     /// `cuMemcpyDtoD_v2`, held while evicted.
-    cuMemcpyDtoD_v2 as MemcpyDtoD: MemcpyDtoDFn, "cuMemcpyDtoD",
+    cuMemcpyDtoD_v2 as MemcpyDtoD,
+    per thread cuMemcpyDtoD_v2_ptds as MemcpyDtoDPtds: MemcpyDtoDFn,
+    "cuMemcpyDtoD",
     (dst: CuDevicePtr, src: CuDevicePtr, n: usize)
 );
 gated!(
     /// `cuLaunchKernelEx` (CUDA 12), held while evicted.
-    cuLaunchKernelEx as LaunchKernelEx: LaunchKernelExFn, "cuLaunchKernelEx",
+    cuLaunchKernelEx as LaunchKernelEx,
+    per thread cuLaunchKernelEx_ptsz as LaunchKernelExPtsz: LaunchKernelExFn,
+    "cuLaunchKernelEx",
     (config: *const c_void, f: *mut c_void, params: *mut *mut c_void, extra: *mut *mut c_void)
 );
 gated!(
     /// `cuLaunchCooperativeKernel`, held while evicted.
-    cuLaunchCooperativeKernel as LaunchCooperativeKernel: LaunchCooperativeFn,
+    cuLaunchCooperativeKernel as LaunchCooperativeKernel, per thread cuLaunchCooperativeKernel_ptsz as LaunchCooperativeKernelPtsz: LaunchCooperativeFn,
     "cuLaunchCooperativeKernel",
     (f: *mut c_void, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint,
      shared: c_uint, stream: *mut c_void, params: *mut *mut c_void)
 );
 gated!(
     /// `cuMemcpy` (unified addressing), held while evicted.
-    cuMemcpy as Memcpy: MemcpyFn, "cuMemcpy",
+    cuMemcpy as Memcpy,
+    per thread cuMemcpy_ptds as MemcpyPtds: MemcpyFn,
+    "cuMemcpy",
     (dst: CuDevicePtr, src: CuDevicePtr, n: usize)
 );
 gated!(
     /// `cuMemcpyAsync`, held while evicted.
-    cuMemcpyAsync as MemcpyAsync: MemcpyAsyncFn, "cuMemcpyAsync",
+    cuMemcpyAsync as MemcpyAsync,
+    per thread cuMemcpyAsync_ptsz as MemcpyAsyncPtsz: MemcpyAsyncFn,
+    "cuMemcpyAsync",
     (dst: CuDevicePtr, src: CuDevicePtr, n: usize, stream: *mut c_void)
 );
 gated!(
     /// `cuMemcpyHtoDAsync_v2`, held while evicted.
-    cuMemcpyHtoDAsync_v2 as MemcpyHtoDAsync: MemcpyHtoDAsyncFn, "cuMemcpyHtoDAsync",
+    cuMemcpyHtoDAsync_v2 as MemcpyHtoDAsync,
+    per thread cuMemcpyHtoDAsync_v2_ptsz as MemcpyHtoDAsyncPtsz: MemcpyHtoDAsyncFn,
+    "cuMemcpyHtoDAsync",
     (dst: CuDevicePtr, src: *const c_void, n: usize, stream: *mut c_void), moved = n
 );
 gated!(
     /// `cuMemcpyDtoHAsync_v2`, held while evicted.
-    cuMemcpyDtoHAsync_v2 as MemcpyDtoHAsync: MemcpyDtoHAsyncFn, "cuMemcpyDtoHAsync",
+    cuMemcpyDtoHAsync_v2 as MemcpyDtoHAsync,
+    per thread cuMemcpyDtoHAsync_v2_ptsz as MemcpyDtoHAsyncPtsz: MemcpyDtoHAsyncFn,
+    "cuMemcpyDtoHAsync",
     (dst: *mut c_void, src: CuDevicePtr, n: usize, stream: *mut c_void), moved = n
 );
 gated!(
     /// `cuMemcpyDtoDAsync_v2`, held while evicted.
-    cuMemcpyDtoDAsync_v2 as MemcpyDtoDAsync: MemcpyAsyncFn, "cuMemcpyDtoDAsync",
+    cuMemcpyDtoDAsync_v2 as MemcpyDtoDAsync,
+    per thread cuMemcpyDtoDAsync_v2_ptsz as MemcpyDtoDAsyncPtsz: MemcpyAsyncFn,
+    "cuMemcpyDtoDAsync",
     (dst: CuDevicePtr, src: CuDevicePtr, n: usize, stream: *mut c_void)
 );
 

@@ -7,15 +7,19 @@
 //! whichever was looked up first (a per-thread program's work then went to the legacy stream,
 //! or the other way round).
 
-use std::ffi::{c_uint, c_ulonglong, c_void};
+use std::ffi::{c_ulonglong, c_void};
 
 use crate::lifecycle::{self, BeginCaptureFn, EndCaptureFn};
 use crate::native::{self, MemAllocAsyncFn, MemAllocFromPoolAsyncFn, MemFreeAsyncFn};
 use crate::real::{self, Fn};
+// The gated calls' per-thread wrappers are made beside their legacy twins (`gated!`).
 use crate::{
-    CUDA_ERROR_UNKNOWN, CuDevicePtr, CuResult, GraphLaunchFn, LaunchCooperativeFn,
-    LaunchKernelExFn, LaunchKernelFn, MemcpyAsyncFn, MemcpyDtoDFn, MemcpyDtoHAsyncFn, MemcpyDtoHFn,
-    MemcpyFn, MemcpyHtoDAsyncFn, MemcpyHtoDFn, burst, guard, state,
+    CuDevicePtr, CuResult, GraphLaunchFn, LaunchCooperativeFn, LaunchKernelExFn, LaunchKernelFn,
+    MemcpyAsyncFn, MemcpyDtoDFn, MemcpyDtoHAsyncFn, MemcpyDtoHFn, MemcpyFn, MemcpyHtoDAsyncFn,
+    MemcpyHtoDFn, cuGraphLaunch_ptsz, cuLaunchCooperativeKernel_ptsz, cuLaunchKernel_ptsz,
+    cuLaunchKernelEx_ptsz, cuMemcpy_ptds, cuMemcpyAsync_ptsz, cuMemcpyDtoD_v2_ptds,
+    cuMemcpyDtoDAsync_v2_ptsz, cuMemcpyDtoH_v2_ptds, cuMemcpyDtoHAsync_v2_ptsz,
+    cuMemcpyHtoD_v2_ptds, cuMemcpyHtoDAsync_v2_ptsz,
 };
 
 /// `cuGetProcAddress`'s flag for the per-thread variants.
@@ -116,70 +120,6 @@ pub fn per_thread(which: Fn) -> Option<(Fn, *mut c_void)> {
     };
     Some(w)
 }
-
-gated!(
-    /// `cuLaunchKernel_ptsz`, held while evicted.
-    cuLaunchKernel_ptsz as LaunchKernelPtsz: LaunchKernelFn, "cuLaunchKernel",
-    (f: *mut c_void, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint,
-     shared: c_uint, stream: *mut c_void, params: *mut *mut c_void, extra: *mut *mut c_void)
-);
-gated!(
-    /// `cuGraphLaunch_ptsz`, held while evicted.
-    cuGraphLaunch_ptsz as GraphLaunchPtsz: GraphLaunchFn, "cuGraphLaunch",
-    (graph: *mut c_void, stream: *mut c_void)
-);
-gated!(
-    /// `cuMemcpyHtoD_v2_ptds`, held while evicted.
-    cuMemcpyHtoD_v2_ptds as MemcpyHtoDPtds: MemcpyHtoDFn, "cuMemcpyHtoD",
-    (dst: CuDevicePtr, src: *const c_void, n: usize), moved = n
-);
-gated!(
-    /// `cuMemcpyDtoH_v2_ptds`, held while evicted.
-    cuMemcpyDtoH_v2_ptds as MemcpyDtoHPtds: MemcpyDtoHFn, "cuMemcpyDtoH",
-    (dst: *mut c_void, src: CuDevicePtr, n: usize), moved = n
-);
-gated!(
-    /// `cuMemcpyDtoD_v2_ptds`, held while evicted.
-    cuMemcpyDtoD_v2_ptds as MemcpyDtoDPtds: MemcpyDtoDFn, "cuMemcpyDtoD",
-    (dst: CuDevicePtr, src: CuDevicePtr, n: usize)
-);
-gated!(
-    /// `cuLaunchKernelEx_ptsz`, held while evicted.
-    cuLaunchKernelEx_ptsz as LaunchKernelExPtsz: LaunchKernelExFn, "cuLaunchKernelEx",
-    (config: *const c_void, f: *mut c_void, params: *mut *mut c_void, extra: *mut *mut c_void)
-);
-gated!(
-    /// `cuLaunchCooperativeKernel_ptsz`, held while evicted.
-    cuLaunchCooperativeKernel_ptsz as LaunchCooperativeKernelPtsz: LaunchCooperativeFn,
-    "cuLaunchCooperativeKernel",
-    (f: *mut c_void, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint,
-     shared: c_uint, stream: *mut c_void, params: *mut *mut c_void)
-);
-gated!(
-    /// `cuMemcpy_ptds`, held while evicted.
-    cuMemcpy_ptds as MemcpyPtds: MemcpyFn, "cuMemcpy",
-    (dst: CuDevicePtr, src: CuDevicePtr, n: usize)
-);
-gated!(
-    /// `cuMemcpyAsync_ptsz`, held while evicted.
-    cuMemcpyAsync_ptsz as MemcpyAsyncPtsz: MemcpyAsyncFn, "cuMemcpyAsync",
-    (dst: CuDevicePtr, src: CuDevicePtr, n: usize, stream: *mut c_void)
-);
-gated!(
-    /// `cuMemcpyHtoDAsync_v2_ptsz`, held while evicted.
-    cuMemcpyHtoDAsync_v2_ptsz as MemcpyHtoDAsyncPtsz: MemcpyHtoDAsyncFn, "cuMemcpyHtoDAsync",
-    (dst: CuDevicePtr, src: *const c_void, n: usize, stream: *mut c_void), moved = n
-);
-gated!(
-    /// `cuMemcpyDtoHAsync_v2_ptsz`, held while evicted.
-    cuMemcpyDtoHAsync_v2_ptsz as MemcpyDtoHAsyncPtsz: MemcpyDtoHAsyncFn, "cuMemcpyDtoHAsync",
-    (dst: *mut c_void, src: CuDevicePtr, n: usize, stream: *mut c_void), moved = n
-);
-gated!(
-    /// `cuMemcpyDtoDAsync_v2_ptsz`, held while evicted.
-    cuMemcpyDtoDAsync_v2_ptsz as MemcpyDtoDAsyncPtsz: MemcpyAsyncFn, "cuMemcpyDtoDAsync",
-    (dst: CuDevicePtr, src: CuDevicePtr, n: usize, stream: *mut c_void)
-);
 
 /// `cuMemAllocAsync_ptsz`: native, counted as stream-ordered.
 ///
