@@ -46,6 +46,10 @@ pub struct WorkAhead {
     pub known_s: f64,
     /// Invocations running or queued whose flow has none yet.
     pub unknown: usize,
+    /// Seconds of starts the waiting work pays before it runs: each flow with invocations
+    /// queued whose memory is not resident here restores it (or starts cold) at least once,
+    /// and those moves share the GPU's host link.
+    pub startup_s: f64,
     /// The asking function's own service estimate on this GPU.
     pub own_s: Option<f64>,
 }
@@ -76,7 +80,8 @@ impl<T> MqfqQueue<T> {
 
     /// The work this queue's GPU holds or waits for, for placement: the measured service of its
     /// running and queued invocations (flows with a service estimate), how many invocations
-    /// have none, and `key`'s own measured service here, if any. Seconds measured on this GPU.
+    /// have none, the starts the queued ones pay first, and `key`'s own measured service here,
+    /// if any. Seconds measured on this GPU.
     #[must_use]
     pub fn work_ahead(&self, key: &str) -> WorkAhead {
         let mut w = WorkAhead::default();
@@ -86,6 +91,11 @@ impl<T> MqfqQueue<T> {
                 #[expect(clippy::cast_precision_loss, reason = "invocation counts")]
                 Some(s) => w.known_s += s * n as f64,
                 None => w.unknown = w.unknown.saturating_add(n),
+            }
+            if !f.resident {
+                #[expect(clippy::cast_precision_loss, reason = "invocation counts")]
+                let queued = f.pending.len() as f64;
+                w.startup_s += f.switch_cost * queued;
             }
             if f.key == key {
                 w.own_s = f.service.get();
