@@ -451,7 +451,7 @@ pub struct QueueKnobs {
     pub short_charge_s: Option<f64>,
     /// GPU memory is admitted with the slots (default on): a lease is granted only where its
     /// function's footprint fits beside the leases held, within capacity less the pool's
-    /// headroom. Read through [`QueueKnobs::memory_admission`] by whoever builds the admission
+    /// headroom. Read through `MemoryAdmission::from_knobs` by whoever builds the admission
     /// core, not by [`Overrides::apply`].
     pub memory_admission: Option<bool>,
     /// What a function is charged before the pool has measured its containers, MiB (4096).
@@ -463,25 +463,6 @@ pub struct QueueKnobs {
 }
 
 impl QueueKnobs {
-    /// Memory admission as these knobs ask, within capacity less `headroom` (the pool's):
-    /// `None` when `memory_admission = false`.
-    ///
-    /// # Errors
-    /// A `default_footprint_mb` outside 1 MiB – 1 TiB (or a headroom outside [0, 1)).
-    pub fn memory_admission(
-        &self,
-        headroom: f64,
-    ) -> Result<Option<crate::node::admission::MemoryAdmission>, ConfigError> {
-        use crate::node::admission::{DEFAULT_FOOTPRINT_MB, MemoryAdmission};
-        if self.memory_admission == Some(false) {
-            return Ok(None);
-        }
-        let mb = self.default_footprint_mb.unwrap_or(DEFAULT_FOOTPRINT_MB);
-        MemoryAdmission::new(headroom, mb).map(Some).map_err(|_| {
-            ConfigError::new("queue.default_footprint_mb", mb, "must be 1 to 1048576 MiB")
-        })
-    }
-
     /// Late binding as these knobs ask; `default` where they say nothing. Its right default is
     /// the runner's: off in `mqfqd`, where a burst runs on the GPU its container holds; on in
     /// the simulator, whose executor runs each grant on the GPU the grant names.

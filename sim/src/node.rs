@@ -16,7 +16,7 @@ use std::collections::{HashMap, VecDeque};
 
 use scheduler_core::config::{ConcurrencyConfig, ConfigError, GpuMode, QueueConfig};
 use scheduler_core::node::admission::{
-    AdmitInfo, Core, CoreError, GpuInfo, GpuReading, Kind, Limits, Record,
+    AdmitInfo, Core, CoreError, GpuInfo, GpuReading, Kind, Limits, MemoryAdmission, Record,
 };
 use scheduler_core::node::pool::{Order, Pool, PoolConfig};
 use scheduler_core::node::{ContainerKey, Input, Node, Output};
@@ -211,7 +211,7 @@ impl NodeMqfq {
     /// [`Overrides::apply`]: scheduler_core::config::Overrides::apply
     pub fn set_core_knobs(&mut self, cfg: &crate::types::SimConfig) -> Result<(), ConfigError> {
         let q = &cfg.overrides.queue;
-        let memory = q.memory_admission(cfg.tiers.headroom)?;
+        let memory = MemoryAdmission::from_knobs(q, cfg.tiers.headroom)?;
         let core = self.node.core_mut();
         if let Some(m) = memory {
             core.set_memory(m).map_err(config_error)?;

@@ -443,7 +443,10 @@ impl DaemonConfig {
     pub fn memory_admission(
         &self,
     ) -> Result<Option<scheduler_core::node::admission::MemoryAdmission>, ConfigError> {
-        self.queue.memory_admission(self.pool.headroom)
+        scheduler_core::node::admission::MemoryAdmission::from_knobs(
+            &self.queue,
+            self.pool.headroom,
+        )
     }
 
     /// The pool manager's knobs.

@@ -17,6 +17,7 @@ use serde::Serialize;
 use super::{Core, CoreError, Grant, invalid};
 use crate::FlowId;
 use crate::Time;
+use crate::config::{ConfigError, QueueKnobs};
 
 /// The largest share of a GPU's budget a short flow's footprint may have and still get room kept
 /// for it beside long flows.
@@ -54,6 +55,22 @@ pub struct MemoryView {
 }
 
 impl MemoryAdmission {
+    /// Memory admission as `[queue]`'s knobs ask (on unless `memory_admission = false`,
+    /// charging `default_footprint_mb`, 4096 where not given), within capacity less `headroom`
+    /// (the pool's): how `mqfqd` and the simulator both read them.
+    ///
+    /// # Errors
+    /// A `default_footprint_mb` outside 1 MiB – 1 TiB (or a headroom outside [0, 1)).
+    pub fn from_knobs(knobs: &QueueKnobs, headroom: f64) -> Result<Option<Self>, ConfigError> {
+        if knobs.memory_admission == Some(false) {
+            return Ok(None);
+        }
+        let mb = knobs.default_footprint_mb.unwrap_or(DEFAULT_FOOTPRINT_MB);
+        MemoryAdmission::new(headroom, mb).map(Some).map_err(|_| {
+            ConfigError::new("queue.default_footprint_mb", mb, "must be 1 to 1048576 MiB")
+        })
+    }
+
     /// The knobs from the pool's headroom and a default footprint in MiB.
     ///
     /// # Errors
