@@ -1,8 +1,9 @@
 //! The libcuda double's checkpoint API (issue 36): what a controller such as the shim drives for
 //! another process's pid. A GPU server over the double (`cuda_client serve`, no interposer) is
 //! locked, checkpointed, restored and unlocked by a second process (`ckpt_ctl`); its CUDA calls
-//! wait while it is not running, its bytes move to the host and back, calls in the wrong state
-//! and injected failures answer as documented in `tests/doubles/cuda.c`.
+//! wait while it is not running, its bytes move to the host and back (and the NVML double's
+//! memory in use with them), calls in the wrong state and injected failures answer as
+//! documented in `tests/doubles/cuda.c`.
 #![expect(
     clippy::tests_outside_test_module,
     reason = "an integration-test crate is the test module"
@@ -24,6 +25,7 @@ fn ctl(ckpt_ctl: &Path, dir: &Path, pid: u32, verbs: &[&str], fail: &str) -> Vec
         .env("FAKE_CUDA_CKPT_DIR", dir)
         .env("FAKE_CUDA_CKPT_FAIL", fail)
         .env("FAKE_CUDA_LOG", dir.join("ctl.log"))
+        .env("FAKE_NVML_CUDA_DIR", dir)
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
@@ -60,10 +62,17 @@ fn bytes(line: &str) -> (i64, i64) {
     (it.next().unwrap(), it.next().unwrap())
 }
 
+/// GPU 0's memory in use as NVML reports it, from an `nvml` line.
+fn nvml_used(line: &str) -> u64 {
+    line.strip_prefix("nvml rc=0 used=")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("not an answer from NVML: {line}"))
+}
+
 /// A GPU server over the double, publishing its checkpoint page in `dir`: it launches a 2 ms
-/// kernel and synchronizes every 5 ms, forever.
+/// kernel and synchronizes every 5 ms, forever. The NVML double is built beside it.
 fn server(dir: &Path) -> Option<(Child, PathBuf)> {
-    let client = built(dir, &["cuda", "cuda_client"])?;
+    let client = built(dir, &["nvml", "cuda", "cuda_client"])?;
     let ckpt_ctl = built(dir, &["ckpt_ctl"])?;
     // Its output goes nowhere: unread, a pipe would fill and stop it.
     let c = Command::new(&client)
@@ -98,17 +107,22 @@ fn a_controller_checkpoints_and_restores_another_process() {
             "lock:5000",
             "state",
             "bytes",
+            "nvml",
             "checkpoint",
             "state",
             "bytes",
+            "nvml",
         ],
         "",
     );
     assert_eq!(out[..2], ["lock rc=0", "state rc=0 1"], "{out:?}");
     let (device, host) = bytes(&out[2]);
     assert!(device > 0 && host == 0, "{out:?}");
-    assert_eq!(out[3..5], ["checkpoint rc=0", "state rc=0 2"], "{out:?}");
-    assert_eq!(bytes(&out[5]), (0, device), "its memory is on the host");
+    let held = u64::try_from(device).unwrap();
+    assert_eq!(nvml_used(&out[3]), held, "NVML sees its memory on the GPU");
+    assert_eq!(out[4..6], ["checkpoint rc=0", "state rc=0 2"], "{out:?}");
+    assert_eq!(bytes(&out[6]), (0, device), "its memory is on the host");
+    assert_eq!(nvml_used(&out[7]), 0, "NVML sees it released");
     // Locked and checkpointed, it launches nothing (it launched every few ms before).
     let before = launches(dir);
     std::thread::sleep(Duration::from_millis(300));
@@ -122,12 +136,17 @@ fn a_controller_checkpoints_and_restores_another_process() {
         &ckpt_ctl,
         dir,
         pid,
-        &["restore", "state", "bytes", "unlock", "state"],
+        &["restore", "state", "bytes", "nvml", "unlock", "state"],
         "",
     );
     assert_eq!(out[..2], ["restore rc=0", "state rc=0 1"], "{out:?}");
     assert_eq!(bytes(&out[2]), (device, 0), "its memory is back");
-    assert_eq!(out[3..], ["unlock rc=0", "state rc=0 0"], "{out:?}");
+    assert_eq!(
+        nvml_used(&out[3]),
+        held,
+        "and NVML sees it on the GPU again"
+    );
+    assert_eq!(out[4..], ["unlock rc=0", "state rc=0 0"], "{out:?}");
     until("launches again", || launches(dir) > before);
     assert_eq!(
         ctl(&ckpt_ctl, dir, pid, &["checkpoint"], ""),
@@ -135,6 +154,12 @@ fn a_controller_checkpoints_and_restores_another_process() {
     );
     c.kill().unwrap();
     c.wait().unwrap();
+    // Killed, it left its page behind (no exit handler ran): NVML counts no dead process.
+    assert!(dir.join(format!("fake-cuda-ckpt-{pid}")).exists());
+    assert_eq!(
+        ctl(&ckpt_ctl, dir, pid, &["nvml"], ""),
+        ["nvml rc=0 used=0"]
+    );
     // A process without a page is not one the controller can touch.
     assert_eq!(
         ctl(&ckpt_ctl, dir, pid, &["state", "lock:10"], ""),

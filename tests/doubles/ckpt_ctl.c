@@ -7,8 +7,12 @@
  *   unlock      cuCheckpointProcessUnlock                     → "unlock rc=<r>"
  *   state       cuCheckpointProcessGetState                   → "state rc=<r> <state>"
  *   bytes       the double's side channel                     → "bytes device=<d> host=<h>"
+ *   nvml        GPU 0's memory in use as libnvidia-ml.so.1 reports it (the NVML double, with
+ *               FAKE_NVML_CUDA_DIR: what the libcuda double's processes hold)
+ *                                                             → "nvml rc=<r> used=<bytes>"
  *   sleep:<ms>  waits                                         → nothing
  */
+#include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +28,32 @@ CUresult cuCheckpointProcessRestore(int pid, void *args);
 CUresult cuCheckpointProcessUnlock(int pid, void *args);
 CUresult cuCheckpointProcessGetState(int pid, int *state);
 int fake_cuda_ckpt_bytes(int pid, long long *device, long long *host);
+
+typedef struct {
+    unsigned int version;
+    unsigned long long total, reserved, free, used;
+} nvmlMemory_v2_t;
+
+/* GPU 0's memory in use through libnvidia-ml.so.1, loaded now; rc -1 when it cannot be. */
+static void nvml_used(void) {
+    void *h = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+    int (*init)(void) = h ? (int (*)(void))dlsym(h, "nvmlInit_v2") : NULL;
+    int (*get)(unsigned, void **) =
+        h ? (int (*)(unsigned, void **))dlsym(h, "nvmlDeviceGetHandleByIndex_v2") : NULL;
+    int (*info)(void *, nvmlMemory_v2_t *) =
+        h ? (int (*)(void *, nvmlMemory_v2_t *))dlsym(h, "nvmlDeviceGetMemoryInfo_v2") : NULL;
+    if (!init || !get || !info) {
+        printf("nvml rc=-1 used=0\n");
+        return;
+    }
+    void *dev = NULL;
+    nvmlMemory_v2_t m = {0};
+    m.version = (unsigned)sizeof m | 2u << 24;
+    int r = init();
+    if (r == 0) r = get(0, &dev);
+    if (r == 0) r = info(dev, &m);
+    printf("nvml rc=%d used=%llu\n", r, m.used);
+}
 
 int main(int argc, char **argv) {
     if (argc < 3) {
@@ -51,6 +81,8 @@ int main(int argc, char **argv) {
             long long d = -1, h = -1;
             fake_cuda_ckpt_bytes(pid, &d, &h);
             printf("bytes device=%lld host=%lld\n", d, h);
+        } else if (strcmp(v, "nvml") == 0) {
+            nvml_used();
         } else if (strncmp(v, "sleep:", 6) == 0) {
             usleep((useconds_t)atoi(v + 6) * 1000);
         } else {

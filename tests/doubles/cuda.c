@@ -78,6 +78,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "ckpt_page.h"
+
 typedef int CUresult;
 typedef int CUdevice;
 typedef void *CUcontext;
@@ -702,16 +704,7 @@ CUresult cuGetProcAddress_v2(const char *sym, void **pfn, int version, unsigned 
 
 /* ---- The checkpoint API (see the header). ---- */
 
-typedef struct {
-    int state;
-    int in_calls;
-    long long busy_until_us;
-    long long device;
-    long long host;
-    /* The publisher's start time (/proc/<pid>/stat field 22): a page whose pid was reused
-     * by another process is stale. */
-    long long started;
-} ckpt_page;
+/* The page's layout: ckpt_page.h (the NVML double reads it too). */
 
 /* The driver's states, and three of the double's own while a controller works (reported as the
  * state they leave). */

@@ -15,6 +15,10 @@
  *                    now (at most 64); none: NVML_ERROR_NOT_FOUND, as NVML answers
  *   FAKE_NVML_PROC_CALLS  file that each nvmlDeviceGetProcessUtilization given a buffer appends
  *                    "<index>" to
+ *   FAKE_NVML_CUDA_DIR  the libcuda double's checkpoint folder (its FAKE_CUDA_CKPT_DIR): GPU 0's
+ *                    memory in use is then what the double's live processes hold on the device,
+ *                    read from their pages at every call (a checkpoint releases it, a restore
+ *                    takes it again), not the utilization file's share
  *   FAKE_NVML_XID    file of lines "<gpu> <xid>": each is one critical-Xid event, delivered once
  *                    (in order) by nvmlEventSetWait_v2 to a set that registered that GPU;
  *                    none pending: NVML_ERROR_TIMEOUT. nvmlDeviceGetSupportedEventTypes says
@@ -37,12 +41,16 @@
  * real NVML reports them; the two samples given to nvmlGpmMetricsGet must come from the same GPU
  * (and GPU instance), the second taken after the first.
  */
+#include <dirent.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/time.h>
+#include <unistd.h>
 
 #include "../gpu/nvml_gpm.h"
+#include "ckpt_page.h"
 
 enum {
     NVML_SUCCESS = 0,
@@ -159,12 +167,59 @@ static int lost(int index) {
     return found;
 }
 
+/* Field 22 of /proc/<pid>/stat (start time in clock ticks), or -1 (no such process). */
+static long long started(long pid) {
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/%ld/stat", pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return -1;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0) return -1;
+    buf[n] = 0;
+    char *p = strrchr(buf, ')');
+    for (int field = 3; field < 22 && p; field++) p = strchr(p + 1, ' ');
+    return p ? atoll(p + 1) : -1;
+}
+
+/* What the libcuda double's live processes hold on the device, from the pages in `dir`: a page
+ * counts while its process is alive and started when the page says (a stale one does not). */
+static unsigned long long cuda_device_bytes(const char *dir) {
+    unsigned long long sum = 0;
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        char *end;
+        if (strncmp(e->d_name, "fake-cuda-ckpt-", 15) != 0) continue;
+        long pid = strtol(e->d_name + 15, &end, 10);
+        if (*end || pid <= 0) continue; /* ".new" pages are not published yet */
+        char path[4096];
+        if (snprintf(path, sizeof path, "%s/%s", dir, e->d_name) >= (int)sizeof path) continue;
+        int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+        if (fd < 0) continue;
+        ckpt_page p;
+        ssize_t n = read(fd, &p, sizeof p);
+        close(fd);
+        if (n != (ssize_t)sizeof p || p.device <= 0 || started(pid) != p.started) continue;
+        sum += (unsigned long long)p.device;
+    }
+    closedir(d);
+    return sum;
+}
+
 nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t d, nvmlMemory_v2_t *m) {
     if (!valid(d) || !m) return NVML_ERROR_INVALID_ARGUMENT;
     if (lost(d->index)) return 15; /* NVML_ERROR_GPU_IS_LOST */
     m->total = 16ULL << 30;
     m->reserved = 0;
-    m->used = (unsigned long long)util_of(d->index) * (m->total / 100);
+    const char *cuda = getenv("FAKE_NVML_CUDA_DIR");
+    if (cuda && *cuda && d->index == 0) {
+        unsigned long long held = cuda_device_bytes(cuda);
+        m->used = held < m->total ? held : m->total;
+    } else {
+        m->used = (unsigned long long)util_of(d->index) * (m->total / 100);
+    }
     m->free = m->total - m->used;
     return NVML_SUCCESS;
 }
