@@ -201,17 +201,10 @@ impl Engine<'_, Budget> {
             });
         let Some(c) = warm else { return };
         let g = self.containers[c].gpu;
-        let mem = self.moved_mb(f);
-        if !self.make_room(g, mem, false, policy) {
+        if !self.make_room(g, self.moved_mb(f), false, policy) {
             return;
         }
-        self.gpus[g].used_mb += mem;
-        self.warm_moved(f, false);
-        let end = self.move_link(g, mem);
-        self.restored(end);
-        let ct = &mut self.containers[c];
-        ct.tier = Tier::Hot;
-        ct.ready_ms = end;
+        self.restore_idle(c);
         self.refresh(f, policy);
     }
 }

@@ -77,6 +77,21 @@ impl<M: Model> Engine<'_, M> {
         gpu.pcie_free_ms
     }
 
+    /// Brings idle Warm container `c`'s memory back over its GPU's link (a prefetch, room
+    /// already made); returns when it is Hot again.
+    pub(super) fn restore_idle(&mut self, c: usize) -> f64 {
+        let (f, g) = (self.containers[c].func, self.containers[c].gpu);
+        let mb = self.moved_mb(f);
+        self.gpus[g].used_mb += mb;
+        self.warm_moved(f, false);
+        let end = self.move_link(g, mb);
+        self.restored(end);
+        let ct = &mut self.containers[c];
+        ct.tier = Tier::Hot;
+        ct.ready_ms = end;
+        end
+    }
+
     pub(super) fn evict(&mut self, c: usize, policy: &mut dyn Policy) {
         let (g, f) = {
             let ct = &mut self.containers[c];

@@ -312,13 +312,7 @@ impl Engine<'_, NodePool> {
                 (Some(bytes(mb)), self.move_ms(g, mb) / 1e3)
             }
             (Action::Prefetch, Tier::Warm) => {
-                self.gpus[g].used_mb += mb;
-                self.warm_moved(f, false);
-                let end = self.move_link(g, mb);
-                self.restored(end);
-                let ct = &mut self.containers[c];
-                ct.tier = Tier::Hot;
-                ct.ready_ms = end;
+                self.restore_idle(c);
                 (Some(bytes(mb)), self.move_ms(g, mb) / 1e3)
             }
             (Action::Reclaim, tier) => {
