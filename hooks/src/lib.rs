@@ -503,7 +503,8 @@ gated!(
 );
 gated!(
     /// `cuLaunchCooperativeKernel`, held while evicted.
-    cuLaunchCooperativeKernel as LaunchCooperativeKernel, per thread cuLaunchCooperativeKernel_ptsz as LaunchCooperativeKernelPtsz: LaunchCooperativeFn,
+    cuLaunchCooperativeKernel as LaunchCooperativeKernel,
+    per thread cuLaunchCooperativeKernel_ptsz as LaunchCooperativeKernelPtsz: LaunchCooperativeFn,
     "cuLaunchCooperativeKernel",
     (f: *mut c_void, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint,
      shared: c_uint, stream: *mut c_void, params: *mut *mut c_void)

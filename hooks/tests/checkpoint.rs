@@ -87,6 +87,18 @@ fn server(dir: &Path) -> Option<(Child, PathBuf)> {
         .unwrap();
     let page = dir.join(format!("fake-cuda-ckpt-{}", c.id()));
     until("the server's page", || page.exists());
+    // The page names its process by its start time (`/proc/<pid>/stat` field 22), so that a
+    // reused pid's page is stale: the double's own reading must be that field.
+    let stat = std::fs::read_to_string(format!("/proc/{}/stat", c.id())).unwrap();
+    let after = &stat[stat.rfind(')').unwrap() + 1..];
+    let started: i64 = after.split_whitespace().nth(19).unwrap().parse().unwrap();
+    let bytes = std::fs::read(&page).unwrap();
+    let published = i64::from_ne_bytes(bytes[32..40].try_into().unwrap());
+    assert!(started > 0, "{stat}");
+    assert_eq!(
+        published, started,
+        "the page's start time (offset 32, ckpt_page.h)"
+    );
     until("the server's first launches", || launches(dir) >= 3);
     Some((c, ckpt_ctl))
 }

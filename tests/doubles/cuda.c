@@ -751,7 +751,7 @@ static long long start_time(int pid) {
     char *p = strrchr(buf, ')');
     if (!p) return -1;
     /* After ")": field 3 (state) onward; field 22 is the 20th of them. */
-    for (int field = 3; field < 22 && p; field++) p = strchr(p + 1, ' ');
+    for (int field = 3; field <= 22 && p; field++) p = strchr(p + 1, ' ');
     return p ? atoll(p + 1) : -1;
 }
 

@@ -46,6 +46,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/time.h>
 #include <unistd.h>
 
@@ -178,12 +179,14 @@ static long long started(long pid) {
     if (n <= 0) return -1;
     buf[n] = 0;
     char *p = strrchr(buf, ')');
-    for (int field = 3; field < 22 && p; field++) p = strchr(p + 1, ' ');
+    for (int field = 3; field <= 22 && p; field++) p = strchr(p + 1, ' ');
     return p ? atoll(p + 1) : -1;
 }
 
 /* What the libcuda double's live processes hold on the device, from the pages in `dir`: a page
- * counts while its process is alive and started when the page says (a stale one does not). */
+ * counts while its process is alive and started when the page says (a stale one does not). A
+ * page is named by the pid its process sees, so this holds for processes in NVML's caller's
+ * pid namespace (the checkpoint test's); a zombie still counts. */
 static unsigned long long cuda_device_bytes(const char *dir) {
     unsigned long long sum = 0;
     DIR *d = opendir(dir);
@@ -196,8 +199,14 @@ static unsigned long long cuda_device_bytes(const char *dir) {
         if (*end || pid <= 0) continue; /* ".new" pages are not published yet */
         char path[4096];
         if (snprintf(path, sizeof path, "%s/%s", dir, e->d_name) >= (int)sizeof path) continue;
-        int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+        /* Only a regular file of a page's size (a FIFO of that name must not block NVML). */
+        int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
         if (fd < 0) continue;
+        struct stat st;
+        if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size != (off_t)sizeof(ckpt_page)) {
+            close(fd);
+            continue;
+        }
         ckpt_page p;
         ssize_t n = read(fd, &p, sizeof p);
         close(fd);

@@ -46,9 +46,14 @@ pub struct WorkAhead {
     pub known_s: f64,
     /// Invocations running or queued whose flow has none yet.
     pub unknown: usize,
-    /// Seconds of starts the waiting work pays before it runs: each flow with invocations
-    /// queued whose memory is not resident here restores it (or starts cold) at least once,
-    /// and those moves share the GPU's host link.
+    /// Seconds of restores the waiting work pays before it runs, and which share the GPU's
+    /// host link: each queued invocation of a flow the pool has told is not resident (no idle
+    /// Hot container of its function on the node) counts its flow's switch cost (the restore
+    /// of its readiest Warm container; 0 where it has none). Per invocation, not per flow: an
+    /// over-count where calls of one flow follow each other on a container restored once, the
+    /// usual case where memory is plentiful and the flow is then resident anyway; under memory
+    /// pressure each call finds its container evicted again. The pool's residency is the
+    /// node's, not this GPU's, and a cold start is not counted.
     pub startup_s: f64,
     /// The asking function's own service estimate on this GPU.
     pub own_s: Option<f64>,
@@ -92,6 +97,8 @@ impl<T> MqfqQueue<T> {
                 Some(s) => w.known_s += s * n as f64,
                 None => w.unknown = w.unknown.saturating_add(n),
             }
+            // The asking function's own queued calls count too: they are ahead of its next one
+            // in its flow, each with its restore; that call's own start is weighed apart.
             if !f.resident {
                 #[expect(clippy::cast_precision_loss, reason = "invocation counts")]
                 let queued = f.pending.len() as f64;

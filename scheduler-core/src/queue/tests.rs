@@ -407,6 +407,8 @@ fn work_ahead_counts_the_starts_of_queued_work_whose_memory_is_elsewhere() {
     // Each queued invocation of the flow whose memory is on the host restores it first.
     let w = q.work_ahead("here");
     assert!((w.startup_s - 1.0).abs() < 1e-9, "{w:?}");
+    // Its own queued calls are ahead of the asking function's next call too.
+    assert!((q.work_ahead("away").startup_s - 1.0).abs() < 1e-9);
     // One of them runs: only the one still queued has its start ahead.
     q.dispatch(secs(0.0)).unwrap();
     q.dispatch(secs(0.0)).unwrap();

@@ -65,6 +65,13 @@ impl MemoryAdmission {
         if knobs.memory_admission == Some(false) {
             return Ok(None);
         }
+        if !(headroom.is_finite() && (0.0..1.0).contains(&headroom)) {
+            return Err(ConfigError::new(
+                "pool.headroom",
+                headroom,
+                "must be in [0, 1)",
+            ));
+        }
         let mb = knobs.default_footprint_mb.unwrap_or(DEFAULT_FOOTPRINT_MB);
         MemoryAdmission::new(headroom, mb).map(Some).map_err(|_| {
             ConfigError::new("queue.default_footprint_mb", mb, "must be 1 to 1048576 MiB")
