@@ -279,7 +279,7 @@ impl Placement {
                     .or_else(|| Some(unit / speed(*i)?))?;
                 #[expect(clippy::cast_precision_loss, reason = "invocation counts")]
                 let guessed = (w.unknown as f64 + f64::from(self.pending(*i, now))) * own;
-                Some((*i, (w.known_s + w.startup_s + guessed, own)))
+                Some((*i, (w.known_s + guessed, own)))
             })
             .collect()
     }

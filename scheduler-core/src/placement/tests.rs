@@ -466,7 +466,6 @@ fn the_node_counts_work_ahead_in_each_gpus_measured_seconds() {
             WorkAhead {
                 known_s: 0.0,
                 unknown: 0,
-                startup_s: 0.0,
                 own_s: Some(1.0),
             },
         ),
@@ -475,7 +474,6 @@ fn the_node_counts_work_ahead_in_each_gpus_measured_seconds() {
             WorkAhead {
                 known_s: 30.0,
                 unknown: 1,
-                startup_s: 0.0,
                 own_s: None,
             },
         ),
@@ -491,7 +489,6 @@ fn the_node_counts_work_ahead_in_each_gpus_measured_seconds() {
             WorkAhead {
                 known_s: 0.0,
                 unknown: 0,
-                startup_s: 0.0,
                 own_s: Some(1.0),
             },
         ),
@@ -501,22 +498,6 @@ fn the_node_counts_work_ahead_in_each_gpus_measured_seconds() {
         .choose(&gpus, &ahead, &[0, 1], "bert", &none, 600, T0)
         .unwrap();
     assert_eq!(c.gpu, 1, "{c:?}");
-    // Queued work that must first restore its memory there (20 s of moves over the H100's
-    // link) is work ahead too, however short its service.
-    let restoring = [
-        ahead[0],
-        (
-            1,
-            WorkAhead {
-                startup_s: 20.0,
-                ..WorkAhead::default()
-            },
-        ),
-    ];
-    let c = p
-        .choose(&gpus, &restoring, &[0, 1], "bert", &none, 600, T0)
-        .unwrap();
-    assert_eq!(c.gpu, 0, "20 s of restores ahead on the H100: {c:?}");
     // A placement just made there counts as one more run of bert until its Start arrives:
     // enough of them and the A30 is sooner.
     for _ in 0..8 {

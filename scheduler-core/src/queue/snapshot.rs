@@ -46,15 +46,6 @@ pub struct WorkAhead {
     pub known_s: f64,
     /// Invocations running or queued whose flow has none yet.
     pub unknown: usize,
-    /// Seconds of restores the waiting work pays before it runs, and which share the GPU's
-    /// host link: each queued invocation of a flow the pool has told is not resident (no idle
-    /// Hot container of its function on the node) counts its flow's switch cost (the restore
-    /// of its readiest Warm container; 0 where it has none). Per invocation, not per flow: an
-    /// over-count where calls of one flow follow each other on a container restored once, the
-    /// usual case where memory is plentiful and the flow is then resident anyway; under memory
-    /// pressure each call finds its container evicted again. The pool's residency is the
-    /// node's, not this GPU's, and a cold start is not counted.
-    pub startup_s: f64,
     /// The asking function's own service estimate on this GPU.
     pub own_s: Option<f64>,
 }
@@ -85,8 +76,7 @@ impl<T> MqfqQueue<T> {
 
     /// The work this queue's GPU holds or waits for, for placement: the measured service of its
     /// running and queued invocations (flows with a service estimate), how many invocations
-    /// have none, the starts the queued ones pay first, and `key`'s own measured service here,
-    /// if any. Seconds measured on this GPU.
+    /// have none, and `key`'s own measured service here, if any. Seconds measured on this GPU.
     #[must_use]
     pub fn work_ahead(&self, key: &str) -> WorkAhead {
         let mut w = WorkAhead::default();
@@ -96,13 +86,6 @@ impl<T> MqfqQueue<T> {
                 #[expect(clippy::cast_precision_loss, reason = "invocation counts")]
                 Some(s) => w.known_s += s * n as f64,
                 None => w.unknown = w.unknown.saturating_add(n),
-            }
-            // The asking function's own queued calls count too: they are ahead of its next one
-            // in its flow, each with its restore; that call's own start is weighed apart.
-            if !f.resident {
-                #[expect(clippy::cast_precision_loss, reason = "invocation counts")]
-                let queued = f.pending.len() as f64;
-                w.startup_s += f.switch_cost * queued;
             }
             if f.key == key {
                 w.own_s = f.service.get();

@@ -393,28 +393,3 @@ fn equal_start_tags_go_to_the_flow_served_least_recently() {
         assert_eq!(next, "c1", "{selection:?}");
     }
 }
-
-#[test]
-fn work_ahead_counts_the_starts_of_queued_work_whose_memory_is_elsewhere() {
-    let mut q = MqfqQueue::new(fixed(10.0, 1.0, Selection::StickyResident)).unwrap();
-    let away = q.flow("away");
-    let here = q.flow("here");
-    q.set_residency(away, false, 0.5).unwrap();
-    q.set_residency(here, true, 0.0).unwrap();
-    for (f, item) in [(away, "a0"), (away, "a1"), (here, "h0")] {
-        q.enqueue(f, item, secs(0.0)).unwrap();
-    }
-    // Each queued invocation of the flow whose memory is on the host restores it first.
-    let w = q.work_ahead("here");
-    assert!((w.startup_s - 1.0).abs() < 1e-9, "{w:?}");
-    // Its own queued calls are ahead of the asking function's next call too.
-    assert!((q.work_ahead("away").startup_s - 1.0).abs() < 1e-9);
-    // One of them runs: only the one still queued has its start ahead.
-    q.dispatch(secs(0.0)).unwrap();
-    q.dispatch(secs(0.0)).unwrap();
-    let w = q.work_ahead("here");
-    assert!((w.startup_s - 0.5).abs() < 1e-9, "{w:?}");
-    // Resident: nothing to restore.
-    q.set_residency(away, true, 0.0).unwrap();
-    assert_eq!(q.work_ahead("here").startup_s, 0.0);
-}
