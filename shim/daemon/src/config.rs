@@ -439,7 +439,7 @@ impl DaemonConfig {
     /// `[queue] memory_admission = false`.
     ///
     /// # Errors
-    /// A bad `default_footprint_mb`.
+    /// A bad `default_footprint_mb` or `[pool] headroom`.
     pub fn memory_admission(
         &self,
     ) -> Result<Option<scheduler_core::node::admission::MemoryAdmission>, ConfigError> {

@@ -65,17 +65,15 @@ impl MemoryAdmission {
         if knobs.memory_admission == Some(false) {
             return Ok(None);
         }
-        if !(headroom.is_finite() && (0.0..1.0).contains(&headroom)) {
-            return Err(ConfigError::new(
-                "pool.headroom",
-                headroom,
-                "must be in [0, 1)",
-            ));
-        }
         let mb = knobs.default_footprint_mb.unwrap_or(DEFAULT_FOOTPRINT_MB);
-        MemoryAdmission::new(headroom, mb).map(Some).map_err(|_| {
-            ConfigError::new("queue.default_footprint_mb", mb, "must be 1 to 1048576 MiB")
-        })
+        MemoryAdmission::new(headroom, mb)
+            .map(Some)
+            .map_err(|e| match e {
+                CoreError::Invalid {
+                    field: "headroom", ..
+                } => ConfigError::new("pool.headroom", headroom, "must be in [0, 1)"),
+                _ => ConfigError::new("queue.default_footprint_mb", mb, "must be 1 to 1048576 MiB"),
+            })
     }
 
     /// The knobs from the pool's headroom and a default footprint in MiB.

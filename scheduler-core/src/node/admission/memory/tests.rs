@@ -425,3 +425,26 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn the_knobs_read_as_mqfqd_and_the_simulator_read_them_naming_the_bad_one() {
+    use crate::config::QueueKnobs;
+    let on = MemoryAdmission::from_knobs(&QueueKnobs::default(), 0.1).unwrap();
+    assert_eq!(
+        on,
+        Some(MemoryAdmission::new(0.1, DEFAULT_FOOTPRINT_MB).unwrap())
+    );
+    let off = QueueKnobs {
+        memory_admission: Some(false),
+        ..QueueKnobs::default()
+    };
+    assert_eq!(MemoryAdmission::from_knobs(&off, 0.1).unwrap(), None);
+    let zero = QueueKnobs {
+        default_footprint_mb: Some(0),
+        ..QueueKnobs::default()
+    };
+    let e = MemoryAdmission::from_knobs(&zero, 0.1).unwrap_err();
+    assert_eq!(e.knob, "queue.default_footprint_mb");
+    let e = MemoryAdmission::from_knobs(&QueueKnobs::default(), 1.5).unwrap_err();
+    assert_eq!(e.knob, "pool.headroom");
+}
