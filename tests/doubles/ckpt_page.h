@@ -6,6 +6,12 @@
 #ifndef FAKE_CKPT_PAGE_H
 #define FAKE_CKPT_PAGE_H
 
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
 typedef struct {
     int state;
     int in_calls;
@@ -17,5 +23,22 @@ typedef struct {
      * by another process is stale. */
     long long started;
 } ckpt_page;
+
+/* Field 22 of /proc/<pid>/stat (the start time, in clock ticks since boot), or -1 when the
+ * process is gone: what a page's `started` holds, and what a reader checks it against. */
+static inline long long ckpt_start_time(long pid) {
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/%ld/stat", pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return -1;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0) return -1;
+    buf[n] = 0;
+    /* After the name's last ")": each step lands on the space before field 3, 4, … 22. */
+    char *p = strrchr(buf, ')');
+    for (int field = 3; field <= 22 && p; field++) p = strchr(p + 1, ' ');
+    return p ? atoll(p + 1) : -1;
+}
 
 #endif

@@ -744,16 +744,6 @@ static int read_proc(int pid, const char *what, char *buf, size_t cap) {
     return 1;
 }
 
-/* Field 22 of /proc/<pid>/stat (start time in clock ticks), or -1. */
-static long long start_time(int pid) {
-    char buf[1024];
-    if (!read_proc(pid, "stat", buf, sizeof buf)) return -1;
-    char *p = strrchr(buf, ')');
-    if (!p) return -1;
-    /* After ")": field 3 (state) onward; field 22 is the 20th of them. */
-    for (int field = 3; field <= 22 && p; field++) p = strchr(p + 1, ' ');
-    return p ? atoll(p + 1) : -1;
-}
 
 static ckpt_page *ckpt_map(int fd) {
     void *m = mmap(NULL, sizeof(ckpt_page), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
@@ -793,7 +783,7 @@ static void ckpt_publish_once(void) {
         my_page_path[0] = 0;
         return;
     }
-    p->started = start_time(pid);
+    p->started = ckpt_start_time(pid);
     if (rename(tmp, my_page_path) != 0) {
         munmap(p, sizeof *p);
         unlink(tmp);
@@ -913,7 +903,7 @@ static ckpt_page *ckpt_of(int pid) {
         return NULL;
     }
     ckpt_page *p = ckpt_map(fd);
-    if (p && (kill(pid, 0) != 0 && errno == ESRCH ? 1 : p->started != start_time(pid))) {
+    if (p && (kill(pid, 0) != 0 && errno == ESRCH ? 1 : p->started != ckpt_start_time(pid))) {
         munmap(p, sizeof *p);
         unlinkat(dfd, name, 0);
         p = NULL;

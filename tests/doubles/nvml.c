@@ -168,20 +168,6 @@ static int lost(int index) {
     return found;
 }
 
-/* Field 22 of /proc/<pid>/stat (start time in clock ticks), or -1 (no such process). */
-static long long started(long pid) {
-    char path[64], buf[1024];
-    snprintf(path, sizeof path, "/proc/%ld/stat", pid);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return -1;
-    ssize_t n = read(fd, buf, sizeof buf - 1);
-    close(fd);
-    if (n <= 0) return -1;
-    buf[n] = 0;
-    char *p = strrchr(buf, ')');
-    for (int field = 3; field <= 22 && p; field++) p = strchr(p + 1, ' ');
-    return p ? atoll(p + 1) : -1;
-}
 
 /* What the libcuda double's live processes hold on the device, from the pages in `dir`: a page
  * counts while its process is alive and started when the page says (a stale one does not). A
@@ -210,7 +196,7 @@ static unsigned long long cuda_device_bytes(const char *dir) {
         ckpt_page p;
         ssize_t n = read(fd, &p, sizeof p);
         close(fd);
-        if (n != (ssize_t)sizeof p || p.device <= 0 || started(pid) != p.started) continue;
+        if (n != (ssize_t)sizeof p || p.device <= 0 || ckpt_start_time(pid) != p.started) continue;
         sum += (unsigned long long)p.device;
     }
     closedir(d);
