@@ -19,6 +19,11 @@
  *                    memory in use is then what the double's live processes hold on the device,
  *                    read from their pages at every call (a checkpoint releases it, a restore
  *                    takes it again), not the utilization file's share
+ *   FAKE_NVML_HELD   file of lines "<gpu> <pid> <MiB>", read at every
+ *                    nvmlDeviceGetComputeRunningProcesses_v3: the GPU's compute processes and
+ *                    the memory each holds (at most 64 a GPU); unset or none: no processes
+ *   FAKE_NVML_HELD_CALLS  file that each nvmlDeviceGetComputeRunningProcesses_v3 given a buffer
+ *                    (or finding no process) appends "<index>" to
  *   FAKE_NVML_XID    file of lines "<gpu> <xid>": each is one critical-Xid event, delivered once
  *                    (in order) by nvmlEventSetWait_v2 to a set that registered that GPU;
  *                    none pending: NVML_ERROR_TIMEOUT. nvmlDeviceGetSupportedEventTypes says
@@ -284,6 +289,56 @@ nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t d, nvmlProcessUtilizat
     }
     *count = process_lines(d->index, buf, *count);
     const char *calls = getenv("FAKE_NVML_PROC_CALLS");
+    if (calls) {
+        FILE *f = fopen(calls, "a");
+        if (f) {
+            fprintf(f, "%d\n", d->index);
+            fclose(f);
+        }
+    }
+    return NVML_SUCCESS;
+}
+
+typedef struct {
+    unsigned int pid;
+    unsigned long long usedGpuMemory;
+    unsigned int gpuInstanceId, computeInstanceId;
+} nvmlProcessInfo_t;
+
+/* The FAKE_NVML_HELD lines of GPU `index`, into `out` (at most `max`); how many. */
+static unsigned int held_lines(int index, nvmlProcessInfo_t *out, unsigned int max) {
+    const char *path = getenv("FAKE_NVML_HELD");
+    unsigned int n = 0, pid;
+    unsigned long long mib;
+    int gpu;
+    if (!path) return 0;
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    while (n < max && fscanf(f, "%d %u %llu", &gpu, &pid, &mib) == 3) {
+        if (gpu != index) continue;
+        if (out) {
+            out[n].pid = pid;
+            out[n].usedGpuMemory = mib << 20;
+            out[n].gpuInstanceId = out[n].computeInstanceId = 0xFFFFFFFFu;
+        }
+        n++;
+    }
+    fclose(f);
+    return n;
+}
+
+/* As NVML: with too small a buffer (or none), the count needed and INSUFFICIENT_SIZE; with no
+ * processes, success and 0. */
+nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t d, unsigned int *count,
+                                                     nvmlProcessInfo_t *infos) {
+    if (!valid(d) || !count) return NVML_ERROR_INVALID_ARGUMENT;
+    unsigned int n = held_lines(d->index, NULL, 64);
+    if (n > 0 && (!infos || *count < n)) {
+        *count = n;
+        return 7; /* NVML_ERROR_INSUFFICIENT_SIZE */
+    }
+    *count = n == 0 ? 0 : held_lines(d->index, infos, n);
+    const char *calls = getenv("FAKE_NVML_HELD_CALLS");
     if (calls) {
         FILE *f = fopen(calls, "a");
         if (f) {

@@ -63,6 +63,9 @@ pub enum Input {
         bytes: u64,
         /// Its native allocations, when its shim reported them.
         native: Option<Native>,
+        /// What its processes held on the GPU as the driver measured them, context included
+        /// (`mqfqd` with NVML, for releases that name their processes).
+        resident: Option<u64>,
     },
     /// A shim's result for one pool action (or its own restore at Resume).
     Report(Outcome),
@@ -184,10 +187,14 @@ impl Node {
                 paused,
                 bytes,
                 native,
+                resident,
             } => {
                 self.pool.released(key, *paused, *bytes, now);
                 if let Some(n) = native {
                     self.pool.report_native(key, *n);
+                }
+                if let (true, Some(b)) = (*paused, resident) {
+                    self.pool.measured_resident(key, *b);
                 }
                 Vec::new()
             }

@@ -145,6 +145,10 @@ struct Entry {
     backoff_until: Time,
     /// What it keeps native, as its shim last reported (shown, not decided on).
     native: Native,
+    /// What its processes held on the GPU at its last release as the driver measured them
+    /// (NVML's per-process used memory: allocations, native ones and the CUDA context); 0 where
+    /// not measured.
+    resident: u64,
 }
 
 /// One pooled container, for status.
@@ -170,6 +174,9 @@ pub struct EntryView {
     pub uses: u64,
     /// What it keeps native, and why (last report).
     pub native: Native,
+    /// What its processes held on the GPU at its last release, measured by the driver
+    /// (context included; 0: not measured).
+    pub resident: u64,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -322,6 +329,7 @@ impl Pool {
             evicted_for: Why::Ttl,
             backoff_until: Time::ZERO,
             native: Native::default(),
+            resident: 0,
         });
         let was = e.tier;
         self.changed = true;
@@ -392,6 +400,7 @@ impl Pool {
                 evicted_for: Why::Ttl,
                 backoff_until: Time::ZERO,
                 native: Native::default(),
+                resident: 0,
             },
         );
     }
@@ -411,6 +420,22 @@ impl Pool {
             if bytes > 0 {
                 e.bytes = bytes;
             }
+        }
+    }
+
+    /// What a pooled container's processes held on its GPU when its lease ended, as the driver
+    /// measured them (NVML's per-process used memory over the host PIDs its release named): its
+    /// whole footprint, the CUDA context included, which its own reports leave out. Held to
+    /// the GPU's capacity; 0 changes nothing.
+    pub fn measured_resident(&mut self, key: &ContainerKey, bytes: u64) {
+        let Some(gpu) = self.entries.get(key).map(|e| e.gpu) else {
+            return;
+        };
+        let cap = self.memory.get(&gpu).map_or(u64::MAX, |&(_, total)| total);
+        if let Some(e) = self.entries.get_mut(key)
+            && bytes > 0
+        {
+            e.resident = bytes.min(cap);
         }
     }
 

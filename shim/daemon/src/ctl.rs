@@ -222,13 +222,14 @@ fn render_pool(o: &mut String, pool: &[api::PoolEntry]) {
     }
     let _ = writeln!(
         o,
-        "\n{:<36} {:<24} {:>3} {:<5} {:<10} {:>9} {:<5} {:>8} {:>5} {:<8} {:>10}  NATIVE WHY",
+        "\n{:<36} {:<24} {:>3} {:<5} {:<10} {:>9} {:>10} {:<5} {:>8} {:>5} {:<8} {:>10}  NATIVE WHY",
         "CONTAINER",
         "FUNCTION",
         "GPU",
         "TIER",
         "WARM BY",
         "MiB",
+        "ON GPU MiB",
         "BUSY",
         "IDLE s",
         "USES",
@@ -245,8 +246,9 @@ fn render_pool(o: &mut String, pool: &[api::PoolEntry]) {
             clippy::cast_precision_loss,
             reason = "bytes and nanoseconds, shown in MiB and seconds"
         )]
-        let (mib, idle, native_mib) = (
+        let (mib, resident, idle, native_mib) = (
             e.bytes as f64 / 1048576.0,
+            e.resident as f64 / 1048576.0,
             e.idle_ns as f64 / 1e9,
             native.total() as f64 / 1048576.0,
         );
@@ -257,13 +259,18 @@ fn render_pool(o: &mut String, pool: &[api::PoolEntry]) {
         };
         let _ = writeln!(
             o,
-            "{:<36} {:<24} {:>3} {:<5} {:<10} {:>9.1} {:<5} {:>8.1} {:>5} {:<8} {:>10.1}  {}{refused}",
+            "{:<36} {:<24} {:>3} {:<5} {:<10} {:>9.1} {:>10} {:<5} {:>8.1} {:>5} {:<8} {:>10.1}  {}{refused}",
             format!("{}/{}", e.namespace, e.container_id),
             e.function,
             e.gpu,
             e.tier,
             if e.warm.is_empty() { "-" } else { &e.warm },
             mib,
+            if e.resident == 0 {
+                "-".to_owned()
+            } else {
+                format!("{resident:.1}")
+            },
             if e.busy { "yes" } else { "no" },
             idle,
             e.uses,
@@ -322,7 +329,7 @@ pub fn to_json(s: &api::StatusResponse) -> serde_json::Value {
             "namespace": e.namespace, "container_id": e.container_id, "function": e.function,
             "gpu": e.gpu, "tier": e.tier, "bytes": e.bytes, "busy": e.busy,
             "idle_ns": e.idle_ns, "pending": e.pending, "uses": e.uses,
-            "native": native_json(e.native.as_ref()), "warm": e.warm,
+            "native": native_json(e.native.as_ref()), "warm": e.warm, "resident": e.resident,
         })).collect::<Vec<_>>(),
     })
 }

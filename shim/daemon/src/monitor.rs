@@ -65,6 +65,10 @@ pub struct Sample {
     /// Per-process SM and memory-bandwidth samples NVML took since the last that were read
     /// (read at most every [`PROCESS_PERIOD`]; empty in between).
     pub processes: Vec<ProcessUse>,
+    /// GPU memory each of its compute processes holds, allocations and CUDA context (host PID,
+    /// bytes), as NVML lists them; empty where it does not say (simulated GPUs, a driver that
+    /// hides the figures).
+    pub held: Vec<(u32, u64)>,
 }
 
 impl Sample {
@@ -467,6 +471,7 @@ impl GpuMonitor for NvmlGpus {
                     .collect(),
                 failed: false,
                 processes: process_samples(&d, slot, &mut procs),
+                held: held_by_process(&d),
             })
         });
         self.gpm = gpm;
@@ -532,6 +537,19 @@ fn process_samples(
         .unwrap_or(*seen)
         .max(*seen);
     per_process(got.iter().map(|s| (s.pid, s.sm_util, s.mem_util)))
+}
+
+/// What each compute process on GPU `d` holds in its memory, where NVML knows it.
+fn held_by_process(d: &nvml_wrapper::Device<'static>) -> Vec<(u32, u64)> {
+    use nvml_wrapper::enums::device::UsedGpuMemory;
+    d.running_compute_processes()
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|p| match p.used_gpu_memory {
+            UsedGpuMemory::Used(b) => Some((p.pid, b)),
+            UsedGpuMemory::Unavailable => None,
+        })
+        .collect()
 }
 
 /// One entry per process from one read of the driver's samples (pid, SM %, memory %): a

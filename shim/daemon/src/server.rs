@@ -62,6 +62,9 @@ struct Inner {
     placement: Option<scheduler_core::placement::Placement>,
     /// The Warm-tier backend of containers whose pod did not choose one, and those a pod may.
     warm: (Warm, Vec<Warm>),
+    /// GPU memory each process held at the last sample, as NVML measured it: (GPU, host PID) →
+    /// bytes (empty on simulated GPUs).
+    held: HashMap<(u32, u32), u64>,
 }
 
 /// A pooled container: the shim that holds it, and how its memory goes Warm.
@@ -69,6 +72,19 @@ struct Inner {
 struct Pooled {
     shim: u32,
     warm: Warm,
+}
+
+/// What the processes a release names (host PIDs, from the kernel's credentials on the burst
+/// socket) held on GPU `gpu` at the last sample, as NVML measured them; `None` where it measured
+/// none of them. The first 64 are looked at, as placement does.
+fn resident_of(held: &HashMap<(u32, u32), u64>, gpu: u32, pids: &[u32]) -> Option<u64> {
+    let mut pids: Vec<u32> = pids.iter().take(64).copied().collect();
+    pids.sort_unstable();
+    pids.dedup();
+    pids.iter()
+        .filter_map(|p| held.get(&(gpu, *p)))
+        .copied()
+        .reduce(u64::saturating_add)
 }
 
 /// A request's `warm`, or INVALID_ARGUMENT naming `field`.
@@ -255,6 +271,7 @@ impl Daemon {
                 watched: HashSet::new(),
                 placement: None,
                 warm: (Warm::default(), Vec::new()),
+                held: HashMap::new(),
             }),
             started: Instant::now(),
             boot_id,
@@ -528,6 +545,9 @@ impl api::Admission for Service {
             };
             Daemon::placement_learn(&mut inner, &run, now);
         }
+        let resident = lease
+            .as_ref()
+            .and_then(|l| resident_of(&inner.held, l.2, &req.pids));
         let key = lease.map(|l| l.0);
         if let Some(key) = key
             && inner.pooled.contains_key(&key)
@@ -543,6 +563,7 @@ impl api::Admission for Service {
                 paused,
                 bytes: req.managed_bytes,
                 native: req.native.as_ref().map(mqfq_proto::memory::from_proto),
+                resident,
             };
             if let Ok(more) = inner.node.step(&released, now) {
                 out.merge(more);

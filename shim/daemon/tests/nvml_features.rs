@@ -28,6 +28,11 @@ fn calls(path: &Path) -> usize {
 
 /// Admits a burst of `function` (container `id`).
 async fn admit(c: &api::AdmissionClient, function: &str, id: &str) -> u64 {
+    admit_as(c, function, id, false).await
+}
+
+/// Admits a burst of `function` (container `id`, its memory pooled or not).
+async fn admit_as(c: &api::AdmissionClient, function: &str, id: &str, pooled: bool) -> u64 {
     c.admit(
         ttrpc::context::with_timeout(5_000_000_000),
         &api::AdmitRequest {
@@ -36,6 +41,7 @@ async fn admit(c: &api::AdmissionClient, function: &str, id: &str) -> u64 {
             function: function.into(),
             kind: api::Kind::BURST.into(),
             shim_pid: std::process::id(),
+            pooled,
             ..Default::default()
         },
     )
@@ -262,5 +268,105 @@ fn xids_are_counted_with_placement_off() {
         assert!(Instant::now() < deadline, "no Xid 79 counted:\n{m}");
         std::thread::sleep(Duration::from_millis(20));
     }
+    common::stop(child);
+}
+
+/// What a pooled container's processes hold on the GPU as NVML measures it (their CUDA contexts
+/// too, which their own reports leave out) is its function's footprint: a burst released with
+/// its processes' PIDs is charged what NVML lists for those PIDs on its GPU, not what its shim
+/// reported, and another process's memory on the same GPU is not its.
+#[test]
+fn nvml_per_process_memory_is_a_pooled_function_s_footprint() {
+    let dir = tempfile::tempdir_in("/tmp").unwrap();
+    let Some(lib) = common::nvml_double(dir.path()) else {
+        return;
+    };
+    // The burst's processes 4242 and 4343 hold 6 + 2 GiB; 999 is another container's.
+    let held = dir.path().join("held");
+    std::fs::write(&held, "0 4242 6144\n0 4343 2048\n0 999 8192\n").unwrap();
+    let held_calls = dir.path().join("held-calls");
+    // 8 GiB of the double's 16 in use: a report up to that is believed.
+    let util = dir.path().join("util");
+    std::fs::write(&util, "50\n").unwrap();
+    let (cfg, sock) = common::write_config(
+        dir.path(),
+        &format!(
+            "metrics_addr = \"\"\nbackend = \"nvml\"\nnvml_library = \"{}\"\n\
+             mps_pipe_dir = \"/nonexistent-mps\"\nsample_interval_ms = 20\n\
+             [concurrency]\nd_initial = 4\n[nvidia]\nedits = false\n",
+            lib.display()
+        ),
+    );
+    let log = dir.path().join("mqfqd.log");
+    let child = common::serving(
+        &cfg,
+        &sock,
+        &log,
+        &[
+            ("FAKE_NVML_GPUS", "1".as_ref()),
+            ("FAKE_NVML_HELD", held.as_os_str()),
+            ("FAKE_NVML_HELD_CALLS", held_calls.as_os_str()),
+            ("FAKE_NVML_UTIL", util.as_os_str()),
+        ],
+    );
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let gib = 1u64 << 30;
+    rt.block_on(async {
+        let c = mqfq_daemon::ctl::connect(&sock).await.unwrap();
+        let lease_id = admit_as(&c, "f", "a", true).await;
+        // A sample read after the grant: the release below finds its processes in it.
+        let before = calls(&held_calls);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while calls(&held_calls) < before + 1 {
+            assert!(Instant::now() < deadline, "the daemon never read NVML");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        c.release(
+            ttrpc::context::with_timeout(5_000_000_000),
+            &api::ReleaseRequest {
+                lease_id,
+                service_ns: 50_000_000,
+                reason: "idle".into(),
+                managed_bytes: gib,
+                native: Some(api::NativeMemory::default()).into(),
+                pids: vec![4242, 4343, 4242],
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+        // The next call of f is charged the 8 GiB measured, not the 1 GiB reported.
+        admit_as(&c, "f", "b", true).await;
+    });
+    let s = status(&sock).unwrap();
+    let entry = s["pool"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["container_id"] == "a")
+        .cloned()
+        .unwrap_or_else(|| panic!("a not pooled: {s}"));
+    assert_eq!(
+        (&entry["bytes"], &entry["resident"]),
+        (&gib.into(), &(8 * gib).into()),
+        "{entry}"
+    );
+    assert_eq!(s["gpus"][0]["memory_held"], 8 * gib, "{s}");
+    let o = Command::new(env!("CARGO_BIN_EXE_mqfqctl"))
+        .arg("--socket")
+        .arg(&sock)
+        .arg("status")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(text.contains("ON GPU MiB"), "{text}");
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("t/a ") && l.contains(" 1024.0     8192.0 ")),
+        "{text}"
+    );
     common::stop(child);
 }

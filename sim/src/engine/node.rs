@@ -240,6 +240,7 @@ impl Engine<'_, NodePool> {
             paused: true,
             bytes: bytes(self.moved_mb(self.containers[c].func)),
             native: None,
+            resident: None,
         };
         node(policy).step(released, ms(self.now));
         self.pool_orders(policy);

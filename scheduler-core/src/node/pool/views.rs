@@ -82,14 +82,18 @@ impl Pool {
     }
 
     /// What each function's containers hold on a GPU as far as the pool measured (the largest of
-    /// its containers' bytes), for memory admission; functions with nothing measured are left
+    /// its containers' bytes: what their shims reported, or what the driver measured their
+    /// processes holding, context included, where that is more), for memory admission; functions with nothing measured are left
     /// out. Sorted by function.
     #[must_use]
     pub fn footprints(&self) -> Vec<(String, u64)> {
         let mut out: BTreeMap<&str, u64> = BTreeMap::new();
-        for e in self.entries.values().filter(|e| e.bytes > 0) {
-            let b = out.entry(&e.function).or_default();
-            *b = (*b).max(e.bytes);
+        for e in self.entries.values() {
+            let held = e.bytes.max(e.resident);
+            if held > 0 {
+                let b = out.entry(&e.function).or_default();
+                *b = (*b).max(held);
+            }
         }
         out.into_iter().map(|(f, b)| (f.to_owned(), b)).collect()
     }
@@ -153,6 +157,7 @@ impl Pool {
                 pending: e.pending.map(|(a, _)| a),
                 uses: e.uses,
                 native: e.native,
+                resident: e.resident,
             })
             .collect()
     }

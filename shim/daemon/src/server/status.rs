@@ -118,6 +118,7 @@ impl Daemon {
                     .get(&e.key)
                     .map_or("", |p| p.warm.as_str())
                     .into(),
+                resident: e.resident,
                 ..Default::default()
             })
             .collect();

@@ -29,6 +29,8 @@ struct Held {
     /// What the burst measured: its GPU-busy time, reported instead of the time held, and
     /// its bytes and processes.
     burst: Option<BurstReport>,
+    /// Its processes' host PIDs, told at a Pause (a burst's are in its report).
+    pids: Vec<u32>,
     /// A pooled container's memory was evicted when the lease was granted (what it stays if
     /// the lease goes back `unused`).
     was_evicted: bool,

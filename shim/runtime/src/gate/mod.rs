@@ -67,6 +67,13 @@ pub trait Gate: Send + Sync + std::fmt::Debug {
     /// Ends the container's lease, if it holds one; `held` is what its CUDA processes hold
     /// (pooled containers, read before a pause; managed 0 = unknown).
     async fn release(&self, ns: &str, id: &str, reason: &str, held: Usage);
+    /// Ends the container's lease at a Pause, as [`Gate::release`] with reason `pause`, naming
+    /// the host PIDs of its processes: `mqfqd` reads what NVML measured them holding on the GPU
+    /// (their CUDA contexts too), which their own reports leave out.
+    async fn pause_release(&self, ns: &str, id: &str, held: Usage, pids: Vec<u32>) {
+        let _ = pids;
+        self.release(ns, id, "pause", held).await;
+    }
     /// Ends a burst's lease (reason `idle`: the container lives on) with what the burst
     /// measured: its GPU-busy time, reported rather than the time the lease was held, the
     /// bytes it copied and its processes (for the function's placement features).

@@ -22,6 +22,8 @@ struct Holding {
     held: Notify,
     go: Notify,
     released: Notify,
+    /// Each Release's reason and PIDs, in order.
+    releases: std::sync::Mutex<Vec<(String, Vec<u32>)>>,
 }
 
 #[async_trait::async_trait]
@@ -38,6 +40,10 @@ impl api::Admission for Holding {
         ctx: &TtrpcContext,
         r: api::ReleaseRequest,
     ) -> ttrpc::Result<api::ReleaseResponse> {
+        self.releases
+            .lock()
+            .unwrap()
+            .push((r.reason.clone(), r.pids.clone()));
         let answer = self.mqfqd.release(ctx, r).await;
         self.released.notify_one();
         answer
@@ -110,6 +116,7 @@ async fn a_release_racing_a_registration_leaves_no_lease_behind() {
         held: Notify::new(),
         go: Notify::new(),
         released: Notify::new(),
+        releases: std::sync::Mutex::default(),
     });
     let mut server = ttrpc::r#async::Server::new()
         .bind(&format!("unix://{}", socket.display()))
@@ -191,4 +198,51 @@ async fn a_lease_handed_back_unused_leaves_evicted_memory_evicted() {
     gate.release("ns", "c1", "idle", none).await;
     assert_eq!(gate.idle_evicted("ns", "c1"), Some(false));
     assert!(daemon.status().leases.is_empty());
+}
+
+/// A Pause's release names the container's processes (mqfqd reads what NVML measured them
+/// holding); a later burst's release names its own, not the Pause's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pause_release_names_the_container_s_processes() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("mqfqd.sock");
+    let holding = Arc::new(Holding {
+        mqfqd: Service(mqfqd()),
+        registers: AtomicU32::new(0),
+        held: Notify::new(),
+        go: Notify::new(),
+        released: Notify::new(),
+        releases: std::sync::Mutex::default(),
+    });
+    let mut server = ttrpc::r#async::Server::new()
+        .bind(&format!("unix://{}", socket.display()))
+        .unwrap()
+        .register_service(api::create_admission(holding.clone()));
+    server.start().await.unwrap();
+    let (gate, work) = gate_and_work(socket);
+    let none = crate::memory::Usage::default();
+    gate.admit("ns", "c1", &work, Kind::Start, true)
+        .await
+        .unwrap();
+    gate.pause_release("ns", "c1", none, vec![41, 42]).await;
+    gate.admit("ns", "c1", &work, Kind::Burst, true)
+        .await
+        .unwrap();
+    let report = super::BurstReport {
+        pids: vec![43],
+        ..Default::default()
+    };
+    gate.end_burst("ns", "c1", report, none).await;
+    gate.admit("ns", "c1", &work, Kind::Burst, true)
+        .await
+        .unwrap();
+    gate.release("ns", "c1", "exit", none).await;
+    assert_eq!(
+        *holding.releases.lock().unwrap(),
+        [
+            ("pause".to_owned(), vec![41, 42]),
+            ("idle".to_owned(), vec![43]),
+            ("exit".to_owned(), vec![]),
+        ]
+    );
 }

@@ -31,10 +31,19 @@ impl TaskService {
             _ => Usage::default(),
         };
         self.report_exports(id).await;
+        // Its processes, for what the driver measures them holding (pooled ones only: one
+        // runc call on the pause's path; none when it fails, which only leaves that unknown).
+        let pids = if t.pooled && t.work.is_some() {
+            t.runtime.ps(id).await.unwrap_or_default()
+        } else {
+            Vec::new()
+        };
         t.runtime.pause(id).await?;
         // A frozen container uses no GPU time: its slot goes to the queue.
         if t.work.is_some() {
-            self.gate.release(&self.namespace, id, "pause", held).await;
+            self.gate
+                .pause_release(&self.namespace, id, held, pids)
+                .await;
             if self.pool_failed(id).await {
                 // Not idle in the pool: its memory is never moved again.
                 self.gate.cancel(&self.namespace, id).await;

@@ -107,6 +107,7 @@ impl Gate for Arc<DaemonGate> {
                     pooled,
                     kind,
                     burst: None,
+                    pids: Vec::new(),
                     was_evicted,
                 },
             );
@@ -157,6 +158,15 @@ impl Gate for Arc<DaemonGate> {
         self.release(ns, id, "idle", held).await;
     }
 
+    async fn pause_release(&self, ns: &str, id: &str, held: Usage, pids: Vec<u32>) {
+        if let Some(k) = key(ns, id)
+            && let Some(h) = self.held().get_mut(&k)
+        {
+            h.pids = pids;
+        }
+        self.release(ns, id, "pause", held).await;
+    }
+
     async fn release(&self, ns: &str, id: &str, reason: &str, held: Usage) {
         let _sync = self.sync.lock().await;
         let removed = key(ns, id).and_then(|k| self.held().remove(&k));
@@ -194,7 +204,11 @@ impl Gate for Arc<DaemonGate> {
             managed_bytes: held.managed,
             native: Some(crate::memory::to_proto(&held.native)).into(),
             transfer_bytes: burst.transfer_bytes,
-            pids: burst.pids,
+            pids: if burst.pids.is_empty() {
+                h.pids
+            } else {
+                burst.pids
+            },
             ..Default::default()
         };
         let Some(c) = self.conn.lock().await.client.clone() else {

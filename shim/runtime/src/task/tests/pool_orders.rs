@@ -8,6 +8,8 @@ struct RecordingGate {
     reports: std::sync::Mutex<Vec<crate::api::PoolResult>>,
     /// (container, pooled) of each admission.
     admits: std::sync::Mutex<Vec<(String, bool)>>,
+    /// (container, PIDs) of each Pause's release.
+    pauses: std::sync::Mutex<Vec<(String, Vec<u32>)>>,
 }
 
 #[async_trait::async_trait]
@@ -25,6 +27,9 @@ impl crate::gate::Gate for RecordingGate {
     }
     async fn cancel(&self, _: &str, _: &str) {}
     async fn release(&self, _: &str, _: &str, _: &str, _: crate::memory::Usage) {}
+    async fn pause_release(&self, _: &str, id: &str, _: crate::memory::Usage, pids: Vec<u32>) {
+        self.pauses.lock().unwrap().push((id.to_owned(), pids));
+    }
 }
 
 #[async_trait::async_trait]
@@ -105,6 +110,12 @@ async fn pool_orders_thaw_move_and_freeze_only_idle_containers() {
     assert!(last().gone);
     // Reclaim of a paused container: killed, then thawed so it can die.
     h.svc.pause_task("p1").await.unwrap();
+    // A pooled container's Pause names its processes (the runtime's list) with its release;
+    // before its interposer was there it was not pooled, and named none.
+    assert_eq!(
+        *gate.pauses.lock().unwrap(),
+        [("p1".to_owned(), vec![]), ("p1".to_owned(), vec![1000])]
+    );
     let before = h.fake.calls().len();
     h.svc
         .run_order(&order("test", "p1", PoolAction::RECLAIM))
