@@ -72,7 +72,8 @@ for line in 1.7 2.1; do
     step "containerd $line"
     MQFQ_CONTAINERD_DIR="$dir" MQFQ_CONTAINERD_LINE="$line" MQFQ_REQUIRE_CONTAINERD=1 \
         within 1200 cargo test --locked --workspace --test ctr --test cri --test cri_pods \
-        --test daemon --test nvidia --test pool --test security --test bursts --test install --test docker
+        --test daemon --test nvidia --test pool --test nvml_pool --test security --test bursts --test install \
+        --test docker
 done
 step "the Debian package: packed twice to the same bytes, then installed, used, removed and purged"
 deb=$(within 1800 scripts/build-deb.sh)

@@ -18,6 +18,8 @@ pub struct Mqfqd {
     config: PathBuf,
     log: PathBuf,
     stderr: PathBuf,
+    /// The daemon's environment beyond this process's (the NVML double's settings).
+    env: Vec<(String, std::ffi::OsString)>,
 }
 
 impl Mqfqd {
@@ -45,10 +47,44 @@ impl Mqfqd {
         driver_root: &Path,
         extra: &str,
     ) -> Self {
+        let sim = "backend = \"simulated\"\n";
+        Self::start_full(bin, ctl, (dir, socket, driver_root), sim, Vec::new(), extra)
+    }
+
+    /// As [`start`](Self::start), on NVML through `library` (the NVML double) with `env` (its
+    /// settings) in the daemon's environment.
+    ///
+    /// # Panics
+    /// The daemon does not come up within 20 s.
+    #[must_use]
+    pub fn start_on_nvml(
+        bin: &Path,
+        ctl: &Path,
+        (dir, socket): (&Path, &Path),
+        library: &Path,
+        env: Vec<(String, std::ffi::OsString)>,
+        extra: &str,
+    ) -> Self {
+        let backend = format!(
+            "backend = \"nvml\"\nnvml_library = \"{}\"\nmps_pipe_dir = \"/nonexistent-mps\"\n",
+            library.display()
+        );
+        let driver = dir.join("no-driver");
+        Self::start_full(bin, ctl, (dir, socket, &driver), &backend, env, extra)
+    }
+
+    fn start_full(
+        bin: &Path,
+        ctl: &Path,
+        (dir, socket, driver_root): (&Path, &Path, &Path),
+        backend: &str,
+        env: Vec<(String, std::ffi::OsString)>,
+        extra: &str,
+    ) -> Self {
         let config = dir.join("mqfqd.toml");
         let log = dir.join("dispatch.jsonl");
         let toml = format!(
-            "socket = \"{}\"\nbackend = \"simulated\"\ndispatch_log = \"{}\"\n{}{extra}\n\
+            "socket = \"{}\"\n{backend}dispatch_log = \"{}\"\n{}{extra}\n\
              [nvidia]\nedits_file = \"{}\"\ndriver_root = \"{}\"\ncdi_dirs = []\n",
             socket.display(),
             log.display(),
@@ -69,6 +105,7 @@ impl Mqfqd {
             config,
             log,
             stderr: dir.join("mqfqd.log"),
+            env,
         };
         d.spawn();
         d
@@ -87,6 +124,7 @@ impl Mqfqd {
         let child = Command::new(&self.bin)
             .arg("--config")
             .arg(&self.config)
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stderr(err)
             .spawn()
             .expect("spawn mqfqd");
