@@ -250,6 +250,11 @@ fn the_gpu_check_program_suspends_and_resumes_an_application_over_the_double() {
         assert_eq!(n, 3, "{line}: {out}");
     }
     assert_eq!(out.matches("state_after_checkpoint 2").count(), 3, "{out}");
+    // NVML's view of the application, once (no nvidia-smi here: said so).
+    for when in ["running", "checkpointed", "restored"] {
+        let line = format!("nvml_{when} (pid not listed)");
+        assert_eq!(out.matches(&line).count(), 1, "{out}");
+    }
     assert_eq!(
         out.matches("results_wrong 0 of 1048576").count(),
         3,

@@ -12,7 +12,10 @@
  *                          `restore_GBps`, `unlock_ms`; `state_after_checkpoint` as the driver
  *                          reports it), and has the application run the kernel again and check
  *                          every value (`results_wrong`). Compare with uvmbench's prefetch_GBps
- *                          for the same bytes.
+ *                          for the same bytes. In the first round, NVML's per-process used
+ *                          memory of the application (`nvml_running`, `nvml_checkpointed`,
+ *                          `nvml_restored`, from nvidia-smi where it is found): what mqfqd charges
+ *                          a container's function, its CUDA context included (issue 36).
  *
  * Prints `name value` lines; exits 1 on a wrong result, a failed call or a missing function.
  */
@@ -80,6 +83,17 @@ static int app(void *h, size_t bytes, int cmd, int ans) {
     return 0;
 }
 
+/* NVML's per-process used memory of `pid` as nvidia-smi lists it, as `nvml_<when> pid, MiB`. */
+static void nvml_view(pid_t pid, const char *when) {
+    char cmd[240];
+    /* awk's status, not a pipeline's last stage's, says whether the pid was listed. */
+    snprintf(cmd, sizeof cmd,
+             "nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader 2>/dev/null "
+             "| awk -F', ' '$1 == %d { print \"nvml_%s \" $0; f = 1 } END { exit !f }'",
+             (int)pid, when);
+    if (system(cmd) != 0) printf("nvml_%s (pid not listed)\n", when);
+}
+
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0);
     if (argc < 3) {
@@ -117,6 +131,7 @@ int main(int argc, char **argv) {
     printf("controller_init %d\n", init);
     double gb = bytes / 1e9;
     for (int k = 0; k < rounds; k++) {
+        if (k == 0) nvml_view(pid, "running");
         LockArgs la = {.timeoutMs = 10000};
         double t0 = now_ms();
         CUresult r = ckLock(pid, &la);
@@ -137,6 +152,7 @@ int main(int argc, char **argv) {
         int st = -1;
         ckState(pid, &st);
         printf("state_after_checkpoint %d\n", st);
+        if (k == 0) nvml_view(pid, "checkpointed");
         t0 = now_ms();
         r = ckRestore(pid, NULL);
         t1 = now_ms();
@@ -153,6 +169,7 @@ int main(int argc, char **argv) {
             goto out;
         }
         printf("unlock_ms %.2f\n", t1 - t0);
+        if (k == 0) nvml_view(pid, "restored");
         if (write(cmd[1], "k", 1) != 1 || read(ans[0], &wrong, sizeof wrong) != sizeof wrong) {
             printf("error application gone\n");
             goto out;

@@ -61,10 +61,11 @@ static int ctl(const char *cmd, char *reply, size_t cap) {
 }
 
 static void nvml_view(const char *when) {
-    char cmd[160];
+    char cmd[240];
+    /* awk's status, not a pipeline's last stage's, says whether the pid was listed. */
     snprintf(cmd, sizeof cmd,
-             "nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader "
-             "| grep '^%d,' | sed 's/^/nvml_%s /'",
+             "nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader 2>/dev/null "
+             "| awk -F', ' '$1 == %d { print \"nvml_%s \" $0; f = 1 } END { exit !f }'",
              (int)getpid(), when);
     if (system(cmd) != 0) printf("nvml_%s (this pid not listed)\n", when);
 }
