@@ -26,6 +26,8 @@ fn ctl(ckpt_ctl: &Path, dir: &Path, pid: u32, verbs: &[&str], fail: &str) -> Vec
         .env("FAKE_CUDA_CKPT_FAIL", fail)
         .env("FAKE_CUDA_LOG", dir.join("ctl.log"))
         .env("FAKE_NVML_CUDA_DIR", dir)
+        .env("FAKE_CUDA_GPUS", "2")
+        .env("FAKE_NVML_GPUS", "2")
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
@@ -62,7 +64,7 @@ fn bytes(line: &str) -> (i64, i64) {
     (it.next().unwrap(), it.next().unwrap())
 }
 
-/// GPU 0's memory in use as NVML reports it, from an `nvml` line.
+/// A GPU's memory in use as NVML reports it, from an `nvml` line.
 fn nvml_used(line: &str) -> u64 {
     line.strip_prefix("nvml rc=0 used=")
         .and_then(|v| v.parse().ok())
@@ -219,6 +221,62 @@ fn injected_failures_leave_the_process_as_documented() {
             "unlock rc=401"
         ]
     );
+    c.kill().unwrap();
+    c.wait().unwrap();
+}
+
+/// A restore with GPU pairs brings a process back onto the GPU its pair names (the driver's
+/// `gpuPairs`, by UUID as NVML spells it): NVML sees its memory there and not where it was; a
+/// pair list that does not name its GPU, or names one that is not here, is refused and leaves it
+/// checkpointed.
+#[test]
+fn a_restore_with_a_gpu_pair_brings_a_process_back_onto_the_other_gpu() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    let Some((mut c, ckpt_ctl)) = server(dir) else {
+        return;
+    };
+    let pid = c.id();
+    let out = ctl(&ckpt_ctl, dir, pid, &["gpu", "bytes"], "");
+    assert_eq!(out[0], "gpu 0", "{out:?}");
+    let (device, _) = bytes(&out[1]);
+    let held = u64::try_from(device).unwrap();
+    let out = ctl(
+        &ckpt_ctl,
+        dir,
+        pid,
+        &[
+            "lock:5000",
+            "checkpoint",
+            "restore:1:0",
+            "restore:0:7",
+            "state",
+            "restore:0:1",
+            "gpu",
+            "nvml:0",
+            "nvml:1",
+            "unlock",
+        ],
+        "",
+    );
+    assert_eq!(
+        out[..6],
+        [
+            "lock rc=0",
+            "checkpoint rc=0",
+            "restore rc=1",
+            "restore rc=101",
+            "state rc=0 2",
+            "restore rc=0"
+        ],
+        "{out:?}"
+    );
+    assert_eq!(out[6], "gpu 1");
+    assert_eq!(nvml_used(&out[7]), 0, "nothing left on GPU 0: {out:?}");
+    assert_eq!(nvml_used(&out[8]), held, "all of it on GPU 1: {out:?}");
+    assert_eq!(out[9], "unlock rc=0");
+    let before = launches(dir);
+    until("launches on its new GPU", || launches(dir) > before);
     c.kill().unwrap();
     c.wait().unwrap();
 }

@@ -7,8 +7,11 @@
  *   unlock      cuCheckpointProcessUnlock                     → "unlock rc=<r>"
  *   state       cuCheckpointProcessGetState                   → "state rc=<r> <state>"
  *   bytes       the double's side channel                     → "bytes device=<d> host=<h>"
+ *   gpu         the device its memory is on (side channel)    → "gpu <index>"
+ *   restore:<i>:<j>  cuCheckpointProcessRestore with one GPU pair, fake GPU i's UUID → j's
+ *                                                             → "restore rc=<r>"
  *   nvml        GPU 0's memory in use as libnvidia-ml.so.1 reports it (the NVML double, with
- *               FAKE_NVML_CUDA_DIR: what the libcuda double's processes hold)
+ *               FAKE_NVML_CUDA_DIR: what the libcuda double's processes hold); nvml:<i> GPU i's
  *                                                             → "nvml rc=<r> used=<bytes>"
  *   sleep:<ms>  waits                                         → nothing
  */
@@ -17,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include "ckpt_page.h"
 
 typedef int CUresult;
 typedef struct { unsigned int timeoutMs; unsigned int reserved0; unsigned long long reserved1[7]; }
@@ -28,14 +32,22 @@ CUresult cuCheckpointProcessRestore(int pid, void *args);
 CUresult cuCheckpointProcessUnlock(int pid, void *args);
 CUresult cuCheckpointProcessGetState(int pid, int *state);
 int fake_cuda_ckpt_bytes(int pid, long long *device, long long *host);
+int fake_cuda_ckpt_gpu(int pid);
+typedef struct { unsigned char oldUuid[16], newUuid[16]; } CUcheckpointGpuPair;
+typedef struct {
+    CUcheckpointGpuPair *gpuPairs;
+    unsigned int gpuPairsCount;
+    char reserved[52 - sizeof(CUcheckpointGpuPair *)];
+    unsigned long long reserved1;
+} CUcheckpointRestoreArgs;
 
 typedef struct {
     unsigned int version;
     unsigned long long total, reserved, free, used;
 } nvmlMemory_v2_t;
 
-/* GPU 0's memory in use through libnvidia-ml.so.1, loaded now; rc -1 when it cannot be. */
-static void nvml_used(void) {
+/* GPU `index`'s memory in use through libnvidia-ml.so.1, loaded now; rc -1 when it cannot be. */
+static void nvml_used(unsigned index) {
     void *h = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
     int (*init)(void) = h ? (int (*)(void))dlsym(h, "nvmlInit_v2") : NULL;
     int (*get)(unsigned, void **) =
@@ -50,7 +62,7 @@ static void nvml_used(void) {
     nvmlMemory_v2_t m = {0};
     m.version = (unsigned)sizeof m | 2u << 24;
     int r = init();
-    if (r == 0) r = get(0, &dev);
+    if (r == 0) r = get(index, &dev);
     if (r == 0) r = info(dev, &m);
     printf("nvml rc=%d used=%llu\n", r, m.used);
 }
@@ -69,6 +81,17 @@ int main(int argc, char **argv) {
             printf("lock rc=%d\n", cuCheckpointProcessLock(pid, &a));
         } else if (strcmp(v, "checkpoint") == 0) {
             printf("checkpoint rc=%d\n", cuCheckpointProcessCheckpoint(pid, NULL));
+        } else if (strncmp(v, "restore:", 8) == 0) {
+            CUcheckpointGpuPair pair;
+            CUcheckpointRestoreArgs a = {0};
+            fake_gpu_uuid(atoi(v + 8), pair.oldUuid);
+            const char *to = strchr(v + 8, ':');
+            fake_gpu_uuid(to ? atoi(to + 1) : 0, pair.newUuid);
+            a.gpuPairs = &pair;
+            a.gpuPairsCount = 1;
+            printf("restore rc=%d\n", cuCheckpointProcessRestore(pid, &a));
+        } else if (strcmp(v, "gpu") == 0) {
+            printf("gpu %d\n", fake_cuda_ckpt_gpu(pid));
         } else if (strcmp(v, "restore") == 0) {
             printf("restore rc=%d\n", cuCheckpointProcessRestore(pid, NULL));
         } else if (strcmp(v, "unlock") == 0) {
@@ -81,8 +104,10 @@ int main(int argc, char **argv) {
             long long d = -1, h = -1;
             fake_cuda_ckpt_bytes(pid, &d, &h);
             printf("bytes device=%lld host=%lld\n", d, h);
+        } else if (strncmp(v, "nvml:", 5) == 0) {
+            nvml_used((unsigned)atoi(v + 5));
         } else if (strcmp(v, "nvml") == 0) {
-            nvml_used();
+            nvml_used(0);
         } else if (strncmp(v, "sleep:", 6) == 0) {
             usleep((useconds_t)atoi(v + 6) * 1000);
         } else {

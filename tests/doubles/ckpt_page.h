@@ -22,7 +22,19 @@ typedef struct {
     /* The publisher's start time (/proc/<pid>/stat field 22): a page whose pid was reused
      * by another process is stale. */
     long long started;
+    /* The device its memory is on (the last one it retained a context on; a restore with GPU
+     * pairs moves it). */
+    int gpu;
 } ckpt_page;
+
+/* Fake GPU `index`'s UUID as the driver's 16 bytes: the NVML double's nvmlDeviceGetUUID string
+ * for it ("GPU-fa4e0000-0000-4000-8000-00000000000<index>") read as hex, so that a controller
+ * that pairs NVML's UUIDs names the libcuda double's devices. */
+static inline void fake_gpu_uuid(int index, unsigned char u[16]) {
+    static const unsigned char base[16] = {0xfa, 0x4e, 0, 0, 0, 0, 0x40, 0, 0x80, 0};
+    memcpy(u, base, 16);
+    u[15] = (unsigned char)index;
+}
 
 /* Field 22 of /proc/<pid>/stat (the start time, in clock ticks since boot), or -1 when the
  * process is gone: what a page's `started` holds, and what a reader checks it against. */

@@ -119,6 +119,8 @@ static int count(void) {
     return v < 0 ? 0 : (v > 8 ? 8 : v);
 }
 
+static void ckpt_on_device(int d);
+
 CUresult cuInit(unsigned int flags) {
     (void)flags;
     if (getenv("FAKE_CUDA_FAIL")) return 100;
@@ -154,6 +156,7 @@ CUresult cuDevicePrimaryCtxRetain(CUcontext *ctx, CUdevice d) {
     contexts[d]++;
     destroyed[d] = 0;
     *ctx = &contexts[d];
+    ckpt_on_device(d);
     note("retain %ld", d, 0);
     return 0;
 }
@@ -823,6 +826,10 @@ static void ckpt_busy_until(long long us) {
     if (my_page) __atomic_store_n(&my_page->busy_until_us, us, __ATOMIC_SEQ_CST);
 }
 
+static void ckpt_on_device(int d) {
+    if (my_page) __atomic_store_n(&my_page->gpu, d, __ATOMIC_SEQ_CST);
+}
+
 static void ckpt_bytes(long long delta) {
     if (my_page) __atomic_add_fetch(&my_page->device, delta, __ATOMIC_SEQ_CST);
 }
@@ -989,19 +996,50 @@ CUresult cuCheckpointProcessCheckpoint(int pid, void *args) {
     return r;
 }
 
+typedef struct { unsigned char oldUuid[16], newUuid[16]; } CUcheckpointGpuPair;
+typedef struct {
+    CUcheckpointGpuPair *gpuPairs;
+    unsigned int gpuPairsCount;
+    char reserved[52 - sizeof(CUcheckpointGpuPair *)];
+    unsigned long long reserved1;
+} CUcheckpointRestoreArgs;
+
+/* Where a restore with `a` puts a process whose memory was on `from`: `from` without pairs; with
+ * pairs, the device the pair for `from` names, -1 when none names it (every checkpointed GPU
+ * must be listed: CUDA_ERROR_INVALID_VALUE) and -2 when the new one is no device here. */
+static int ckpt_restore_onto(const CUcheckpointRestoreArgs *a, int from) {
+    if (!a || a->gpuPairsCount == 0) return from;
+    if (!a->gpuPairs) return -1;
+    unsigned char old[16], u[16];
+    fake_gpu_uuid(from, old);
+    for (unsigned i = 0; i < a->gpuPairsCount; i++) {
+        if (memcmp(a->gpuPairs[i].oldUuid, old, 16) != 0) continue;
+        for (int d = 0; d < count(); d++) {
+            fake_gpu_uuid(d, u);
+            if (memcmp(a->gpuPairs[i].newUuid, u, 16) == 0) return d;
+        }
+        return -2;
+    }
+    return -1;
+}
+
 CUresult cuCheckpointProcessRestore(int pid, void *args) {
-    (void)args;
     ckpt_page *p = ckpt_of(pid);
     if (!p) return 1;
     CUresult r = __atomic_load_n(&p->state, __ATOMIC_SEQ_CST) == CKPT_CHECKPOINTED ? 0 : 401;
+    int onto = ckpt_restore_onto(args, __atomic_load_n(&p->gpu, __ATOMIC_SEQ_CST));
+    if (r == 0 && onto < 0) r = onto == -1 ? 1 : 101;
     if (r == 0 && ckpt_fail("restore-oom")) r = 2;
     if (r == 0) r = ckpt_move(p, CKPT_CHECKPOINTED, CKPT_RESTORING);
     if (r == 0) {
         long long h = __atomic_exchange_n(&p->host, 0, __ATOMIC_SEQ_CST);
+        __atomic_store_n(&p->gpu, onto, __ATOMIC_SEQ_CST);
         __atomic_add_fetch(&p->device, h, __ATOMIC_SEQ_CST);
         ckpt_move(p, CKPT_RESTORING, CKPT_LOCKED);
     }
     note("ckpt restore %ld rc=%ld", pid, r);
+    if (r == 0 && args && ((CUcheckpointRestoreArgs *)args)->gpuPairsCount > 0)
+        note("ckpt restore %ld onto %ld", pid, onto);
     munmap(p, sizeof *p);
     return r;
 }
@@ -1014,6 +1052,15 @@ CUresult cuCheckpointProcessUnlock(int pid, void *args) {
     note("ckpt unlock %ld rc=%ld", pid, r);
     munmap(p, sizeof *p);
     return r;
+}
+
+/* Side channel: the device a process's memory is on, as its page has it; -1 without a page. */
+int fake_cuda_ckpt_gpu(int pid) {
+    ckpt_page *p = ckpt_of(pid);
+    if (!p) return -1;
+    int g = __atomic_load_n(&p->gpu, __ATOMIC_SEQ_CST);
+    munmap(p, sizeof *p);
+    return g;
 }
 
 /* Side channel: a process's device and host bytes as its page has them; -1 without a page. */

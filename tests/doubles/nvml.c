@@ -15,10 +15,11 @@
  *                    now (at most 64); none: NVML_ERROR_NOT_FOUND, as NVML answers
  *   FAKE_NVML_PROC_CALLS  file that each nvmlDeviceGetProcessUtilization given a buffer appends
  *                    "<index>" to
- *   FAKE_NVML_CUDA_DIR  the libcuda double's checkpoint folder (its FAKE_CUDA_CKPT_DIR): GPU 0's
- *                    memory in use is then what the double's live processes hold on the device,
- *                    read from their pages at every call (a checkpoint releases it, a restore
- *                    takes it again), not the utilization file's share
+ *   FAKE_NVML_CUDA_DIR  the libcuda double's checkpoint folder (its FAKE_CUDA_CKPT_DIR): each
+ *                    GPU's memory in use is then what the double's live processes hold on that
+ *                    device, read from their pages at every call (a checkpoint releases it, a
+ *                    restore takes it again, onto the device a GPU pair names), not the
+ *                    utilization file's share
  *   FAKE_NVML_HELD   file of lines "<gpu> <pid> <MiB>", read at every
  *                    nvmlDeviceGetComputeRunningProcesses_v3: the GPU's compute processes and
  *                    the memory each holds (at most 64 a GPU); unset or none: no processes
@@ -178,7 +179,7 @@ static int lost(int index) {
  * counts while its process is alive and started when the page says (a stale one does not). A
  * page is named by the pid its process sees, so this holds for processes in NVML's caller's
  * pid namespace (the checkpoint test's); a zombie still counts. */
-static unsigned long long cuda_device_bytes(const char *dir) {
+static unsigned long long cuda_device_bytes(const char *dir, int index) {
     unsigned long long sum = 0;
     DIR *d = opendir(dir);
     if (!d) return 0;
@@ -201,7 +202,9 @@ static unsigned long long cuda_device_bytes(const char *dir) {
         ckpt_page p;
         ssize_t n = read(fd, &p, sizeof p);
         close(fd);
-        if (n != (ssize_t)sizeof p || p.device <= 0 || ckpt_start_time(pid) != p.started) continue;
+        if (n != (ssize_t)sizeof p || p.device <= 0 || p.gpu != index ||
+            ckpt_start_time(pid) != p.started)
+            continue;
         sum += (unsigned long long)p.device;
     }
     closedir(d);
@@ -214,8 +217,8 @@ nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t d, nvmlMemory_v2_t *m) {
     m->total = 16ULL << 30;
     m->reserved = 0;
     const char *cuda = getenv("FAKE_NVML_CUDA_DIR");
-    if (cuda && *cuda && d->index == 0) {
-        unsigned long long held = cuda_device_bytes(cuda);
+    if (cuda && *cuda) {
+        unsigned long long held = cuda_device_bytes(cuda, d->index);
         m->used = held < m->total ? held : m->total;
     } else {
         m->used = (unsigned long long)util_of(d->index) * (m->total / 100);
