@@ -158,7 +158,7 @@ nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t d, char *buf, unsigned int len) {
 
 nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t d, char *buf, unsigned int len) {
     if (!valid(d) || !buf) return NVML_ERROR_INVALID_ARGUMENT;
-    snprintf(buf, len, "Fake NVML GPU %d", d->index);
+    snprintf(buf, len, "Fake NVML GPU"); /* one model: every GPU the same chip */
     return NVML_SUCCESS;
 }
 

@@ -322,6 +322,26 @@ impl CheckpointDouble {
         vec!["--env".into(), format!("FAKE_CUDA_CKPT_DIR={PAGES}")]
     }
 
+    /// The fake GPU host PID `pid`'s memory is on, as the controller `ctl` reads its page (-1:
+    /// none).
+    ///
+    /// # Panics
+    /// `ctl` cannot run or prints no figure.
+    #[must_use]
+    pub fn gpu(&self, ctl: &Path, pid: u32) -> i64 {
+        let o = Command::new(ctl)
+            .args([&pid.to_string(), "gpu"])
+            .env("FAKE_CUDA_CKPT_DIR", PAGES)
+            .env("FAKE_CUDA_CKPT_CONTROLLER", "1")
+            .output()
+            .expect("run ckpt_ctl");
+        let out = String::from_utf8_lossy(&o.stdout).into_owned();
+        out.trim()
+            .strip_prefix("gpu ")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("a GPU in {out:?}"))
+    }
+
     /// `(state, device bytes, host bytes)` of host PID `pid` as the controller `ctl` (the
     /// `ckpt_ctl` double, built into the doubles' folder) reads it: state 0 running, 2
     /// checkpointed, -1 unknown.

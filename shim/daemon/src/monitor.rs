@@ -539,12 +539,22 @@ fn process_samples(
     per_process(got.iter().map(|s| (s.pid, s.sm_util, s.mem_util)))
 }
 
-/// What each compute process on GPU `d` holds in its memory, where NVML knows it.
+/// What each compute process on GPU `d` holds in its memory, where NVML knows it: its own
+/// contexts' processes and, on a GPU shared through MPS, the MPS clients (NVML lists those
+/// apart). A driver that answers neither leaves it empty (logged).
 fn held_by_process(d: &nvml_wrapper::Device<'static>) -> Vec<(u32, u64)> {
     use nvml_wrapper::enums::device::UsedGpuMemory;
-    d.running_compute_processes()
-        .unwrap_or_default()
-        .into_iter()
+    let mut all = Vec::new();
+    for list in [
+        d.running_compute_processes(),
+        d.mps_running_compute_processes(),
+    ] {
+        match list {
+            Ok(l) => all.extend(l),
+            Err(e) => tracing::debug!("per-process GPU memory not read: {e}"),
+        }
+    }
+    all.into_iter()
         .filter_map(|p| match p.used_gpu_memory {
             UsedGpuMemory::Used(b) => Some((p.pid, b)),
             UsedGpuMemory::Unavailable => None,

@@ -23,6 +23,7 @@ use scheduler_core::node::admission::{AdmitInfo, CoreError, Grant, Kind};
 use scheduler_core::node::pool::Order;
 use scheduler_core::node::{Input, Node, Output};
 
+mod held;
 mod log;
 mod place;
 mod pool;
@@ -64,7 +65,7 @@ struct Inner {
     warm: (Warm, Vec<Warm>),
     /// GPU memory each process held at the last sample, as NVML measured it: (GPU, host PID) →
     /// bytes (empty on simulated GPUs).
-    held: HashMap<(u32, u32), u64>,
+    held: held::Held,
 }
 
 /// A pooled container: the shim that holds it, and how its memory goes Warm.
@@ -72,19 +73,9 @@ struct Inner {
 struct Pooled {
     shim: u32,
     warm: Warm,
-}
-
-/// What the processes a release names (host PIDs, from the kernel's credentials on the burst
-/// socket) held on GPU `gpu` at the last sample, as NVML measured them; `None` where it measured
-/// none of them. The first 64 are looked at, as placement does.
-fn resident_of(held: &HashMap<(u32, u32), u64>, gpu: u32, pids: &[u32]) -> Option<u64> {
-    let mut pids: Vec<u32> = pids.iter().take(64).copied().collect();
-    pids.sort_unstable();
-    pids.dedup();
-    pids.iter()
-        .filter_map(|p| held.get(&(gpu, *p)))
-        .copied()
-        .reduce(u64::saturating_add)
+    /// The GPU NVML last saw its processes on (at a release that named them); `None` where
+    /// not measured.
+    on_gpu: Option<u32>,
 }
 
 /// A request's `warm`, or INVALID_ARGUMENT naming `field`.
@@ -454,9 +445,12 @@ impl api::Admission for Service {
             }
             inner.waiters.insert(key.clone(), tx);
             if req.pooled {
+                // Where its processes were measured stays known across its leases.
+                let on_gpu = inner.pooled.get(&key).and_then(|p| p.on_gpu);
                 let pooled = Pooled {
                     shim: req.shim_pid,
                     warm,
+                    on_gpu,
                 };
                 inner.pooled.insert(key.clone(), pooled);
             }
@@ -477,6 +471,7 @@ impl api::Admission for Service {
                 lease_id: g.lease,
                 gpu: g.gpu,
                 waited_ns: g.waited_ns,
+                restore_onto: d.restore_onto(&key, g.gpu),
                 ..Default::default()
             }),
             Ok(Err(why)) => Err(status(
@@ -545,29 +540,10 @@ impl api::Admission for Service {
             };
             Daemon::placement_learn(&mut inner, &run, now);
         }
-        let resident = lease
-            .as_ref()
-            .and_then(|l| resident_of(&inner.held, l.2, &req.pids));
-        let key = lease.map(|l| l.0);
-        if let Some(key) = key
-            && inner.pooled.contains_key(&key)
+        if let Some((key, _, gpu, _, _)) = lease
+            && let Some(more) = Daemon::pooled_released(&mut inner, key, gpu, reason, &req, now)
         {
-            // After a pause or a burst the container lives on, idle; after anything else it is
-            // gone.
-            let paused = mqfq_proto::stays_idle(reason);
-            if !paused {
-                inner.pooled.remove(&key);
-            }
-            let released = Input::Released {
-                key,
-                paused,
-                bytes: req.managed_bytes,
-                native: req.native.as_ref().map(mqfq_proto::memory::from_proto),
-                resident,
-            };
-            if let Ok(more) = inner.node.step(&released, now) {
-                out.merge(more);
-            }
+            out.merge(more);
         }
         d.settle(&mut inner, out);
         Ok(api::ReleaseResponse::default())

@@ -96,7 +96,7 @@ fn nvml_backend_reads_the_double_and_drives_d() {
     let d = m.devices().unwrap();
     assert_eq!(d.len(), 2);
     assert_eq!(d[0].uuid, "GPU-fa4e0000-0000-4000-8000-000000000000");
-    assert_eq!(d[0].name, "Fake NVML GPU 0");
+    assert_eq!(d[0].name, "Fake NVML GPU");
     assert_eq!(d[0].memory_total, 16 << 30);
     assert_eq!((d[0].mode, d[1].mode), (GpuMode::Plain, GpuMode::Mig));
     let s = m.sample(&[]).unwrap();

@@ -82,6 +82,9 @@ pub enum CkptError {
         /// Its state.
         state: ProcState,
     },
+    /// A GPU UUID that is not one (the pairs a restore onto another GPU was given).
+    #[error("not a GPU UUID: {0:?}")]
+    Uuid(String),
     /// Any other driver answer.
     #[error("{call}({pid}) returned CUDA error {code}")]
     Cuda {
@@ -112,11 +115,12 @@ pub trait Driver: Send + Sync + std::fmt::Debug {
     /// # Errors
     /// The driver's answer.
     fn checkpoint(&self, pid: u32) -> Result<(), CkptError>;
-    /// Brings a checkpointed process's memory back (it stays locked).
+    /// Brings a checkpointed process's memory back (it stays locked): where it was, or with
+    /// `onto`'s pairs onto other GPUs of the same model.
     ///
     /// # Errors
     /// [`CkptError::OutOfMemory`], or the driver's answer.
-    fn restore(&self, pid: u32) -> Result<(), CkptError>;
+    fn restore(&self, pid: u32, onto: &[GpuPair]) -> Result<(), CkptError>;
     /// Lets the locked process run.
     ///
     /// # Errors
@@ -127,6 +131,64 @@ pub trait Driver: Send + Sync + std::fmt::Debug {
 type GetState = unsafe extern "C" fn(i32, *mut i32) -> i32;
 type PidCall = unsafe extern "C" fn(i32, *mut std::ffi::c_void) -> i32;
 type CuInit = unsafe extern "C" fn(u32) -> i32;
+
+/// One of a restore's `gpuPairs` (`CUcheckpointGpuPair`): the GPU a process was checkpointed on
+/// and the one to restore it onto, each UUID as the driver's 16 bytes.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GpuPair {
+    /// Where it was.
+    pub old: [u8; 16],
+    /// Where it goes.
+    pub new: [u8; 16],
+}
+
+impl GpuPair {
+    /// From two UUIDs as NVML spells them (`GPU-` and 32 hex digits grouped 8-4-4-4-12).
+    ///
+    /// # Errors
+    /// [`CkptError::Uuid`] naming one that is not such a UUID (a MIG instance's included: the
+    /// checkpoint API does not serve MIG).
+    pub fn parse(old: &str, new: &str) -> Result<Self, CkptError> {
+        Ok(GpuPair {
+            old: uuid_bytes(old)?,
+            new: uuid_bytes(new)?,
+        })
+    }
+}
+
+fn uuid_bytes(s: &str) -> Result<[u8; 16], CkptError> {
+    let bad = || CkptError::Uuid(s.chars().take(64).collect());
+    let hex = s.strip_prefix("GPU-").ok_or_else(bad)?;
+    let groups: Vec<&str> = hex.split('-').collect();
+    if groups.iter().map(|g| g.len()).collect::<Vec<_>>() != [8, 4, 4, 4, 12] {
+        return Err(bad());
+    }
+    let digits: String = groups.concat();
+    // Hex digits only (`from_str_radix` would take a sign).
+    if !digits.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Err(bad());
+    }
+    let mut out = [0u8; 16];
+    for (i, b) in out.iter_mut().enumerate() {
+        let pair = digits.get(2 * i..2 * i + 2).ok_or_else(bad)?;
+        *b = u8::from_str_radix(pair, 16).map_err(|_| bad())?;
+    }
+    Ok(out)
+}
+
+/// `cuCheckpointProcessRestore`'s arguments (`CUcheckpointRestoreArgs`): the pairs, their
+/// count, reserved bytes to 56, a reserved word; 64 bytes.
+#[repr(C)]
+struct RestoreArgs {
+    gpu_pairs: *mut GpuPair,
+    gpu_pairs_count: u32,
+    reserved: [u8; 44],
+    reserved1: u64,
+}
+
+const _: () = assert!(std::mem::size_of::<RestoreArgs>() == 64);
+const _: () = assert!(std::mem::size_of::<GpuPair>() == 32);
 
 /// `cuCheckpointProcessLock`'s arguments (CUDA 12.8's layout: a timeout, then reserved words).
 #[repr(C)]
@@ -232,6 +294,10 @@ impl LibCuda {
         // SAFETY: a documented driver call for another process's PID with null arguments (the
         // driver takes NULL for its optional argument structs).
         let rc = unsafe { f(l)(p, std::ptr::null_mut()) };
+        Self::answer(call, pid, rc)
+    }
+
+    fn answer(call: &'static str, pid: u32, rc: i32) -> Result<(), CkptError> {
         match rc {
             0 => Ok(()),
             CUDA_ERROR_OUT_OF_MEMORY if call == "cuCheckpointProcessRestore" => {
@@ -290,8 +356,27 @@ impl Driver for LibCuda {
         self.call("cuCheckpointProcessCheckpoint", pid, |l| l.checkpoint)
     }
 
-    fn restore(&self, pid: u32) -> Result<(), CkptError> {
-        self.call("cuCheckpointProcessRestore", pid, |l| l.restore)
+    fn restore(&self, pid: u32, onto: &[GpuPair]) -> Result<(), CkptError> {
+        const CALL: &str = "cuCheckpointProcessRestore";
+        if onto.is_empty() {
+            return self.call(CALL, pid, |l| l.restore);
+        }
+        let l = self.get()?;
+        let mut pairs = onto.to_vec();
+        let mut args = RestoreArgs {
+            gpu_pairs: pairs.as_mut_ptr(),
+            gpu_pairs_count: u32::try_from(pairs.len()).map_err(|_| CkptError::Cuda {
+                call: CALL,
+                pid,
+                code: 1,
+            })?,
+            reserved: [0; 44],
+            reserved1: 0,
+        };
+        // SAFETY: a documented driver call; `args` has `CUcheckpointRestoreArgs`' layout (checked
+        // size, reserved bytes zeroed) and it and the pairs it points to outlive the call.
+        let rc = unsafe { (l.restore)(pid_arg(pid)?, (&raw mut args).cast()) };
+        Self::answer(CALL, pid, rc)
     }
 
     fn unlock(&self, pid: u32) -> Result<(), CkptError> {
@@ -420,18 +505,24 @@ pub fn suspend(driver: &dyn Driver, procs: &[CudaProc], lock_timeout: Duration) 
     out
 }
 
-/// Resumes `procs`: each checkpointed one restored, then each locked one unlocked. A restore
+/// Resumes `procs`: each checkpointed one restored (with `onto`'s GPU pairs, when the node moved
+/// it), then each locked one unlocked. A restore
 /// without room is retried until `deadline` (the node reserved the memory; what is still in use
 /// is being freed); past it the process stays checkpointed and the error says so. A process
 /// that died meanwhile is not an error (nothing of it is held); one the driver gave up on is.
-pub fn resume(driver: &dyn Driver, procs: &[CudaProc], deadline: Instant) -> Outcome {
+pub fn resume(
+    driver: &dyn Driver,
+    procs: &[CudaProc],
+    onto: &[GpuPair],
+    deadline: Instant,
+) -> Outcome {
     let mut out = Outcome::default();
     for p in procs {
         let r = (|| -> Result<(), CkptError> {
             p.same()?;
             match driver.state(p.pid)? {
                 ProcState::Checkpointed => loop {
-                    match driver.restore(p.pid) {
+                    match driver.restore(p.pid, onto) {
                         Err(CkptError::OutOfMemory { .. }) if Instant::now() < deadline => {
                             std::thread::sleep(Duration::from_millis(20));
                             p.same()?;

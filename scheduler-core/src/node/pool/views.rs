@@ -13,6 +13,12 @@ impl Pool {
         self.entries.contains_key(key)
     }
 
+    /// The tier pooled container `key` is in.
+    #[must_use]
+    pub fn tier(&self, key: &ContainerKey) -> Option<Tier> {
+        self.entries.get(key).map(|e| e.tier)
+    }
+
     /// Bytes the Hot containers on `gpu` hold, as their shims last reported (what a simulated
     /// GPU, which sees no processes, has in use).
     #[must_use]

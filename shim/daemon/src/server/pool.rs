@@ -51,6 +51,7 @@ impl Daemon {
             shim: shim_pid,
             // Checked when the registration came in.
             warm: mqfq_proto::warm::Warm::from_wire(&r.warm).unwrap_or_default(),
+            on_gpu: None,
         };
         inner.pooled.insert(key.clone(), pooled);
         let pool = inner.node.pool_mut();

@@ -62,6 +62,7 @@ pub(super) fn register(
                     shim: req.shim_pid,
                     // Checked above.
                     warm: mqfq_proto::warm::Warm::from_wire(&wire.warm).unwrap_or_default(),
+                    on_gpu: None,
                 };
                 inner.pooled.insert(key.clone(), pooled);
                 let hit = Input::Hit {

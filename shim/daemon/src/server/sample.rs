@@ -84,12 +84,7 @@ impl Daemon {
                 .map(|g| (g.info.index, g.memory_used))
                 .collect();
             let samples = crate::monitor::with_last_memory(samples, &last);
-            for s in samples.iter().filter(|s| !s.failed) {
-                inner.held.retain(|(gpu, _), _| *gpu != s.index);
-                inner
-                    .held
-                    .extend(s.held.iter().map(|&(pid, b)| ((s.index, pid), b)));
-            }
+            super::held::keep(&mut inner.held, &samples);
             self.placement_sample(&mut inner, &samples, failing, now);
             let readings: Vec<GpuReading> = samples.iter().map(Sample::reading).collect();
             // Grants first (a delivered one is a pool hit), then the pool's pressure and timers

@@ -84,7 +84,13 @@ impl Driver for FakeDriver {
             ProcState::Checkpointed,
         )
     }
-    fn restore(&self, pid: u32) -> Result<(), CkptError> {
+    fn restore(&self, pid: u32, onto: &[GpuPair]) -> Result<(), CkptError> {
+        if !onto.is_empty() {
+            self.calls
+                .lock()
+                .unwrap()
+                .push(format!("pairs {pid} {}", onto.len()));
+        }
         {
             let mut n = self.oom_restores.lock().unwrap();
             if *n > 0 {
@@ -175,7 +181,7 @@ fn suspend_then_resume_round_trips_every_process() {
             format!("checkpoint {}", pids[1]),
         ]
     );
-    let out = resume(&d, &procs, Instant::now() + Duration::from_secs(1));
+    let out = resume(&d, &procs, &[], Instant::now() + Duration::from_secs(1));
     assert_eq!(
         out,
         Outcome {
@@ -226,7 +232,7 @@ fn a_restore_without_room_waits_for_it_within_the_deadline() {
     let procs = found(&d, &pids);
     assert_eq!(suspend(&d, &procs, Duration::from_secs(1)).done, 1);
     *d.oom_restores.lock().unwrap() = 3;
-    let out = resume(&d, &procs, Instant::now() + Duration::from_secs(30));
+    let out = resume(&d, &procs, &[], Instant::now() + Duration::from_secs(30));
     assert_eq!(
         out,
         Outcome {
@@ -237,7 +243,7 @@ fn a_restore_without_room_waits_for_it_within_the_deadline() {
     // Past the deadline the process stays checkpointed and the error says why.
     assert_eq!(suspend(&d, &procs, Duration::from_secs(1)).done, 1);
     *d.oom_restores.lock().unwrap() = u32::MAX;
-    let out = resume(&d, &procs, Instant::now());
+    let out = resume(&d, &procs, &[], Instant::now());
     assert!(matches!(out.error, Some(CkptError::OutOfMemory { .. })));
     assert_eq!(d.of(pids[0]), ProcState::Checkpointed);
 }
@@ -267,7 +273,7 @@ fn a_reused_pid_is_never_acted_on() {
         ch.kill().unwrap();
         ch.wait().unwrap();
     }
-    let out = resume(&d, &procs, Instant::now());
+    let out = resume(&d, &procs, &[], Instant::now());
     assert_eq!(
         out,
         Outcome {
@@ -329,7 +335,7 @@ fn resume_reports_a_failed_process_and_suspend_skips_one_that_exited() {
     let d = FakeDriver::with(&pids);
     let procs = found(&d, &pids);
     d.states.lock().unwrap().insert(pids[0], ProcState::Failed);
-    let out = resume(&d, &procs, Instant::now());
+    let out = resume(&d, &procs, &[], Instant::now());
     assert!(matches!(
         out.error,
         Some(CkptError::State {
@@ -396,7 +402,7 @@ fn a_failure_no_retry_mends_outranks_a_want_of_memory() {
     // The first restore finds no memory (past its deadline); the second process has failed.
     *d.oom_restores.lock().unwrap() = u32::MAX;
     d.states.lock().unwrap().insert(pids[1], ProcState::Failed);
-    let out = resume(&d, &procs, Instant::now());
+    let out = resume(&d, &procs, &[], Instant::now());
     assert!(
         matches!(
             out.error,
@@ -406,5 +412,61 @@ fn a_failure_no_retry_mends_outranks_a_want_of_memory() {
             })
         ),
         "{out:?}"
+    );
+}
+
+#[test]
+fn gpu_uuids_parse_as_nvml_spells_them_and_nothing_else() {
+    let p = GpuPair::parse(
+        "GPU-fa4e0000-0000-4000-8000-000000000000",
+        "GPU-FA4E0000-0000-4000-8000-0000000000a1",
+    )
+    .unwrap();
+    assert_eq!(p.old[..2], [0xfa, 0x4e]);
+    assert_eq!(
+        (p.old[15], p.new[15], p.new[6], p.new[8]),
+        (0, 0xa1, 0x40, 0x80)
+    );
+    for bad in [
+        "",
+        "GPU-",
+        "fa4e0000-0000-4000-8000-000000000000",
+        "MIG-fa4e0000-0000-4000-8000-000000000000",
+        "GPU-fa4e0000-0000-4000-8000-00000000000",
+        "GPU-fa4e0000-0000-4000-8000-0000000000000",
+        "GPU-fa4e00000-000-4000-8000-000000000000",
+        "GPU-fa4e0000-0000-4000-8000-00000000000g",
+        "GPU-fa4e0000-0000-4000-8000-+00000000000",
+        "GPU-fa4e0000-0000-4000-8000-00000000000é",
+    ] {
+        let ok = "GPU-fa4e0000-0000-4000-8000-000000000000";
+        assert!(
+            matches!(GpuPair::parse(bad, ok), Err(CkptError::Uuid(_))),
+            "{bad:?}"
+        );
+        assert!(GpuPair::parse(ok, bad).is_err(), "{bad:?}");
+    }
+}
+
+#[test]
+fn a_restore_passes_its_pairs_to_the_driver() {
+    let (_c, pids) = sleepers(1);
+    let d = FakeDriver::with(&pids);
+    let procs = found(&d, &pids);
+    assert!(suspend(&d, &procs, Duration::from_secs(1)).error.is_none());
+    let pair = GpuPair::parse(
+        "GPU-fa4e0000-0000-4000-8000-000000000000",
+        "GPU-fa4e0000-0000-4000-8000-000000000001",
+    )
+    .unwrap();
+    let out = resume(&d, &procs, &[pair], Instant::now());
+    assert!(out.error.is_none(), "{out:?}");
+    assert!(
+        d.calls
+            .lock()
+            .unwrap()
+            .contains(&format!("pairs {} 1", pids[0])),
+        "{:?}",
+        d.calls.lock().unwrap()
     );
 }

@@ -31,6 +31,9 @@ struct Held {
     burst: Option<BurstReport>,
     /// Its processes' host PIDs, told at a Pause (a burst's are in its report).
     pids: Vec<u32>,
+    /// The GPU pairs its checkpointed processes are restored with under this lease (NVML
+    /// UUIDs, old → new; empty: where they were).
+    onto: Vec<(String, String)>,
     /// A pooled container's memory was evicted when the lease was granted (what it stays if
     /// the lease goes back `unused`).
     was_evicted: bool,
@@ -164,8 +167,11 @@ impl LinkError {
     }
 }
 
+/// A grant: its lease, and the GPU pairs its checkpointed processes are restored with.
+type Granted = (u64, Vec<(String, String)>);
+
 enum Attempt {
-    Admitted(u64),
+    Admitted(Granted),
     Lost(LinkError),
     Refused(Error),
 }
@@ -419,11 +425,11 @@ impl DaemonGate {
     async fn admit_waiting(
         &self,
         req: &api::AdmitRequest,
-    ) -> std::result::Result<u64, AdmitFailure> {
+    ) -> std::result::Result<Granted, AdmitFailure> {
         let first_loss = Instant::now();
         loop {
             match self.attempt(req).await {
-                Attempt::Admitted(lease) => return Ok(lease),
+                Attempt::Admitted(granted) => return Ok(granted),
                 Attempt::Refused(e) => return Err(AdmitFailure::Refused(e)),
                 Attempt::Lost(e) => {
                     // A daemon that is not there (no socket, never seen) is not waited for; one
@@ -474,7 +480,13 @@ impl DaemonGate {
         };
         // The call returns when the queue dispatches it; the caller bounds the wait.
         match c.admit(ttrpc::context::with_timeout(0), req).await {
-            Ok(r) => Attempt::Admitted(r.lease_id),
+            Ok(r) => Attempt::Admitted((
+                r.lease_id,
+                r.restore_onto
+                    .iter()
+                    .map(|p| (p.old_uuid.clone(), p.new_uuid.clone()))
+                    .collect(),
+            )),
             Err(ttrpc::Error::RpcStatus(s)) => {
                 let msg = format!("mqfqd: {}", s.message);
                 Attempt::Refused(match s.code() {

@@ -67,6 +67,13 @@ pub trait Gate: Send + Sync + std::fmt::Debug {
     /// Ends the container's lease, if it holds one; `held` is what its CUDA processes hold
     /// (pooled containers, read before a pause; managed 0 = unknown).
     async fn release(&self, ns: &str, id: &str, reason: &str, held: Usage);
+    /// The GPU pairs (NVML UUIDs, old → new) the container's checkpointed processes are to be
+    /// restored with under the lease it holds: the node granted it on another GPU of the model
+    /// they were suspended on. Empty: restore them where they were.
+    fn restore_onto(&self, ns: &str, id: &str) -> Vec<(String, String)> {
+        let _ = (ns, id);
+        Vec::new()
+    }
     /// Ends the container's lease at a Pause, as [`Gate::release`] with reason `pause`, naming
     /// the host PIDs of its processes: `mqfqd` reads what NVML measured them holding on the GPU
     /// (their CUDA contexts too), which their own reports leave out.

@@ -59,8 +59,23 @@ impl Drop for InFlight {
 }
 
 impl TaskService {
-    /// Suspends (`evict`) or resumes the container's CUDA processes through the driver, within
-    /// `within`; answered as the interposer's moves are. `dir` is its control directory, asked
+    /// The GPU pairs mqfqd granted the container's lease with, as the driver takes them; none
+    /// (restored where it was) when one is not a GPU UUID.
+    pub(super) fn gpu_pairs(&self, id: &str) -> Vec<checkpoint::GpuPair> {
+        let wire = self.gate.restore_onto(&self.namespace, id);
+        let parsed: Result<Vec<_>, _> = wire
+            .iter()
+            .map(|(old, new)| checkpoint::GpuPair::parse(old, new))
+            .collect();
+        parsed.unwrap_or_else(|e| {
+            tracing::warn!(container = %id, "restore onto another GPU: {e}; restored where it was");
+            Vec::new()
+        })
+    }
+
+    /// Suspends (`evict`) or resumes the container's CUDA processes through the driver (a
+    /// resume onto other GPUs by `onto`'s pairs), within `within`; answered as the interposer's
+    /// moves are. `dir` is its control directory, asked
     /// for the bytes before a suspend (its processes run then).
     pub(super) async fn checkpoint_move(
         &self,
@@ -68,6 +83,7 @@ impl TaskService {
         runtime: &dyn Runtime,
         dir: &Path,
         evict: bool,
+        onto: Vec<checkpoint::GpuPair>,
         within: Duration,
     ) -> Answer {
         let mut a = Answer::default();
@@ -121,7 +137,7 @@ impl TaskService {
             let out = if evict {
                 checkpoint::suspend(&*driver, &procs, lock)
             } else {
-                checkpoint::resume(&*driver, &procs, Instant::now() + within)
+                checkpoint::resume(&*driver, &procs, &onto, Instant::now() + within)
             };
             Ok::<_, CkptError>((procs.len(), out))
         });

@@ -7,6 +7,9 @@ use crate::error::Result;
 use crate::memory::Usage;
 use crate::uvm::client::Command;
 
+/// The most processes a Pause's release names (a container's pid limit may be far higher).
+const MAX_PAUSE_PIDS: usize = 1024;
+
 impl TaskService {
     /// Pause: freeze; the lease goes back, with the bytes its CUDA processes hold.
     ///
@@ -31,14 +34,28 @@ impl TaskService {
             _ => Usage::default(),
         };
         self.report_exports(id).await;
-        // Its processes, for what the driver measures them holding (pooled ones only: one
-        // runc call on the pause's path; none when it fails, which only leaves that unknown).
+        t.runtime.pause(id).await?;
+        // Its processes, for what NVML measures them holding: read frozen (none can start
+        // meanwhile), pooled ones only, within the status deadline; none when that fails,
+        // which only leaves the figure unmeasured.
         let pids = if t.pooled && t.work.is_some() {
-            t.runtime.ps(id).await.unwrap_or_default()
+            match tokio::time::timeout(self.pool_timeouts.status, t.runtime.ps(id)).await {
+                Ok(Ok(mut p)) => {
+                    p.truncate(MAX_PAUSE_PIDS);
+                    p
+                }
+                Ok(Err(e)) => {
+                    tracing::debug!(container = %id, "its processes not read at the pause: {e}");
+                    Vec::new()
+                }
+                Err(_) => {
+                    tracing::debug!(container = %id, "its processes not read at the pause in time");
+                    Vec::new()
+                }
+            }
         } else {
             Vec::new()
         };
-        t.runtime.pause(id).await?;
         // A frozen container uses no GPU time: its slot goes to the queue.
         if t.work.is_some() {
             self.gate

@@ -106,7 +106,8 @@ impl TaskService {
         let checkpoint = matches!(found, Some((Warm::Checkpoint, _)));
         let a = match found {
             Some((Warm::Checkpoint, runtime)) => {
-                self.checkpoint_move(id, &*runtime, dir, false, self.pool_timeouts.moves)
+                let onto = self.gpu_pairs(id);
+                self.checkpoint_move(id, &*runtime, dir, false, onto, self.pool_timeouts.moves)
                     .await
             }
             _ => uvm(dir, id, Command::Prefetch, self.pool_timeouts.moves).await,
@@ -333,7 +334,9 @@ impl TaskService {
         };
         let within = self.move_deadline(bytes);
         let a = if warm == Warm::Checkpoint {
-            self.checkpoint_move(id, runtime, dir, evict, within).await
+            // An order's prefetch brings it back where it was (no lease names another GPU).
+            self.checkpoint_move(id, runtime, dir, evict, Vec::new(), within)
+                .await
         } else {
             uvm(dir, id, cmd, within).await
         };

@@ -72,11 +72,11 @@ impl Gate for Arc<DaemonGate> {
         };
         let timed_out = waited.is_none();
         let outcome = match waited {
-            Some(Ok(lease)) => Ok(lease),
+            Some(Ok(granted)) => Ok(granted),
             Some(Err(AdmitFailure::Refused(e))) => Err(e),
-            Some(Err(AdmitFailure::Lost(why))) => {
-                self.fail(&req, &k, &format!("unreachable ({why})"), false)
-            }
+            Some(Err(AdmitFailure::Lost(why))) => self
+                .fail(&req, &k, &format!("unreachable ({why})"), false)
+                .map(|lease| (lease, Vec::new())),
             None => {
                 // Withdrawn at the daemon; a grant that raced the deadline is a lease nobody
                 // holds, released when this shim's next registrations do not list it.
@@ -87,6 +87,7 @@ impl Gate for Arc<DaemonGate> {
                 // makes a pod fail to start (the kubelet would retry it into a crash loop).
                 if self.cfg.fail_open || kind == Kind::Start {
                     self.fail(&req, &k, &why, true)
+                        .map(|lease| (lease, Vec::new()))
                 } else {
                     self.admitting().remove(&k);
                     return Err(Error::DeadlineExceeded(format!(
@@ -95,7 +96,7 @@ impl Gate for Arc<DaemonGate> {
                 }
             }
         };
-        let result = outcome.map(|lease| {
+        let result = outcome.map(|(lease, onto)| {
             let was_evicted = self.idle().remove(&k).is_some_and(|i| i.evicted);
             self.held().insert(
                 k.clone(),
@@ -108,6 +109,7 @@ impl Gate for Arc<DaemonGate> {
                     kind,
                     burst: None,
                     pids: Vec::new(),
+                    onto,
                     was_evicted,
                 },
             );
@@ -156,6 +158,12 @@ impl Gate for Arc<DaemonGate> {
             h.burst = Some(report);
         }
         self.release(ns, id, "idle", held).await;
+    }
+
+    fn restore_onto(&self, ns: &str, id: &str) -> Vec<(String, String)> {
+        key(ns, id)
+            .and_then(|k| self.held().get(&k).map(|h| h.onto.clone()))
+            .unwrap_or_default()
     }
 
     async fn pause_release(&self, ns: &str, id: &str, held: Usage, pids: Vec<u32>) {
