@@ -284,7 +284,7 @@ fn a_restore_with_a_gpu_pair_brings_a_process_back_onto_the_other_gpu() {
 /// The GPU check's checkpoint program (`tests/gpu/ckptbench.c`) over the double: a controller
 /// suspends and resumes an application holding native memory round after round, the driver
 /// reports it checkpointed in between, and the application's kernel finds every value where it
-/// left it.
+/// left it — also after a round restored onto the double's second GPU.
 #[test]
 fn the_gpu_check_program_suspends_and_resumes_an_application_over_the_double() {
     let dir = tempfile::tempdir().unwrap();
@@ -296,7 +296,10 @@ fn the_gpu_check_program_suspends_and_resumes_an_application_over_the_double() {
         &bench,
         dir.path(),
         &["4", "3"],
-        &[("FAKE_CUDA_CKPT_DIR", dir.path())],
+        &[
+            ("FAKE_CUDA_CKPT_DIR", dir.path()),
+            ("FAKE_CUDA_GPUS", Path::new("2")),
+        ],
     );
     for line in [
         "lock_ms ",
@@ -308,14 +311,17 @@ fn the_gpu_check_program_suspends_and_resumes_an_application_over_the_double() {
         assert_eq!(n, 3, "{line}: {out}");
     }
     assert_eq!(out.matches("state_after_checkpoint 2").count(), 3, "{out}");
+    // Then onto the double's second GPU (one model), every value found there.
+    assert_eq!(out.matches("moved_restore_ms ").count(), 1, "{out}");
+    assert!(out.contains("moved_results_wrong 0 of 1048576"), "{out}");
     // NVML's view of the application, once (no nvidia-smi here: said so).
-    for when in ["running", "checkpointed", "restored"] {
+    for when in ["running", "checkpointed", "restored", "moved"] {
         let line = format!("nvml_{when} (pid not listed)");
         assert_eq!(out.matches(&line).count(), 1, "{out}");
     }
-    assert_eq!(
-        out.matches("results_wrong 0 of 1048576").count(),
-        3,
-        "{out}"
-    );
+    let rounds = out
+        .lines()
+        .filter(|l| l.starts_with("results_wrong 0 of 1048576"))
+        .count();
+    assert_eq!(rounds, 3, "{out}");
 }

@@ -143,6 +143,22 @@ CUresult cuDeviceGet(CUdevice *d, int ordinal) {
     return 0;
 }
 
+/* Fake GPU `d`'s UUID (ckpt_page.h's, as the NVML double spells it) and model name (one for
+ * all, as the NVML double's). */
+CUresult cuDeviceGetUuid_v2(unsigned char *uuid, CUdevice d) {
+    if (!initialized) return 3;
+    if (!uuid || d < 0 || d >= count()) return 101;
+    fake_gpu_uuid(d, uuid);
+    return 0;
+}
+
+CUresult cuDeviceGetName(char *name, int len, CUdevice d) {
+    if (!initialized) return 3;
+    if (!name || len <= 0 || d < 0 || d >= count()) return 101;
+    snprintf(name, (size_t)len, "Fake NVML GPU");
+    return 0;
+}
+
 /* Contexts destroyed (reset) and not retained since: using one is what a real driver may crash
  * on, logged "used destroyed context". */
 static int destroyed[8];
@@ -645,6 +661,8 @@ static const struct { const char *name; void *fn; } table[] = {
     {"cuInit", (void *)cuInit},
     {"cuDeviceGet", (void *)cuDeviceGet},
     {"cuDeviceGetCount", (void *)cuDeviceGetCount},
+    {"cuDeviceGetUuid", (void *)cuDeviceGetUuid_v2},
+    {"cuDeviceGetName", (void *)cuDeviceGetName},
     {"cuDevicePrimaryCtxRetain", (void *)cuDevicePrimaryCtxRetain},
     {"cuCtxSetCurrent", (void *)cuCtxSetCurrent},
     {"cuCtxGetCurrent", (void *)cuCtxGetCurrent},

@@ -16,6 +16,9 @@
  *                          memory of the application (`nvml_running`, `nvml_checkpointed`,
  *                          `nvml_restored`, from nvidia-smi where it is found): what mqfqd charges
  *                          a container's function, its CUDA context included (issue 36).
+ *                          Then, where GPUs 0 and 1 are one model, a round restored onto GPU 1
+ *                          by the driver's GPU pairs (`moved_restore_ms` / `_GBps`,
+ *                          `nvml_moved`, `moved_results_wrong`); else why not (`moved: ...`).
  *
  * Prints `name value` lines; exits 1 on a wrong result, a failed call or a missing function.
  */
@@ -81,6 +84,77 @@ static int app(void *h, size_t bytes, int cmd, int ans) {
         if (write(ans, &wrong, sizeof wrong) != sizeof wrong) return 1;
     }
     return 0;
+}
+
+typedef struct { unsigned char oldUuid[16], newUuid[16]; } GpuPair;
+typedef struct {
+    GpuPair *gpuPairs;
+    unsigned int gpuPairsCount;
+    char reserved[52 - sizeof(GpuPair *)];
+    unsigned long long reserved1;
+} RestoreArgs;
+
+static void nvml_view(pid_t pid, const char *when);
+
+/* GPU 0's and GPU 1's UUIDs into `pair` when the driver has two GPUs of one model: 1; 0 (said
+ * why) when it has not; -1 when it cannot say. */
+static int two_alike(void *h, GpuPair *pair) {
+    CUresult (*count)(int *), (*uuid)(unsigned char *, int), (*name)(char *, int, int);
+    *(void **)&count = dlsym(h, "cuDeviceGetCount");
+    *(void **)&uuid = dlsym(h, "cuDeviceGetUuid_v2");
+    *(void **)&name = dlsym(h, "cuDeviceGetName");
+    int n = 0;
+    if (!count || !uuid || !name || count(&n) || n < 2) {
+        printf("moved: one GPU\n");
+        return 0;
+    }
+    char a[256], b[256];
+    if (name(a, sizeof a, 0) || name(b, sizeof b, 1) || uuid(pair->oldUuid, 0) ||
+        uuid(pair->newUuid, 1)) {
+        printf("error moved: device queries\n");
+        return -1;
+    }
+    if (strcmp(a, b) != 0) {
+        printf("moved: GPUs 0 and 1 are different models (%s, %s)\n", a, b);
+        return 0;
+    }
+    return 1;
+}
+
+/* One round onto GPU 1 by the driver's GPU pairs, where the machine has two GPUs of one model:
+ * the application's kernel then checks every value on its new GPU. Nonzero on a failure. */
+static int moved_round(void *h, pid_t pid, int cmd, int ans, size_t bytes) {
+    GpuPair pair;
+    int alike = two_alike(h, &pair);
+    if (alike <= 0) return alike < 0;
+    LockArgs la = {.timeoutMs = 10000};
+    CUresult r = ckLock(pid, &la);
+    if (!r) r = ckCheckpoint(pid, NULL);
+    if (r) {
+        printf("error moved: lock or checkpoint = %d\n", r);
+        return 1;
+    }
+    RestoreArgs ra;
+    memset(&ra, 0, sizeof ra);
+    ra.gpuPairs = &pair;
+    ra.gpuPairsCount = 1;
+    double t0 = now_ms();
+    r = ckRestore(pid, &ra);
+    double t1 = now_ms();
+    if (r || (r = ckUnlock(pid, NULL))) {
+        printf("error moved: restore or unlock = %d\n", r);
+        return 1;
+    }
+    printf("moved_restore_ms %.2f\nmoved_restore_GBps %.2f\n", t1 - t0,
+           bytes / 1e9 / ((t1 - t0) / 1e3));
+    nvml_view(pid, "moved");
+    unsigned wrong;
+    if (write(cmd, "k", 1) != 1 || read(ans, &wrong, sizeof wrong) != sizeof wrong) {
+        printf("error application gone\n");
+        return 1;
+    }
+    printf("moved_results_wrong %u of %zu\n", wrong, bytes / 4);
+    return wrong != 0;
 }
 
 /* NVML's per-process used memory of `pid` as nvidia-smi lists it, as `nvml_<when> pid, MiB`. */
@@ -177,6 +251,7 @@ int main(int argc, char **argv) {
         printf("results_wrong %u of %zu\n", wrong, bytes / 4);
         if (wrong) goto out;
     }
+    if (moved_round(h, pid, cmd[1], ans[0], bytes)) goto out;
     status = 0;
 out:
     close(cmd[1]);

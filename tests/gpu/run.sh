@@ -17,8 +17,9 @@
 # (7) the burst monitor beside a stream capture and a context reset (the driver's own rules); (8)
 # oversubscribed UVM: fault-driven migration's rate and two processes thrashing; (9) the driver's
 # checkpoint API driven from another process (issue 36): lock / checkpoint / restore / unlock of
-# 1, 4 and 16 GiB of native memory, against step 4's prefetch of the same bytes, and NVML's
-# per-process used memory of the application running, checkpointed and restored.
+# 1, 4 and 16 GiB of native memory, against step 4's prefetch of the same bytes, NVML's
+# per-process used memory of the application running, checkpointed and restored, and, where GPUs
+# 0 and 1 are one model, a restore onto GPU 1 by the driver's GPU pairs.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-$PWD/gpu-out}
@@ -298,6 +299,13 @@ ck, rs, pre = vals("checkpoint_GBps"), vals("restore_GBps"), vals("prefetch_GBps
 if rs:
     print(f"summary: checkpoint best {max(ck):.1f} GB/s, restore best {max(rs):.1f} GB/s"
           + (f" vs UVM prefetch {max(pre):.1f} GB/s" if pre else ""))
+mv = vals("moved_restore_GBps")
+moved_wrong = re.findall(r"moved_results_wrong (\d+)", t)
+if mv:
+    print(f"summary: restore onto another GPU best {max(mv):.1f} GB/s; "
+          f"results wrong {moved_wrong}")
+for why in re.findall(r"moved: (.*)", t)[:1]:
+    print(f"summary: restore onto another GPU not measured: {why}")
 # NVML's per-process used memory (what mqfqd charges a function): allocated MiB vs listed.
 for mib, when, used in re.findall(r"^ckpt_(\d+) nvml_(\w+) \d+, (\d+) MiB", t, re.M):
     print(f"summary: NVML per process, {mib} MiB allocated, {when}: {used} MiB"
