@@ -20,11 +20,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include "../gpu/ckpt_args.h"
 #include "ckpt_page.h"
 
 typedef int CUresult;
-typedef struct { unsigned int timeoutMs; unsigned int reserved0; unsigned long long reserved1[7]; }
-    CUcheckpointLockArgs;
 CUresult cuInit(unsigned int flags);
 CUresult cuCheckpointProcessLock(int pid, CUcheckpointLockArgs *args);
 CUresult cuCheckpointProcessCheckpoint(int pid, void *args);
@@ -33,13 +32,7 @@ CUresult cuCheckpointProcessUnlock(int pid, void *args);
 CUresult cuCheckpointProcessGetState(int pid, int *state);
 int fake_cuda_ckpt_bytes(int pid, long long *device, long long *host);
 int fake_cuda_ckpt_gpu(int pid);
-typedef struct { unsigned char oldUuid[16], newUuid[16]; } CUcheckpointGpuPair;
-typedef struct {
-    CUcheckpointGpuPair *gpuPairs;
-    unsigned int gpuPairsCount;
-    char reserved[52 - sizeof(CUcheckpointGpuPair *)];
-    unsigned long long reserved1;
-} CUcheckpointRestoreArgs;
+
 
 typedef struct {
     unsigned int version;

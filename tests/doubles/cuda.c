@@ -78,6 +78,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../gpu/ckpt_args.h"
 #include "ckpt_page.h"
 
 typedef int CUresult;
@@ -951,8 +952,6 @@ static CUresult ckpt_move(ckpt_page *p, int from, int to) {
                : 401;
 }
 
-typedef struct { unsigned int timeoutMs; unsigned int reserved0; unsigned long long reserved1[7]; }
-    CUcheckpointLockArgs;
 
 CUresult cuCheckpointProcessGetState(int pid, int *state) {
     if (!state) return 1;
@@ -1013,14 +1012,6 @@ CUresult cuCheckpointProcessCheckpoint(int pid, void *args) {
     munmap(p, sizeof *p);
     return r;
 }
-
-typedef struct { unsigned char oldUuid[16], newUuid[16]; } CUcheckpointGpuPair;
-typedef struct {
-    CUcheckpointGpuPair *gpuPairs;
-    unsigned int gpuPairsCount;
-    char reserved[52 - sizeof(CUcheckpointGpuPair *)];
-    unsigned long long reserved1;
-} CUcheckpointRestoreArgs;
 
 /* Where a restore with `a` puts a process whose memory was on `from`: `from` without pairs; with
  * pairs, the device the pair for `from` names, -1 when none names it (every checkpointed GPU

@@ -32,15 +32,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "ckpt_args.h"
 #include "drvapi.h"
 
-typedef struct {
-    unsigned int timeoutMs;
-    unsigned int reserved0;
-    unsigned long long reserved1[7];
-} LockArgs;
-
-static CUresult (*ckLock)(int, LockArgs *);
+static CUresult (*ckLock)(int, CUcheckpointLockArgs *);
 static CUresult (*ckCheckpoint)(int, void *);
 static CUresult (*ckRestore)(int, void *);
 static CUresult (*ckUnlock)(int, void *);
@@ -86,19 +81,11 @@ static int app(void *h, size_t bytes, int cmd, int ans) {
     return 0;
 }
 
-typedef struct { unsigned char oldUuid[16], newUuid[16]; } GpuPair;
-typedef struct {
-    GpuPair *gpuPairs;
-    unsigned int gpuPairsCount;
-    char reserved[52 - sizeof(GpuPair *)];
-    unsigned long long reserved1;
-} RestoreArgs;
-
 static void nvml_view(pid_t pid, const char *when);
 
 /* GPU 0's and GPU 1's UUIDs into `pair` when the driver has two GPUs of one model: 1; 0 (said
  * why) when it has not; -1 when it cannot say. */
-static int two_alike(void *h, GpuPair *pair) {
+static int two_alike(void *h, CUcheckpointGpuPair *pair) {
     CUresult (*count)(int *), (*uuid)(unsigned char *, int), (*name)(char *, int, int);
     *(void **)&count = dlsym(h, "cuDeviceGetCount");
     *(void **)&uuid = dlsym(h, "cuDeviceGetUuid_v2");
@@ -124,17 +111,17 @@ static int two_alike(void *h, GpuPair *pair) {
 /* One round onto GPU 1 by the driver's GPU pairs, where the machine has two GPUs of one model:
  * the application's kernel then checks every value on its new GPU. Nonzero on a failure. */
 static int moved_round(void *h, pid_t pid, int cmd, int ans, size_t bytes) {
-    GpuPair pair;
+    CUcheckpointGpuPair pair;
     int alike = two_alike(h, &pair);
     if (alike <= 0) return alike < 0;
-    LockArgs la = {.timeoutMs = 10000};
+    CUcheckpointLockArgs la = {.timeoutMs = 10000};
     CUresult r = ckLock(pid, &la);
     if (!r) r = ckCheckpoint(pid, NULL);
     if (r) {
         printf("error moved: lock or checkpoint = %d\n", r);
         return 1;
     }
-    RestoreArgs ra;
+    CUcheckpointRestoreArgs ra;
     memset(&ra, 0, sizeof ra);
     ra.gpuPairs = &pair;
     ra.gpuPairsCount = 1;
@@ -206,7 +193,7 @@ int main(int argc, char **argv) {
     double gb = bytes / 1e9;
     for (int k = 0; k < rounds; k++) {
         if (k == 0) nvml_view(pid, "running");
-        LockArgs la = {.timeoutMs = 10000};
+        CUcheckpointLockArgs la = {.timeoutMs = 10000};
         double t0 = now_ms();
         CUresult r = ckLock(pid, &la);
         double t1 = now_ms();

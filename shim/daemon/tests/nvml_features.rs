@@ -26,6 +26,28 @@ fn calls(path: &Path) -> usize {
     std::fs::read_to_string(path).map_or(0, |s| s.lines().count())
 }
 
+/// mqfqd on the NVML double `lib` (D starting at 4, sampling every 20 ms, then `extra` TOML
+/// tables) with `env`, in `dir`: the process, its socket and its log.
+fn on_double(
+    dir: &Path,
+    lib: &Path,
+    extra: &str,
+    env: &[(&str, &std::ffi::OsStr)],
+) -> (std::process::Child, std::path::PathBuf, std::path::PathBuf) {
+    let (cfg, sock) = common::write_config(
+        dir,
+        &format!(
+            "metrics_addr = \"\"\nbackend = \"nvml\"\nnvml_library = \"{}\"\n\
+             mps_pipe_dir = \"/nonexistent-mps\"\nsample_interval_ms = 20\n\
+             [concurrency]\nd_initial = 4\n[nvidia]\nedits = false\n{extra}",
+            lib.display()
+        ),
+    );
+    let log = dir.join("mqfqd.log");
+    let child = common::serving(&cfg, &sock, &log, env);
+    (child, sock, log)
+}
+
 /// Admits a burst of `function` (container `id`).
 async fn admit(c: &api::AdmissionClient, function: &str, id: &str) -> u64 {
     admit_as(c, function, id, false).await
@@ -64,27 +86,17 @@ fn nvml_process_samples_and_xids_drive_placement() {
     let procs = dir.path().join("processes");
     std::fs::write(&procs, "0 4242 10 80\n0 5151 90 5\n").unwrap();
     let proc_calls = dir.path().join("proc-calls");
-    let (cfg, sock) = common::write_config(
+    let (child, sock, log) = on_double(
         dir.path(),
-        &format!(
-            "metrics_addr = \"\"\nbackend = \"nvml\"\nnvml_library = \"{}\"\n\
-             mps_pipe_dir = \"/nonexistent-mps\"\nsample_interval_ms = 20\n\
-             [concurrency]\nd_initial = 4\n[nvidia]\nedits = false\n\
-             [placement]\nenabled = true\nprobe_runs = 2\n",
-            lib.display()
-        ),
-    );
-    let log = dir.path().join("mqfqd.log");
-    let child = common::serving(
-        &cfg,
-        &sock,
-        &log,
+        &lib,
+        "[placement]\nenabled = true\nprobe_runs = 2\n",
         &[
             ("FAKE_NVML_GPUS", "1".as_ref()),
             ("FAKE_NVML_PROCESSES", procs.as_os_str()),
             ("FAKE_NVML_PROC_CALLS", proc_calls.as_os_str()),
         ],
     );
+    let cfg = dir.path().join("mqfqd.toml");
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -288,20 +300,10 @@ fn nvml_per_process_memory_is_a_pooled_function_s_footprint() {
     // 8 GiB of the double's 16 in use: a report up to that is believed.
     let util = dir.path().join("util");
     std::fs::write(&util, "50\n").unwrap();
-    let (cfg, sock) = common::write_config(
+    let (child, sock, _) = on_double(
         dir.path(),
-        &format!(
-            "metrics_addr = \"\"\nbackend = \"nvml\"\nnvml_library = \"{}\"\n\
-             mps_pipe_dir = \"/nonexistent-mps\"\nsample_interval_ms = 20\n\
-             [concurrency]\nd_initial = 4\n[nvidia]\nedits = false\n",
-            lib.display()
-        ),
-    );
-    let log = dir.path().join("mqfqd.log");
-    let child = common::serving(
-        &cfg,
-        &sock,
-        &log,
+        &lib,
+        "",
         &[
             ("FAKE_NVML_GPUS", "1".as_ref()),
             ("FAKE_NVML_HELD", held.as_os_str()),

@@ -62,6 +62,18 @@ fn release(n: &mut Node, lease: u64, at: f64) -> Output {
 
 /// Container `ns/<id>` of `function` runs one burst at `at` and stays idle holding `bytes`.
 fn one_burst(n: &mut Node, id: &str, function: &str, bytes: u64, at: f64) {
+    one_measured_burst(n, id, function, (bytes, None), at);
+}
+
+/// [`one_burst`], its release reporting `bytes` and, where measured, what the driver saw its
+/// processes holding.
+fn one_measured_burst(
+    n: &mut Node,
+    id: &str,
+    function: &str,
+    (bytes, resident): (u64, Option<u64>),
+    at: f64,
+) {
     let lease = admit(n, id, function, at).grants[0].lease;
     let hit = Input::Hit {
         lease,
@@ -69,13 +81,12 @@ fn one_burst(n: &mut Node, id: &str, function: &str, bytes: u64, at: f64) {
     };
     n.step(&hit, secs(at)).unwrap();
     release(n, lease, at + 0.1);
-    let key: ContainerKey = format!("ns/{id}").parse().unwrap();
     let released = Input::Released {
-        key,
+        key: format!("ns/{id}").parse().unwrap(),
         paused: true,
         bytes,
         native: None,
-        resident: None,
+        resident,
     };
     n.step(&released, secs(at + 0.1)).unwrap();
 }
@@ -106,32 +117,12 @@ fn a_hit_puts_the_lease_s_container_in_the_pool_and_its_bytes_reach_the_core() {
     assert_eq!(n.pool().entries(secs(1.0)).len(), 1);
 }
 
-/// Container `ns/<id>` of `function` runs one burst at `at`; its release reports `bytes` and the
-/// driver measured its processes holding `resident`.
-fn one_measured_burst(n: &mut Node, id: &str, function: &str, bytes: u64, resident: u64, at: f64) {
-    let lease = admit(n, id, function, at).grants[0].lease;
-    let hit = Input::Hit {
-        lease,
-        container: None,
-    };
-    n.step(&hit, secs(at)).unwrap();
-    release(n, lease, at + 0.1);
-    let released = Input::Released {
-        key: format!("ns/{id}").parse().unwrap(),
-        paused: true,
-        bytes,
-        native: None,
-        resident: Some(resident),
-    };
-    n.step(&released, secs(at + 0.1)).unwrap();
-}
-
 #[test]
 fn what_the_driver_measured_a_container_holding_is_its_function_s_footprint() {
     // The shim reports the 3 GiB it can move; the driver saw its processes hold 12 GiB (their
     // CUDA contexts too): the function is charged 12 GiB, on a 24 GiB GPU whose budget is 20.4.
     let mut n = node(1024);
-    one_measured_burst(&mut n, "a", "f", 3 * GIB, 12 * GIB, 0.0);
+    one_measured_burst(&mut n, "a", "f", (3 * GIB, Some(12 * GIB)), 0.0);
     assert_eq!(n.core().footprints().get("f"), Some(&(12 * GIB)));
     let e = n.pool().entries(secs(1.0)).into_iter().next().unwrap();
     assert_eq!((e.bytes, e.resident), (3 * GIB, 12 * GIB), "both shown");
@@ -140,9 +131,9 @@ fn what_the_driver_measured_a_container_holding_is_its_function_s_footprint() {
     assert!(admit(&mut n, "c", "f", 1.1).grants.is_empty());
     // Measured less than reported: the report stands. Past the GPU's capacity: held to it.
     let mut n = node(1024);
-    one_measured_burst(&mut n, "a", "f", 3 * GIB, GIB, 0.0);
+    one_measured_burst(&mut n, "a", "f", (3 * GIB, Some(GIB)), 0.0);
     assert_eq!(n.core().footprints().get("f"), Some(&(3 * GIB)));
-    one_measured_burst(&mut n, "b", "h", GIB, 100 * GIB, 1.0);
+    one_measured_burst(&mut n, "b", "h", (GIB, Some(100 * GIB)), 1.0);
     assert_eq!(n.core().footprints().get("h"), Some(&(24 * GIB)));
 }
 

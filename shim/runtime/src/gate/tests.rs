@@ -83,6 +83,27 @@ fn mqfqd() -> Arc<Daemon> {
     Daemon::new(node, "simulated", None).expect("daemon")
 }
 
+/// [`Holding`] over `daemon`'s service, served on `socket` (until the server is dropped).
+async fn serve_holding(
+    daemon: Arc<Daemon>,
+    socket: &std::path::Path,
+) -> (Arc<Holding>, ttrpc::r#async::Server) {
+    let holding = Arc::new(Holding {
+        mqfqd: Service(daemon),
+        registers: AtomicU32::new(0),
+        held: Notify::new(),
+        go: Notify::new(),
+        released: Notify::new(),
+        releases: std::sync::Mutex::default(),
+    });
+    let mut server = ttrpc::r#async::Server::new()
+        .bind(&format!("unix://{}", socket.display()))
+        .unwrap()
+        .register_service(api::create_admission(holding.clone()));
+    server.start().await.unwrap();
+    (holding, server)
+}
+
 /// A fail-closed gate on `socket`, and a container's work (function `f`, every GPU).
 fn gate_and_work(socket: std::path::PathBuf) -> (Arc<DaemonGate>, GpuWork) {
     let gate = DaemonGate::new(GateConfig {
@@ -110,19 +131,7 @@ async fn a_release_racing_a_registration_leaves_no_lease_behind() {
     let dir = tempfile::tempdir().unwrap();
     let socket = dir.path().join("mqfqd.sock");
     let daemon = mqfqd();
-    let holding = Arc::new(Holding {
-        mqfqd: Service(daemon.clone()),
-        registers: AtomicU32::new(0),
-        held: Notify::new(),
-        go: Notify::new(),
-        released: Notify::new(),
-        releases: std::sync::Mutex::default(),
-    });
-    let mut server = ttrpc::r#async::Server::new()
-        .bind(&format!("unix://{}", socket.display()))
-        .unwrap()
-        .register_service(api::create_admission(holding.clone()));
-    server.start().await.unwrap();
+    let (holding, _server) = serve_holding(daemon.clone(), &socket).await;
     let (gate, work) = gate_and_work(socket);
     // The first registration (on connect) passes; the container gets a lease.
     gate.admit("ns", "c1", &work, Kind::Start, false)
@@ -206,19 +215,7 @@ async fn a_lease_handed_back_unused_leaves_evicted_memory_evicted() {
 async fn a_pause_release_names_the_container_s_processes() {
     let dir = tempfile::tempdir().unwrap();
     let socket = dir.path().join("mqfqd.sock");
-    let holding = Arc::new(Holding {
-        mqfqd: Service(mqfqd()),
-        registers: AtomicU32::new(0),
-        held: Notify::new(),
-        go: Notify::new(),
-        released: Notify::new(),
-        releases: std::sync::Mutex::default(),
-    });
-    let mut server = ttrpc::r#async::Server::new()
-        .bind(&format!("unix://{}", socket.display()))
-        .unwrap()
-        .register_service(api::create_admission(holding.clone()));
-    server.start().await.unwrap();
+    let (holding, _server) = serve_holding(mqfqd(), &socket).await;
     let (gate, work) = gate_and_work(socket);
     let none = crate::memory::Usage::default();
     gate.admit("ns", "c1", &work, Kind::Start, true)
