@@ -226,9 +226,9 @@ fn injected_failures_leave_the_process_as_documented() {
 }
 
 /// A restore with GPU pairs brings a process back onto the GPU its pair names (the driver's
-/// `gpuPairs`, by UUID as NVML spells it): NVML sees its memory there and not where it was; a
-/// pair list that does not name its GPU, or names one that is not here, is refused and leaves it
-/// checkpointed.
+/// `gpuPairs`, by UUID as NVML spells it, every GPU named): NVML sees its memory there and not
+/// where it was; a pair list that does not name every GPU, or names one that is not here, is
+/// refused and leaves it checkpointed.
 #[test]
 fn a_restore_with_a_gpu_pair_brings_a_process_back_onto_the_other_gpu() {
     let dir = tempfile::tempdir().unwrap();
@@ -248,7 +248,7 @@ fn a_restore_with_a_gpu_pair_brings_a_process_back_onto_the_other_gpu() {
         &[
             "lock:5000",
             "checkpoint",
-            "restore:1:0",
+            "restore-one:0:1",
             "restore:0:7",
             "state",
             "restore:0:1",

@@ -8,8 +8,9 @@
  *   state       cuCheckpointProcessGetState                   → "state rc=<r> <state>"
  *   bytes       the double's side channel                     → "bytes device=<d> host=<h>"
  *   gpu         the device its memory is on (side channel)    → "gpu <index>"
- *   restore:<i>:<j>  cuCheckpointProcessRestore with one GPU pair, fake GPU i's UUID → j's
- *                                                             → "restore rc=<r>"
+ *   restore:<i>:<j>  cuCheckpointProcessRestore with GPU pairs naming every fake GPU
+ *               (FAKE_CUDA_GPUS): i → j, j → i, the rest onto themselves → "restore rc=<r>"
+ *   restore-one:<i>:<j>  with the one pair i → j                 → "restore rc=<r>"
  *   nvml        GPU 0's memory in use as libnvidia-ml.so.1 reports it (the NVML double, with
  *               FAKE_NVML_CUDA_DIR: what the libcuda double's processes hold); nvml:<i> GPU i's
  *                                                             → "nvml rc=<r> used=<bytes>"
@@ -74,14 +75,22 @@ int main(int argc, char **argv) {
             printf("lock rc=%d\n", cuCheckpointProcessLock(pid, &a));
         } else if (strcmp(v, "checkpoint") == 0) {
             printf("checkpoint rc=%d\n", cuCheckpointProcessCheckpoint(pid, NULL));
-        } else if (strncmp(v, "restore:", 8) == 0) {
-            CUcheckpointGpuPair pair;
+        } else if (strncmp(v, "restore:", 8) == 0 || strncmp(v, "restore-one:", 12) == 0) {
+            int one = v[7] == '-';
+            const char *from = strchr(v, ':') + 1, *to = strchr(from, ':');
+            int i = atoi(from), j = to ? atoi(to + 1) : 0;
+            const char *n = getenv("FAKE_CUDA_GPUS");
+            int gpus = one ? 1 : (n ? atoi(n) : 1);
+            if (gpus < 1 || gpus > 8) gpus = 1;
+            CUcheckpointGpuPair pairs[8];
             CUcheckpointRestoreArgs a = {0};
-            fake_gpu_uuid(atoi(v + 8), pair.oldUuid);
-            const char *to = strchr(v + 8, ':');
-            fake_gpu_uuid(to ? atoi(to + 1) : 0, pair.newUuid);
-            a.gpuPairs = &pair;
-            a.gpuPairsCount = 1;
+            for (int d = 0; d < gpus; d++) {
+                int src = one ? i : d;
+                fake_gpu_uuid(src, pairs[d].oldUuid);
+                fake_gpu_uuid(src == i ? j : src == j ? i : src, pairs[d].newUuid);
+            }
+            a.gpuPairs = pairs;
+            a.gpuPairsCount = (unsigned)gpus;
             printf("restore rc=%d\n", cuCheckpointProcessRestore(pid, &a));
         } else if (strcmp(v, "gpu") == 0) {
             printf("gpu %d\n", fake_cuda_ckpt_gpu(pid));

@@ -1013,23 +1013,31 @@ CUresult cuCheckpointProcessCheckpoint(int pid, void *args) {
     return r;
 }
 
+/* The index of the pair whose old UUID is fake GPU `d`'s in `a`, or -1. */
+static int ckpt_pair_of(const CUcheckpointRestoreArgs *a, int d) {
+    unsigned char u[16];
+    fake_gpu_uuid(d, u);
+    for (unsigned i = 0; i < a->gpuPairsCount; i++)
+        if (memcmp(a->gpuPairs[i].oldUuid, u, 16) == 0) return (int)i;
+    return -1;
+}
+
 /* Where a restore with `a` puts a process whose memory was on `from`: `from` without pairs; with
- * pairs, the device the pair for `from` names, -1 when none names it (every checkpointed GPU
- * must be listed: CUDA_ERROR_INVALID_VALUE) and -2 when the new one is no device here. */
+ * pairs, the device the pair for `from` names; -1 when the pairs do not name every GPU here (as
+ * the driver is reported to want: CUDA_ERROR_INVALID_VALUE) and -2 when the new one is no device
+ * here (CUDA_ERROR_INVALID_DEVICE). */
 static int ckpt_restore_onto(const CUcheckpointRestoreArgs *a, int from) {
     if (!a || a->gpuPairsCount == 0) return from;
     if (!a->gpuPairs) return -1;
-    unsigned char old[16], u[16];
-    fake_gpu_uuid(from, old);
-    for (unsigned i = 0; i < a->gpuPairsCount; i++) {
-        if (memcmp(a->gpuPairs[i].oldUuid, old, 16) != 0) continue;
-        for (int d = 0; d < count(); d++) {
-            fake_gpu_uuid(d, u);
-            if (memcmp(a->gpuPairs[i].newUuid, u, 16) == 0) return d;
-        }
-        return -2;
+    for (int d = 0; d < count(); d++)
+        if (ckpt_pair_of(a, d) < 0) return -1;
+    int i = ckpt_pair_of(a, from);
+    unsigned char u[16];
+    for (int d = 0; d < count(); d++) {
+        fake_gpu_uuid(d, u);
+        if (memcmp(a->gpuPairs[i].newUuid, u, 16) == 0) return d;
     }
-    return -1;
+    return -2;
 }
 
 CUresult cuCheckpointProcessRestore(int pid, void *args) {

@@ -83,9 +83,10 @@ static int app(void *h, size_t bytes, int cmd, int ans) {
 
 static void nvml_view(pid_t pid, const char *when);
 
-/* GPU 0's and GPU 1's UUIDs into `pair` when the driver has two GPUs of one model: 1; 0 (said
- * why) when it has not; -1 when it cannot say. */
-static int two_alike(void *h, CUcheckpointGpuPair *pair) {
+/* Pairs naming every GPU, 0 and 1 swapped, into `pairs` (at most 16) when the driver has two
+ * GPUs of one model as 0 and 1: their count; 0 (said why) when it has not; -1 when it cannot
+ * say. */
+static int swap_pairs(void *h, CUcheckpointGpuPair *pairs) {
     CUresult (*count)(int *), (*uuid)(unsigned char *, int), (*name)(char *, int, int);
     *(void **)&count = dlsym(h, "cuDeviceGetCount");
     *(void **)&uuid = dlsym(h, "cuDeviceGetUuid_v2");
@@ -95,25 +96,32 @@ static int two_alike(void *h, CUcheckpointGpuPair *pair) {
         printf("moved: one GPU\n");
         return 0;
     }
+    if (n > 16) n = 16;
     char a[256], b[256];
-    if (name(a, sizeof a, 0) || name(b, sizeof b, 1) || uuid(pair->oldUuid, 0) ||
-        uuid(pair->newUuid, 1)) {
-        printf("error moved: device queries\n");
+    if (name(a, sizeof a, 0) || name(b, sizeof b, 1)) {
+        printf("error moved: device names\n");
         return -1;
     }
     if (strcmp(a, b) != 0) {
         printf("moved: GPUs 0 and 1 are different models (%s, %s)\n", a, b);
         return 0;
     }
-    return 1;
+    for (int d = 0; d < n; d++) {
+        int to = d == 0 ? 1 : d == 1 ? 0 : d;
+        if (uuid(pairs[d].oldUuid, d) || uuid(pairs[d].newUuid, to)) {
+            printf("error moved: device UUIDs\n");
+            return -1;
+        }
+    }
+    return n;
 }
 
 /* One round onto GPU 1 by the driver's GPU pairs, where the machine has two GPUs of one model:
  * the application's kernel then checks every value on its new GPU. Nonzero on a failure. */
 static int moved_round(void *h, pid_t pid, int cmd, int ans, size_t bytes) {
-    CUcheckpointGpuPair pair;
-    int alike = two_alike(h, &pair);
-    if (alike <= 0) return alike < 0;
+    CUcheckpointGpuPair pairs[16];
+    int n = swap_pairs(h, pairs);
+    if (n <= 0) return n < 0;
     CUcheckpointLockArgs la = {.timeoutMs = 10000};
     CUresult r = ckLock(pid, &la);
     if (!r) r = ckCheckpoint(pid, NULL);
@@ -123,13 +131,18 @@ static int moved_round(void *h, pid_t pid, int cmd, int ans, size_t bytes) {
     }
     CUcheckpointRestoreArgs ra;
     memset(&ra, 0, sizeof ra);
-    ra.gpuPairs = &pair;
-    ra.gpuPairsCount = 1;
+    ra.gpuPairs = pairs;
+    ra.gpuPairsCount = (unsigned)n;
     double t0 = now_ms();
     r = ckRestore(pid, &ra);
     double t1 = now_ms();
-    if (r || (r = ckUnlock(pid, NULL))) {
-        printf("error moved: restore or unlock = %d\n", r);
+    if (r) {
+        /* Said, then restored where it was so that the application ends well. */
+        printf("moved: restore with pairs refused = %d\n", r);
+        return ckRestore(pid, NULL) || ckUnlock(pid, NULL);
+    }
+    if ((r = ckUnlock(pid, NULL))) {
+        printf("error moved: unlock = %d\n", r);
         return 1;
     }
     printf("moved_restore_ms %.2f\nmoved_restore_GBps %.2f\n", t1 - t0,

@@ -555,9 +555,10 @@ fn held_by_process(d: &nvml_wrapper::Device<'static>) -> Vec<(u32, u64)> {
         }
     }
     all.into_iter()
-        .filter_map(|p| match p.used_gpu_memory {
-            UsedGpuMemory::Used(b) => Some((p.pid, b)),
-            UsedGpuMemory::Unavailable => None,
+        .map(|p| match p.used_gpu_memory {
+            UsedGpuMemory::Used(b) => (p.pid, b),
+            // Where it is, without a figure (counts nothing).
+            UsedGpuMemory::Unavailable => (p.pid, 0),
         })
         .collect()
 }

@@ -262,7 +262,7 @@ impl Daemon {
                 watched: HashSet::new(),
                 placement: None,
                 warm: (Warm::default(), Vec::new()),
-                held: HashMap::new(),
+                held: held::Held::default(),
             }),
             started: Instant::now(),
             boot_id,

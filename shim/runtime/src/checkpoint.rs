@@ -85,6 +85,9 @@ pub enum CkptError {
     /// A GPU UUID that is not one (the pairs a restore onto another GPU was given).
     #[error("not a GPU UUID: {0:?}")]
     Uuid(String),
+    /// More GPU pairs than the driver's count can say.
+    #[error("{0} GPU pairs: too many")]
+    Pairs(usize),
     /// Any other driver answer.
     #[error("{call}({pid}) returned CUDA error {code}")]
     Cuda {
@@ -365,11 +368,8 @@ impl Driver for LibCuda {
         let mut pairs = onto.to_vec();
         let mut args = RestoreArgs {
             gpu_pairs: pairs.as_mut_ptr(),
-            gpu_pairs_count: u32::try_from(pairs.len()).map_err(|_| CkptError::Cuda {
-                call: CALL,
-                pid,
-                code: 1,
-            })?,
+            gpu_pairs_count: u32::try_from(pairs.len())
+                .map_err(|_| CkptError::Pairs(pairs.len()))?,
             reserved: [0; 44],
             reserved1: 0,
         };
@@ -521,15 +521,29 @@ pub fn resume(
         let r = (|| -> Result<(), CkptError> {
             p.same()?;
             match driver.state(p.pid)? {
-                ProcState::Checkpointed => loop {
-                    match driver.restore(p.pid, onto) {
-                        Err(CkptError::OutOfMemory { .. }) if Instant::now() < deadline => {
-                            std::thread::sleep(Duration::from_millis(20));
-                            p.same()?;
+                ProcState::Checkpointed => {
+                    let mut pairs = onto;
+                    loop {
+                        match driver.restore(p.pid, pairs) {
+                            Err(CkptError::OutOfMemory { .. }) if Instant::now() < deadline => {
+                                std::thread::sleep(Duration::from_millis(20));
+                                p.same()?;
+                            }
+                            // A driver that will not move it (an older one, or pairs it does
+                            // not take): where it was, rather than not at all; mqfqd learns
+                            // where it runs at the lease's release.
+                            Err(e @ CkptError::Cuda { .. }) if !pairs.is_empty() => {
+                                tracing::warn!(
+                                    pid = p.pid,
+                                    "restore onto another GPU refused ({e}); restored where it was"
+                                );
+                                pairs = &[];
+                                p.same()?;
+                            }
+                            r => break r?,
                         }
-                        r => break r?,
                     }
-                },
+                }
                 ProcState::Running | ProcState::Locked => {}
                 state @ (ProcState::Failed | ProcState::Other(_)) => {
                     return Err(CkptError::State { pid: p.pid, state });

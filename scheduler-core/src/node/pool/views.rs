@@ -19,6 +19,14 @@ impl Pool {
         self.entries.get(key).map(|e| e.tier)
     }
 
+    /// The order in flight for pooled container `key`, if any.
+    #[must_use]
+    pub fn pending(&self, key: &ContainerKey) -> Option<Action> {
+        self.entries
+            .get(key)
+            .and_then(|e| e.pending.map(|(a, _)| a))
+    }
+
     /// Bytes the Hot containers on `gpu` hold, as their shims last reported (what a simulated
     /// GPU, which sees no processes, has in use).
     #[must_use]

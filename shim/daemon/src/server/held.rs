@@ -3,51 +3,73 @@
 //! a release that names its processes, the GPU they are on, and so the GPU pairs a checkpointed
 //! container is restored with when the node grants it another GPU of the same model.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use mqfq_proto::api;
 use mqfq_proto::warm::Warm;
+use scheduler_core::GpuMode;
+use scheduler_core::node::admission::GpuInfo;
+use scheduler_core::node::pool::Action;
 use scheduler_core::node::{ContainerKey, Input, Output};
 use scheduler_core::tiers::Tier;
 
 use super::{Daemon, Inner};
 use crate::monitor::Sample;
 
-/// (GPU, host PID) → bytes.
-pub(super) type Held = HashMap<(u32, u32), u64>;
+/// The most PIDs of one release looked at (the shim names at most 1024 at a Pause, 64 a burst).
+const MAX_PIDS: usize = 1024;
 
-/// What the processes a release names (host PIDs: a burst's socket peers from the kernel's
-/// credentials, or a Pause's from runc) held on GPU `gpu` at the last sample, as NVML measured
-/// them; `None` where it measured none of them.
-pub(super) fn resident_of(held: &Held, gpu: u32, pids: &[u32]) -> Option<u64> {
-    let mut pids: Vec<u32> = pids.to_vec();
-    pids.sort_unstable();
-    pids.dedup();
-    pids.iter()
-        .filter_map(|p| held.get(&(gpu, *p)))
-        .copied()
-        .reduce(u64::saturating_add)
+/// What the last sample said of the GPUs' processes.
+#[derive(Debug, Default)]
+pub(super) struct Held {
+    /// (GPU, host PID) → bytes (0 where NVML lists the process without a figure).
+    by: HashMap<(u32, u32), u64>,
+    /// GPUs NVML could not read: where a process is cannot be said while one is listed.
+    unknown: HashSet<u32>,
 }
 
-/// The one GPU NVML lists the processes a release names on at the last sample; `None` where it
-/// lists none of them, or them on several GPUs.
-pub(super) fn gpu_of(held: &Held, pids: &[u32]) -> Option<u32> {
-    let mut gpus = held
-        .keys()
-        .filter(|(_, pid)| pids.contains(pid))
-        .map(|&(gpu, _)| gpu);
-    let first = gpus.next()?;
-    gpus.all(|g| g == first).then_some(first)
-}
-
-/// Each GPU's entries replaced by its sample's reading: a GPU NVML could not read (or a
-/// monitor that read nothing) leaves none, so no figure outlives the sample it came from.
-pub(super) fn keep(held: &mut Held, samples: &[Sample]) {
-    for s in samples {
-        held.retain(|(gpu, _), _| *gpu != s.index);
-        if !s.failed {
-            held.extend(s.held.iter().map(|&(pid, b)| ((s.index, pid), b)));
+impl Held {
+    /// Each GPU's entries replaced by its sample's reading; a GPU NVML could not read (or a
+    /// monitor that read nothing) leaves none and is unknown, so no figure outlives the sample
+    /// it came from.
+    pub(super) fn keep(&mut self, samples: &[Sample]) {
+        for s in samples {
+            self.by.retain(|(gpu, _), _| *gpu != s.index);
+            if s.failed {
+                self.unknown.insert(s.index);
+            } else {
+                self.unknown.remove(&s.index);
+                self.by
+                    .extend(s.held.iter().map(|&(pid, b)| ((s.index, pid), b)));
+            }
         }
+    }
+
+    /// What the processes a release names (host PIDs: a burst's socket peers from the
+    /// kernel's credentials, or a Pause's from runc) held on GPU `gpu` at the last sample, as
+    /// NVML measured them; `None` where it measured none of them.
+    pub(super) fn resident_of(&self, gpu: u32, pids: &[u32]) -> Option<u64> {
+        let pids: HashSet<u32> = pids.iter().take(MAX_PIDS).copied().collect();
+        pids.iter()
+            .filter_map(|p| self.by.get(&(gpu, *p)))
+            .copied()
+            .reduce(u64::saturating_add)
+    }
+
+    /// The one GPU NVML lists the processes a release names on at the last sample; `None`
+    /// where it lists none of them, lists them on several GPUs, or could not read a GPU.
+    pub(super) fn gpu_of(&self, pids: &[u32]) -> Option<u32> {
+        if !self.unknown.is_empty() {
+            return None;
+        }
+        let pids: HashSet<u32> = pids.iter().take(MAX_PIDS).copied().collect();
+        let mut gpus = self
+            .by
+            .keys()
+            .filter(|(_, pid)| pids.contains(pid))
+            .map(|&(gpu, _)| gpu);
+        let first = gpus.next()?;
+        gpus.all(|g| g == first).then_some(first)
     }
 }
 
@@ -67,29 +89,36 @@ impl Daemon {
             return None;
         }
         let paused = mqfq_proto::stays_idle(reason);
+        let measured_on = inner.held.gpu_of(&req.pids);
         if !paused {
             inner.pooled.remove(&key);
-        } else if let (Some(p), Some(g)) =
-            (inner.pooled.get_mut(&key), gpu_of(&inner.held, &req.pids))
+        } else if let Some(p) = inner.pooled.get_mut(&key)
+            && !req.pids.is_empty()
         {
-            p.on_gpu = Some(g);
+            // What this release's processes say, even unknown: a GPU measured before them
+            // may no longer be where they are. A release naming none (a grant handed back
+            // unused) changes nothing.
+            p.on_gpu = measured_on;
         }
         let released = Input::Released {
             key,
             paused,
             bytes: req.managed_bytes,
             native: req.native.as_ref().map(mqfq_proto::memory::from_proto),
-            resident: resident_of(&inner.held, gpu, &req.pids),
+            resident: inner.held.resident_of(gpu, &req.pids),
         };
         inner.node.step(&released, now).ok()
     }
 
     /// The GPU pairs a grant on `gpu` restores container `key` with: pooled under `checkpoint`,
-    /// its memory off the GPU (Warm), and its processes last measured on another GPU of the same
-    /// model — the driver restores them onto the lease's GPU, so the work runs where the node
-    /// counted it. Noted as on `gpu` from then on. Empty otherwise (restored where it was).
+    /// its memory off the GPU (Warm, no prefetch of it in flight), and its processes measured
+    /// at its last release on another GPU of the same model, both whole (not MIG) — the driver
+    /// restores them onto the lease's GPU, so the work runs where the node counts it. The map
+    /// names every GPU of the node (the driver wants every GPU listed): the two swapped, the
+    /// rest onto themselves. Empty otherwise (restored where it was). Where the processes are
+    /// is learned again at the lease's release, never assumed from the grant.
     pub(super) fn restore_onto(&self, key: &ContainerKey, gpu: u32) -> Vec<api::GpuPair> {
-        let mut inner = self.lock();
+        let inner = self.lock();
         let Some(from) = moved_from(&inner, key, gpu) else {
             return Vec::new();
         };
@@ -98,27 +127,37 @@ impl Daemon {
         let (Some(old), Some(new)) = (info(from), info(gpu)) else {
             return Vec::new();
         };
-        // The driver restores only onto the same chip.
-        if old.name != new.name {
+        // The driver restores only onto the same chip, and not into MIG instances.
+        let whole = |g: &GpuInfo| g.mode != GpuMode::Mig;
+        if old.name != new.name || !whole(old) || !whole(new) {
             return Vec::new();
         }
-        let pair = api::GpuPair {
-            old_uuid: old.uuid.clone(),
-            new_uuid: new.uuid.clone(),
-            ..Default::default()
-        };
-        if let Some(p) = inner.pooled.get_mut(key) {
-            p.on_gpu = Some(gpu);
-        }
-        tracing::info!(container = %key, from, to = gpu, "restored onto another GPU");
-        vec![pair]
+        tracing::info!(container = %key, from, to = gpu, "restoring onto another GPU");
+        gpus.iter()
+            .map(|g| {
+                let onto = match g.info.index {
+                    i if i == from => &new.uuid,
+                    i if i == gpu => &old.uuid,
+                    _ => &g.info.uuid,
+                };
+                api::GpuPair {
+                    old_uuid: g.info.uuid.clone(),
+                    new_uuid: onto.clone(),
+                    ..Default::default()
+                }
+            })
+            .collect()
     }
 }
 
 /// The GPU a checkpointed, Warm container's processes are on when a lease names another.
 fn moved_from(inner: &Inner, key: &ContainerKey, gpu: u32) -> Option<u32> {
     let p = inner.pooled.get(key)?;
-    if p.warm != Warm::Checkpoint || inner.node.pool().tier(key) != Some(Tier::Warm) {
+    let pool = inner.node.pool();
+    if p.warm != Warm::Checkpoint
+        || pool.tier(key) != Some(Tier::Warm)
+        || pool.pending(key) == Some(Action::Prefetch)
+    {
         return None;
     }
     p.on_gpu.filter(|&h| h != gpu)
@@ -128,36 +167,47 @@ fn moved_from(inner: &Inner, key: &ContainerKey, gpu: u32) -> Option<u32> {
 mod tests {
     use super::*;
 
-    #[test]
-    fn a_release_s_processes_are_found_on_their_gpu_only() {
-        let held: Held = [((0, 10), 100), ((0, 11), 50), ((1, 12), 7), ((0, 99), 1000)]
-            .into_iter()
-            .collect();
-        assert_eq!(resident_of(&held, 0, &[10, 11, 10, 12]), Some(150));
-        assert_eq!(resident_of(&held, 1, &[10, 11, 10, 12]), Some(7));
-        assert_eq!(resident_of(&held, 0, &[5]), None);
-        assert_eq!(gpu_of(&held, &[10, 11]), Some(0));
-        assert_eq!(gpu_of(&held, &[10, 12]), None, "on two GPUs");
-        assert_eq!(gpu_of(&held, &[5]), None);
-    }
-
-    #[test]
-    fn each_sample_replaces_its_gpu_s_entries() {
-        let mut held: Held = [((0, 10), 100), ((1, 12), 7)].into_iter().collect();
-        let sample = |index, failed, list: &[(u32, u64)]| Sample {
+    fn sample(index: u32, failed: bool, list: &[(u32, u64)]) -> Sample {
+        Sample {
             index,
             failed,
             held: list.to_vec(),
             ..Sample::default()
-        };
-        keep(
-            &mut held,
-            &[sample(0, false, &[(11, 5)]), sample(1, true, &[(12, 9)])],
+        }
+    }
+
+    #[test]
+    fn a_release_s_processes_are_found_on_their_gpu_only() {
+        let mut held = Held::default();
+        held.keep(&[
+            sample(0, false, &[(10, 100), (11, 50), (99, 1000)]),
+            sample(1, false, &[(12, 7)]),
+        ]);
+        assert_eq!(held.resident_of(0, &[10, 11, 10, 12]), Some(150));
+        assert_eq!(held.resident_of(1, &[10, 11, 10, 12]), Some(7));
+        assert_eq!(held.resident_of(0, &[5]), None);
+        assert_eq!(held.gpu_of(&[10, 11]), Some(0));
+        assert_eq!(held.gpu_of(&[10, 12]), None, "on two GPUs");
+        assert_eq!(held.gpu_of(&[5]), None);
+    }
+
+    #[test]
+    fn each_sample_replaces_its_gpu_s_entries_and_an_unread_gpu_is_unknown() {
+        let mut held = Held::default();
+        held.keep(&[sample(0, false, &[(10, 100)]), sample(1, false, &[(12, 7)])]);
+        held.keep(&[sample(0, false, &[(11, 5)]), sample(1, true, &[(12, 9)])]);
+        assert_eq!(held.resident_of(0, &[10, 11]), Some(5));
+        assert_eq!(
+            held.resident_of(1, &[12]),
+            None,
+            "GPU 1 not read: nothing of it kept"
         );
-        assert_eq!(held, [((0, 11), 5)].into_iter().collect());
+        // Process 11 is on GPU 0 as far as NVML said, but GPU 1 was not read: it may be there.
+        assert_eq!(held.gpu_of(&[11]), None);
+        held.keep(&[sample(1, false, &[])]);
+        assert_eq!(held.gpu_of(&[11]), Some(0));
     }
 }
-
 #[cfg(test)]
 mod onto_tests {
     use super::*;
@@ -202,19 +252,21 @@ mod onto_tests {
         let d = daemon();
         let key: ContainerKey = "ns/c".parse().unwrap();
         pool(&d, &key, Warm::Checkpoint, true);
-        let pairs = d.restore_onto(&key, 1);
-        assert_eq!(pairs.len(), 1);
+        let pairs: Vec<(String, String)> = d
+            .restore_onto(&key, 1)
+            .into_iter()
+            .map(|p| (p.old_uuid, p.new_uuid))
+            .collect();
+        let uuid = |i: u32| format!("GPU-fa4e0000-0000-4000-8000-00000000000{i}");
+        // Every GPU named: 0 and 1 swapped, 2 onto itself.
         assert_eq!(
-            (pairs[0].old_uuid.as_str(), pairs[0].new_uuid.as_str()),
-            (
-                "GPU-fa4e0000-0000-4000-8000-000000000000",
-                "GPU-fa4e0000-0000-4000-8000-000000000001"
-            )
+            pairs,
+            [(uuid(0), uuid(1)), (uuid(1), uuid(0)), (uuid(2), uuid(2))]
         );
         assert_eq!(
             d.lock().pooled[&key].on_gpu,
-            Some(1),
-            "noted where it is now"
+            Some(0),
+            "where it is is measured at its release, not assumed from the grant"
         );
         // Nothing to move: granted where it was, onto another model, Hot (its memory is on
         // GPU 0, where its processes run), or held by the interposer's managed memory.
@@ -229,9 +281,58 @@ mod onto_tests {
                 d.restore_onto(&key, gpu).is_empty(),
                 "{gpu} {warm:?} {evicted}"
             );
-            assert_eq!(d.lock().pooled[&key].on_gpu, Some(0));
         }
         // Not pooled (or never measured): nothing.
         assert!(d.restore_onto(&"ns/other".parse().unwrap(), 1).is_empty());
+    }
+
+    /// Where a pooled container's processes are is what its last release that named them
+    /// measured — unknown when NVML listed none of them — and a release that names none (a
+    /// grant handed back unused) or a re-registration of its shim keeps it.
+    #[tokio::test]
+    async fn where_a_container_s_processes_are_is_what_its_last_release_measured() {
+        let d = daemon();
+        let key: ContainerKey = "ns/c".parse().unwrap();
+        pool(&d, &key, Warm::Checkpoint, false);
+        d.lock().held.keep(&[
+            Sample {
+                index: 0,
+                ..Sample::default()
+            },
+            Sample {
+                index: 1,
+                held: vec![(41, 1 << 30)],
+                ..Sample::default()
+            },
+        ]);
+        let release = |pids: Vec<u32>, reason: &str| {
+            let req = api::ReleaseRequest {
+                reason: reason.into(),
+                pids,
+                ..Default::default()
+            };
+            let mut inner = d.lock();
+            Daemon::pooled_released(&mut inner, key.clone(), 1, reason, &req, Time::ZERO);
+            inner.pooled[&key].on_gpu
+        };
+        assert_eq!(release(vec![41], "pause"), Some(1));
+        assert_eq!(release(vec![], mqfq_proto::UNUSED), Some(1), "kept");
+        assert_eq!(release(vec![77], "idle"), None, "not measured: unknown");
+        assert_eq!(release(vec![41], "idle"), Some(1));
+        // A shim's registration re-adopts its idle container: what was measured stays.
+        let reg = api::RegisterRequest {
+            shim_pid: 1,
+            idle: vec![api::Running {
+                namespace: "ns".into(),
+                container_id: "c".into(),
+                function: "f".into(),
+                pooled: true,
+                warm: "checkpoint".into(),
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        let _ = super::super::register::register(&d, &reg);
+        assert_eq!(d.lock().pooled[&key].on_gpu, Some(1));
     }
 }

@@ -51,7 +51,8 @@ impl Daemon {
             shim: shim_pid,
             // Checked when the registration came in.
             warm: mqfq_proto::warm::Warm::from_wire(&r.warm).unwrap_or_default(),
-            on_gpu: None,
+            // Where its processes were measured stays known (shims register every second).
+            on_gpu: inner.pooled.get(&key).and_then(|p| p.on_gpu),
         };
         inner.pooled.insert(key.clone(), pooled);
         let pool = inner.node.pool_mut();

@@ -62,7 +62,8 @@ pub(super) fn register(
                     shim: req.shim_pid,
                     // Checked above.
                     warm: mqfq_proto::warm::Warm::from_wire(&wire.warm).unwrap_or_default(),
-                    on_gpu: None,
+                    // Where its processes were measured stays known (shims register every second).
+                    on_gpu: inner.pooled.get(key).and_then(|p| p.on_gpu),
                 };
                 inner.pooled.insert(key.clone(), pooled);
                 let hit = Input::Hit {

@@ -84,7 +84,7 @@ impl Daemon {
                 .map(|g| (g.info.index, g.memory_used))
                 .collect();
             let samples = crate::monitor::with_last_memory(samples, &last);
-            super::held::keep(&mut inner.held, &samples);
+            inner.held.keep(&samples);
             self.placement_sample(&mut inner, &samples, failing, now);
             let readings: Vec<GpuReading> = samples.iter().map(Sample::reading).collect();
             // Grants first (a delivered one is a pool hit), then the pool's pressure and timers

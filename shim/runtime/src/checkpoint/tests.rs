@@ -15,6 +15,8 @@ pub(crate) struct FakeDriver {
     pub(crate) fail_checkpoint: Mutex<Vec<u32>>,
     pub(crate) fail_stays_locked: Mutex<bool>,
     pub(crate) calls: Mutex<Vec<String>>,
+    /// Restores with GPU pairs are refused (a driver without the move).
+    pub(crate) refuse_pairs: Mutex<bool>,
 }
 
 impl FakeDriver {
@@ -90,6 +92,13 @@ impl Driver for FakeDriver {
                 .lock()
                 .unwrap()
                 .push(format!("pairs {pid} {}", onto.len()));
+            if *self.refuse_pairs.lock().unwrap() {
+                return Err(CkptError::Cuda {
+                    call: "cuCheckpointProcessRestore",
+                    pid,
+                    code: 1,
+                });
+            }
         }
         {
             let mut n = self.oom_restores.lock().unwrap();
@@ -469,4 +478,11 @@ fn a_restore_passes_its_pairs_to_the_driver() {
         "{:?}",
         d.calls.lock().unwrap()
     );
+    // A driver that refuses the pairs: restored where it was, and running, not left suspended.
+    assert!(suspend(&d, &procs, Duration::from_secs(1)).error.is_none());
+    *d.refuse_pairs.lock().unwrap() = true;
+    let out = resume(&d, &procs, &[pair], Instant::now());
+    assert_eq!(out.error, None);
+    assert_eq!(out.done, 1);
+    assert_eq!(d.of(pids[0]), ProcState::Running);
 }
