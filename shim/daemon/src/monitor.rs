@@ -66,9 +66,9 @@ pub struct Sample {
     /// (read at most every [`PROCESS_PERIOD`]; empty in between).
     pub processes: Vec<ProcessUse>,
     /// GPU memory each of its compute processes holds, allocations and CUDA context (host PID,
-    /// bytes), as NVML lists them; empty where it does not say (simulated GPUs, a driver that
-    /// hides the figures).
-    pub held: Vec<(u32, u64)>,
+    /// bytes; 0 where NVML lists one without a figure), as NVML lists them; `None` where it was
+    /// not read (simulated GPUs, a driver that does not answer).
+    pub held: Option<Vec<(u32, u64)>>,
 }
 
 impl Sample {
@@ -541,26 +541,27 @@ fn process_samples(
 
 /// What each compute process on GPU `d` holds in its memory, where NVML knows it: its own
 /// contexts' processes and, on a GPU shared through MPS, the MPS clients (NVML lists those
-/// apart). A driver that answers neither leaves it empty (logged).
-fn held_by_process(d: &nvml_wrapper::Device<'static>) -> Vec<(u32, u64)> {
+/// apart; a driver without that list adds none). `None` (logged) when the first list cannot be
+/// read: nothing is known of the GPU's processes then.
+fn held_by_process(d: &nvml_wrapper::Device<'static>) -> Option<Vec<(u32, u64)>> {
     use nvml_wrapper::enums::device::UsedGpuMemory;
-    let mut all = Vec::new();
-    for list in [
-        d.running_compute_processes(),
-        d.mps_running_compute_processes(),
-    ] {
-        match list {
-            Ok(l) => all.extend(l),
-            Err(e) => tracing::debug!("per-process GPU memory not read: {e}"),
+    let mut all = match d.running_compute_processes() {
+        Ok(l) => l,
+        Err(e) => {
+            tracing::debug!("per-process GPU memory not read: {e}");
+            return None;
         }
-    }
-    all.into_iter()
+    };
+    all.extend(d.mps_running_compute_processes().unwrap_or_default());
+    let held = all
+        .into_iter()
         .map(|p| match p.used_gpu_memory {
             UsedGpuMemory::Used(b) => (p.pid, b),
             // Where it is, without a figure (counts nothing).
             UsedGpuMemory::Unavailable => (p.pid, 0),
         })
-        .collect()
+        .collect();
+    Some(held)
 }
 
 /// One entry per process from one read of the driver's samples (pid, SM %, memory %): a

@@ -471,7 +471,7 @@ impl api::Admission for Service {
                 lease_id: g.lease,
                 gpu: g.gpu,
                 waited_ns: g.waited_ns,
-                restore_onto: d.restore_onto(&key, g.gpu),
+                restore_onto: d.restore_onto(&key, g.gpu, &req.gpus),
                 ..Default::default()
             }),
             Ok(Err(why)) => Err(status(

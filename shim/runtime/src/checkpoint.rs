@@ -517,12 +517,14 @@ pub fn resume(
     deadline: Instant,
 ) -> Outcome {
     let mut out = Outcome::default();
+    // Once the driver refuses the pairs, every process is restored where it was: a container is
+    // never split across two GPUs.
+    let mut pairs = onto;
     for p in procs {
         let r = (|| -> Result<(), CkptError> {
             p.same()?;
             match driver.state(p.pid)? {
                 ProcState::Checkpointed => {
-                    let mut pairs = onto;
                     loop {
                         match driver.restore(p.pid, pairs) {
                             Err(CkptError::OutOfMemory { .. }) if Instant::now() < deadline => {

@@ -29,18 +29,19 @@ pub(super) struct Held {
 }
 
 impl Held {
-    /// Each GPU's entries replaced by its sample's reading; a GPU NVML could not read (or a
-    /// monitor that read nothing) leaves none and is unknown, so no figure outlives the sample
-    /// it came from.
+    /// The last sample's reading, whole: a GPU whose processes NVML did not list (not read, or
+    /// failed) is unknown, and no figure outlives the sample it came from.
     pub(super) fn keep(&mut self, samples: &[Sample]) {
+        self.by.clear();
+        self.unknown.clear();
         for s in samples {
-            self.by.retain(|(gpu, _), _| *gpu != s.index);
-            if s.failed {
-                self.unknown.insert(s.index);
-            } else {
-                self.unknown.remove(&s.index);
-                self.by
-                    .extend(s.held.iter().map(|&(pid, b)| ((s.index, pid), b)));
+            match &s.held {
+                Some(list) if !s.failed => self
+                    .by
+                    .extend(list.iter().map(|&(pid, b)| ((s.index, pid), b))),
+                _ => {
+                    self.unknown.insert(s.index);
+                }
             }
         }
     }
@@ -93,11 +94,11 @@ impl Daemon {
         if !paused {
             inner.pooled.remove(&key);
         } else if let Some(p) = inner.pooled.get_mut(&key)
-            && !req.pids.is_empty()
+            && reason != mqfq_proto::UNUSED
         {
-            // What this release's processes say, even unknown: a GPU measured before them
-            // may no longer be where they are. A release naming none (a grant handed back
-            // unused) changes nothing.
+            // What this release's processes say, even unknown (none named, none listed): a
+            // GPU measured before may no longer be where they are. Only a grant handed back
+            // unused (nothing ran, nothing moved) leaves it.
             p.on_gpu = measured_on;
         }
         let released = Input::Released {
@@ -114,12 +115,21 @@ impl Daemon {
     /// its memory off the GPU (Warm, no prefetch of it in flight), and its processes measured
     /// at its last release on another GPU of the same model, both whole (not MIG) — the driver
     /// restores them onto the lease's GPU, so the work runs where the node counts it. The map
-    /// names every GPU of the node (the driver wants every GPU listed): the two swapped, the
-    /// rest onto themselves. Empty otherwise (restored where it was). Where the processes are
+    /// names every whole GPU the container's `devices` give it (the driver wants every GPU it
+    /// could have checkpointed listed): the two swapped, the rest onto themselves. Empty otherwise (restored where it was). Where the processes are
     /// is learned again at the lease's release, never assumed from the grant.
-    pub(super) fn restore_onto(&self, key: &ContainerKey, gpu: u32) -> Vec<api::GpuPair> {
+    pub(super) fn restore_onto(
+        &self,
+        key: &ContainerKey,
+        gpu: u32,
+        devices: &[String],
+    ) -> Vec<api::GpuPair> {
         let inner = self.lock();
         let Some(from) = moved_from(&inner, key, gpu) else {
+            return Vec::new();
+        };
+        // Its own GPUs: all it could have been checkpointed on, none it cannot see.
+        let Ok(own) = inner.node.core().resolve(devices) else {
             return Vec::new();
         };
         let gpus = inner.node.core().gpus();
@@ -134,6 +144,7 @@ impl Daemon {
         }
         tracing::info!(container = %key, from, to = gpu, "restoring onto another GPU");
         gpus.iter()
+            .filter(|g| own.contains(&g.info.index) && whole(&g.info))
             .map(|g| {
                 let onto = match g.info.index {
                     i if i == from => &new.uuid,
@@ -171,7 +182,7 @@ mod tests {
         Sample {
             index,
             failed,
-            held: list.to_vec(),
+            held: Some(list.to_vec()),
             ..Sample::default()
         }
     }
@@ -192,7 +203,7 @@ mod tests {
     }
 
     #[test]
-    fn each_sample_replaces_its_gpu_s_entries_and_an_unread_gpu_is_unknown() {
+    fn each_sample_replaces_the_last_and_an_unread_gpu_is_unknown() {
         let mut held = Held::default();
         held.keep(&[sample(0, false, &[(10, 100)]), sample(1, false, &[(12, 7)])]);
         held.keep(&[sample(0, false, &[(11, 5)]), sample(1, true, &[(12, 9)])]);
@@ -204,8 +215,16 @@ mod tests {
         );
         // Process 11 is on GPU 0 as far as NVML said, but GPU 1 was not read: it may be there.
         assert_eq!(held.gpu_of(&[11]), None);
-        held.keep(&[sample(1, false, &[])]);
+        held.keep(&[sample(0, false, &[(11, 5)]), sample(1, false, &[])]);
         assert_eq!(held.gpu_of(&[11]), Some(0));
+        // A GPU whose processes were not listed (the simulated backend, a driver that does
+        // not answer) is unknown too.
+        let unread = Sample {
+            index: 1,
+            ..Sample::default()
+        };
+        held.keep(&[sample(0, false, &[(11, 5)]), unread]);
+        assert_eq!(held.gpu_of(&[11]), None);
     }
 }
 #[cfg(test)]
@@ -226,7 +245,9 @@ mod onto_tests {
             memory_total: 1 << 34,
             mig: Vec::new(),
         };
-        let gpus = vec![gpu(0, "A100"), gpu(1, "A100"), gpu(2, "H100")];
+        let mut mig = gpu(3, "A100");
+        mig.mode = GpuMode::Mig;
+        let gpus = vec![gpu(0, "A100"), gpu(1, "A100"), gpu(2, "H100"), mig];
         Daemon::new(crate::build_node(&cfg, gpus).unwrap(), "simulated", None).unwrap()
     }
 
@@ -253,16 +274,18 @@ mod onto_tests {
         let key: ContainerKey = "ns/c".parse().unwrap();
         pool(&d, &key, Warm::Checkpoint, true);
         let pairs: Vec<(String, String)> = d
-            .restore_onto(&key, 1)
+            .restore_onto(&key, 1, &[])
             .into_iter()
             .map(|p| (p.old_uuid, p.new_uuid))
             .collect();
         let uuid = |i: u32| format!("GPU-fa4e0000-0000-4000-8000-00000000000{i}");
-        // Every GPU named: 0 and 1 swapped, 2 onto itself.
+        // Every whole GPU it may use named: 0 and 1 swapped, 2 onto itself (3 is in MIG mode).
         assert_eq!(
             pairs,
             [(uuid(0), uuid(1)), (uuid(1), uuid(0)), (uuid(2), uuid(2))]
         );
+        // Given GPUs 0 and 1 only: those two.
+        assert_eq!(d.restore_onto(&key, 1, &["0".into(), "1".into()]).len(), 2);
         assert_eq!(
             d.lock().pooled[&key].on_gpu,
             Some(0),
@@ -273,17 +296,21 @@ mod onto_tests {
         for (gpu, warm, evicted) in [
             (0, Warm::Checkpoint, true),
             (2, Warm::Checkpoint, true),
+            (3, Warm::Checkpoint, true),
             (1, Warm::Checkpoint, false),
             (1, Warm::Uvm, true),
         ] {
             pool(&d, &key, warm, evicted);
             assert!(
-                d.restore_onto(&key, gpu).is_empty(),
+                d.restore_onto(&key, gpu, &[]).is_empty(),
                 "{gpu} {warm:?} {evicted}"
             );
         }
         // Not pooled (or never measured): nothing.
-        assert!(d.restore_onto(&"ns/other".parse().unwrap(), 1).is_empty());
+        assert!(
+            d.restore_onto(&"ns/other".parse().unwrap(), 1, &[])
+                .is_empty()
+        );
     }
 
     /// Where a pooled container's processes are is what its last release that named them
@@ -294,17 +321,18 @@ mod onto_tests {
         let d = daemon();
         let key: ContainerKey = "ns/c".parse().unwrap();
         pool(&d, &key, Warm::Checkpoint, false);
-        d.lock().held.keep(&[
-            Sample {
-                index: 0,
-                ..Sample::default()
-            },
-            Sample {
-                index: 1,
-                held: vec![(41, 1 << 30)],
-                ..Sample::default()
-            },
-        ]);
+        let read = |index, list: Vec<(u32, u64)>| Sample {
+            index,
+            held: Some(list),
+            ..Sample::default()
+        };
+        let samples = [
+            read(0, vec![]),
+            read(1, vec![(41, 1 << 30)]),
+            read(2, vec![]),
+            read(3, vec![]),
+        ];
+        d.lock().held.keep(&samples);
         let release = |pids: Vec<u32>, reason: &str| {
             let req = api::ReleaseRequest {
                 reason: reason.into(),
@@ -318,6 +346,12 @@ mod onto_tests {
         assert_eq!(release(vec![41], "pause"), Some(1));
         assert_eq!(release(vec![], mqfq_proto::UNUSED), Some(1), "kept");
         assert_eq!(release(vec![77], "idle"), None, "not measured: unknown");
+        assert_eq!(release(vec![41], "idle"), Some(1));
+        assert_eq!(
+            release(vec![], "pause"),
+            None,
+            "its processes not named: unknown"
+        );
         assert_eq!(release(vec![41], "idle"), Some(1));
         // A shim's registration re-adopts its idle container: what was measured stays.
         let reg = api::RegisterRequest {

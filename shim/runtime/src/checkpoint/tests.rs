@@ -481,8 +481,43 @@ fn a_restore_passes_its_pairs_to_the_driver() {
     // A driver that refuses the pairs: restored where it was, and running, not left suspended.
     assert!(suspend(&d, &procs, Duration::from_secs(1)).error.is_none());
     *d.refuse_pairs.lock().unwrap() = true;
+    d.calls.lock().unwrap().clear();
     let out = resume(&d, &procs, &[pair], Instant::now());
     assert_eq!(out.error, None);
     assert_eq!(out.done, 1);
     assert_eq!(d.of(pids[0]), ProcState::Running);
+    // The refused call, then one without pairs.
+    let p = pids[0];
+    assert_eq!(
+        *d.calls.lock().unwrap(),
+        [
+            format!("pairs {p} 1"),
+            format!("restore {p}"),
+            format!("unlock {p}")
+        ]
+    );
+}
+
+#[test]
+fn once_the_driver_refuses_the_pairs_every_process_is_restored_where_it_was() {
+    let (_c, pids) = sleepers(2);
+    let d = FakeDriver::with(&pids);
+    let procs = found(&d, &pids);
+    assert!(suspend(&d, &procs, Duration::from_secs(1)).error.is_none());
+    *d.refuse_pairs.lock().unwrap() = true;
+    d.calls.lock().unwrap().clear();
+    let pair = GpuPair {
+        old: [0; 16],
+        new: [1; 16],
+    };
+    let out = resume(&d, &procs, &[pair], Instant::now());
+    assert_eq!((out.done, out.error), (2, None));
+    let pairs_tried = d
+        .calls
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|c| c.starts_with("pairs "))
+        .count();
+    assert_eq!(pairs_tried, 1, "{:?}", d.calls.lock().unwrap());
 }
