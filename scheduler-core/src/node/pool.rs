@@ -428,13 +428,13 @@ impl Pool {
     /// whole footprint, the CUDA context included, which its own reports leave out. Held to
     /// the GPU's capacity; 0 changes nothing.
     pub fn measured_resident(&mut self, key: &ContainerKey, bytes: u64) {
-        let Some(gpu) = self.entries.get(key).map(|e| e.gpu) else {
-            return;
-        };
-        let cap = self.memory.get(&gpu).map_or(u64::MAX, |&(_, total)| total);
         if let Some(e) = self.entries.get_mut(key)
             && bytes > 0
         {
+            let cap = self
+                .memory
+                .get(&e.gpu)
+                .map_or(u64::MAX, |&(_, total)| total);
             e.resident = bytes.min(cap);
         }
     }

@@ -78,6 +78,16 @@ struct Pooled {
     on_gpu: Option<u32>,
 }
 
+impl Inner {
+    /// Container `key` is pooled, held by shim `shim`, going Warm by `warm` (every Admit and
+    /// registration says so again); where its processes were measured stays known.
+    fn pool_container(&mut self, key: &ContainerKey, shim: u32, warm: Warm) {
+        let on_gpu = self.pooled.get(key).and_then(|p| p.on_gpu);
+        self.pooled
+            .insert(key.clone(), Pooled { shim, warm, on_gpu });
+    }
+}
+
 /// A request's `warm`, or INVALID_ARGUMENT naming `field`.
 fn warm_field(field: &str, value: &str) -> ttrpc::Result<Warm> {
     Warm::from_wire(value).map_err(|e| {
@@ -445,14 +455,7 @@ impl api::Admission for Service {
             }
             inner.waiters.insert(key.clone(), tx);
             if req.pooled {
-                // Where its processes were measured stays known across its leases.
-                let on_gpu = inner.pooled.get(&key).and_then(|p| p.on_gpu);
-                let pooled = Pooled {
-                    shim: req.shim_pid,
-                    warm,
-                    on_gpu,
-                };
-                inner.pooled.insert(key.clone(), pooled);
+                inner.pool_container(&key, req.shim_pid, warm);
             }
             match inner.node.step(&Input::Admit(info), now) {
                 Ok(out) => d.settle(&mut inner, out),

@@ -97,8 +97,8 @@ impl Pool {
 
     /// What each function's containers hold on a GPU as far as the pool measured (the largest of
     /// its containers' bytes: what their shims reported, or what the driver measured their
-    /// processes holding, context included, where that is more), for memory admission; functions with nothing measured are left
-    /// out. Sorted by function.
+    /// processes holding, context included, where that is more), for memory admission;
+    /// functions with nothing measured are left out. Sorted by function.
     #[must_use]
     pub fn footprints(&self) -> Vec<(String, u64)> {
         let mut out: BTreeMap<&str, u64> = BTreeMap::new();

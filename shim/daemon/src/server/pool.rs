@@ -47,14 +47,9 @@ impl Daemon {
         if inner.node.core().lease_of(&key).is_some() {
             return;
         }
-        let pooled = super::Pooled {
-            shim: shim_pid,
-            // Checked when the registration came in.
-            warm: mqfq_proto::warm::Warm::from_wire(&r.warm).unwrap_or_default(),
-            // Where its processes were measured stays known (shims register every second).
-            on_gpu: inner.pooled.get(&key).and_then(|p| p.on_gpu),
-        };
-        inner.pooled.insert(key.clone(), pooled);
+        // Checked when the registration came in.
+        let warm = mqfq_proto::warm::Warm::from_wire(&r.warm).unwrap_or_default();
+        inner.pool_container(&key, shim_pid, warm);
         let pool = inner.node.pool_mut();
         pool.adopt_idle(&key, flow, gpu, shim_pid, r.managed_bytes, r.evicted, now);
         if let Some(n) = r.native.as_ref() {

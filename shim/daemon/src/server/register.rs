@@ -58,14 +58,9 @@ pub(super) fn register(
         for ((r, wire), (key, lease)) in running.iter().zip(&req.running).zip(&reg.leases) {
             if wire.pooled && r.lease != *lease {
                 // Newly adopted (a restarted daemon, or a fail-open start): running, Hot.
-                let pooled = super::Pooled {
-                    shim: req.shim_pid,
-                    // Checked above.
-                    warm: mqfq_proto::warm::Warm::from_wire(&wire.warm).unwrap_or_default(),
-                    // Where its processes were measured stays known (shims register every second).
-                    on_gpu: inner.pooled.get(key).and_then(|p| p.on_gpu),
-                };
-                inner.pooled.insert(key.clone(), pooled);
+                // Checked above.
+                let warm = mqfq_proto::warm::Warm::from_wire(&wire.warm).unwrap_or_default();
+                inner.pool_container(key, req.shim_pid, warm);
                 let hit = Input::Hit {
                     lease: *lease,
                     container: None,

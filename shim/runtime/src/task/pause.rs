@@ -5,12 +5,33 @@ use super::TaskService;
 use super::pool::uvm;
 use crate::error::Result;
 use crate::memory::Usage;
+use crate::runtime::Runtime;
 use crate::uvm::client::Command;
 
 /// The most processes a Pause's release names (a container's pid limit may be far higher).
 const MAX_PAUSE_PIDS: usize = 1024;
 
 impl TaskService {
+    /// A pooled container's processes, for what NVML measures them holding: read frozen (none
+    /// can start meanwhile), within the status deadline, at most [`MAX_PAUSE_PIDS`]; none when
+    /// that fails, which only leaves the figure unmeasured.
+    async fn pause_pids(&self, id: &str, runtime: &dyn Runtime) -> Vec<u32> {
+        let read = tokio::time::timeout(self.pool_timeouts.status, runtime.ps(id)).await;
+        let mut pids = match read {
+            Ok(Ok(p)) => p,
+            Ok(Err(e)) => {
+                tracing::debug!(container = %id, "its processes not read at the pause: {e}");
+                Vec::new()
+            }
+            Err(_) => {
+                tracing::debug!(container = %id, "its processes not read at the pause in time");
+                Vec::new()
+            }
+        };
+        pids.truncate(MAX_PAUSE_PIDS);
+        pids
+    }
+
     /// Pause: freeze; the lease goes back, with the bytes its CUDA processes hold.
     ///
     /// # Errors
@@ -35,24 +56,8 @@ impl TaskService {
         };
         self.report_exports(id).await;
         t.runtime.pause(id).await?;
-        // Its processes, for what NVML measures them holding: read frozen (none can start
-        // meanwhile), pooled ones only, within the status deadline; none when that fails,
-        // which only leaves the figure unmeasured.
         let pids = if t.pooled && t.work.is_some() {
-            match tokio::time::timeout(self.pool_timeouts.status, t.runtime.ps(id)).await {
-                Ok(Ok(mut p)) => {
-                    p.truncate(MAX_PAUSE_PIDS);
-                    p
-                }
-                Ok(Err(e)) => {
-                    tracing::debug!(container = %id, "its processes not read at the pause: {e}");
-                    Vec::new()
-                }
-                Err(_) => {
-                    tracing::debug!(container = %id, "its processes not read at the pause in time");
-                    Vec::new()
-                }
-            }
+            self.pause_pids(id, &*t.runtime).await
         } else {
             Vec::new()
         };
