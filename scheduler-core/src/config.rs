@@ -32,6 +32,9 @@ impl ConfigError {
     }
 }
 
+/// The default [`QueueConfig::overtake_bound`].
+pub const OVERTAKE_BOUND: f64 = 1.0;
+
 pub(crate) fn reject(
     knob: &'static str,
     value: impl fmt::Display,
@@ -171,6 +174,13 @@ pub struct QueueConfig {
     /// keeps one more slot for short flows only, so short functions never wait behind a full set
     /// of long ones; the reserve never holds a slot under D empty while work waits.
     pub short_charge_s: f64,
+    /// How far the fair order may overtake a queued call (`overtake_bound`; 0 turns it off):
+    /// once the work dispatched since it arrived exceeds this many times the work queued ahead
+    /// of it then, plus T, it is served before the fair order's choice (the longest-overdue
+    /// first) while its flow is within T of V. Arrival order serves exactly the work queued
+    /// ahead first; the bound takes back what the tie-breaks among eligible flows cost a call,
+    /// never a Throttled flow's place.
+    pub overtake_bound: f64,
 }
 
 impl Default for QueueConfig {
@@ -198,6 +208,14 @@ impl QueueConfig {
         positive("fallback_charge_s", self.fallback_charge_s)?;
         unit_interval("ewma_alpha", self.ewma_alpha)?;
         non_negative("short_charge_s", self.short_charge_s)?;
+        let b = self.overtake_bound;
+        if b != 0.0 && !(b.is_finite() && b >= 1.0) {
+            return Err(reject(
+                "overtake_bound",
+                b,
+                "must be 0 (off) or a finite number >= 1",
+            ));
+        }
         Ok(())
     }
 }
@@ -421,6 +439,7 @@ impl Profile {
             charge_correction: true,
             selection: Selection::StickyResident,
             short_charge_s: 1.0,
+            overtake_bound: OVERTAKE_BOUND,
         }
     }
 
@@ -449,6 +468,9 @@ pub struct QueueKnobs {
     pub fallback_charge_s: Option<f64>,
     /// Short-flow threshold of the reserved slot (0 = off).
     pub short_charge_s: Option<f64>,
+    /// How far the fair order may overtake a queued call, as a multiple of the work queued
+    /// ahead of it when it arrived (0 = off).
+    pub overtake_bound: Option<f64>,
     /// GPU memory is admitted with the slots (default on): a lease is granted only where its
     /// function's footprint fits beside the leases held, within capacity less the pool's
     /// headroom. Read through `MemoryAdmission::from_knobs` by whoever builds the admission
@@ -549,6 +571,9 @@ impl Overrides {
         if let Some(c) = q.short_charge_s {
             queue.short_charge_s = c;
         }
+        if let Some(b) = q.overtake_bound {
+            queue.overtake_bound = b;
+        }
         if let Some(a) = k.alpha {
             conc.alpha = a;
         }
@@ -601,6 +626,7 @@ impl Overrides {
             }
             queue.selection = Selection::Fifo;
             queue.short_charge_s = 0.0;
+            queue.overtake_bound = 0.0;
         }
         queue.validate()?;
         conc.validate()?;

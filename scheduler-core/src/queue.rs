@@ -169,6 +169,9 @@ pub struct Dispatched<T> {
     pub item: T,
     /// When it was enqueued.
     pub enqueued_at: Time,
+    /// It was served ahead of the fair order because the work dispatched since it arrived had
+    /// passed its overtake bound (see [`QueueConfig::overtake_bound`]).
+    pub overdue: bool,
 }
 
 #[derive(Debug)]
@@ -177,6 +180,10 @@ struct Pending<T> {
     at: Time,
     /// Arrival order across flows (FIFO selection).
     seq: u64,
+    /// Its estimated work (the flow's charge when it was queued), seconds.
+    work: f64,
+    /// The dispatched-work count past which it is overdue (see [`overtake`]).
+    due: f64,
 }
 
 #[derive(Debug)]
@@ -223,6 +230,12 @@ pub struct MqfqQueue<T> {
     short_backlog: BTreeSet<Tag>,
     /// Backlogged flows by their head's arrival order (kept under FIFO selection only).
     fifo: BTreeSet<(u64, FlowId)>,
+    /// Backlogged flows by when their head is overdue (kept with an overtake bound only).
+    overdue: BTreeSet<(Vt, FlowId)>,
+    /// Σ estimated work of every invocation dispatched, seconds.
+    served_work: f64,
+    /// Σ estimated work of the invocations queued, seconds.
+    queued_work: f64,
     next_seq: u64,
     active_short: usize,
     expiries: BTreeSet<(Time, FlowId)>,
@@ -275,6 +288,9 @@ impl<T> MqfqQueue<T> {
             penalized: BTreeSet::new(),
             short_backlog: BTreeSet::new(),
             fifo: BTreeSet::new(),
+            overdue: BTreeSet::new(),
+            served_work: 0.0,
+            queued_work: 0.0,
             next_seq: 0,
             active_short: 0,
             expiries: BTreeSet::new(),
@@ -537,13 +553,23 @@ impl<T> MqfqQueue<T> {
             }
             f.last_arrival = Some(at);
         }
+        let work = self.charge_of(&self.flows[id.ix()]);
+        // Never before the call queued ahead of it in its own flow: it cannot run before it.
+        let due = self.flows[id.ix()]
+            .pending
+            .back()
+            .map_or(self.due_now(), |p| p.due.max(self.due_now()));
+        let f = &mut self.flows[id.ix()];
         f.pending.push_back(Pending {
             item,
             at,
             seq: self.next_seq,
+            work,
+            due,
         });
         self.next_seq += 1;
         self.queued += 1;
+        self.queued_work += work;
         if f.pending.len() == 1 {
             f.start = v.max(f.finish);
             f.credit = f.finish;
@@ -568,7 +594,7 @@ impl<T> MqfqQueue<T> {
     /// The flow [`dispatch`](Self::dispatch) would serve now, without serving it.
     #[must_use]
     pub fn peek(&self) -> Option<FlowId> {
-        self.select()
+        self.select_slot(u32::MAX)
     }
 
     /// Takes the next invocation, by MQFQ-Sticky's rule, at time `now`. The caller has already
@@ -593,7 +619,7 @@ impl<T> MqfqQueue<T> {
         if free_slots == 0 {
             self.reserve_head()
         } else {
-            self.select()
+            self.overdue_head(|_| true).or_else(|| self.select())
         }
     }
 
@@ -606,7 +632,10 @@ impl<T> MqfqQueue<T> {
         self.index_remove(id);
         let f = &mut self.flows[id.ix()];
         let head = f.pending.pop_front()?;
+        let overdue = head.due < self.served_work;
         self.queued -= 1;
+        self.queued_work = overtake::unqueued(self.queued_work, self.queued, head.work);
+        self.served_work += charge;
         let start = f.start;
         let finish = start + charge / eff;
         f.finish = finish;
@@ -642,6 +671,7 @@ impl<T> MqfqQueue<T> {
             ticket,
             item: head.item,
             enqueued_at: head.at,
+            overdue,
         })
     }
 
@@ -682,6 +712,7 @@ mod linger;
 #[cfg(test)]
 pub(crate) use linger::CLAIM_IATS;
 mod outside;
+mod overtake;
 mod short;
 mod snapshot;
 mod tenants;

@@ -42,17 +42,21 @@ fn config() -> impl Strategy<Value = QueueConfig> {
         any::<bool>(),
         prop_oneof![Just(0.0), Just(1.0)],
         0.0f64..3.0,
+        prop_oneof![Just(0.0), Just(1.0), Just(1.5)],
     )
-        .prop_map(|(t, selection, correct, short, ttl)| QueueConfig {
-            overrun: Overrun::Fixed(t),
-            ttl: StickyTtl::Fixed(ttl),
-            fallback_ttl_s: ttl,
-            fallback_charge_s: 0.5,
-            ewma_alpha: 0.3,
-            charge_correction: correct,
-            selection,
-            short_charge_s: short,
-        })
+        .prop_map(
+            |(t, selection, correct, short, ttl, overtake)| QueueConfig {
+                overrun: Overrun::Fixed(t),
+                ttl: StickyTtl::Fixed(ttl),
+                fallback_ttl_s: ttl,
+                fallback_charge_s: 0.5,
+                ewma_alpha: 0.3,
+                charge_correction: correct,
+                selection,
+                short_charge_s: short,
+                overtake_bound: overtake,
+            },
+        )
 }
 
 proptest! {
@@ -83,7 +87,7 @@ proptest! {
                 Op::Dispatch(free) => {
                     let t = q.overrun();
                     if let Some(d) = q.dispatch_slot(now, free) {
-                        prop_assert!(fifo || d.ticket.start - d.ticket.v <= t + 1e-9,
+                        prop_assert!(fifo || d.overdue || d.ticket.start - d.ticket.v <= t + 1e-9,
                             "dispatched {} ahead of V with T = {}", d.ticket.start - d.ticket.v, t);
                         if fifo && free > 0 {
                             prop_assert_eq!(Some(&d.item), queued.iter().min(), "FIFO out of order");
@@ -197,6 +201,7 @@ fn fair_cfg(t: f64, selection: Selection) -> QueueConfig {
         charge_correction: true,
         selection,
         short_charge_s: 0.0,
+        overtake_bound: 0.0,
     }
 }
 

@@ -67,6 +67,9 @@ struct SweepArgs {
     /// mqfq-sticky's `short_charge_s` on every draw (0: no short-slot reserve).
     #[arg(long)]
     short_charge_s: Option<f64>,
+    /// mqfq-sticky's `overtake_bound` on every draw (0: off).
+    #[arg(long)]
+    overtake_bound: Option<f64>,
     /// mqfq-sticky's maximum burst hold on every draw, seconds (0: none; default: mqfqd's).
     #[arg(long)]
     max_burst_hold_s: Option<f64>,
@@ -294,6 +297,7 @@ impl Cli {
                     .map(|i| {
                         let knobs = crate::sweep::Knobs {
                             short_charge_s: a.short_charge_s,
+                            overtake_bound: a.overtake_bound,
                             max_burst_hold_s: a.max_burst_hold_s,
                         };
                         crate::sweep::run(a.seed, i, a.duration_s, a.short_ms, knobs)

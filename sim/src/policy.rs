@@ -523,6 +523,7 @@ impl Mqfq {
             charge_correction: false,
             selection: Selection::Sticky,
             short_charge_s: 0.0,
+            overtake_bound: 0.0,
         };
         Self::with(trace, cfg)
     }

@@ -194,6 +194,8 @@ pub struct Outcome {
 pub struct Knobs {
     /// `short_charge_s`.
     pub short_charge_s: Option<f64>,
+    /// `overtake_bound`.
+    pub overtake_bound: Option<f64>,
     /// The maximum burst hold, seconds (0: none).
     pub max_burst_hold_s: Option<f64>,
 }
@@ -212,6 +214,7 @@ pub fn run(
 ) -> Result<Outcome, SimError> {
     let (draw, trace, mut cfg) = draw(seed, index, duration_s);
     cfg.overrides.queue.short_charge_s = knobs.short_charge_s;
+    cfg.overrides.queue.overtake_bound = knobs.overtake_bound;
     if let Some(hold) = knobs.max_burst_hold_s {
         cfg.max_burst_hold_s = Some(hold).filter(|&h| h > 0.0);
     }

@@ -180,3 +180,44 @@ fn d_initial_is_checked_as_given_on_whole_gpus_and_clamped_under_mps_and_mig() {
         mig.d_initial
     );
 }
+
+/// The overtake bound is 0 (off) or at least 1 (a bound under 1 would serve a call before the
+/// work arrival order puts ahead of it); `policy = "fcfs"` has none.
+#[test]
+fn the_overtake_bound_is_off_or_at_least_one() {
+    assert!(QueueConfig::default().overtake_bound >= 1.0);
+    for (b, ok) in [
+        (0.0, true),
+        (1.0, true),
+        (2.5, true),
+        (0.5, false),
+        (-1.0, false),
+        (f64::NAN, false),
+        (f64::INFINITY, false),
+    ] {
+        let mut q = QueueConfig::default();
+        let mut c = ConcurrencyConfig::for_mode(GpuMode::Plain, 0.2);
+        let o = Overrides {
+            queue: QueueKnobs {
+                overtake_bound: Some(b),
+                ..QueueKnobs::default()
+            },
+            ..Overrides::default()
+        };
+        match o.apply(&mut q, &mut c, GpuMode::Plain) {
+            Ok(()) => assert!(ok, "{b} accepted"),
+            Err(e) => {
+                assert!(!ok, "{b} refused: {e}");
+                assert_eq!(e.knob, "overtake_bound");
+            }
+        }
+    }
+    let mut q = QueueConfig::default();
+    let mut c = ConcurrencyConfig::for_mode(GpuMode::Plain, 0.2);
+    let o = Overrides {
+        order: Some(GrantOrder::Fcfs),
+        ..Overrides::default()
+    };
+    o.apply(&mut q, &mut c, GpuMode::Plain).unwrap();
+    assert_eq!(q.overtake_bound, 0.0);
+}

@@ -452,14 +452,20 @@ impl Core {
         let g = &self.gpus[slot];
         let d = g.conc.limit();
         let d_max = g.conc.config().d_max;
-        let reserve =
-            self.queue_cfg.short_charge_s > 0.0 && d_max >= 2 && g.queue.active_short_flows() > 0;
-        if reserve {
+        if self.reserve_on(slot) {
             let long = g.long_running.saturating_sub(self.overtime_long(slot));
             (d.min(d_max - 1), d.max(long + 1).clamp(2, d_max))
         } else {
             (d, d)
         }
+    }
+
+    /// Whether GPU `slot` keeps its short-slot reserve now: a short flow is Active there.
+    fn reserve_on(&self, slot: usize) -> bool {
+        let g = &self.gpus[slot];
+        self.queue_cfg.short_charge_s > 0.0
+            && g.conc.config().d_max >= 2
+            && g.queue.active_short_flows() > 0
     }
 
     /// The order admissions are granted in (`policy` in mqfqd.toml).

@@ -31,6 +31,11 @@ impl<T> MqfqQueue<T> {
     /// The flow [`dispatch_slot_fitting`](Self::dispatch_slot_fitting) would serve, without
     /// serving it.
     pub fn fitting(&self, free_slots: u32, fits: impl Fn(FlowId) -> bool) -> Option<FlowId> {
+        if free_slots > 0
+            && let Some(id) = self.overdue_head(&fits)
+        {
+            return Some(id);
+        }
         let first = self.select_slot(free_slots)?;
         if fits(first) {
             return Some(first);

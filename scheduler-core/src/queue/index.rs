@@ -27,6 +27,11 @@ impl<T> MqfqQueue<T> {
         {
             self.fifo.insert((head.seq, id));
         }
+        if self.overtaking()
+            && let Some(head) = f.pending.front()
+        {
+            self.overdue.insert((Vt(head.due), id));
+        }
     }
 
     /// Removes the flow from the indexes; call before changing its start, cost, weight or charge.
@@ -46,6 +51,7 @@ impl<T> MqfqQueue<T> {
         }
         if let Some(head) = f.pending.front() {
             self.fifo.remove(&(head.seq, id));
+            self.overdue.remove(&(Vt(head.due), id));
         }
     }
 

@@ -56,6 +56,7 @@ impl<T> MqfqQueue<T> {
         f.in_flight += 1;
         f.dispatched += 1;
         f.last_service = Some(now);
+        self.served_work += charge;
         self.next_ticket += 1;
         self.outstanding.insert(ticket.id, (id, charge, eff));
         self.update_v();
@@ -72,8 +73,10 @@ impl<T> MqfqQueue<T> {
         // Out of the indexes while the head is still there (the FIFO index is keyed by it).
         self.index_remove(id);
         let f = &mut self.flows[id.ix()];
-        let item = f.pending.remove(pos)?.item;
+        let gone = f.pending.remove(pos)?;
+        let item = gone.item;
         self.queued -= 1;
+        self.queued_work = super::overtake::unqueued(self.queued_work, self.queued, gone.work);
         if f.pending.is_empty() {
             self.leave(id);
             let f = &mut self.flows[id.ix()];

@@ -209,6 +209,7 @@ mod tests {
             charge_correction: true,
             selection: Selection::LowestStart,
             short_charge_s: 0.0,
+            overtake_bound: 0.0,
         }
     }
 

@@ -15,6 +15,7 @@ fn fixed(t: f64, ttl: f64, selection: Selection) -> QueueConfig {
         charge_correction: true,
         selection,
         short_charge_s: 0.0,
+        overtake_bound: 0.0,
     }
 }
 

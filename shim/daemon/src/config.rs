@@ -15,7 +15,7 @@
 //! restart_grace_ms = 2000           # after start, dispatch nothing while shims re-register
 //!
 //! [queue]          # overrides of the profile: overrun_s | overrun_tau, ttl_s | ttl_iat,
-//!                  # fallback_charge_s, short_charge_s; memory_admission = true,
+//!                  # fallback_charge_s, short_charge_s, overtake_bound = 1.0; memory_admission = true,
 //!                  # default_footprint_mb = 4096, late_binding = false
 //! [concurrency]    # alpha, u_target (SM activity), d_max, d_initial, slowdown_target
 //! [simulated]      # gpus = 1, memory_gib = 80 (or memory_mib), utilization_per_lease = 0.3, mode = "plain"

@@ -37,6 +37,7 @@ pub struct Metrics {
     queue_wait: Family<Labels, Histogram>,
     gpu_time: Family<Labels, Counter<f64, AtomicU64>>,
     admitted: Family<Labels, Counter>,
+    overdue: Family<Labels, Counter>,
     admissions: Family<Labels, Counter>,
     completed: Family<Labels, Counter>,
     d: Family<Labels, Gauge<f64, AtomicU64>>,
@@ -106,6 +107,7 @@ impl Metrics {
             }),
             gpu_time: Family::default(),
             admitted: Family::default(),
+            overdue: Family::default(),
             completed: Family::default(),
             d: Family::default(),
             limit: Family::default(),
@@ -170,6 +172,11 @@ impl Metrics {
             "admitted",
             "Admissions dispatched, per function",
             m.admitted.clone(),
+        );
+        registry.register(
+            "overdue_admitted",
+            "Admissions dispatched ahead of the fair order by the overtake bound, per function",
+            m.overdue.clone(),
         );
         registry.register(
             "admissions",
@@ -406,6 +413,7 @@ impl Metrics {
             self.queue_wait.remove(&l);
             self.gpu_time.remove(&l);
             self.admitted.remove(&l);
+            self.overdue.remove(&l);
             self.completed.remove(&l);
         }
     }
@@ -432,12 +440,16 @@ impl Metrics {
                 Record::Dispatch {
                     function,
                     waited_ns,
+                    overdue,
                     ..
                 } => {
                     self.queue_length
                         .get_or_create(&self::function(function))
                         .dec();
                     self.admitted.get_or_create(&self::function(function)).inc();
+                    if *overdue {
+                        self.overdue.get_or_create(&self::function(function)).inc();
+                    }
                     #[expect(
                         clippy::cast_precision_loss,
                         reason = "a wait in ns, observed in seconds"

@@ -58,6 +58,10 @@ pub(super) struct NodeArgs {
     /// Flows charged at most this are short for the slot reserve, s (0 = reserve off).
     #[arg(long)]
     short_charge_s: Option<f64>,
+    /// How far the fair order may overtake a queued call, × the work queued ahead of it at
+    /// arrival (0 = off).
+    #[arg(long)]
+    overtake_bound: Option<f64>,
     /// Gain α of the concurrency controller.
     #[arg(long)]
     alpha: Option<f64>,
@@ -214,6 +218,7 @@ impl NodeArgs {
                     ttl_iat: self.ttl_iat,
                     fallback_charge_s: self.fallback_charge_s,
                     short_charge_s: self.short_charge_s,
+                    overtake_bound: self.overtake_bound,
                     memory_admission: self.no_memory_admission.then_some(false),
                     default_footprint_mb: Some(self.default_footprint_mb),
                     late_binding: self.no_late_binding.then_some(false),

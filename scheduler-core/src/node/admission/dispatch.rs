@@ -18,8 +18,16 @@ impl Core {
             if running >= limit {
                 break;
             }
-            // 0: only the reserve's slot above ⌊D⌋ is free.
-            let free = d_limit.saturating_sub(running);
+            // 0: only the reserve's slot above ⌊D⌋ is free. A short lease running is taken to
+            // hold the reserve's slot, so the slots under ⌊D⌋ are those the others hold: a
+            // set of short leases turning over on every slot keeps none from the fair order.
+            let shorts = running.saturating_sub(self.gpus[slot].long_running);
+            let used = if shorts > 0 && self.reserve_on(slot) {
+                running - 1
+            } else {
+                running
+            };
+            let free = d_limit.saturating_sub(used);
             // A tenant at its share of slots yields to another tenant's work that fits; a
             // slot nobody else can take still goes to it.
             let flow = {
@@ -70,6 +78,7 @@ impl Core {
                 limit,
                 d: dval,
                 waited_ns,
+                overdue: d.overdue,
             });
             self.lease_of.insert(key.clone(), lease);
             self.leases.insert(
@@ -113,3 +122,6 @@ impl Core {
         grants
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -56,6 +56,9 @@ pub enum Record {
         d: f64,
         /// Time queued, ns.
         waited_ns: u64,
+        /// Served ahead of the fair order: the work dispatched since it arrived had passed its
+        /// overtake bound.
+        overdue: bool,
     },
     /// A lease ended.
     Release {

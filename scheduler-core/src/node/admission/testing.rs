@@ -22,6 +22,7 @@ pub(crate) fn qcfg(short_charge_s: f64) -> QueueConfig {
         charge_correction: true,
         selection: Selection::StickyResident,
         short_charge_s,
+        overtake_bound: 0.0,
     }
 }
 

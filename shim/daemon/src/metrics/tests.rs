@@ -176,6 +176,7 @@ fn queue_length_follows_the_dispatch_record() {
         limit: 1,
         d: 1.0,
         waited_ns: 2_000_000,
+        overdue: true,
     };
     let withdraw = Record::Withdraw {
         seq: 0,
@@ -195,6 +196,10 @@ fn queue_length_follows_the_dispatch_record() {
     );
     assert!(
         text.contains("mqfq_admitted_total{function=\"f\"} 1"),
+        "{text}"
+    );
+    assert!(
+        text.contains("mqfq_overdue_admitted_total{function=\"f\"} 1"),
         "{text}"
     );
 }
