@@ -617,21 +617,36 @@ impl Overrides {
             conc.d_initial = f64::from(d);
         }
         if self.order == Some(GrantOrder::Fcfs) {
-            if q.short_charge_s.is_some_and(|c| c > 0.0) {
-                return Err(reject(
-                    "short_charge_s",
-                    "set with policy = \"fcfs\"",
-                    "the short-slot reserve is part of mqfq-sticky; fcfs has none",
-                ));
-            }
-            queue.selection = Selection::Fifo;
-            queue.short_charge_s = 0.0;
-            queue.overtake_bound = 0.0;
+            self.arrival_order(&mut queue)?;
         }
         queue.validate()?;
         conc.validate()?;
         *queue_out = queue;
         *conc_out = conc;
+        Ok(())
+    }
+
+    /// `policy = "fcfs"`: the queue in arrival order, without mqfq-sticky's reserve and
+    /// overtake bound (either set with it is an error).
+    fn arrival_order(&self, queue: &mut QueueConfig) -> Result<(), ConfigError> {
+        let q = &self.queue;
+        if q.short_charge_s.is_some_and(|c| c > 0.0) {
+            return Err(reject(
+                "short_charge_s",
+                "set with policy = \"fcfs\"",
+                "the short-slot reserve is part of mqfq-sticky; fcfs has none",
+            ));
+        }
+        if q.overtake_bound.is_some_and(|b| b != 0.0) {
+            return Err(reject(
+                "overtake_bound",
+                "set with policy = \"fcfs\"",
+                "arrival order overtakes nothing; the bound is part of mqfq-sticky",
+            ));
+        }
+        queue.selection = Selection::Fifo;
+        queue.short_charge_s = 0.0;
+        queue.overtake_bound = 0.0;
         Ok(())
     }
 }

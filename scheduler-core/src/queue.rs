@@ -16,7 +16,9 @@
 //! A backlogged flow is eligible while `S − V ≤ T` (else it is Throttled). Among eligible flows the
 //! dispatcher keeps serving the last-served (sticky) flow, then prefers flows whose memory is
 //! resident on the GPU (kept in a second ordered set), then the lowest `S`. The lowest-`S` flow is
-//! always eligible, so dispatch is O(log n) and never scans.
+//! always eligible, so dispatch is O(log n) and never scans. Before all of these, the overtake
+//! bound (`overtake`) serves an eligible flow whose head has waited past its due; that walks only
+//! the flows whose head is overdue.
 //!
 //! # Fairness
 //! With equal weights and every flow backlogged, the service two flows have been charged differs by
@@ -594,7 +596,7 @@ impl<T> MqfqQueue<T> {
     /// The flow [`dispatch`](Self::dispatch) would serve now, without serving it.
     #[must_use]
     pub fn peek(&self) -> Option<FlowId> {
-        self.select_slot(u32::MAX)
+        self.fitting(u32::MAX, |_| true)
     }
 
     /// Takes the next invocation, by MQFQ-Sticky's rule, at time `now`. The caller has already
@@ -610,21 +612,11 @@ impl<T> MqfqQueue<T> {
     /// nobody. Any other count serves the flow [`select`](Self::peek) picks, short or long, so a
     /// slot under the limit never stays empty while work is queued (work conservation).
     pub fn dispatch_slot(&mut self, now: Time, free_slots: u32) -> Option<Dispatched<T>> {
-        let id = self.select_slot(free_slots)?;
-        self.dispatch_flow(now, id)
+        self.dispatch_slot_fitting(now, free_slots, |_| true)
     }
 
-    /// The flow [`dispatch_slot`](Self::dispatch_slot) would serve with `free_slots` free.
-    fn select_slot(&self, free_slots: u32) -> Option<FlowId> {
-        if free_slots == 0 {
-            self.reserve_head()
-        } else {
-            self.overdue_head(|_| true).or_else(|| self.select())
-        }
-    }
-
-    /// Serves the head of backlogged flow `id`.
-    fn dispatch_flow(&mut self, now: Time, id: FlowId) -> Option<Dispatched<T>> {
+    /// Serves the head of backlogged flow `id`; `overdue`: the overtake bound chose it.
+    fn dispatch_flow(&mut self, now: Time, id: FlowId, overdue: bool) -> Option<Dispatched<T>> {
         let charge = self.charge_of(&self.flows[id.ix()]);
         let was_short = self.counts_short(id);
         let v = self.v;
@@ -632,7 +624,6 @@ impl<T> MqfqQueue<T> {
         self.index_remove(id);
         let f = &mut self.flows[id.ix()];
         let head = f.pending.pop_front()?;
-        let overdue = head.due < self.served_work;
         self.queued -= 1;
         self.queued_work = overtake::unqueued(self.queued_work, self.queued, head.work);
         self.served_work += charge;

@@ -87,7 +87,7 @@ proptest! {
                 Op::Dispatch(free) => {
                     let t = q.overrun();
                     if let Some(d) = q.dispatch_slot(now, free) {
-                        prop_assert!(fifo || d.overdue || d.ticket.start - d.ticket.v <= t + 1e-9,
+                        prop_assert!(fifo || d.ticket.start - d.ticket.v <= t + 1e-9,
                             "dispatched {} ahead of V with T = {}", d.ticket.start - d.ticket.v, t);
                         if fifo && free > 0 {
                             prop_assert_eq!(Some(&d.item), queued.iter().min(), "FIFO out of order");

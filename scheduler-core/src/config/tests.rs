@@ -182,7 +182,8 @@ fn d_initial_is_checked_as_given_on_whole_gpus_and_clamped_under_mps_and_mig() {
 }
 
 /// The overtake bound is 0 (off) or at least 1 (a bound under 1 would serve a call before the
-/// work arrival order puts ahead of it); `policy = "fcfs"` has none.
+/// work arrival order puts ahead of it); `policy = "fcfs"` has none, and setting one with it is
+/// an error, as the short-slot reserve is.
 #[test]
 fn the_overtake_bound_is_off_or_at_least_one() {
     assert!(QueueConfig::default().overtake_bound >= 1.0);
@@ -220,4 +221,16 @@ fn the_overtake_bound_is_off_or_at_least_one() {
     };
     o.apply(&mut q, &mut c, GpuMode::Plain).unwrap();
     assert_eq!(q.overtake_bound, 0.0);
+    for b in [0.5, 1.0] {
+        let o = Overrides {
+            order: Some(GrantOrder::Fcfs),
+            queue: QueueKnobs {
+                overtake_bound: Some(b),
+                ..QueueKnobs::default()
+            },
+            ..Overrides::default()
+        };
+        let e = o.apply(&mut q, &mut c, GpuMode::Plain).unwrap_err();
+        assert_eq!(e.knob, "overtake_bound");
+    }
 }

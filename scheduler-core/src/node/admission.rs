@@ -460,6 +460,27 @@ impl Core {
         }
     }
 
+    /// Slots of GPU `slot` free to any work under ⌊D⌋ (0: only the reserve's slot is free, if
+    /// any). A short lease that runs, not in overtime (an overtime lease's slot is given back
+    /// through the limits already), is taken to hold the reserve's slot, so the slots under ⌊D⌋
+    /// are those the others hold: short leases turning over on every slot keep none of them from
+    /// the fair order.
+    pub(super) fn free_under_d(&self, slot: usize) -> u32 {
+        let g = &self.gpus[slot];
+        let (any, _) = self.limits_of(slot);
+        let overtime_short = g.overtime.saturating_sub(self.overtime_long(slot));
+        let shorts = g
+            .running
+            .saturating_sub(g.long_running)
+            .saturating_sub(overtime_short);
+        let used = if shorts > 0 && self.reserve_on(slot) {
+            g.running - 1
+        } else {
+            g.running
+        };
+        any.saturating_sub(used)
+    }
+
     /// Whether GPU `slot` keeps its short-slot reserve now: a short flow is Active there.
     fn reserve_on(&self, slot: usize) -> bool {
         let g = &self.gpus[slot];

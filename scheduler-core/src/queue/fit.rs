@@ -31,12 +31,31 @@ impl<T> MqfqQueue<T> {
     /// The flow [`dispatch_slot_fitting`](Self::dispatch_slot_fitting) would serve, without
     /// serving it.
     pub fn fitting(&self, free_slots: u32, fits: impl Fn(FlowId) -> bool) -> Option<FlowId> {
+        self.choose(free_slots, fits).map(|(id, _)| id)
+    }
+
+    /// [`fitting`](Self::fitting)'s choice, and whether the overtake bound made it (an overdue
+    /// flow's head served before the fair order's choice).
+    pub(super) fn choose(
+        &self,
+        free_slots: u32,
+        fits: impl Fn(FlowId) -> bool,
+    ) -> Option<(FlowId, bool)> {
         if free_slots > 0
             && let Some(id) = self.overdue_head(&fits)
         {
-            return Some(id);
+            return Some((id, true));
         }
-        let first = self.select_slot(free_slots)?;
+        self.fair_fitting(free_slots, fits).map(|id| (id, false))
+    }
+
+    /// The fair order's choice among the flows `fits` accepts (the overtake bound aside).
+    fn fair_fitting(&self, free_slots: u32, fits: impl Fn(FlowId) -> bool) -> Option<FlowId> {
+        let first = if free_slots == 0 {
+            self.reserve_head()
+        } else {
+            self.select()
+        }?;
         if fits(first) {
             return Some(first);
         }
@@ -66,8 +85,8 @@ impl<T> MqfqQueue<T> {
         free_slots: u32,
         fits: impl Fn(FlowId) -> bool,
     ) -> Option<Dispatched<T>> {
-        let id = self.fitting(free_slots, fits)?;
-        self.dispatch_flow(now, id)
+        let (id, overdue) = self.choose(free_slots, fits)?;
+        self.dispatch_flow(now, id, overdue)
     }
 
     /// The flows that count as short and are not Inactive (the short-slot reserve's takers).

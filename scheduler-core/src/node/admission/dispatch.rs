@@ -13,21 +13,13 @@ impl Core {
             return grants;
         }
         loop {
-            let (d_limit, limit) = self.limits_of(slot);
+            let (_, limit) = self.limits_of(slot);
             let running = self.gpus[slot].running;
             if running >= limit {
                 break;
             }
-            // 0: only the reserve's slot above ⌊D⌋ is free. A short lease running is taken to
-            // hold the reserve's slot, so the slots under ⌊D⌋ are those the others hold: a
-            // set of short leases turning over on every slot keeps none from the fair order.
-            let shorts = running.saturating_sub(self.gpus[slot].long_running);
-            let used = if shorts > 0 && self.reserve_on(slot) {
-                running - 1
-            } else {
-                running
-            };
-            let free = d_limit.saturating_sub(used);
+            // 0: only the reserve's slot above ⌊D⌋ is free.
+            let free = self.free_under_d(slot);
             // A tenant at its share of slots yields to another tenant's work that fits; a
             // slot nobody else can take still goes to it.
             let flow = {

@@ -246,9 +246,7 @@ impl Core {
             budget,
             held: self.held(s),
             reserved: if budget == 0 { 0 } else { self.short_room(s) },
-            blocked: g.queue.queued() > 0
-                && g.running < self.limits_of(s).0
-                && !self.fits_waiting(s, 1),
+            blocked: g.queue.queued() > 0 && self.free_under_d(s) > 0 && !self.fits_waiting(s, 1),
         })
     }
 }

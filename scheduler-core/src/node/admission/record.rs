@@ -57,7 +57,8 @@ pub enum Record {
         /// Time queued, ns.
         waited_ns: u64,
         /// Served ahead of the fair order: the work dispatched since it arrived had passed its
-        /// overtake bound.
+        /// overtake bound (absent in logs from before the bound: false).
+        #[serde(default)]
         overdue: bool,
     },
     /// A lease ended.

@@ -53,8 +53,7 @@ impl Core {
     fn pick_move(&self, moved: &BTreeSet<ContainerKey>) -> Option<(ContainerKey, usize)> {
         (0..self.gpus.len()).find_map(|to| {
             let g = &self.gpus[to];
-            let (any, _) = self.limits_of(to);
-            if g.running >= any {
+            if self.free_under_d(to) == 0 {
                 return None;
             }
             let index = g.info.index;

@@ -97,28 +97,45 @@ fn a_throttled_flow_gets_no_precedence() {
     }
 }
 
-/// An overdue flow that cannot take the slot (its memory does not fit) does not hold it: the
-/// fair order's choice among the others goes instead, and the overdue one goes first once it
-/// fits.
+/// An overdue flow that cannot take the slot (its memory does not fit) does not hold it, and
+/// does not change how the others are chosen: the fair order's rules (stickiness, residency)
+/// pick among them as without the bound, not the lowest start tag that fits; the overdue one
+/// goes first once it fits.
 #[test]
 fn an_overdue_flow_that_does_not_fit_keeps_no_slot() {
-    let mut q = MqfqQueue::new(cfg(1.0)).unwrap();
+    let mut q = MqfqQueue::new(QueueConfig {
+        overrun: Overrun::Fixed(10.0),
+        ..cfg(1.0)
+    })
+    .unwrap();
     let lone = q.flow("lone");
+    let (a1, a2, b) = (q.flow("a1"), q.flow("a2"), q.flow("b"));
     q.set_residency(lone, false, 100.0).unwrap();
-    let lights: Vec<FlowId> = (0..5).map(|i| q.flow(&format!("light{i}"))).collect();
+    q.set_residency(a1, true, 0.0).unwrap();
+    q.set_residency(a2, true, 0.0).unwrap();
+    q.set_residency(b, false, 100.0).unwrap();
     q.enqueue(lone, "lone", secs(0.0)).unwrap();
-    for _ in 0..2 {
-        for &l in &lights {
-            q.set_residency(l, true, 0.0).unwrap();
-            q.enqueue(l, "light", secs(0.0)).unwrap();
-        }
+    for _ in 0..8 {
+        q.enqueue(a1, "a1", secs(0.0)).unwrap();
+        q.enqueue(a2, "a2", secs(0.0)).unwrap();
+        q.enqueue(b, "b", secs(0.0)).unwrap();
     }
-    for _ in 0..6 {
-        let d = q
-            .dispatch_slot_fitting(secs(0.0), 1, |f| f != lone)
-            .unwrap();
-        assert_eq!(d.item, "light");
+    // a1 is served while sticky (8 calls), then a2: 11 s of work, past the lone call's 10.
+    let mut items = Vec::new();
+    for _ in 0..11 {
+        items.push(
+            q.dispatch_slot_fitting(secs(0.0), 1, |f| f != lone)
+                .unwrap()
+                .item,
+        );
     }
+    assert_eq!(items, [["a1"; 8].as_slice(), &["a2"; 3]].concat());
+    // Overdue but without room: the sticky resident flow goes on (the lowest start tag that
+    // fits would be b's, at 0).
+    let d = q
+        .dispatch_slot_fitting(secs(0.0), 1, |f| f != lone)
+        .unwrap();
+    assert_eq!((d.item, d.overdue), ("a2", false));
     let d = q.dispatch_slot_fitting(secs(0.0), 1, |_| true).unwrap();
     assert_eq!((d.item, d.overdue), ("lone", true));
 }

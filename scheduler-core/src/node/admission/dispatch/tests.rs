@@ -12,8 +12,8 @@ fn keys(g: &[Grant]) -> Vec<String> {
     g.iter().map(|g| g.key.to_string()).collect()
 }
 
-/// One GPU with D fixed at its ceiling `d`, the short-slot reserve on (0.5 s), and `cfg`'s
-/// overtake bound.
+/// One GPU with D fixed at its ceiling `d`, the short-slot reserve on (0.5 s), and the overtake
+/// bound given.
 fn core(d: u32, overtake_bound: f64) -> Core {
     let gpu = GpuInfo {
         index: 0,
@@ -74,4 +74,32 @@ fn short_leases_turning_over_leave_the_slots_under_d_to_the_fair_order() {
     assert_eq!(c.waiting(), 1);
     let g = c.release(leases[1], Some(0.01), "exit", secs(0.4)).unwrap();
     assert_eq!(keys(&g), ["ns/s3"]);
+}
+
+/// A short lease in overtime gives its slot back through the limits already; it is not also
+/// taken to hold the reserve's slot, or long work would take every slot and short work would
+/// wait behind a full set of long leases.
+#[test]
+fn a_short_lease_in_overtime_is_not_counted_twice() {
+    let mut c = core(3, 0.0);
+    c.set_max_burst_hold(Some(2.0)).unwrap();
+    for f in ["short", "tiny"] {
+        let w = c.admit(&admit_info(f, f, Kind::Burst), secs(0.0)).unwrap();
+        c.release(w[0].lease, Some(0.01), "exit", secs(0.05))
+            .unwrap();
+    }
+    let s0 = c
+        .admit(&admit_info("s0", "short", Kind::Burst), secs(0.1))
+        .unwrap()[0]
+        .lease;
+    // s0 holds on past the maximum hold: in overtime, its slot handed back.
+    c.sample(&[], secs(2.2));
+    assert!(c.lease(s0).is_some_and(|l| l.overtime));
+    let mut granted = Vec::new();
+    for id in ["l0", "l1", "l2", "l3"] {
+        granted.extend(admit(&mut c, id, "long", 2.3));
+    }
+    assert_eq!(granted, ["ns/l0", "ns/l1"]);
+    // The slot above them is the reserve's: another short function's call takes it.
+    assert_eq!(admit(&mut c, "t0", "tiny", 2.4), ["ns/t0"]);
 }
