@@ -4,18 +4,13 @@ fn secs(s: f64) -> Time {
     Time::from_secs_f64(s)
 }
 
-/// T = 3 s, residency-aware selection, 1 s charges unless hinted.
+/// T = 3 s, residency-aware selection, 1 s charges unless hinted (the admission core's test
+/// knobs otherwise).
 fn cfg(overtake_bound: f64) -> QueueConfig {
     QueueConfig {
         overrun: Overrun::Fixed(3.0),
-        ttl: StickyTtl::Fixed(1.0),
-        fallback_ttl_s: 1.0,
-        fallback_charge_s: 1.0,
-        ewma_alpha: 0.5,
-        charge_correction: true,
-        selection: Selection::StickyResident,
-        short_charge_s: 0.0,
         overtake_bound,
+        ..crate::node::admission::testing::qcfg(0.0)
     }
 }
 
