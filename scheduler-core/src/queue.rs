@@ -609,7 +609,8 @@ impl<T> MqfqQueue<T> {
     /// concurrency limit. `0` means only the short-slot reserve's slot is free (the dispatcher
     /// grants it above the limit while a short flow is Active, see
     /// [`QueueConfig::short_charge_s`]): it goes to the lowest-`S` eligible short flow, or to
-    /// nobody. Any other count serves the flow [`select`](Self::peek) picks, short or long, so a
+    /// nobody. Any other count serves the longest-overdue eligible flow under the overtake bound,
+    /// else the flow the fair order picks ([`peek`](Self::peek) names it), short or long, so a
     /// slot under the limit never stays empty while work is queued (work conservation).
     pub fn dispatch_slot(&mut self, now: Time, free_slots: u32) -> Option<Dispatched<T>> {
         self.dispatch_slot_fitting(now, free_slots, |_| true)
@@ -626,7 +627,8 @@ impl<T> MqfqQueue<T> {
         let head = f.pending.pop_front()?;
         self.queued -= 1;
         self.queued_work = overtake::unqueued(self.queued_work, self.queued, head.work);
-        self.served_work += charge;
+        // In the units its due was set in: the estimate it was queued with.
+        self.served_work += head.work;
         let start = f.start;
         let finish = start + charge / eff;
         f.finish = finish;

@@ -276,6 +276,9 @@ pub struct Limits {
     pub any: u32,
     /// No admission is granted at or above this many leases (`any` plus the reserve's slot).
     pub slots: u32,
+    /// Slots free to any work now (`Core::free_under_d`: a running short lease holds the
+    /// reserve's slot); 0 when only the reserve's slot, or none, is free.
+    pub free: u32,
     /// Admissions waiting for this GPU.
     pub queued: usize,
     /// Whether waiting work may take the reserve's slot (above `any`, below `slots`) now: a
@@ -460,14 +463,14 @@ impl Core {
         }
     }
 
-    /// Slots of GPU `slot` free to any work under ⌊D⌋ (0: only the reserve's slot is free, if
-    /// any). A short lease that runs, not in overtime (an overtime lease's slot is given back
+    /// Slots of GPU `slot` free to any work under ⌊D⌋ and the limit in force (0: only the
+    /// reserve's slot is free, if any). A short lease that runs, not in overtime (an overtime lease's slot is given back
     /// through the limits already), is taken to hold the reserve's slot, so the slots under ⌊D⌋
     /// are those the others hold: short leases turning over on every slot keep none of them from
     /// the fair order.
     pub(super) fn free_under_d(&self, slot: usize) -> u32 {
         let g = &self.gpus[slot];
-        let (any, _) = self.limits_of(slot);
+        let (any, limit) = self.limits_of(slot);
         let overtime_short = g.overtime.saturating_sub(self.overtime_long(slot));
         let shorts = g
             .running
@@ -479,6 +482,7 @@ impl Core {
             g.running
         };
         any.saturating_sub(used)
+            .min(limit.saturating_sub(g.running))
     }
 
     /// Whether GPU `slot` keeps its short-slot reserve now: a short flow is Active there.

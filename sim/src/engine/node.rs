@@ -85,11 +85,12 @@ impl Model for NodePool {
         }
     }
 
-    /// A slot is idle where work waits that memory does not hold back, or the short-slot
-    /// reserve's is free with a short flow waiting.
+    /// A slot is idle where work waits that memory does not hold back and a slot is free to
+    /// any work (a running short lease holds the reserve's), or the short-slot reserve's is
+    /// free with a short flow waiting.
     fn idle_slot(e: &Engine<'_, Self>, _: &dyn Policy) -> bool {
         e.model.limits.iter().zip(&e.gpus).any(|(l, g)| {
-            (l.queued > 0 && !l.memory_bound && g.slots < l.any)
+            (l.queued > 0 && !l.memory_bound && l.free > 0 && g.slots < l.slots)
                 || (l.reserve_waiting && g.slots < l.slots)
         })
     }

@@ -80,6 +80,7 @@ impl Core {
         Some(Limits {
             any,
             slots,
+            free: self.free_under_d(s),
             queued: g.queue.queued(),
             reserve_waiting: g.queue.reserve_eligible() && self.fits_waiting(s, 0),
             memory_bound: g.queue.queued() > 0 && !self.fits_waiting(s, 1),

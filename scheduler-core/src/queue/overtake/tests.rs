@@ -169,3 +169,22 @@ fn fifo_keeps_no_dues() {
     assert!(q.overdue.is_empty());
     assert!(!q.dispatch(secs(0.0)).unwrap().overdue);
 }
+
+/// A call's due and the work dispatched since are counted in the same units: the estimate it
+/// was queued with. A flow whose estimate rises after its calls were queued (a 1 s fallback,
+/// then 10 s measured) would otherwise count each later dispatch at the new estimate against
+/// dues set at the old one, and calls would turn overdue long before their bound.
+#[test]
+fn dispatched_work_counts_what_was_queued() {
+    let mut q = MqfqQueue::new(cfg(1.0)).unwrap();
+    let a = q.flow("a");
+    for i in 0..3 {
+        q.enqueue(a, i, secs(0.0)).unwrap();
+    }
+    let first = q.dispatch(secs(0.0)).unwrap();
+    q.complete(&first.ticket, Some(10.0), secs(10.0)).unwrap();
+    assert!(q.charge_of(&q.flows[a.ix()]) > 1.0);
+    while q.dispatch(secs(10.0)).is_some() {}
+    assert_eq!(q.served_work, 3.0);
+    assert_eq!(q.queued_work, 0.0);
+}

@@ -103,3 +103,34 @@ fn a_short_lease_in_overtime_is_not_counted_twice() {
     // The slot above them is the reserve's: another short function's call takes it.
     assert_eq!(admit(&mut c, "t0", "tiny", 2.4), ["ns/t0"]);
 }
+
+/// Below D_max the reserve adds no slot while the long leases are fewer than D, so a GPU whose
+/// leases fill D has nothing free, short lease or not: late binding must not move work onto it
+/// and the memory view must not call it held back by memory.
+#[test]
+fn a_full_gpu_has_no_free_slot_below_d_max() {
+    let gpu = GpuInfo {
+        index: 0,
+        uuid: "GPU-0".into(),
+        name: "sim".into(),
+        mode: GpuMode::Plain,
+        memory_total: 1 << 30,
+        mig: vec![],
+    };
+    let mut c = Core::new(vec![gpu], &qcfg(0.5), |_| ConcurrencyConfig {
+        d_max: 8,
+        d_initial: 2.0,
+        ..ConcurrencyConfig::for_mode(GpuMode::Plain, 0.2)
+    })
+    .unwrap();
+    let w = c
+        .admit(&admit_info("w", "short", Kind::Burst), secs(0.0))
+        .unwrap();
+    c.release(w[0].lease, Some(0.01), "exit", secs(0.05))
+        .unwrap();
+    assert_eq!(admit(&mut c, "s0", "short", 0.1), ["ns/s0"]);
+    assert_eq!(admit(&mut c, "l0", "long", 0.1), ["ns/l0"]);
+    assert!(admit(&mut c, "l1", "long", 0.1).is_empty());
+    let l = c.limits(0).unwrap();
+    assert_eq!((l.any, l.slots, l.free), (2, 2, 0), "{l:?}");
+}
