@@ -12,22 +12,26 @@ fn keys(g: &[Grant]) -> Vec<String> {
     g.iter().map(|g| g.key.to_string()).collect()
 }
 
-/// One GPU with D fixed at its ceiling `d`, the short-slot reserve on (0.5 s), and the overtake
-/// bound given.
-fn core(d: u32, overtake_bound: f64) -> Core {
-    let gpu = GpuInfo {
+/// One 1 GiB plain GPU, index 0.
+fn gpu() -> GpuInfo {
+    GpuInfo {
         index: 0,
         uuid: "GPU-0".into(),
         name: "sim".into(),
         mode: GpuMode::Plain,
         memory_total: 1 << 30,
         mig: vec![],
-    };
+    }
+}
+
+/// One GPU with D fixed at its ceiling `d`, the short-slot reserve on (0.5 s), and the overtake
+/// bound given.
+fn core(d: u32, overtake_bound: f64) -> Core {
     let cfg = QueueConfig {
         overtake_bound,
         ..qcfg(0.5)
     };
-    Core::new(vec![gpu], &cfg, |_| ConcurrencyConfig {
+    Core::new(vec![gpu()], &cfg, |_| ConcurrencyConfig {
         d_max: d,
         d_initial: f64::from(d),
         ..ConcurrencyConfig::for_mode(GpuMode::Plain, 0.2)
@@ -109,15 +113,7 @@ fn a_short_lease_in_overtime_is_not_counted_twice() {
 /// and the memory view must not call it held back by memory.
 #[test]
 fn a_full_gpu_has_no_free_slot_below_d_max() {
-    let gpu = GpuInfo {
-        index: 0,
-        uuid: "GPU-0".into(),
-        name: "sim".into(),
-        mode: GpuMode::Plain,
-        memory_total: 1 << 30,
-        mig: vec![],
-    };
-    let mut c = Core::new(vec![gpu], &qcfg(0.5), |_| ConcurrencyConfig {
+    let mut c = Core::new(vec![gpu()], &qcfg(0.5), |_| ConcurrencyConfig {
         d_max: 8,
         d_initial: 2.0,
         ..ConcurrencyConfig::for_mode(GpuMode::Plain, 0.2)
