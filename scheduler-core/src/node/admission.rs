@@ -469,8 +469,13 @@ impl Core {
     /// are those the others hold: short leases turning over on every slot keep none of them from
     /// the fair order.
     pub(super) fn free_under_d(&self, slot: usize) -> u32 {
-        let g = &self.gpus[slot];
         let (any, limit) = self.limits_of(slot);
+        self.free_within(slot, any, limit)
+    }
+
+    /// [`Core::free_under_d`] with GPU `slot`'s limits already read (`any`, `limit`).
+    pub(super) fn free_within(&self, slot: usize, any: u32, limit: u32) -> u32 {
+        let g = &self.gpus[slot];
         let overtime_short = g.overtime.saturating_sub(self.overtime_long(slot));
         let shorts = g
             .running

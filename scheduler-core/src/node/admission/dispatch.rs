@@ -13,13 +13,13 @@ impl Core {
             return grants;
         }
         loop {
-            let (_, limit) = self.limits_of(slot);
+            let (any, limit) = self.limits_of(slot);
             let running = self.gpus[slot].running;
             if running >= limit {
                 break;
             }
             // 0: only the reserve's slot above ⌊D⌋ is free.
-            let free = self.free_under_d(slot);
+            let free = self.free_within(slot, any, limit);
             // A tenant at its share of slots yields to another tenant's work that fits; a
             // slot nobody else can take still goes to it.
             let flow = {
