@@ -621,6 +621,24 @@ impl<T> MqfqQueue<T> {
         })
     }
 
+    /// Whether a flow's memory is resident (an idle container of it is Hot, as the pool said).
+    #[must_use]
+    pub fn is_resident(&self, id: FlowId) -> bool {
+        self.flows
+            .get(id.ix())
+            .is_some_and(|f| !f.vacant && f.resident)
+    }
+
+    /// The flows that are not Inactive and whose memory is resident: what memory admission
+    /// keeps room for beside a flow that already runs (see `node::admission::memory`).
+    pub fn resident_active(&self) -> impl Iterator<Item = FlowId> + '_ {
+        self.flows
+            .iter()
+            .zip(0u32..)
+            .filter(|(f, _)| !f.vacant && f.resident && f.phase != Phase::Inactive)
+            .map(|(_, i)| FlowId(i))
+    }
+
     /// The function key of a flow.
     #[must_use]
     pub fn key(&self, id: FlowId) -> Option<&str> {

@@ -215,8 +215,8 @@ impl Node {
     /// containers; the pool's orders and events are taken; what the pool knows of each
     /// function's memory goes to the core (residency and restore cost for MQFQ-Sticky's order,
     /// every time: a flow a GPU's queue first sees later must learn it too; footprints for
-    /// memory admission, when they differ from the core's), and what a changed footprint lets
-    /// the core grant is returned with them.
+    /// memory admission, when they differ from the core's), and what a changed footprint or
+    /// memory no longer resident lets the core grant is returned with them.
     pub fn settle(&mut self, now: Time) -> Output {
         let mut out = Output::default();
         // Until nothing more comes of it: what a footprint lets in may turn a flow Active.
@@ -226,12 +226,14 @@ impl Node {
             }
             out.orders.extend(self.pool.take_orders());
             out.events.extend(self.pool.drain_events());
+            let before = out.grants.len();
             for (function, resident, cost_s) in self.pool.residency() {
                 // The pool's costs are measured durations: finite and >= 0, which is all the
                 // core checks.
-                let _ = self.core.set_residency(&function, resident, cost_s);
+                if let Ok(g) = self.core.set_residency(&function, resident, cost_s, now) {
+                    out.grants.extend(g);
+                }
             }
-            let before = out.grants.len();
             for (function, bytes) in self.pool.footprints() {
                 if self.core.footprints().get(&function) != Some(&bytes) {
                     out.grants

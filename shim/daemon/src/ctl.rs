@@ -95,11 +95,13 @@ fn render_gpus(o: &mut String, gpus: &[api::GpuStatus]) {
                 .saturating_sub(g.memory_reserved);
             let _ = writeln!(
                 o,
-                "    admitted memory GiB: held {:.1}, reserved {:.1}, free {:.1} of {:.1}{}",
+                "    admitted memory GiB: held {:.1}, reserved {:.1}, free {:.1} of {:.1} \
+                 (resident Active flows {:.1}){}",
                 gib(g.memory_held),
                 gib(g.memory_reserved),
                 gib(free),
                 gib(g.memory_budget),
+                gib(g.memory_kept),
                 if g.memory_blocked {
                     "; work waits for memory"
                 } else {
@@ -310,6 +312,7 @@ pub fn to_json(s: &api::StatusResponse) -> serde_json::Value {
             "tflops": g.tflops, "mem_gbps": g.mem_gbps,
             "memory_budget": g.memory_budget, "memory_held": g.memory_held,
             "memory_reserved": g.memory_reserved, "memory_blocked": g.memory_blocked,
+            "memory_kept": g.memory_kept,
         })).collect::<Vec<_>>(),
         "flows": s.flows.iter().map(|f| json!({
             "function": f.function, "gpu": f.gpu, "state": f.state, "start_tag": f.start_tag,

@@ -214,7 +214,7 @@ impl Metrics {
         );
         registry.register(
             "gpu_memory_admitted_bytes",
-            "Memory admission per GPU: kind=budget (capacity less headroom), held (footprints of the leases held), reserved (room kept for the largest active short flow)",
+            "Memory admission per GPU: kind=budget (capacity less headroom), held (footprints of the leases held), reserved (room kept for the largest active short flow), kept (footprints of the Active flows whose memory is resident, kept from a flow's second lease)",
             m.memory_admitted.clone(),
         );
         registry.register(
@@ -394,6 +394,7 @@ impl Metrics {
                 ("budget", g.memory.budget),
                 ("held", g.memory.held),
                 ("reserved", g.memory.reserved),
+                ("kept", g.memory.kept),
             ] {
                 let mut k = l.clone();
                 k.push(("kind".into(), kind.into()));

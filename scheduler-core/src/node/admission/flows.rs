@@ -10,7 +10,8 @@ use super::{Core, CoreError, GpuReading, Grant, Limits, invalid};
 impl Core {
     /// Tells every GPU's queue whether `function`'s memory is resident, and what serving it costs
     /// when it is not (restore or cold start, seconds). A function no queue has seen is ignored
-    /// (its flow starts out not resident).
+    /// (its flow starts out not resident). Memory that stops being resident frees the room a
+    /// flow already running kept for it (see `memory`): returns what that granted.
     ///
     /// # Errors
     /// A cost that is not finite and >= 0.
@@ -19,20 +20,27 @@ impl Core {
         function: &str,
         resident: bool,
         switch_cost_s: f64,
-    ) -> Result<(), CoreError> {
+        now: Time,
+    ) -> Result<Vec<Grant>, CoreError> {
         if !(switch_cost_s.is_finite() && switch_cost_s >= 0.0) {
             return Err(invalid(
                 "switch_cost",
                 format!("{switch_cost_s} must be a finite number >= 0"),
             ));
         }
+        let mut freed = false;
         for g in &mut self.gpus {
             if let Some(f) = g.queue.lookup(function) {
+                freed |= g.queue.is_resident(f) && !resident;
                 // The flow exists and the cost was checked: nothing can fail here.
                 let _ = g.queue.set_residency(f, resident, switch_cost_s);
             }
         }
-        Ok(())
+        Ok(if freed {
+            self.pump_all(now)
+        } else {
+            Vec::new()
+        })
     }
 
     /// The state of `function`'s flow: Active if it is Active on any GPU, else Throttled if it is

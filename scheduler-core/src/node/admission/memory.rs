@@ -7,17 +7,28 @@
 //! (capacity less the pool's headroom), keeping room beside a long flow for the largest active
 //! short flow — one whose footprint is at most a quarter of the budget: a short function that
 //! big would hold a large part of the GPU for calls that seldom come (in the random sweep that
-//! room was what most of the worst draws lost to; docs/PERFORMANCE.md §1a′). A GPU with nothing held always takes the next lease (a function larger than the
-//! budget still runs, alone). Idle containers' memory does not count: the pool evicts them.
+//! room was what most of the worst draws lost to; docs/PERFORMANCE.md §1a′). A GPU with nothing
+//! held always takes the next lease (a function larger than the budget still runs, alone).
+//!
+//! Idle containers' memory does not count against a flow's first lease: the pool evicts them.
+//! It does against a flow that already holds a lease on the GPU: its next one must also leave
+//! one footprint for every other Active flow whose memory is resident there (an idle container
+//! of it is Hot). Growing one flow's concurrency otherwise evicted the containers the other
+//! flows were about to use, and each came back over PCIe at its next call: fair queueing keeps
+//! every backlogged flow's working set in play where FCFS serves one burst after another, and
+//! in the random sweep most draws moved more PCIe bytes than FCFS (docs/PERFORMANCE.md §1a⁗⁗).
+//! A first lease is never held back for the others' residency, so no flow waits on it; a move by
+//! late binding is weighed as a first lease (see [`Core::room_for`]).
 
-use std::collections::BTreeMap;
+use std::cell::OnceCell;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde::Serialize;
 
 use super::{Core, CoreError, Grant, invalid};
-use crate::FlowId;
 use crate::Time;
 use crate::config::{ConfigError, QueueKnobs};
+use crate::{FlowId, FlowState};
 
 /// The largest share of a GPU's budget a short flow's footprint may have and still get room kept
 /// for it beside long flows.
@@ -50,6 +61,9 @@ pub struct MemoryView {
     pub held: u64,
     /// Room kept for the largest active short flow.
     pub reserved: u64,
+    /// Footprints of the Active flows whose memory is resident: kept from a flow that already
+    /// holds a lease here (less its own), not from a first lease.
+    pub kept: u64,
     /// Whether work waits that only memory keeps from a free slot.
     pub blocked: bool,
 }
@@ -199,30 +213,47 @@ impl Core {
             .then(|| (budget, self.held(slot), self.short_room(slot)))
     }
 
+    /// What a lease on GPU `slot` is weighed against (see [`Beside`]); `None` when anything
+    /// fits.
+    fn beside(&self, slot: usize) -> Option<Beside<'_>> {
+        let (budget, held, room) = self.memory_bounds(slot)?;
+        let index = self.gpus[slot].info.index;
+        Some(Beside {
+            core: self,
+            slot,
+            budget,
+            held,
+            room,
+            holding: self
+                .leases
+                .values()
+                .filter(|l| l.gpu == index)
+                .map(|l| l.function.as_str())
+                .collect(),
+            resident: OnceCell::new(),
+        })
+    }
+
     /// Whether a lease of `flow` fits on GPU `slot` now (see the module docs).
     pub(super) fn fit_test(&self, slot: usize) -> impl Fn(FlowId) -> bool + '_ {
-        let bounds = self.memory_bounds(slot);
+        let beside = self.beside(slot);
         move |flow| {
-            bounds.is_none_or(|(budget, held, room)| {
+            beside.as_ref().is_none_or(|b| {
                 let q = &self.gpus[slot].queue;
-                let need = q.key(flow).map_or(0, |k| self.footprint(k));
-                let keep = if q.is_short_flow(flow) { 0 } else { room };
-                held.saturating_add(need).saturating_add(keep) <= budget
+                q.key(flow)
+                    .is_none_or(|function| b.fits(function, !q.is_short_flow(flow)))
             })
         }
     }
 
     /// Whether an admission of `function` moved to GPU `slot` fits its memory beside the leases
-    /// held there, keeping the room of its active short flows (late binding; see `steal`).
+    /// held there, keeping the room of its active short flows (late binding; see `steal`). A
+    /// move is weighed as a first lease even where its function runs there already: it is made
+    /// only for a slot that would otherwise stay idle, and keeping the other flows' room there
+    /// too left the worst draw of the random sweep at 2.00× FCFS's mean instead of 1.68×.
     pub(super) fn room_for(&self, slot: usize) -> impl Fn(&str) -> bool + '_ {
-        let bounds = self.memory_bounds(slot);
-        move |function| {
-            bounds.is_none_or(|(budget, held, room)| {
-                held.saturating_add(self.footprint(function))
-                    .saturating_add(room)
-                    <= budget
-            })
-        }
+        let beside = self.beside(slot);
+        move |function| beside.as_ref().is_none_or(|b| b.fits_first(function, true))
     }
 
     /// Whether waiting work could take a slot on GPU `slot` as far as memory goes (`free_slots`
@@ -236,6 +267,14 @@ impl Core {
             .is_some()
     }
 
+    /// Footprints of GPU `slot`'s Active flows whose memory is resident.
+    fn resident_active_bytes(&self, slot: usize) -> u64 {
+        let q = &self.gpus[slot].queue;
+        q.resident_active()
+            .filter_map(|id| q.key(id))
+            .fold(0u64, |a, k| a.saturating_add(self.footprint(k)))
+    }
+
     /// One GPU's memory as admission sees it; `None` for a GPU the node lacks.
     #[must_use]
     pub fn memory_view(&self, index: u32) -> Option<MemoryView> {
@@ -246,8 +285,67 @@ impl Core {
             budget,
             held: self.held(s),
             reserved: if budget == 0 { 0 } else { self.short_room(s) },
+            kept: if budget == 0 {
+                0
+            } else {
+                self.resident_active_bytes(s)
+            },
             blocked: g.queue.queued() > 0 && self.free_under_d(s) > 0 && !self.fits_waiting(s, 1),
         })
+    }
+}
+
+/// One GPU's memory as a lease there is weighed against it: its budget, the footprints held,
+/// the room kept for its active short flows, the functions already holding a lease, and (worked
+/// out once, when first asked) what the Active flows' resident idle containers hold.
+struct Beside<'a> {
+    core: &'a Core,
+    slot: usize,
+    budget: u64,
+    held: u64,
+    room: u64,
+    holding: BTreeSet<&'a str>,
+    resident: OnceCell<u64>,
+}
+
+impl Beside<'_> {
+    /// Whether a lease of `function` fits: its footprint beside the leases held, keeping the
+    /// short flows' room where `keep_room`; and, where `function` already holds a lease here,
+    /// keeping one footprint for every other Active flow whose memory is resident (see the
+    /// module docs).
+    fn fits(&self, function: &str, keep_room: bool) -> bool {
+        if !self.fits_first(function, keep_room) {
+            return false;
+        }
+        if !self.holding.contains(function) {
+            return true;
+        }
+        let core = self.core;
+        let q = &core.gpus[self.slot].queue;
+        let all = *self
+            .resident
+            .get_or_init(|| core.resident_active_bytes(self.slot));
+        let own_counted = q
+            .lookup(function)
+            .is_some_and(|id| q.is_resident(id) && q.state(id) != Some(FlowState::Inactive));
+        let others = if own_counted {
+            all.saturating_sub(core.footprint(function))
+        } else {
+            all
+        };
+        self.base(function, keep_room).saturating_add(others) <= self.budget
+    }
+
+    /// Whether a lease of `function` fits as its first would: its footprint beside the leases
+    /// held, keeping the short flows' room where `keep_room`.
+    fn fits_first(&self, function: &str, keep_room: bool) -> bool {
+        self.base(function, keep_room) <= self.budget
+    }
+
+    fn base(&self, function: &str, keep_room: bool) -> u64 {
+        self.held
+            .saturating_add(self.core.footprint(function))
+            .saturating_add(if keep_room { self.room } else { 0 })
     }
 }
 

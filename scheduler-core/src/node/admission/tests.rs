@@ -571,10 +571,13 @@ fn residency_reaches_every_queue_and_flow_state_and_sampling_answer_across_gpus(
             .collect()
     };
     assert_eq!(resident(&c), [false, false], "routed to both GPUs");
-    c.set_residency("f", true, 0.0).unwrap();
-    c.set_residency("never-seen", false, 1.0).unwrap();
+    c.set_residency("f", true, 0.0, secs(0.0)).unwrap();
+    c.set_residency("never-seen", false, 1.0, secs(0.0))
+        .unwrap();
     assert_eq!(resident(&c), [true, true], "every queue that has f");
-    let e = c.set_residency("f", false, f64::NAN).unwrap_err();
+    let e = c
+        .set_residency("f", false, f64::NAN, secs(0.0))
+        .unwrap_err();
     assert!(
         matches!(
             e,

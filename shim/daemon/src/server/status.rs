@@ -161,6 +161,7 @@ fn gpu_rows(inner: &super::Inner) -> Vec<api::GpuStatus> {
                 memory_budget: mem.budget,
                 memory_held: mem.held,
                 memory_reserved: mem.reserved,
+                memory_kept: mem.kept,
                 memory_blocked: mem.blocked,
                 tflops: model.tflops,
                 mem_gbps: model.mem_gbps,

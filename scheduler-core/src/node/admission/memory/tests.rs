@@ -49,6 +49,79 @@ fn a_lease_is_granted_only_where_its_memory_fits_and_a_smaller_flow_backfills() 
     assert!(!c.limits(0).unwrap().memory_bound);
 }
 
+/// `a` (6 GiB) ran once and lingers, its memory resident; `big` (8 GiB) holds one lease.
+fn big_running_beside_resident_a() -> Core {
+    let mut c = core(4, 0.0);
+    c.set_footprint("a", 6 * GIB, secs(0.0));
+    c.set_footprint("big", 8 * GIB, secs(0.0));
+    c.set_footprint("other", 8 * GIB, secs(0.0));
+    let g = c.admit(&req("a1", "a"), secs(0.0)).unwrap();
+    c.release(g[0].lease, Some(0.05), "idle", secs(0.05))
+        .unwrap();
+    assert!(
+        c.set_residency("a", true, 0.0, secs(0.05))
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(
+        keys(&c.admit(&req("b1", "big"), secs(0.1)).unwrap()),
+        ["ns/b1"]
+    );
+    c
+}
+
+#[test]
+fn a_flow_already_running_leaves_room_for_the_other_active_flows_resident_memory() {
+    let mut c = big_running_beside_resident_a();
+    // 8 + 8 GiB fit the 20.4 GiB budget, but not beside `a`'s resident 6: a second lease of
+    // `big` would have the pool evict the container `a` is about to use.
+    assert!(c.admit(&req("b2", "big"), secs(0.2)).unwrap().is_empty());
+    let l = c.limits(0).unwrap();
+    assert!(l.memory_bound && l.queued == 1, "{l:?}");
+    let m = c.memory_view(0).unwrap();
+    assert!(m.blocked && m.kept == 6 * GIB, "{m:?}");
+    // A flow's first lease is never held back for the others' residency.
+    assert_eq!(
+        keys(&c.admit(&req("o1", "other"), secs(0.3)).unwrap()),
+        ["ns/o1"]
+    );
+    let o1 = c.lease_of(&"ns/o1".parse().unwrap()).unwrap();
+    assert!(
+        c.release(o1, Some(0.1), "idle", secs(0.4))
+            .unwrap()
+            .is_empty()
+    );
+    // `a`'s memory evicted: nothing is kept for it any more, and `big`'s call goes at once.
+    assert_eq!(
+        keys(&c.set_residency("a", false, 0.5, secs(0.5)).unwrap()),
+        ["ns/b2"]
+    );
+    assert_eq!(c.memory_view(0).unwrap().kept, 0);
+}
+
+#[test]
+fn the_room_kept_for_a_resident_flow_ends_with_its_sticky_ttl() {
+    let mut c = big_running_beside_resident_a();
+    assert!(c.admit(&req("b2", "big"), secs(0.2)).unwrap().is_empty());
+    // `a` lingers for its 1 s TTL from 0.05 s; Inactive after it, its memory is the pool's to
+    // evict again.
+    assert!(c.sample(&[], secs(0.9)).is_empty());
+    assert_eq!(keys(&c.sample(&[], secs(1.2))), ["ns/b2"]);
+}
+
+#[test]
+fn a_flow_s_own_resident_memory_is_not_kept_from_it() {
+    let mut c = big_running_beside_resident_a();
+    // `big`'s own idle container is what its second lease runs in: only `a`'s room counts
+    // (8 + 8 + 6 > 20.4 still), so with `a` gone it is granted.
+    c.set_residency("big", true, 0.0, secs(0.2)).unwrap();
+    assert!(c.admit(&req("b2", "big"), secs(0.2)).unwrap().is_empty());
+    assert_eq!(
+        keys(&c.set_residency("a", false, 0.5, secs(0.3)).unwrap()),
+        ["ns/b2"]
+    );
+}
+
 #[test]
 fn without_memory_admission_slots_alone_gate() {
     let mut c = core(4, 0.0);
@@ -320,6 +393,11 @@ enum Op {
     ShimGone,
     /// A sampling step without readings (charges, overtime, TTLs).
     Sample,
+    /// The pool says whether a function's memory is resident.
+    Resident {
+        f: u8,
+        resident: bool,
+    },
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -332,6 +410,7 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (0u8..2, 0u8..=10).prop_map(|(gpu, busy)| Op::Observe { gpu, busy }),
         1 => Just(Op::ShimGone),
         1 => Just(Op::Sample),
+        2 => (0u8..4, any::<bool>()).prop_map(|(f, resident)| Op::Resident { f, resident }),
     ]
 }
 
@@ -372,6 +451,10 @@ fn apply(c: &mut Core, o: &Op, now: Time) {
         }
         Op::Sample => {
             c.sample(&[], now);
+        }
+        Op::Resident { f, resident } => {
+            c.set_residency(&format!("f{f}"), resident, 0.0, now)
+                .unwrap();
         }
     }
 }
