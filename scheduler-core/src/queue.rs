@@ -29,8 +29,10 @@
 //!
 //! # Stickiness
 //! A flow whose queue drains stays Active for its TTL after its last service (anticipation: its
-//! container and memory stay resident), then turns Inactive. This is work-conserving: nothing
-//! waits for an anticipated arrival; the TTL only decides residency and events for the pool.
+//! container and memory stay resident), then turns Inactive. The queue never holds a slot for an
+//! anticipated arrival; the TTL decides residency and events for the pool, and (in the node's
+//! memory admission) that a resident lingering flow's memory is kept from another flow's second
+//! lease on the GPU, never from a first ([`MqfqQueue::keeps_room`]).
 
 use std::cmp::Ordering;
 use std::collections::{BTreeSet, HashMap, VecDeque};
@@ -621,22 +623,25 @@ impl<T> MqfqQueue<T> {
         })
     }
 
-    /// Whether a flow's memory is resident (an idle container of it is Hot, as the pool said).
+    /// Whether memory admission keeps room for a flow against another flow's second lease on
+    /// this GPU: it is not Inactive and its memory is resident here (the pool said an idle
+    /// container of it is Hot), or it has calls waiting (its next one needs its memory now).
     #[must_use]
-    pub fn is_resident(&self, id: FlowId) -> bool {
-        self.flows
-            .get(id.ix())
-            .is_some_and(|f| !f.vacant && f.resident)
+    pub fn keeps_room(&self, id: FlowId) -> bool {
+        self.flows.get(id.ix()).is_some_and(Self::claims_memory)
     }
 
-    /// The flows that are not Inactive and whose memory is resident: what memory admission
-    /// keeps room for beside a flow that already runs (see `node::admission::memory`).
-    pub fn resident_active(&self) -> impl Iterator<Item = FlowId> + '_ {
+    /// The flows memory admission keeps room for (see [`MqfqQueue::keeps_room`]).
+    pub fn room_keepers(&self) -> impl Iterator<Item = FlowId> + '_ {
         self.flows
             .iter()
             .zip(0u32..)
-            .filter(|(f, _)| !f.vacant && f.resident && f.phase != Phase::Inactive)
+            .filter(|(f, _)| Self::claims_memory(f))
             .map(|(_, i)| FlowId(i))
+    }
+
+    fn claims_memory(f: &Flow<T>) -> bool {
+        !f.vacant && (f.phase == Phase::Backlogged || (f.resident && f.phase != Phase::Inactive))
     }
 
     /// The function key of a flow.

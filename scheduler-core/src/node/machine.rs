@@ -227,18 +227,25 @@ impl Node {
             out.orders.extend(self.pool.take_orders());
             out.events.extend(self.pool.drain_events());
             let before = out.grants.len();
-            for (function, resident, cost_s) in self.pool.residency() {
+            // Everything the pool knows reaches the core before it dispatches on what memory
+            // stopped being resident.
+            let mut freed = false;
+            for (function, by_gpu) in self.pool.residency() {
                 // The pool's costs are measured durations: finite and >= 0, which is all the
                 // core checks.
-                if let Ok(g) = self.core.set_residency(&function, resident, cost_s, now) {
-                    out.grants.extend(g);
-                }
+                freed |= self
+                    .core
+                    .set_residency_by_gpu(&function, &by_gpu)
+                    .unwrap_or(false);
             }
             for (function, bytes) in self.pool.footprints() {
                 if self.core.footprints().get(&function) != Some(&bytes) {
                     out.grants
                         .extend(self.core.set_footprint(&function, bytes, now));
                 }
+            }
+            if freed {
+                out.grants.extend(self.core.tick_all(now));
             }
             if out.grants.len() == before {
                 return out;

@@ -70,6 +70,10 @@ pub struct Order {
     pub action: Action,
 }
 
+/// Where a function's memory is, by GPU index: whether it is resident there (an idle container of
+/// it is Hot) and what serving it there would cost first, seconds ([`Pool::residency`]).
+pub type ByGpu = BTreeMap<u32, (bool, f64)>;
+
 /// What a shim reports about one action.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Outcome {

@@ -96,7 +96,7 @@ fn render_gpus(o: &mut String, gpus: &[api::GpuStatus]) {
             let _ = writeln!(
                 o,
                 "    admitted memory GiB: held {:.1}, reserved {:.1}, free {:.1} of {:.1} \
-                 (resident Active flows {:.1}){}",
+                 (kept {:.1}){}",
                 gib(g.memory_held),
                 gib(g.memory_reserved),
                 gib(free),

@@ -214,7 +214,7 @@ impl Metrics {
         );
         registry.register(
             "gpu_memory_admitted_bytes",
-            "Memory admission per GPU: kind=budget (capacity less headroom), held (footprints of the leases held), reserved (room kept for the largest active short flow), kept (footprints of the Active flows whose memory is resident, kept from a flow's second lease)",
+            "Memory admission per GPU: kind=budget (capacity less headroom), held (footprints of the leases held), reserved (room kept for the largest active short flow), kept (footprints of the flows whose memory the GPU keeps: Active and resident there, or with calls waiting; kept from a flow's second lease)",
             m.memory_admitted.clone(),
         );
         registry.register(

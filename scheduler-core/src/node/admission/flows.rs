@@ -3,15 +3,17 @@
 //! and stays with them), a flow's state, when the next sticky TTL expires, the limit in force,
 //! every flow's snapshot, and the work each GPU holds for placement.
 
+use std::collections::BTreeMap;
+
 use crate::{FlowState, Time};
 
 use super::{Core, CoreError, GpuReading, Grant, Limits, invalid};
 
 impl Core {
-    /// Tells every GPU's queue whether `function`'s memory is resident, and what serving it costs
-    /// when it is not (restore or cold start, seconds). A function no queue has seen is ignored
-    /// (its flow starts out not resident). Memory that stops being resident frees the room a
-    /// flow already running kept for it (see `memory`): returns what that granted.
+    /// Tells every GPU's queue whether `function`'s memory is resident there, and what serving
+    /// it costs when it is not (restore or cold start, seconds). A function no queue has seen is
+    /// ignored (its flow starts out not resident). Memory that stops being resident frees the
+    /// room a flow already running kept for it (see `memory`): returns what that granted.
     ///
     /// # Errors
     /// A cost that is not finite and >= 0.
@@ -22,25 +24,48 @@ impl Core {
         switch_cost_s: f64,
         now: Time,
     ) -> Result<Vec<Grant>, CoreError> {
-        if !(switch_cost_s.is_finite() && switch_cost_s >= 0.0) {
+        let all = self
+            .gpus
+            .iter()
+            .map(|g| (g.info.index, (resident, switch_cost_s)))
+            .collect();
+        Ok(if self.set_residency_by_gpu(function, &all)? {
+            self.pump_all(now)
+        } else {
+            Vec::new()
+        })
+    }
+
+    /// [`Core::set_residency`] per GPU, dispatching nothing (the caller does, once it has told
+    /// the core everything): `by_gpu` maps a GPU's index to whether `function`'s memory is
+    /// resident there and what serving it there costs; a GPU not in it holds none of it (not
+    /// resident, cost unknown: 0). Returns whether that ended room memory admission kept for
+    /// the flow anywhere (see `memory`).
+    ///
+    /// # Errors
+    /// A cost that is not finite and >= 0; nothing changes then.
+    pub fn set_residency_by_gpu(
+        &mut self,
+        function: &str,
+        by_gpu: &BTreeMap<u32, (bool, f64)>,
+    ) -> Result<bool, CoreError> {
+        if let Some((_, c)) = by_gpu.values().find(|(_, c)| !(c.is_finite() && *c >= 0.0)) {
             return Err(invalid(
                 "switch_cost",
-                format!("{switch_cost_s} must be a finite number >= 0"),
+                format!("{c} must be a finite number >= 0"),
             ));
         }
         let mut freed = false;
         for g in &mut self.gpus {
             if let Some(f) = g.queue.lookup(function) {
-                freed |= g.queue.is_resident(f) && !resident;
+                let (resident, cost) = by_gpu.get(&g.info.index).copied().unwrap_or((false, 0.0));
+                let kept = g.queue.keeps_room(f);
                 // The flow exists and the cost was checked: nothing can fail here.
-                let _ = g.queue.set_residency(f, resident, switch_cost_s);
+                let _ = g.queue.set_residency(f, resident, cost);
+                freed |= kept && !g.queue.keeps_room(f);
             }
         }
-        Ok(if freed {
-            self.pump_all(now)
-        } else {
-            Vec::new()
-        })
+        Ok(freed)
     }
 
     /// The state of `function`'s flow: Active if it is Active on any GPU, else Throttled if it is

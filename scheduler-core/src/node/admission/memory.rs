@@ -11,24 +11,29 @@
 //! held always takes the next lease (a function larger than the budget still runs, alone).
 //!
 //! Idle containers' memory does not count against a flow's first lease: the pool evicts them.
-//! It does against a flow that already holds a lease on the GPU: its next one must also leave
-//! one footprint for every other Active flow whose memory is resident there (an idle container
-//! of it is Hot). Growing one flow's concurrency otherwise evicted the containers the other
-//! flows were about to use, and each came back over PCIe at its next call: fair queueing keeps
-//! every backlogged flow's working set in play where FCFS serves one burst after another, and
-//! in the random sweep most draws moved more PCIe bytes than FCFS (docs/PERFORMANCE.md §1a⁗⁗).
-//! A first lease is never held back for the others' residency, so no flow waits on it; a move by
-//! late binding is weighed as a first lease (see [`Core::room_for`]).
+//! It does against a flow that already holds a lease on the GPU (a burst, in overtime or not, or
+//! a Resume; not a Start, which lasts as long as its container): its next one must also leave
+//! one footprint for every other flow whose memory the GPU should keep — an Active flow whose
+//! memory is resident there (an idle container of it is Hot on that GPU), or a flow with calls
+//! waiting there (its next call needs its memory now) — the short flow whose room is kept counted
+//! once. Growing one flow's concurrency otherwise evicted the containers the other flows were
+//! about to use, each came back over PCIe at its next call, and flows waiting for memory waited
+//! longer: fair queueing keeps every backlogged flow's working set in play where FCFS serves one
+//! burst after another, and in the random sweep most draws moved more PCIe bytes than FCFS
+//! (docs/PERFORMANCE.md §1a⁵; keeping room for every Active flow, resident or not, held a flood
+//! to one lease and left its GPU 3 points less busy than FCFS's). A first lease is never held
+//! back for the others' room, so every flow keeps at least one lease's progress; late binding
+//! moves a call only where this same test lets it be granted.
 
 use std::cell::OnceCell;
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde::Serialize;
 
-use super::{Core, CoreError, Grant, invalid};
+use super::{Core, CoreError, Grant, Kind, invalid};
+use crate::FlowId;
 use crate::Time;
 use crate::config::{ConfigError, QueueKnobs};
-use crate::{FlowId, FlowState};
 
 /// The largest share of a GPU's budget a short flow's footprint may have and still get room kept
 /// for it beside long flows.
@@ -61,8 +66,10 @@ pub struct MemoryView {
     pub held: u64,
     /// Room kept for the largest active short flow.
     pub reserved: u64,
-    /// Footprints of the Active flows whose memory is resident: kept from a flow that already
-    /// holds a lease here (less its own), not from a first lease.
+    /// Footprints of the flows whose memory is kept here (Active and resident here, or with
+    /// calls waiting): kept from a flow that already holds a lease here (less its own, the short
+    /// room's flow counted once), not from a first lease; an upper bound of what any one lease is
+    /// weighed against.
     pub kept: u64,
     /// Whether work waits that only memory keeps from a free slot.
     pub blocked: bool,
@@ -188,6 +195,11 @@ impl Core {
     /// The room a long flow leaves: the largest footprint among the GPU's active short flows,
     /// of those no larger than [`SHORT_ROOM_MAX_SHARE`] of its budget.
     fn short_room(&self, slot: usize) -> u64 {
+        self.short_room_of(slot).0
+    }
+
+    /// [`Core::short_room`] and the short flow it is kept for.
+    fn short_room_of(&self, slot: usize) -> (u64, Option<FlowId>) {
         #[expect(
             clippy::cast_possible_truncation,
             clippy::cast_sign_loss,
@@ -197,40 +209,39 @@ impl Core {
         let cap = (self.budget(slot) as f64 * SHORT_ROOM_MAX_SHARE) as u64;
         let q = &self.gpus[slot].queue;
         q.active_short_ids()
-            .filter_map(|id| q.key(id))
-            .map(|k| self.footprint(k))
-            .filter(|&b| b <= cap)
+            .filter_map(|id| q.key(id).map(|k| (self.footprint(k), id)))
+            .filter(|&(b, _)| b <= cap)
             .max()
-            .unwrap_or(0)
-    }
-
-    /// What a lease on GPU `slot` is weighed against: `None` when anything fits (memory
-    /// admission off, capacity unknown, or nothing running there); else the budget, the
-    /// footprints held and the room kept for its active short flows.
-    fn memory_bounds(&self, slot: usize) -> Option<(u64, u64, u64)> {
-        let budget = self.budget(slot);
-        (budget > 0 && self.gpus[slot].running > 0)
-            .then(|| (budget, self.held(slot), self.short_room(slot)))
+            .map_or((0, None), |(b, id)| (b, Some(id)))
     }
 
     /// What a lease on GPU `slot` is weighed against (see [`Beside`]); `None` when anything
-    /// fits.
+    /// fits (memory admission off, capacity unknown, or nothing running there).
     fn beside(&self, slot: usize) -> Option<Beside<'_>> {
-        let (budget, held, room) = self.memory_bounds(slot)?;
+        let budget = self.budget(slot);
+        if budget == 0 || self.gpus[slot].running == 0 {
+            return None;
+        }
         let index = self.gpus[slot].info.index;
+        let (room, room_flow) = self.short_room_of(slot);
         Some(Beside {
             core: self,
             slot,
             budget,
-            held,
+            held: self.held(slot),
             room,
+            room_flow,
+            // A Start lease lasts as long as its container: it does not make its function's
+            // other calls second leases (they would wait on the others' residency for as long
+            // as it lives). A burst in overtime does; it holds its memory, and its function gets
+            // no slot it frees either (`overtime`).
             holding: self
                 .leases
                 .values()
-                .filter(|l| l.gpu == index)
+                .filter(|l| l.gpu == index && l.kind != Kind::Start)
                 .map(|l| l.function.as_str())
                 .collect(),
-            resident: OnceCell::new(),
+            kept: OnceCell::new(),
         })
     }
 
@@ -247,13 +258,11 @@ impl Core {
     }
 
     /// Whether an admission of `function` moved to GPU `slot` fits its memory beside the leases
-    /// held there, keeping the room of its active short flows (late binding; see `steal`). A
-    /// move is weighed as a first lease even where its function runs there already: it is made
-    /// only for a slot that would otherwise stay idle, and keeping the other flows' room there
-    /// too left the worst draw of the random sweep at 2.00× FCFS's mean instead of 1.68×.
+    /// held there, keeping the room of its active short flows (late binding; see `steal`): the
+    /// test its grant there will pass, so a move is never left waiting beside a free slot.
     pub(super) fn room_for(&self, slot: usize) -> impl Fn(&str) -> bool + '_ {
         let beside = self.beside(slot);
-        move |function| beside.as_ref().is_none_or(|b| b.fits_first(function, true))
+        move |function| beside.as_ref().is_none_or(|b| b.fits(function, true))
     }
 
     /// Whether waiting work could take a slot on GPU `slot` as far as memory goes (`free_slots`
@@ -267,10 +276,10 @@ impl Core {
             .is_some()
     }
 
-    /// Footprints of GPU `slot`'s Active flows whose memory is resident.
-    fn resident_active_bytes(&self, slot: usize) -> u64 {
+    /// Footprints of the flows GPU `slot` keeps room for against a second lease.
+    fn kept_bytes(&self, slot: usize) -> u64 {
         let q = &self.gpus[slot].queue;
-        q.resident_active()
+        q.room_keepers()
             .filter_map(|id| q.key(id))
             .fold(0u64, |a, k| a.saturating_add(self.footprint(k)))
     }
@@ -285,36 +294,35 @@ impl Core {
             budget,
             held: self.held(s),
             reserved: if budget == 0 { 0 } else { self.short_room(s) },
-            kept: if budget == 0 {
-                0
-            } else {
-                self.resident_active_bytes(s)
-            },
+            kept: if budget == 0 { 0 } else { self.kept_bytes(s) },
             blocked: g.queue.queued() > 0 && self.free_under_d(s) > 0 && !self.fits_waiting(s, 1),
         })
     }
 }
 
 /// One GPU's memory as a lease there is weighed against it: its budget, the footprints held,
-/// the room kept for its active short flows, the functions already holding a lease, and (worked
-/// out once, when first asked) what the Active flows' resident idle containers hold.
+/// the room kept for its active short flows (and the flow it is kept for), the functions already
+/// holding a lease (see [`Core::beside`]), and (worked out once, when first asked) the
+/// footprints of the flows whose memory is kept (see the module docs).
 struct Beside<'a> {
     core: &'a Core,
     slot: usize,
     budget: u64,
     held: u64,
     room: u64,
+    room_flow: Option<FlowId>,
     holding: BTreeSet<&'a str>,
-    resident: OnceCell<u64>,
+    kept: OnceCell<u64>,
 }
 
 impl Beside<'_> {
     /// Whether a lease of `function` fits: its footprint beside the leases held, keeping the
     /// short flows' room where `keep_room`; and, where `function` already holds a lease here,
-    /// keeping one footprint for every other Active flow whose memory is resident (see the
-    /// module docs).
+    /// keeping one footprint for every other flow whose memory is kept here (see the module
+    /// docs; the short flow the room is kept for counted once).
     fn fits(&self, function: &str, keep_room: bool) -> bool {
-        if !self.fits_first(function, keep_room) {
+        let room = if keep_room { self.room } else { 0 };
+        if !self.fits_with(function, room) {
             return false;
         }
         if !self.holding.contains(function) {
@@ -322,30 +330,30 @@ impl Beside<'_> {
         }
         let core = self.core;
         let q = &core.gpus[self.slot].queue;
-        let all = *self
-            .resident
-            .get_or_init(|| core.resident_active_bytes(self.slot));
-        let own_counted = q
-            .lookup(function)
-            .is_some_and(|id| q.is_resident(id) && q.state(id) != Some(FlowState::Inactive));
-        let others = if own_counted {
-            all.saturating_sub(core.footprint(function))
-        } else {
-            all
+        let own = q.lookup(function);
+        let all = *self.kept.get_or_init(|| core.kept_bytes(self.slot));
+        let mut kept = all;
+        if own.is_some_and(|id| q.keeps_room(id)) {
+            kept = kept.saturating_sub(core.footprint(function));
+        }
+        // The short flow whose room is kept is among them when room is kept for it.
+        let room = match self.room_flow {
+            Some(s) if own != Some(s) && q.keeps_room(s) => 0,
+            _ => room,
         };
-        self.base(function, keep_room).saturating_add(others) <= self.budget
+        self.held
+            .saturating_add(core.footprint(function))
+            .saturating_add(room)
+            .saturating_add(kept)
+            <= self.budget
     }
 
-    /// Whether a lease of `function` fits as its first would: its footprint beside the leases
-    /// held, keeping the short flows' room where `keep_room`.
-    fn fits_first(&self, function: &str, keep_room: bool) -> bool {
-        self.base(function, keep_room) <= self.budget
-    }
-
-    fn base(&self, function: &str, keep_room: bool) -> u64 {
+    /// Whether a lease of `function` fits beside the leases held, leaving `room`.
+    fn fits_with(&self, function: &str, room: u64) -> bool {
         self.held
             .saturating_add(self.core.footprint(function))
-            .saturating_add(if keep_room { self.room } else { 0 })
+            .saturating_add(room)
+            <= self.budget
     }
 }
 

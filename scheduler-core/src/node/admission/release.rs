@@ -24,6 +24,7 @@ impl Core {
         };
         let slot = self.slot(w.gpu);
         self.gpus[slot].queue.withdraw(w.flow, |k| k == key);
+        self.expire_withdrawn(slot, now);
         let seq = self.next_seq();
         self.log.push(Record::Withdraw {
             seq,
@@ -34,6 +35,14 @@ impl Core {
             reason: reason.to_owned(),
         });
         true
+    }
+
+    /// A flow left with nothing queued or running by a withdrawal lingers from its last service,
+    /// which may be past already: it goes Inactive now, not at the next call, so the memory room
+    /// kept for it is free to the dispatch that follows.
+    pub(super) fn expire_withdrawn(&mut self, slot: usize, now: Time) {
+        self.gpus[slot].queue.tick(now);
+        self.collect_events(slot);
     }
 
     /// Ends a lease; `measured` is the service it received (seconds) when known. Returns the

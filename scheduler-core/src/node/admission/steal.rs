@@ -85,6 +85,7 @@ impl Core {
         };
         let from = self.slot(w.gpu);
         self.gpus[from].queue.withdraw(w.flow, |k| k == key);
+        self.expire_withdrawn(from, now);
         // The flow exists: enqueue cannot fail. Its wait still counts from its arrival.
         let _ = self.gpus[to]
             .queue

@@ -542,6 +542,31 @@ proptest! {
     }
 }
 
+/// `function`'s residency as the pool reports it with one GPU listed.
+fn on(function: &str, gpu: u32, resident: bool, cost: f64) -> (String, BTreeMap<u32, (bool, f64)>) {
+    (
+        function.to_owned(),
+        BTreeMap::from([(gpu, (resident, cost))]),
+    )
+}
+
+#[test]
+fn residency_is_per_gpu() {
+    let mut p = pool(30.0, false);
+    p.observe_memory(0, 0, 80 * GIB);
+    p.observe_memory(1, 0, 80 * GIB);
+    paused(&mut p, "ns/a", "f", GIB, 0.0);
+    p.granted(&k("ns/b"), "f", 1, 7, t(0.0));
+    assert_eq!(
+        p.residency(),
+        [(
+            "f".to_owned(),
+            BTreeMap::from([(0, (true, 0.0)), (1, (false, 0.0))])
+        )],
+        "Hot and idle on GPU 0; busy on GPU 1"
+    );
+}
+
 #[test]
 fn residency_says_which_functions_have_an_idle_hot_container_and_what_a_warm_one_costs() {
     let mut p = pool(30.0, false);
@@ -550,7 +575,7 @@ fn residency_says_which_functions_have_an_idle_hot_container_and_what_a_warm_one
     p.granted(&k("ns/b"), "g", 0, 7, t(0.0));
     assert_eq!(
         p.residency(),
-        [("f".to_owned(), true, 0.0), ("g".to_owned(), false, 0.0)],
+        [on("f", 0, true, 0.0), on("g", 0, false, 0.0)],
         "f idle and Hot; g's only container is busy"
     );
     p.tick(t(31.0), None);
@@ -560,7 +585,7 @@ fn residency_says_which_functions_have_an_idle_hot_container_and_what_a_warm_one
         ..ok("ns/a", Action::Evict, 12 * GIB)
     };
     p.report(&unmeasured, t(31.5));
-    let (_, resident, cost) = p.residency()[0].clone();
+    let (resident, cost) = p.residency()[0].1[&0];
     assert!(!resident, "evicted: not resident");
     assert!(
         (0.9..1.2).contains(&cost),
@@ -588,11 +613,11 @@ fn a_function_whose_last_container_left_reads_not_resident_until_its_flow_is_for
     let mut p = pool(30.0, false);
     p.observe_memory(0, 0, 80 * GIB);
     paused(&mut p, "ns/a", "f", GIB, 0.0);
-    assert_eq!(p.residency(), [("f".to_owned(), true, 0.0)]);
+    assert_eq!(p.residency(), [on("f", 0, true, 0.0)]);
     p.forget(&k("ns/a"));
     assert_eq!(
         p.residency(),
-        [("f".to_owned(), false, 0.0)],
+        [("f".to_owned(), BTreeMap::new())],
         "the core must hear that f's memory is gone, not keep preferring it"
     );
     p.forget_functions(&["f".to_owned()]);

@@ -63,20 +63,25 @@ impl Pool {
         Some(counts)
     }
 
-    /// What the admission queue should know of each pooled function's memory: resident when an
-    /// idle container of it is Hot; otherwise what serving it would cost first, in seconds (the
-    /// restore of its cheapest Warm container; 0 when only Cold ones are left, or none: a cold
-    /// start's cost is not known here). Every function that had a pooled container is listed
-    /// until its flow is forgotten. Sorted by function.
+    /// What the admission queue should know of each pooled function's memory, per GPU holding a
+    /// pooled container of it: resident there when an idle container of it there is Hot;
+    /// otherwise what serving it there would cost first, in seconds (the restore of its
+    /// cheapest Warm container there; 0 when only Cold ones are left: a cold start's cost is not
+    /// known here). A GPU not listed holds none of it. Every function that had a pooled container
+    /// is listed (with no GPU once none is left) until its flow is forgotten. Sorted by function.
     #[must_use]
-    pub fn residency(&self) -> Vec<(String, bool, f64)> {
-        let mut out: BTreeMap<&str, (bool, f64)> = self
+    pub fn residency(&self) -> Vec<(String, ByGpu)> {
+        let mut out: BTreeMap<&str, BTreeMap<u32, (bool, f64)>> = self
             .functions
             .iter()
-            .map(|f| (f.as_str(), (false, f64::INFINITY)))
+            .map(|f| (f.as_str(), BTreeMap::new()))
             .collect();
         for e in self.entries.values() {
-            let r = out.entry(&e.function).or_insert((false, f64::INFINITY));
+            let r = out
+                .entry(&e.function)
+                .or_default()
+                .entry(e.gpu)
+                .or_insert((false, f64::INFINITY));
             match e.tier {
                 Tier::Hot if !e.busy => r.0 = true,
                 Tier::Warm if !e.busy => r.1 = r.1.min(Self::reload_cost(e)),
@@ -84,13 +89,19 @@ impl Pool {
             }
         }
         out.into_iter()
-            .map(|(f, (resident, cost))| {
-                let cost = if resident || !cost.is_finite() {
-                    0.0
-                } else {
-                    cost
-                };
-                (f.to_owned(), resident, cost)
+            .map(|(f, gpus)| {
+                let gpus = gpus
+                    .into_iter()
+                    .map(|(g, (resident, cost))| {
+                        let cost = if resident || !cost.is_finite() {
+                            0.0
+                        } else {
+                            cost
+                        };
+                        (g, (resident, cost))
+                    })
+                    .collect();
+                (f.to_owned(), gpus)
             })
             .collect()
     }
