@@ -624,11 +624,23 @@ impl<T> MqfqQueue<T> {
     }
 
     /// Whether memory admission keeps room for a flow against another flow's second lease on
-    /// this GPU: it is not Inactive and its memory is resident here (the pool said an idle
-    /// container of it is Hot), or it has calls waiting (its next one needs its memory now).
+    /// this GPU: it is Active (not Inactive, not Throttled: a flow held back by the over-run
+    /// threshold would keep room it cannot use) and its memory is resident here (the pool said
+    /// an idle container of it is Hot), or it has calls waiting (its next one needs its memory
+    /// now).
     #[must_use]
     pub fn keeps_room(&self, id: FlowId) -> bool {
-        self.flows.get(id.ix()).is_some_and(Self::claims_memory)
+        self.flows
+            .get(id.ix())
+            .is_some_and(|f| self.claims_memory(f))
+    }
+
+    /// Whether a flow's memory is resident here, as the pool said.
+    #[must_use]
+    pub fn is_resident(&self, id: FlowId) -> bool {
+        self.flows
+            .get(id.ix())
+            .is_some_and(|f| !f.vacant && f.resident)
     }
 
     /// The flows memory admission keeps room for (see [`MqfqQueue::keeps_room`]).
@@ -636,12 +648,17 @@ impl<T> MqfqQueue<T> {
         self.flows
             .iter()
             .zip(0u32..)
-            .filter(|(f, _)| Self::claims_memory(f))
+            .filter(|(f, _)| self.claims_memory(f))
             .map(|(_, i)| FlowId(i))
     }
 
-    fn claims_memory(f: &Flow<T>) -> bool {
-        !f.vacant && (f.phase == Phase::Backlogged || (f.resident && f.phase != Phase::Inactive))
+    fn claims_memory(&self, f: &Flow<T>) -> bool {
+        let throttled = f.phase == Phase::Backlogged
+            && self.cfg.selection != Selection::Fifo
+            && f.start - self.v > self.overrun();
+        !f.vacant
+            && !throttled
+            && (f.phase == Phase::Backlogged || (f.resident && f.phase != Phase::Inactive))
     }
 
     /// The function key of a flow.

@@ -4,7 +4,9 @@
 //! not fit, the slot goes to the backlogged flow with the lowest start tag that fits and is within
 //! the over-run threshold T of V — the same bound that lets any flow run ahead of V. A flow that
 //! does not fit keeps V from passing its start tag, so the others run at most T ahead of it before
-//! nothing else is eligible, the GPU drains, and it fits: waiting for memory is bounded by T.
+//! nothing else is eligible, the GPU drains, and it fits: waiting for memory is bounded by T for a
+//! flow's first lease. A second one may also wait for room kept for other flows (the node's memory
+//! admission), until its own lease ends and its next call is a first lease again.
 
 use super::{FlowId, MqfqQueue, Tag, Vt};
 use crate::time::Time;

@@ -39,8 +39,8 @@ impl Core {
     /// [`Core::set_residency`] per GPU, dispatching nothing (the caller does, once it has told
     /// the core everything): `by_gpu` maps a GPU's index to whether `function`'s memory is
     /// resident there and what serving it there costs; a GPU not in it holds none of it (not
-    /// resident, cost unknown: 0). Returns whether that ended room memory admission kept for
-    /// the flow anywhere (see `memory`).
+    /// resident, cost unknown: 0). Returns whether its memory stopped being resident anywhere
+    /// (which may end room memory admission kept, see `memory`: dispatch then).
     ///
     /// # Errors
     /// A cost that is not finite and >= 0; nothing changes then.
@@ -59,10 +59,11 @@ impl Core {
         for g in &mut self.gpus {
             if let Some(f) = g.queue.lookup(function) {
                 let (resident, cost) = by_gpu.get(&g.info.index).copied().unwrap_or((false, 0.0));
-                let kept = g.queue.keeps_room(f);
+                // Memory no longer resident may end room kept for the flow (or, for one that
+                // holds a lease here, the room counted for it): dispatch to be sure.
+                freed |= g.queue.is_resident(f) && !resident;
                 // The flow exists and the cost was checked: nothing can fail here.
                 let _ = g.queue.set_residency(f, resident, cost);
-                freed |= kept && !g.queue.keeps_room(f);
             }
         }
         Ok(freed)

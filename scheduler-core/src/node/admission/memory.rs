@@ -13,17 +13,19 @@
 //! Idle containers' memory does not count against a flow's first lease: the pool evicts them.
 //! It does against a flow that already holds a lease on the GPU (a burst, in overtime or not, or
 //! a Resume; not a Start, which lasts as long as its container): its next one must also leave
-//! one footprint for every other flow whose memory the GPU should keep — an Active flow whose
-//! memory is resident there (an idle container of it is Hot on that GPU), or a flow with calls
-//! waiting there (its next call needs its memory now) — the short flow whose room is kept counted
-//! once. Growing one flow's concurrency otherwise evicted the containers the other flows were
-//! about to use, each came back over PCIe at its next call, and flows waiting for memory waited
-//! longer: fair queueing keeps every backlogged flow's working set in play where FCFS serves one
-//! burst after another, and in the random sweep most draws moved more PCIe bytes than FCFS
-//! (docs/PERFORMANCE.md §1a⁵; keeping room for every Active flow, resident or not, held a flood
-//! to one lease and left its GPU 3 points less busy than FCFS's). A first lease is never held
-//! back for the others' room, so every flow keeps at least one lease's progress; late binding
-//! moves a call only where this same test lets it be granted.
+//! one footprint for every other flow whose memory the GPU should keep — an Active flow (not
+//! Throttled: it could not use the room) whose memory is resident there (an idle container of it
+//! is Hot on that GPU), or a flow with calls waiting there (its next call needs its memory now) —
+//! but not for a flow that holds a lease there itself with nothing resident (its next call fits
+//! in what its own lease frees; kept, two such flows held each other to one lease), the short
+//! flow whose room is kept counted once. Growing one flow's concurrency otherwise evicted the
+//! containers the other flows were about to use, each came back over PCIe at its next call, and
+//! flows waiting for memory waited longer: fair queueing keeps every backlogged flow's working
+//! set in play where FCFS serves one burst after another, and in the random sweep most draws
+//! moved more PCIe bytes than FCFS (docs/PERFORMANCE.md §1a⁵; keeping room for every Active
+//! flow, resident or not, held a flood to one lease and left its GPU 3 points less busy than
+//! FCFS's). A first lease is never held back for the others' room, so every flow keeps at least
+//! one lease's progress; late binding never moves a call on a looser test than its grant's.
 
 use std::cell::OnceCell;
 use std::collections::{BTreeMap, BTreeSet};
@@ -66,10 +68,10 @@ pub struct MemoryView {
     pub held: u64,
     /// Room kept for the largest active short flow.
     pub reserved: u64,
-    /// Footprints of the flows whose memory is kept here (Active and resident here, or with
-    /// calls waiting): kept from a flow that already holds a lease here (less its own, the short
-    /// room's flow counted once), not from a first lease; an upper bound of what any one lease is
-    /// weighed against.
+    /// Footprints of the flows whose memory is kept here (see the module docs): kept from a flow
+    /// that already holds a lease here (less its own, the short room's flow counted once), not
+    /// from a first lease; an upper bound of what any one lease is weighed against (it may count
+    /// the flow `reserved` is kept for).
     pub kept: u64,
     /// Whether work waits that only memory keeps from a free slot.
     pub blocked: bool,
@@ -222,7 +224,6 @@ impl Core {
         if budget == 0 || self.gpus[slot].running == 0 {
             return None;
         }
-        let index = self.gpus[slot].info.index;
         let (room, room_flow) = self.short_room_of(slot);
         Some(Beside {
             core: self,
@@ -232,15 +233,10 @@ impl Core {
             room,
             room_flow,
             // A Start lease lasts as long as its container: it does not make its function's
-            // other calls second leases (they would wait on the others' residency for as long
-            // as it lives). A burst in overtime does; it holds its memory, and its function gets
-            // no slot it frees either (`overtime`).
-            holding: self
-                .leases
-                .values()
-                .filter(|l| l.gpu == index && l.kind != Kind::Start)
-                .map(|l| l.function.as_str())
-                .collect(),
+            // other calls second leases (they would wait on the others' room for as long as it
+            // lives). A burst in overtime does; it holds its memory, and its function gets no
+            // slot it frees either (`overtime`).
+            holding: self.holding(slot),
             kept: OnceCell::new(),
         })
     }
@@ -258,8 +254,9 @@ impl Core {
     }
 
     /// Whether an admission of `function` moved to GPU `slot` fits its memory beside the leases
-    /// held there, keeping the room of its active short flows (late binding; see `steal`): the
-    /// test its grant there will pass, so a move is never left waiting beside a free slot.
+    /// held there, keeping the room of its active short flows (late binding; see `steal`): never
+    /// looser than the test its grant there will pass (stricter for a short flow, whose grant
+    /// keeps no room for short flows), so a move is never left waiting beside a free slot.
     pub(super) fn room_for(&self, slot: usize) -> impl Fn(&str) -> bool + '_ {
         let beside = self.beside(slot);
         move |function| beside.as_ref().is_none_or(|b| b.fits(function, true))
@@ -276,12 +273,26 @@ impl Core {
             .is_some()
     }
 
-    /// Footprints of the flows GPU `slot` keeps room for against a second lease.
-    fn kept_bytes(&self, slot: usize) -> u64 {
+    /// Footprints of the flows GPU `slot` keeps room for against a second lease, less those of
+    /// flows holding a lease there (`holding`) with nothing resident there: such a flow's next
+    /// call fits in what its own lease frees, and room kept for it would hold back every flow
+    /// that holds a lease alike (its own footprint cancels out of each one's test).
+    fn kept_bytes(&self, slot: usize, holding: &BTreeSet<&str>) -> u64 {
         let q = &self.gpus[slot].queue;
         q.room_keepers()
-            .filter_map(|id| q.key(id))
-            .fold(0u64, |a, k| a.saturating_add(self.footprint(k)))
+            .filter_map(|id| q.key(id).map(|k| (id, k)))
+            .filter(|&(id, k)| q.is_resident(id) || !holding.contains(k))
+            .fold(0u64, |a, (_, k)| a.saturating_add(self.footprint(k)))
+    }
+
+    /// The functions holding a lease other than a Start one on GPU `slot` (see [`Core::beside`]).
+    fn holding(&self, slot: usize) -> BTreeSet<&str> {
+        let index = self.gpus[slot].info.index;
+        self.leases
+            .values()
+            .filter(|l| l.gpu == index && l.kind != Kind::Start)
+            .map(|l| l.function.as_str())
+            .collect()
     }
 
     /// One GPU's memory as admission sees it; `None` for a GPU the node lacks.
@@ -294,7 +305,11 @@ impl Core {
             budget,
             held: self.held(s),
             reserved: if budget == 0 { 0 } else { self.short_room(s) },
-            kept: if budget == 0 { 0 } else { self.kept_bytes(s) },
+            kept: if budget == 0 {
+                0
+            } else {
+                self.kept_bytes(s, &self.holding(s))
+            },
             blocked: g.queue.queued() > 0 && self.free_under_d(s) > 0 && !self.fits_waiting(s, 1),
         })
     }
@@ -331,14 +346,21 @@ impl Beside<'_> {
         let core = self.core;
         let q = &core.gpus[self.slot].queue;
         let own = q.lookup(function);
-        let all = *self.kept.get_or_init(|| core.kept_bytes(self.slot));
+        let all = *self
+            .kept
+            .get_or_init(|| core.kept_bytes(self.slot, &self.holding));
+        // Whether a flow is among those `all` counts (see [`Core::kept_bytes`]).
+        let counted = |id| {
+            q.keeps_room(id)
+                && (q.is_resident(id) || q.key(id).is_none_or(|k| !self.holding.contains(k)))
+        };
         let mut kept = all;
-        if own.is_some_and(|id| q.keeps_room(id)) {
+        if own.is_some_and(counted) {
             kept = kept.saturating_sub(core.footprint(function));
         }
-        // The short flow whose room is kept is among them when room is kept for it.
+        // The short flow whose room is kept is among them when it is counted.
         let room = match self.room_flow {
-            Some(s) if own != Some(s) && q.keeps_room(s) => 0,
+            Some(s) if own != Some(s) && counted(s) => 0,
             _ => room,
         };
         self.held

@@ -78,9 +78,9 @@ fn a_flow_already_running_leaves_room_for_the_other_active_flows_resident_memory
     assert!(c.admit(&req("b2", "big"), secs(0.2)).unwrap().is_empty());
     let l = c.limits(0).unwrap();
     assert!(l.memory_bound && l.queued == 1, "{l:?}");
-    // Kept: `a`'s 6 and `big`'s own 8 (it has a call waiting), less its own for its own lease.
+    // Kept: `a`'s 6 (`big` holds a lease and has nothing resident: none for it).
     let m = c.memory_view(0).unwrap();
-    assert!(m.blocked && m.kept == 14 * GIB, "{m:?}");
+    assert!(m.blocked && m.kept == 6 * GIB, "{m:?}");
     // A flow's first lease is never held back for the others' residency.
     assert_eq!(
         keys(&c.admit(&req("o1", "other"), secs(0.3)).unwrap()),
@@ -242,13 +242,56 @@ fn room_is_kept_for_a_flow_with_calls_waiting_even_where_its_memory_is_gone() {
         let fits = c.fit_test(0);
         assert!(!fits(w) && !fits(big));
     }
-    assert_eq!(c.memory_view(0).unwrap().kept, 21 * GIB);
+    assert_eq!(c.memory_view(0).unwrap().kept, 13 * GIB);
     // `big`'s first call ends: `w` runs, and `big`'s waits as a first lease (13 + 8 > 20.4).
     let b1 = c.lease_of(&"ns/b1".parse().unwrap()).unwrap();
     assert_eq!(
         keys(&c.release(b1, Some(1.0), "idle", secs(1.0)).unwrap()),
         ["ns/w1"]
     );
+}
+
+#[test]
+fn flows_that_each_run_with_nothing_resident_do_not_keep_each_other_to_one_lease() {
+    // `a` and `b` (6 GiB each) each hold a lease and have a call waiting; nothing of either is
+    // resident. 12 + 6 fit 20.4 GiB: a second lease of one runs (room kept for the other's
+    // waiting call would be what its own lease frees).
+    let mut c = core(4, 0.0);
+    c.set_footprint("a", 6 * GIB, secs(0.0));
+    c.set_footprint("b", 6 * GIB, secs(0.0));
+    c.set_footprint("h", 8 * GIB, secs(0.0));
+    c.admit(&req("h1", "h"), secs(0.0)).unwrap();
+    c.admit(&req("a1", "a"), secs(0.0)).unwrap();
+    // h: 8, a: 6; b's first lease: 8 + 6 + 6 = 20 fits.
+    assert_eq!(
+        keys(&c.admit(&req("b1", "b"), secs(0.0)).unwrap()),
+        ["ns/b1"]
+    );
+    assert!(c.admit(&req("a2", "a"), secs(0.1)).unwrap().is_empty());
+    assert!(c.admit(&req("b2", "b"), secs(0.1)).unwrap().is_empty());
+    // `h` ends: 12 held; a second lease of either needs 18 beside no kept room.
+    let h1 = c.lease_of(&"ns/h1".parse().unwrap()).unwrap();
+    assert_eq!(
+        c.release(h1, Some(0.1), "idle", secs(0.2)).unwrap().len(),
+        1
+    );
+}
+
+#[test]
+fn a_throttled_flow_keeps_no_room() {
+    let mut c = core(4, 0.0);
+    c.set_footprint("b", 2 * GIB, secs(0.0));
+    c.set_footprint("c", 19 * GIB, secs(0.0));
+    c.admit(&req("b1", "b"), secs(0.0)).unwrap();
+    c.set_residency("b", true, 0.0, secs(0.0)).unwrap();
+    // `c` does not fit beside `b`'s lease; `b`'s later calls run more than T ahead of it.
+    assert!(c.admit(&req("c1", "c"), secs(0.0)).unwrap().is_empty());
+    for i in 2..5 {
+        c.admit(&req(&format!("b{i}"), "b"), secs(0.0)).unwrap();
+    }
+    assert_eq!(c.flow_state("b"), Some(crate::FlowState::Throttled));
+    // Room is kept for `c` (waiting) only, not for `b`, which the over-run threshold holds back.
+    assert_eq!(c.memory_view(0).unwrap().kept, 19 * GIB);
 }
 
 #[test]
