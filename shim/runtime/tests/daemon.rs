@@ -234,13 +234,20 @@ fn a_killed_daemon_loses_no_container_and_leaks_no_lease() {
     let mut d = mqfqd(c.dir(), &c.daemon_socket(), extra);
     let out = c.dir().join("out");
     std::fs::create_dir_all(out.join("run")).unwrap();
-    let slow = "touch /out/run/$ID; sleep 2; ls /out/run | wc -l >> /out/counts; rm /out/run/$ID";
+    let slow = "touch /out/run/$ID; sleep 3; ls /out/run | wc -l >> /out/counts; rm /out/run/$ID";
     let runs: Vec<_> = (0..3)
         .map(|i| gpu_run(&c, &format!("r{i}"), "fn", &out, slow))
         .collect();
     let before = d.wait_for("one running, two waiting", |s| {
         leases(s) == 1 && waiting(s) == 2
     });
+    // Killed once the granted container runs: killed between its dispatch and the reply
+    // reaching the shim, the new daemon rightly queues that start again (nothing to adopt).
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while std::fs::read_dir(out.join("run")).unwrap().count() == 0 {
+        assert!(Instant::now() < deadline, "the granted container never ran");
+        std::thread::sleep(Duration::from_millis(20));
+    }
     d.kill9();
     std::thread::sleep(Duration::from_millis(300));
     d.spawn();
