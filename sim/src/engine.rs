@@ -374,7 +374,6 @@ impl<M: Model> Engine<'_, M> {
         let (start, tier) = self.pending_start[inv];
         // What the daemon measures of a burst: its execution, co-runners' slowdown included.
         let service_ms = self.now - self.exec_start[inv];
-        M::exec_ended(self, g, inv, service_ms);
         if self.records[inv].is_some() {
             self.audit.double_completions += 1;
         }
@@ -384,7 +383,7 @@ impl<M: Model> Engine<'_, M> {
             tier,
             gpu: Some(g),
         });
-        policy.complete(inv, self.trace, service_ms, ms(self.now));
+        M::exec_ended(self, g, inv, service_ms, policy);
     }
 
     fn step_phases(&mut self, policy: &mut dyn Policy) {

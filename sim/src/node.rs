@@ -19,7 +19,7 @@ use scheduler_core::node::admission::{
     AdmitInfo, Core, CoreError, GpuInfo, GpuReading, Kind, Limits, MemoryAdmission, Record,
 };
 use scheduler_core::node::pool::{Order, Pool, PoolConfig};
-use scheduler_core::node::{ContainerKey, Input, Node, Output};
+use scheduler_core::node::{ContainerKey, Input, Node, Output, PooledEnd};
 use scheduler_core::{FlowState, Time};
 
 use crate::policy::{MemoryModel, NodeDriver, Policy, PoolView, Signal};
@@ -377,29 +377,18 @@ impl NodeDriver for NodeMqfq {
         }
     }
 
-    /// The pool's orders not yet carried out.
-    fn take_orders(&mut self) -> Vec<Order> {
-        self.orders.drain(..).collect()
-    }
-}
-
-impl Policy for NodeMqfq {
-    fn name(&self) -> &'static str {
-        "mqfq-sticky"
-    }
-    fn arrive(&mut self, inv: usize, trace: &Trace, now: Time, _: &PoolView<'_>) {
-        let mut info = admit_info(trace, inv);
-        info.gpus = self.candidates(trace.invocations[inv].func, now);
-        self.step(Input::Admit(info), now);
-    }
-    fn next(&mut self, _: &Trace, _: Time, _: &PoolView<'_>, _: u32) -> Option<Vec<usize>> {
-        None
-    }
-    fn granted(&mut self) -> Option<(usize, usize)> {
-        self.granted.pop_front()
-    }
-    fn complete(&mut self, inv: usize, trace: &Trace, service_ms: f64, now: Time) {
+    /// The lease ends in one input with its container's fate, as `mqfqd`'s release does.
+    fn release(
+        &mut self,
+        inv: usize,
+        trace: &Trace,
+        service_ms: f64,
+        pooled: Option<PooledEnd>,
+        now: Time,
+    ) {
         let Some(lease) = self.leases.remove(&inv) else {
+            // Every run the executor ends was granted, and ends once.
+            debug_assert!(false, "invocation {inv} ended without a lease");
             return;
         };
         if let Some(p) = self.placer.as_mut() {
@@ -423,8 +412,34 @@ impl Policy for NodeMqfq {
             lease,
             measured_s: Some(service_ms / 1e3),
             reason: "idle".into(),
+            pooled,
         };
         self.step(release, now);
+    }
+
+    /// The pool's orders not yet carried out.
+    fn take_orders(&mut self) -> Vec<Order> {
+        self.orders.drain(..).collect()
+    }
+}
+
+impl Policy for NodeMqfq {
+    fn name(&self) -> &'static str {
+        "mqfq-sticky"
+    }
+    fn arrive(&mut self, inv: usize, trace: &Trace, now: Time, _: &PoolView<'_>) {
+        let mut info = admit_info(trace, inv);
+        info.gpus = self.candidates(trace.invocations[inv].func, now);
+        self.step(Input::Admit(info), now);
+    }
+    fn next(&mut self, _: &Trace, _: Time, _: &PoolView<'_>, _: u32) -> Option<Vec<usize>> {
+        None
+    }
+    fn granted(&mut self) -> Option<(usize, usize)> {
+        self.granted.pop_front()
+    }
+    fn complete(&mut self, inv: usize, trace: &Trace, service_ms: f64, now: Time) {
+        self.release(inv, trace, service_ms, None, now);
     }
     fn queued(&self) -> usize {
         self.node.core().waiting() + self.granted.len()

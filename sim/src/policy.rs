@@ -19,7 +19,7 @@ use scheduler_core::config::{ConfigError, Overrun, QueueConfig, Selection, Stick
 use scheduler_core::ewma::Ewma;
 use scheduler_core::node::admission::{GpuReading, Limits};
 use scheduler_core::node::pool::Order;
-use scheduler_core::node::{ContainerKey, Input};
+use scheduler_core::node::{ContainerKey, Input, PooledEnd};
 use scheduler_core::queue::{FlowEvent, FlowId, FlowState, MqfqQueue, Ticket};
 use scheduler_core::tiers::Tier;
 use scheduler_core::time::Time;
@@ -122,6 +122,15 @@ pub trait NodeDriver {
     fn step(&mut self, input: Input, now: Time);
     /// Invocation `inv`'s burst runs in the pooled container `container`: a pool hit.
     fn hit(&mut self, inv: usize, container: ContainerKey, now: Time);
+    /// Invocation `inv`'s lease ended after `service_ms`, with what became of its container.
+    fn release(
+        &mut self,
+        inv: usize,
+        trace: &Trace,
+        service_ms: f64,
+        pooled: Option<PooledEnd>,
+        now: Time,
+    );
     /// The pool's orders not yet carried out.
     fn take_orders(&mut self) -> Vec<Order>;
 }

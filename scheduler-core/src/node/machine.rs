@@ -19,7 +19,8 @@ use crate::node::pool::{Order, Outcome, Pool, PoolEvent};
 pub enum Input {
     /// A container asks to run (start, resume or burst).
     Admit(AdmitInfo),
-    /// A lease ends after `measured_s` of service (`None`: not measured).
+    /// A lease ends after `measured_s` of service (`None`: not measured); with `pooled`, what
+    /// became of its pooled container.
     Release {
         /// The lease.
         lease: u64,
@@ -27,6 +28,8 @@ pub enum Input {
         measured_s: Option<f64>,
         /// Why (`idle`, `pause`, `exit`, …: the dispatch record's words).
         reason: String,
+        /// The lease's pooled container, idle or gone, when it ran in one.
+        pooled: Option<PooledEnd>,
     },
     /// A sampling step: each GPU's reading (D moves, sticky TTLs expire; the pool sees the
     /// memory in use).
@@ -53,22 +56,28 @@ pub enum Input {
         /// The container, when not the lease's key (the simulator picks it after admission).
         container: Option<ContainerKey>,
     },
-    /// A pooled container's lease ended; with `paused` it stays, idle, holding `bytes`.
-    Released {
-        /// The container.
-        key: ContainerKey,
-        /// It lives on, idle.
-        paused: bool,
-        /// Its converted (movable) bytes.
-        bytes: u64,
-        /// Its native allocations, when its shim reported them.
-        native: Option<Native>,
-        /// What its processes held on the GPU as the driver measured them, context included
-        /// (`mqfqd` with NVML, for releases that name their processes).
-        resident: Option<u64>,
-    },
     /// A shim's result for one pool action (or its own restore at Resume).
     Report(Outcome),
+}
+
+/// A pooled container as its lease ended. One input with the release: the pool hears that the
+/// container is idle (or gone) before the core dispatches on the slot and memory it freed, so
+/// the memory the GPU keeps for that function is weighed as any resident function's (told
+/// after, a second lease of another function took that room and the pool evicted the container
+/// its next call wanted).
+#[derive(Clone, Debug, PartialEq)]
+pub struct PooledEnd {
+    /// The container.
+    pub key: ContainerKey,
+    /// It lives on, idle (paused, or between bursts); otherwise it is gone.
+    pub paused: bool,
+    /// Its converted (movable) bytes.
+    pub bytes: u64,
+    /// Its native allocations, when its shim reported them.
+    pub native: Option<Native>,
+    /// What its processes held on the GPU as the driver measured them, context included
+    /// (`mqfqd` with NVML, for releases that name their processes).
+    pub resident: Option<u64>,
 }
 
 /// What the node decided in answer to one input.
@@ -143,18 +152,31 @@ impl Node {
         self.core.drain_log()
     }
 
-    /// Takes one input at `now`, then settles (see [`Node::settle`]).
+    /// Takes one input at `now`, then settles (see [`Node::settle`]). A release's pooled
+    /// container reaches the pool, and what that changes the core, before the core releases.
     ///
     /// # Errors
     /// What the core refuses (a bad admission, an unknown lease); nothing changed then.
     pub fn step(&mut self, input: &Input, now: Time) -> Result<Output, CoreError> {
+        let mut out = Output::default();
         let grants = match input {
             Input::Admit(info) => self.core.admit(info, now)?,
             Input::Release {
                 lease,
                 measured_s,
                 reason,
-            } => self.core.release(*lease, *measured_s, reason, now)?,
+                pooled,
+            } => {
+                if let Some(p) = pooled {
+                    // A lease the core never granted changes nothing, in the pool either.
+                    self.core
+                        .lease(*lease)
+                        .ok_or(CoreError::UnknownLease(*lease))?;
+                    self.pool_released(p, now);
+                    out = self.settle(now);
+                }
+                self.core.release(*lease, *measured_s, reason, now)?
+            }
             Input::Sample(readings) => {
                 let grants = self.core.sample(readings, now);
                 for g in self.core.gpus() {
@@ -182,33 +204,25 @@ impl Node {
                 self.pool.granted(key, &l.function, l.gpu, l.shim_pid, now);
                 Vec::new()
             }
-            Input::Released {
-                key,
-                paused,
-                bytes,
-                native,
-                resident,
-            } => {
-                self.pool.released(key, *paused, *bytes, now);
-                if let Some(n) = native {
-                    self.pool.report_native(key, *n);
-                }
-                if let (true, Some(b)) = (*paused, resident) {
-                    self.pool.measured_resident(key, *b);
-                }
-                Vec::new()
-            }
             Input::Report(o) => {
                 self.pool.report(o, now);
                 Vec::new()
             }
         };
-        let mut out = Output {
-            grants,
-            ..Output::default()
-        };
+        out.grants.extend(grants);
         out.merge(self.settle(now));
         Ok(out)
+    }
+
+    /// The pool hears what became of a lease's container.
+    fn pool_released(&mut self, p: &PooledEnd, now: Time) {
+        self.pool.released(&p.key, p.paused, p.bytes, now);
+        if let Some(n) = p.native {
+            self.pool.report_native(&p.key, n);
+        }
+        if let (true, Some(b)) = (p.paused, p.resident) {
+            self.pool.measured_resident(&p.key, b);
+        }
     }
 
     /// Joins the two halves after any change: flows that turned Active prefetch their Warm

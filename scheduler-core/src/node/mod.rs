@@ -19,4 +19,4 @@ pub mod machine;
 pub mod pool;
 
 pub use key::{ContainerKey, KeyError, is_key};
-pub use machine::{Input, Node, Output};
+pub use machine::{Input, Node, Output, PooledEnd};

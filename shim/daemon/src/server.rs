@@ -338,6 +338,7 @@ impl Daemon {
                         lease: g.lease,
                         measured_s: None,
                         reason: "caller gone".into(),
+                        pooled: None,
                     }
                 } else if inner.pooled.contains_key(&g.key) {
                     Input::Hit {
@@ -519,12 +520,18 @@ impl api::Admission for Service {
             .node
             .core()
             .run_measured(req.lease_id, measured, reason, now);
+        // Only for a lease the core holds (under this lock): its release cannot then be refused,
+        // so what `pooled_end` changes in `pooled` stands with it.
+        let pooled = lease.as_ref().and_then(|(key, _, gpu, _, _)| {
+            Daemon::pooled_end(&mut inner, key.clone(), *gpu, reason, &req)
+        });
         let release = Input::Release {
             lease: req.lease_id,
             measured_s: measured,
             reason: reason.to_owned(),
+            pooled,
         };
-        let mut out = inner.node.step(&release, now).map_err(|e| to_ttrpc(&e))?;
+        let out = inner.node.step(&release, now).map_err(|e| to_ttrpc(&e))?;
         if let (Some((_, function, gpu, since, tenant)), Some(service_s)) = (&lease, ran) {
             let held = req.native.as_ref().map_or(0, |n| {
                 mqfq_proto::memory::from_proto(n)
@@ -542,11 +549,6 @@ impl api::Admission for Service {
                 footprint: (held > 0).then_some(held),
             };
             Daemon::placement_learn(&mut inner, &run, now);
-        }
-        if let Some((key, _, gpu, _, _)) = lease
-            && let Some(more) = Daemon::pooled_released(&mut inner, key, gpu, reason, &req, now)
-        {
-            out.merge(more);
         }
         d.settle(&mut inner, out);
         Ok(api::ReleaseResponse::default())
@@ -576,6 +578,7 @@ impl api::Admission for Service {
                 lease,
                 measured_s: None,
                 reason: "cancelled".into(),
+                pooled: None,
             };
             if let Ok(more) = inner.node.step(&release, now) {
                 out.merge(more);

@@ -46,13 +46,20 @@ pub(super) trait Model: Sized {
         e.gpus[g].conc.admitted(inv as u64, true);
     }
 
-    /// Invocation `inv` ended on GPU `g` after executing `service_ms`.
-    fn exec_ended(e: &mut Engine<'_, Self>, g: usize, inv: usize, service_ms: f64) {
+    /// Invocation `inv` ended on GPU `g` after executing `service_ms`; the policy hears it.
+    fn exec_ended(
+        e: &mut Engine<'_, Self>,
+        g: usize,
+        inv: usize,
+        service_ms: f64,
+        policy: &mut dyn Policy,
+    ) {
         let f = &e.trace.functions[e.trace.invocations[inv].func];
         let tenant = f.tenant.as_deref().unwrap_or_default();
         e.gpus[g]
             .conc
             .released(inv as u64, &f.name, tenant, Some(service_ms / 1e3));
+        policy.complete(inv, e.trace, service_ms, super::ms(e.now));
     }
 
     /// A run of function `f` gave back its slot on GPU `g`; its container `c` is idle.

@@ -15,7 +15,7 @@
 use scheduler_core::concurrency::Signals;
 use scheduler_core::node::admission::{GpuReading, Limits};
 use scheduler_core::node::pool::{Action, Outcome};
-use scheduler_core::node::{ContainerKey, Input};
+use scheduler_core::node::{ContainerKey, Input, PooledEnd};
 use scheduler_core::tiers::Tier;
 
 use super::{EPS, Engine, Model, Phase, gpu_index, ms};
@@ -26,12 +26,16 @@ use crate::policy::{NodeDriver, Policy};
 #[derive(Debug)]
 pub(in crate::engine) struct NodePool {
     limits: Vec<Limits>,
+    /// The burst that just ended, `(invocation, service in ms)`: its lease ends with its
+    /// container, when the run gives the container back.
+    ended: Option<(usize, f64)>,
 }
 
 impl NodePool {
     pub(in crate::engine) fn new(gpus: usize) -> Self {
         NodePool {
             limits: vec![Limits::default(); gpus],
+            ended: None,
         }
     }
 }
@@ -58,10 +62,25 @@ impl Model for NodePool {
     /// The node measures a burst itself (its core's release carries the service).
     fn exec_began(_: &mut Engine<'_, Self>, _: usize, _: usize) {}
 
-    fn exec_ended(_: &mut Engine<'_, Self>, _: usize, _: usize, _: f64) {}
+    /// As in `mqfqd`, a lease's end reaches the node in one input with what became of its
+    /// container: held until the run gives the container back.
+    fn exec_ended(
+        e: &mut Engine<'_, Self>,
+        _: usize,
+        inv: usize,
+        service_ms: f64,
+        p: &mut dyn Policy,
+    ) {
+        if let Some((before, service_ms)) = e.model.ended.replace((inv, service_ms)) {
+            // A burst whose run went on in the same container (no run does under the node).
+            node(p).release(before, e.trace, service_ms, None, ms(e.now));
+        }
+    }
 
     fn released(e: &mut Engine<'_, Self>, c: usize, _: usize, _: usize, policy: &mut dyn Policy) {
-        e.pool_release(c, policy);
+        if let Some(ended) = e.model.ended.take() {
+            e.pool_release(c, ended, policy);
+        }
     }
 
     /// The pool's orders are carried out (a flow that turned Active prefetches there); the
@@ -234,16 +253,22 @@ impl Engine<'_, NodePool> {
         self.pool_orders(policy);
     }
 
-    /// Container `c`'s lease ended; it stays, idle, holding its function's memory.
-    pub(super) fn pool_release(&mut self, c: usize, policy: &mut dyn Policy) {
-        let released = Input::Released {
+    /// Invocation `inv`'s lease ended after `service_ms` in container `c`; the container stays,
+    /// idle, holding its function's memory.
+    pub(super) fn pool_release(
+        &mut self,
+        c: usize,
+        (inv, service_ms): (usize, f64),
+        policy: &mut dyn Policy,
+    ) {
+        let pooled = PooledEnd {
             key: key(c),
             paused: true,
             bytes: bytes(self.moved_mb(self.containers[c].func)),
             native: None,
             resident: None,
         };
-        node(policy).step(released, ms(self.now));
+        node(policy).release(inv, self.trace, service_ms, Some(pooled), ms(self.now));
         self.pool_orders(policy);
     }
 

@@ -51,13 +51,36 @@ fn admit(n: &mut Node, id: &str, function: &str, at: f64) -> Output {
     .unwrap()
 }
 
-fn release(n: &mut Node, lease: u64, at: f64) -> Output {
+/// Lease `lease` ends at `at`; its container `ns/<id>` stays, idle, holding `bytes` (and what
+/// the driver measured, where it did).
+fn release_idle(
+    n: &mut Node,
+    lease: u64,
+    id: &str,
+    (bytes, resident): (u64, Option<u64>),
+    at: f64,
+) -> Output {
     let r = Input::Release {
         lease,
         measured_s: Some(0.1),
         reason: "idle".into(),
+        pooled: Some(PooledEnd {
+            key: format!("ns/{id}").parse().unwrap(),
+            paused: true,
+            bytes,
+            native: None,
+            resident,
+        }),
     };
     n.step(&r, secs(at)).unwrap()
+}
+
+fn hit(n: &mut Node, lease: u64, at: f64) {
+    let hit = Input::Hit {
+        lease,
+        container: None,
+    };
+    n.step(&hit, secs(at)).unwrap();
 }
 
 /// Container `ns/<id>` of `function` runs one burst at `at` and stays idle holding `bytes`.
@@ -75,20 +98,8 @@ fn one_measured_burst(
     at: f64,
 ) {
     let lease = admit(n, id, function, at).grants[0].lease;
-    let hit = Input::Hit {
-        lease,
-        container: None,
-    };
-    n.step(&hit, secs(at)).unwrap();
-    release(n, lease, at + 0.1);
-    let released = Input::Released {
-        key: format!("ns/{id}").parse().unwrap(),
-        paused: true,
-        bytes,
-        native: None,
-        resident,
-    };
-    n.step(&released, secs(at + 0.1)).unwrap();
+    hit(n, lease, at);
+    release_idle(n, lease, id, (bytes, resident), at + 0.1);
 }
 
 fn tier(n: &Node, key: &str) -> Option<Tier> {
@@ -205,15 +216,14 @@ fn the_same_inputs_give_the_same_answers_in_a_second_node() {
                     container: None,
                 };
                 n.step(&hit, secs(at)).unwrap();
-                outs.push(release(&mut n, g.lease, at + 0.1));
-                let released = Input::Released {
-                    key: g.key.clone(),
-                    paused: true,
-                    bytes: 5 * GIB,
-                    native: None,
-                    resident: None,
-                };
-                outs.push(n.step(&released, secs(at + 0.1)).unwrap());
+                let id = format!("c{i}");
+                outs.push(release_idle(
+                    &mut n,
+                    g.lease,
+                    &id,
+                    (5 * GIB, None),
+                    at + 0.1,
+                ));
             }
             outs.push(out);
         }
@@ -245,4 +255,66 @@ fn the_same_inputs_give_the_same_answers_in_a_second_node() {
     for _ in 0..8 {
         assert_eq!(first, run());
     }
+}
+
+#[test]
+fn a_released_container_s_memory_is_kept_before_the_freed_slot_is_dispatched() {
+    // Two slots on a 24 GiB GPU (20.4 GiB budget); f and g hold 8 GiB each, idle on it.
+    let mut n = node(1024);
+    one_burst(&mut n, "fa", "f", 8 * GIB, 0.0);
+    one_burst(&mut n, "ga", "g", 8 * GIB, 0.5);
+    // f runs in its container and g in its own; g's second call waits for a slot.
+    let f1 = admit(&mut n, "f1", "f", 1.0).grants[0].lease;
+    let hit_f = Input::Hit {
+        lease: f1,
+        container: Some("ns/fa".parse().unwrap()),
+    };
+    n.step(&hit_f, secs(1.0)).unwrap();
+    let g1 = admit(&mut n, "g1", "g", 1.0).grants[0].lease;
+    hit(&mut n, g1, 1.0);
+    assert!(admit(&mut n, "g2", "g", 1.1).grants.is_empty());
+    // f's lease ends and its container stays, idle, holding its 8 GiB: the freed slot is not
+    // given to g's second lease, for which only 4.4 GiB would be left beside f's memory
+    // (told after the release, the pool still had f's container busy and g2 took the room).
+    let out = release_idle(&mut n, f1, "fa", (8 * GIB, None), 1.2);
+    assert!(out.grants.is_empty(), "{out:?}");
+    assert!(out.orders.is_empty(), "f's container stays: {out:?}");
+    assert_eq!(tier(&n, "ns/fa"), Some(Tier::Hot));
+    // f's next call finds it there.
+    let f2 = admit(&mut n, "f2", "f", 1.3);
+    assert_eq!(f2.grants.len(), 1);
+    // A container whose lease ends with its exit leaves the pool in the same input.
+    let exit = Input::Release {
+        lease: g1,
+        measured_s: Some(0.1),
+        reason: "exit".into(),
+        pooled: Some(PooledEnd {
+            key: "ns/ga".parse().unwrap(),
+            paused: false,
+            bytes: 0,
+            native: None,
+            resident: None,
+        }),
+    };
+    n.step(&exit, secs(1.35)).unwrap();
+    assert_eq!(tier(&n, "ns/ga"), None);
+    // An unknown lease with a container changes nothing, in the pool either.
+    let before = n.pool().entries(secs(1.4));
+    let bogus = Input::Release {
+        lease: 999,
+        measured_s: None,
+        reason: "idle".into(),
+        pooled: Some(PooledEnd {
+            key: "ns/fa".parse().unwrap(),
+            paused: false,
+            bytes: 0,
+            native: None,
+            resident: None,
+        }),
+    };
+    assert!(matches!(
+        n.step(&bogus, secs(1.4)),
+        Err(CoreError::UnknownLease(999))
+    ));
+    assert_eq!(n.pool().entries(secs(1.4)), before);
 }

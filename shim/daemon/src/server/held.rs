@@ -10,7 +10,7 @@ use mqfq_proto::warm::Warm;
 use scheduler_core::GpuMode;
 use scheduler_core::node::admission::GpuInfo;
 use scheduler_core::node::pool::Action;
-use scheduler_core::node::{ContainerKey, Input, Output};
+use scheduler_core::node::{ContainerKey, PooledEnd};
 use scheduler_core::tiers::Tier;
 
 use super::{Daemon, Inner};
@@ -78,14 +78,13 @@ impl Daemon {
     /// A pooled container's lease on `gpu` ended (`req`): after a pause or a burst it lives on,
     /// idle, holding what its shim reported and what NVML measured its named processes holding
     /// (and where); after anything else it is gone. `None` for a container not pooled.
-    pub(super) fn pooled_released(
+    pub(super) fn pooled_end(
         inner: &mut Inner,
         key: ContainerKey,
         gpu: u32,
         reason: &str,
         req: &api::ReleaseRequest,
-        now: scheduler_core::Time,
-    ) -> Option<Output> {
+    ) -> Option<PooledEnd> {
         if !inner.pooled.contains_key(&key) {
             return None;
         }
@@ -101,14 +100,13 @@ impl Daemon {
             // unused (nothing ran, nothing moved) leaves it.
             p.on_gpu = measured_on;
         }
-        let released = Input::Released {
+        Some(PooledEnd {
             key,
             paused,
             bytes: req.managed_bytes,
             native: req.native.as_ref().map(mqfq_proto::memory::from_proto),
             resident: inner.held.resident_of(gpu, &req.pids),
-        };
-        inner.node.step(&released, now).ok()
+        })
     }
 
     /// The GPU pairs a grant on `gpu` restores container `key` with: pooled under `checkpoint`,
@@ -340,7 +338,7 @@ mod onto_tests {
                 ..Default::default()
             };
             let mut inner = d.lock();
-            Daemon::pooled_released(&mut inner, key.clone(), 1, reason, &req, Time::ZERO);
+            Daemon::pooled_end(&mut inner, key.clone(), 1, reason, &req);
             inner.pooled[&key].on_gpu
         };
         assert_eq!(release(vec![41], "pause"), Some(1));
