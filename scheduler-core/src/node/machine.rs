@@ -267,11 +267,15 @@ impl Node {
         }
     }
 
-    /// Forgets flows idle for `idle_s` in the core and their memory in the pool; returns them.
-    pub fn forget_idle(&mut self, now: Time, idle_s: f64) -> Vec<String> {
+    /// Forgets flows idle for `idle_s` in the core and their memory in the pool; returns them,
+    /// with what the sticky TTLs this expired let the core grant (room kept for a flow that went
+    /// Inactive ends here, not at the next input).
+    pub fn forget_idle(&mut self, now: Time, idle_s: f64) -> (Vec<String>, Output) {
         let gone = self.core.forget_idle(now, idle_s);
         self.pool.forget_functions(&gone);
-        gone
+        let mut out = Output::from(self.core.tick_all(now));
+        out.merge(self.settle(now));
+        (gone, out)
     }
 }
 

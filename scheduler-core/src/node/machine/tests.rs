@@ -318,3 +318,27 @@ fn a_released_container_s_memory_is_kept_before_the_freed_slot_is_dispatched() {
     ));
     assert_eq!(n.pool().entries(secs(1.4)), before);
 }
+
+#[test]
+fn forgetting_idle_flows_grants_what_their_expired_ttls_let_in() {
+    // As in the test above: f's idle container keeps its room, and g's second call waits.
+    let mut n = node(1024);
+    one_burst(&mut n, "fa", "f", 8 * GIB, 0.0);
+    one_burst(&mut n, "ga", "g", 8 * GIB, 0.5);
+    let f1 = admit(&mut n, "f1", "f", 1.0).grants[0].lease;
+    hit(&mut n, f1, 1.0);
+    let g1 = admit(&mut n, "g1", "g", 1.0).grants[0].lease;
+    hit(&mut n, g1, 1.0);
+    assert!(admit(&mut n, "g2", "g", 1.1).grants.is_empty());
+    assert!(
+        release_idle(&mut n, f1, "f1", (8 * GIB, None), 1.2)
+            .grants
+            .is_empty()
+    );
+    // Long past f's sticky TTL, the periodic forgetting (nothing idle long enough to forget) is
+    // the first input: f is Inactive, its room is no longer kept, and g2 runs now.
+    let (gone, out) = n.forget_idle(secs(40.0), 3600.0);
+    assert!(gone.is_empty());
+    let keys: Vec<String> = out.grants.iter().map(|g| g.key.to_string()).collect();
+    assert_eq!(keys, ["ns/g2"]);
+}

@@ -24,7 +24,9 @@ impl Daemon {
                 let now = self.now();
                 let gone = {
                     let mut inner = self.lock();
-                    inner.node.forget_idle(now, self.flow_idle_s)
+                    let (gone, out) = inner.node.forget_idle(now, self.flow_idle_s);
+                    self.settle(&mut inner, out);
+                    gone
                 };
                 if !gone.is_empty() {
                     tracing::info!(flows = gone.len(), "idle flows forgotten");
