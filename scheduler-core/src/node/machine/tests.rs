@@ -257,13 +257,13 @@ fn the_same_inputs_give_the_same_answers_in_a_second_node() {
     }
 }
 
-#[test]
-fn a_released_container_s_memory_is_kept_before_the_freed_slot_is_dispatched() {
-    // Two slots on a 24 GiB GPU (20.4 GiB budget); f and g hold 8 GiB each, idle on it.
+/// Two slots on a 24 GiB GPU (20.4 GiB budget); f and g hold 8 GiB each, idle on it. f runs in
+/// its container `ns/fa` and g in its own; g's second call waits for a slot. The leases of f
+/// and g.
+fn f_and_g_running_g2_waiting() -> (Node, u64, u64) {
     let mut n = node(1024);
     one_burst(&mut n, "fa", "f", 8 * GIB, 0.0);
     one_burst(&mut n, "ga", "g", 8 * GIB, 0.5);
-    // f runs in its container and g in its own; g's second call waits for a slot.
     let f1 = admit(&mut n, "f1", "f", 1.0).grants[0].lease;
     let hit_f = Input::Hit {
         lease: f1,
@@ -273,6 +273,12 @@ fn a_released_container_s_memory_is_kept_before_the_freed_slot_is_dispatched() {
     let g1 = admit(&mut n, "g1", "g", 1.0).grants[0].lease;
     hit(&mut n, g1, 1.0);
     assert!(admit(&mut n, "g2", "g", 1.1).grants.is_empty());
+    (n, f1, g1)
+}
+
+#[test]
+fn a_released_container_s_memory_is_kept_before_the_freed_slot_is_dispatched() {
+    let (mut n, f1, g1) = f_and_g_running_g2_waiting();
     // f's lease ends and its container stays, idle, holding its 8 GiB: the freed slot is not
     // given to g's second lease, for which only 4.4 GiB would be left beside f's memory
     // (told after the release, the pool still had f's container busy and g2 took the room).
@@ -321,20 +327,10 @@ fn a_released_container_s_memory_is_kept_before_the_freed_slot_is_dispatched() {
 
 #[test]
 fn forgetting_idle_flows_grants_what_their_expired_ttls_let_in() {
-    // As in the test above: f's idle container keeps its room, and g's second call waits.
-    let mut n = node(1024);
-    one_burst(&mut n, "fa", "f", 8 * GIB, 0.0);
-    one_burst(&mut n, "ga", "g", 8 * GIB, 0.5);
-    let f1 = admit(&mut n, "f1", "f", 1.0).grants[0].lease;
-    hit(&mut n, f1, 1.0);
-    let g1 = admit(&mut n, "g1", "g", 1.0).grants[0].lease;
-    hit(&mut n, g1, 1.0);
-    assert!(admit(&mut n, "g2", "g", 1.1).grants.is_empty());
-    assert!(
-        release_idle(&mut n, f1, "f1", (8 * GIB, None), 1.2)
-            .grants
-            .is_empty()
-    );
+    // f's idle container keeps its room, and g's second call waits.
+    let (mut n, f1, _) = f_and_g_running_g2_waiting();
+    let out = release_idle(&mut n, f1, "fa", (8 * GIB, None), 1.2);
+    assert!(out.grants.is_empty());
     // Long past f's sticky TTL, the periodic forgetting (nothing idle long enough to forget) is
     // the first input: f is Inactive, its room is no longer kept, and g2 runs now.
     let (gone, out) = n.forget_idle(secs(40.0), 3600.0);
