@@ -8,6 +8,7 @@
 )]
 
 mod common;
+use common::until;
 #[path = "bursts/fairness.rs"]
 mod fairness;
 #[path = "bursts/pause.rs"]
@@ -338,15 +339,6 @@ fn an_idle_server_is_checkpointed_and_its_next_burst_restores_it() {
     stop(&c, "srv");
     d.wait_for("no lease left", |s| leases(s).is_empty());
     assert!(c.leftovers().is_empty(), "{:?}", c.leftovers());
-}
-
-/// Waits (at most 60 s) for `pred`, without asking mqfqd.
-fn until(what: &str, pred: impl Fn() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !pred() {
-        assert!(Instant::now() < deadline, "never {what}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
 }
 
 /// Waits until the server's kernel count has not moved for 1 s; returns it.

@@ -243,11 +243,9 @@ fn a_killed_daemon_loses_no_container_and_leaks_no_lease() {
     });
     // Killed once the granted container runs: killed between its dispatch and the reply
     // reaching the shim, the new daemon rightly queues that start again (nothing to adopt).
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while std::fs::read_dir(out.join("run")).unwrap().count() == 0 {
-        assert!(Instant::now() < deadline, "the granted container never ran");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    common::until("the granted container ran", || {
+        std::fs::read_dir(out.join("run")).unwrap().count() > 0
+    });
     d.kill9();
     std::thread::sleep(Duration::from_millis(300));
     d.spawn();

@@ -3,6 +3,7 @@
 use std::collections::HashMap;
 use std::path::Path;
 use std::process::Command;
+use std::time::{Duration, Instant};
 
 use mqfq_daemon::config::DaemonConfig;
 use scheduler_core::{MqfqQueue, Time};
@@ -79,4 +80,16 @@ pub fn kill9(pid: u64) {
         .unwrap()
         .success();
     assert!(ok, "kill -9 {pid}");
+}
+
+/// Polls `pred` every 50 ms until it holds.
+///
+/// # Panics
+/// It never holds within 60 s (`what` names it).
+pub fn until(what: &str, pred: impl Fn() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !pred() {
+        assert!(Instant::now() < deadline, "never {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
