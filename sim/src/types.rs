@@ -351,6 +351,9 @@ pub struct WarmStats {
     pub restore_ms: f64,
     /// The most GPU memory Warm containers held at once, MB (their contexts under `uvm`).
     pub peak_warm_gpu_mb: f64,
+    /// Of the restores, those onto another GPU of the same model than the one the container was
+    /// checkpointed on (`mqfqd`'s `restore_onto`: the node under `checkpoint` only).
+    pub moved: u64,
 }
 
 /// Result of one run.

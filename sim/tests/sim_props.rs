@@ -9,6 +9,7 @@ use mqfq_sim::trace::{Function, Invocation};
 use mqfq_sim::{POLICIES, SimConfig, Trace, run_policy};
 use proptest::prelude::*;
 use scheduler_core::GpuMode;
+use scheduler_core::tiers::Tier;
 
 fn trace() -> impl Strategy<Value = Trace> {
     let funcs = prop::collection::vec(
@@ -213,6 +214,62 @@ fn the_warm_backends_differ_in_what_stays_on_the_gpu_and_what_a_restore_moves() 
     };
     let e = run_policy("fcfs", &t, &bad).unwrap_err().to_string();
     assert!(e.contains("checkpoint-gbps"), "{e}");
+}
+
+/// A Warm container restored onto another GPU of the same model (issue 36, `mqfqd`'s
+/// `restore_onto`): f's one container goes Warm on the GPU it ran on; a long call of h then takes
+/// that GPU's only slot, so f's next call is granted the other GPU. Under `checkpoint` its
+/// container is restored there (a restore, no cold start); under `uvm` (its context stays where
+/// it was) a new container starts cold; between GPUs of different memory, too.
+#[test]
+fn a_checkpointed_container_is_restored_onto_another_gpu_of_its_model() {
+    use scheduler_core::warm::Warm;
+    let t = Trace::parse(
+        "time_ms,function,exec_ms,mem_mb,cold_ms\n\
+         0,f,50,1200,2000\n\
+         15000,h,100000,1000,0\n\
+         20000,f,50,1200,2000\n",
+    )
+    .unwrap();
+    let cfg = |warm, mems: Vec<f64>| SimConfig {
+        gpus: 2,
+        gpu_mem_each_mb: mems,
+        tiers: scheduler_core::config::TierConfig {
+            hot_ttl_s: 10.0,
+            warm_ttl_s: 600.0,
+            ..Default::default()
+        },
+        overrides: scheduler_core::config::Overrides {
+            fixed_d: Some(1),
+            ..Default::default()
+        },
+        warm,
+        ..SimConfig::default()
+    };
+    let same = vec![24576.0, 24576.0];
+    let out = run_policy("mqfq-sticky", &t, &cfg(Warm::Checkpoint, same.clone())).unwrap();
+    let (first, h, second) = (&out.records[0], &out.records[1], &out.records[2]);
+    assert_eq!(h.gpu, first.gpu, "h took f's GPU: {:?}", out.records);
+    assert_ne!(second.gpu, first.gpu, "{:?}", out.records);
+    assert_eq!(second.tier, Tier::Warm, "{:?}", out.records);
+    assert_eq!(
+        (out.warm.restores, out.warm.moved),
+        (1, 1),
+        "{:?}",
+        out.warm
+    );
+    // 1200 MB at 8 GB/s: 150 ms, not the 2 s cold start.
+    assert!(second.end_ms - 20000.0 - 50.0 < 1000.0, "{second:?}");
+    assert_eq!(out.audit.over_budget_admissions, 0);
+    for (warm, mems) in [
+        (Warm::Uvm, same),
+        (Warm::Checkpoint, vec![24576.0, 40960.0]),
+    ] {
+        let out = run_policy("mqfq-sticky", &t, &cfg(warm, mems)).unwrap();
+        assert_ne!(out.records[2].gpu, out.records[0].gpu);
+        assert_eq!(out.records[2].tier, Tier::Cold, "{:?}", out.records);
+        assert_eq!(out.warm.moved, 0);
+    }
 }
 
 /// A steady stream of small kernels (each keeps 20 % of the SMs busy alone), offered at 2.5×

@@ -17,6 +17,7 @@ use scheduler_core::node::admission::{GpuReading, Limits};
 use scheduler_core::node::pool::{Action, Outcome};
 use scheduler_core::node::{ContainerKey, Input, PooledEnd};
 use scheduler_core::tiers::Tier;
+use scheduler_core::warm::Warm;
 
 use super::{EPS, Engine, Model, Phase, gpu_index, ms};
 use crate::node::NAMESPACE;
@@ -174,10 +175,11 @@ fn node(policy: &mut dyn Policy) -> &mut dyn NodeDriver {
 
 impl Engine<'_, NodePool> {
     /// A run's container under the node's pool: the container (an idle Hot one, else an idle
-    /// Warm one, else a new one) is claimed and granted to the pool once (which makes room for
-    /// a restore); a container that takes memory then shows the pool the memory in use with it,
-    /// as the next sample would, and the pool relieves the pressure; the run waits while its
-    /// memory does not fit.
+    /// Warm one, else one Warm on another GPU that a checkpoint restore can move here, else a
+    /// new one) is claimed and granted to the pool once (which makes room for a restore); a
+    /// container that takes memory then shows the pool the memory in use with it, as the next
+    /// sample would, and the pool relieves the pressure; the run waits while its memory does
+    /// not fit.
     pub(super) fn acquire_node(&mut self, r: usize, force: bool, policy: &mut dyn Policy) {
         let (g, f, claimed, inv) = {
             let run = self.runs[r].as_ref().expect("run exists");
@@ -187,6 +189,7 @@ impl Engine<'_, NodePool> {
             let c = self
                 .idle_container(f, g, Tier::Hot)
                 .or_else(|| self.idle_container(f, g, Tier::Warm))
+                .or_else(|| self.movable_warm(f, g))
                 .unwrap_or_else(|| self.new_container(f, g));
             self.containers[c].busy = true;
             self.runs[r].as_mut().expect("run exists").container = Some(c);
@@ -219,6 +222,38 @@ impl Engine<'_, NodePool> {
             until
         };
         self.starting_up(r, until, was, policy);
+    }
+
+    /// An idle Warm container of `f` on another GPU that `mqfqd` would have the driver restore
+    /// onto GPU `g` (`AdmitResponse.restore_onto`), moved there: under `--warm checkpoint` only
+    /// (all its memory, context included, is on the host), between whole GPUs of one model (the
+    /// same name and memory: NVML's name tells the memory variants apart). The readiest one.
+    fn movable_warm(&mut self, f: usize, g: usize) -> Option<usize> {
+        let whole = self.cfg.mode != scheduler_core::GpuMode::Mig;
+        if self.cfg.warm != Warm::Checkpoint || !whole {
+            return None;
+        }
+        let model = |i: usize| {
+            (
+                self.cfg.gpu_models.get(i).map(String::as_str),
+                self.cfg.mem_mb(i).to_bits(),
+            )
+        };
+        let c = self.by_func[f]
+            .iter()
+            .copied()
+            .filter(|&c| {
+                let c = &self.containers[c];
+                c.gpu != g && !c.busy && c.tier == Tier::Warm && model(c.gpu) == model(g)
+            })
+            .min_by(|&a, &b| {
+                self.containers[a]
+                    .ready_ms
+                    .total_cmp(&self.containers[b].ready_ms)
+            })?;
+        self.containers[c].gpu = g;
+        self.warm.moved += 1;
+        Some(c)
     }
 
     /// Invocation `inv` runs in container `c`: the pool counts the hit and makes room when it
