@@ -77,6 +77,10 @@ struct Container {
     last_used_ms: f64,
     uses: u64,
     ready_ms: f64,
+    /// When its last eviction's transfer ends on its GPU's link (a move elsewhere waits for it).
+    evicted_until_ms: f64,
+    /// Claimed on another GPU than the one it was checkpointed on, its restore not yet begun.
+    moving: bool,
     gdsf: f64,
 }
 
@@ -270,6 +274,8 @@ impl<M: Model> Engine<'_, M> {
             last_used_ms: self.now,
             uses: 0,
             ready_ms: self.now,
+            evicted_until_ms: self.now,
+            moving: false,
             gdsf: 0.0,
         });
         let c = self.containers.len() - 1;

@@ -351,8 +351,8 @@ pub struct WarmStats {
     pub restore_ms: f64,
     /// The most GPU memory Warm containers held at once, MB (their contexts under `uvm`).
     pub peak_warm_gpu_mb: f64,
-    /// Of the restores, those onto another GPU of the same model than the one the container was
-    /// checkpointed on (`mqfqd`'s `restore_onto`: the node under `checkpoint` only).
+    /// Of the restores for a call, those onto another GPU of the same model than the one the
+    /// container was checkpointed on (`mqfqd`'s `restore_onto`: the node under `checkpoint` only).
     pub moved: u64,
 }
 

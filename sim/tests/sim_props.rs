@@ -261,6 +261,18 @@ fn a_checkpointed_container_is_restored_onto_another_gpu_of_its_model() {
     // 1200 MB at 8 GB/s: 150 ms, not the 2 s cold start.
     assert!(second.end_ms - 20000.0 - 50.0 < 1000.0, "{second:?}");
     assert_eq!(out.audit.over_budget_admissions, 0);
+    // A checkpoint still on its way to the host when the call comes (12 s at 0.1 GB/s): the
+    // restore onto the other GPU begins once it is done.
+    let slow = SimConfig {
+        checkpoint_gbps: 0.1,
+        ..cfg(Warm::Checkpoint, same.clone())
+    };
+    let out = run_policy("mqfq-sticky", &t, &slow).unwrap();
+    assert_eq!(out.warm.moved, 1, "{:?}", out.warm);
+    // Restored alone it would end 12 s after the call (and its 50 ms); it ends after the
+    // checkpoint's remaining ~4 s as well.
+    let waited = out.records[2].end_ms - 20000.0;
+    assert!(waited > 14000.0, "{waited} ms");
     for (warm, mems) in [
         (Warm::Uvm, same),
         (Warm::Checkpoint, vec![24576.0, 40960.0]),

@@ -214,9 +214,15 @@ impl Engine<'_, NodePool> {
                 }
                 self.audit.over_budget_admissions += 1;
             }
-            let until = self.bring_in(c);
+            let mut until = self.bring_in(c);
             if was == Tier::Warm {
                 let g = self.containers[c].gpu;
+                if std::mem::take(&mut self.containers[c].moving) {
+                    // Restored here only once its checkpoint on the other GPU is done.
+                    self.warm.moved += 1;
+                    let after = self.containers[c].evicted_until_ms + self.move_ms(g, mem);
+                    until = until.max(after);
+                }
                 self.pool_restored(c, self.move_ms(g, mem) / 1e3, policy);
             }
             until
@@ -252,7 +258,7 @@ impl Engine<'_, NodePool> {
                     .total_cmp(&self.containers[b].ready_ms)
             })?;
         self.containers[c].gpu = g;
-        self.warm.moved += 1;
+        self.containers[c].moving = true;
         Some(c)
     }
 
@@ -370,7 +376,7 @@ impl Engine<'_, NodePool> {
                 self.containers[c].tier = Tier::Warm;
                 self.gpus[g].used_mb -= mb;
                 self.warm_moved(f, true);
-                self.move_link(g, mb);
+                self.containers[c].evicted_until_ms = self.move_link(g, mb);
                 (Some(bytes(mb)), self.move_ms(g, mb) / 1e3)
             }
             (Action::Prefetch, Tier::Warm) => {
