@@ -29,7 +29,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use kube::api::{Api, ApiResource, DynamicObject, ListParams};
 use scheduler_core::placement::cluster::{NodeState, NodeSummary, rank};
-use serde::de::{IgnoredAny, SeqAccess, Visitor};
+use serde::de::{DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
 use serde_json::value::RawValue;
@@ -119,19 +119,67 @@ pub struct NodeItem {
 
 impl<'de> Deserialize<'de> for NodeItem {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        #[derive(Deserialize)]
-        struct Meta {
-            name: Option<String>,
-        }
-        #[derive(Deserialize)]
-        struct Named {
-            metadata: Option<Meta>,
-        }
         let raw = Box::<RawValue>::deserialize(d)?;
-        let name = serde_json::from_str::<Named>(raw.get())
+        // Only an object whose `metadata` is an object with a string `name` is a named node
+        // (a derived struct would read `[[""]]` as one named ""); the rest of it is read over,
+        // never held: a node object can be most of a 2 MiB body.
+        let mut de = serde_json::Deserializer::from_str(raw.get());
+        let name = FieldOf::<MetaName>::new("metadata")
+            .deserialize(&mut de)
             .ok()
-            .and_then(|n| n.metadata?.name);
+            .flatten()
+            .and_then(|m| m.0);
         Ok(NodeItem { name, raw })
+    }
+}
+
+/// `metadata.name`, read as [`FieldOf`] reads it.
+struct MetaName(Option<String>);
+
+impl<'de> Deserialize<'de> for MetaName {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        FieldOf::<String>::new("name").deserialize(d).map(MetaName)
+    }
+}
+
+/// The one field `key` of a JSON object, the others skipped unparsed; anything but an object is
+/// an error.
+struct FieldOf<T> {
+    key: &'static str,
+    _t: PhantomData<T>,
+}
+
+impl<T> FieldOf<T> {
+    fn new(key: &'static str) -> Self {
+        FieldOf {
+            key,
+            _t: PhantomData,
+        }
+    }
+}
+
+impl<'de, T: Deserialize<'de>> DeserializeSeed<'de> for FieldOf<T> {
+    type Value = Option<T>;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Option<T>, D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+impl<'de, T: Deserialize<'de>> Visitor<'de> for FieldOf<T> {
+    type Value = Option<T>;
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "an object (its `{}`)", self.key)
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<Option<T>, A::Error> {
+        let mut out = None;
+        while let Some(k) = m.next_key::<std::borrow::Cow<'de, str>>()? {
+            if out.is_none() && k == self.key {
+                out = Some(m.next_value::<T>()?);
+            } else {
+                m.next_value::<IgnoredAny>()?;
+            }
+        }
+        Ok(out)
     }
 }
 

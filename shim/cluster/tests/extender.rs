@@ -315,6 +315,20 @@ fn a_list_longer_than_the_bound_is_counted_not_kept() {
     // Within the bound, an item that is not a named object is still named in the error.
     let body = br#"{"pod": {}, "nodes": {"items": [{"metadata": {"name": "a"}}, 0]}}"#;
     assert_eq!(x.filter(body, 0).unwrap_err(), BadRequest::NodeName(1));
+    // Nor is an array that a derived struct would read as one (the property test found
+    // `[[""]]` passing the filter as a node named ""), nor a metadata that is not an object.
+    for item in [
+        r#"[[""]]"#,
+        r#"{"metadata": ["b"]}"#,
+        r#"{"metadata": {"name": 7}}"#,
+    ] {
+        let body = format!(r#"{{"pod": {{}}, "nodes": {{"items": [{item}]}}}}"#);
+        assert_eq!(
+            x.filter(body.as_bytes(), 0).unwrap_err(),
+            BadRequest::NodeName(0),
+            "{item}"
+        );
+    }
 }
 
 #[tokio::test]
