@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds what tests/gpu/run.sh needs into gpu-bin/ (release binaries, the simulator, ctxbench,
-# uvmbench, compatcheck, concbench, lifecheck and ckptbench), small enough to carry to a GPU machine that has no Rust
+# uvmbench, compatcheck, concbench, lifecheck, ckptbench and ckptcompat), small enough to carry to a GPU machine that has no Rust
 # toolchain.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -16,4 +16,5 @@ cc -O2 -o gpu-bin/compatcheck tests/gpu/compatcheck.c -ldl
 cc -O2 -o gpu-bin/concbench tests/gpu/concbench.c -ldl -lpthread
 cc -O2 -o gpu-bin/lifecheck tests/gpu/lifecheck.c -ldl -lpthread
 cc -O2 -o gpu-bin/ckptbench tests/gpu/ckptbench.c -ldl
+cc -O2 -o gpu-bin/ckptcompat tests/gpu/ckptcompat.c -ldl
 du -sh gpu-bin

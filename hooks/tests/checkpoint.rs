@@ -325,3 +325,34 @@ fn the_gpu_check_program_suspends_and_resumes_an_application_over_the_double() {
         .count();
     assert_eq!(rounds, 3, "{out}");
 }
+
+/// The GPU check's compatibility program across a checkpoint (`tests/gpu/ckptcompat.c`) over
+/// the double: an application that exported its memory over CUDA IPC and left a graph capture
+/// open is suspended and resumed by a controller; its capture then ends and its graph runs, and
+/// a second process opens the export and shares the memory with it.
+#[test]
+fn the_gpu_check_ipc_and_capture_program_runs_across_a_checkpoint_over_the_double() {
+    let dir = tempfile::tempdir().unwrap();
+    if built(dir.path(), &["cuda"]).is_none() {
+        return;
+    }
+    let bin = common::gpu_program(dir.path(), "ckptcompat");
+    let out = common::run_gpu_program(&bin, dir.path(), &[], &[("FAKE_CUDA_CKPT_DIR", dir.path())]);
+    for line in [
+        "export rc 0",
+        "capture_begin rc 0",
+        "lock rc 0",
+        "checkpoint rc 0",
+        "state_after_checkpoint 2",
+        "restore rc 0",
+        "unlock rc 0",
+        "capture_end rc 0",
+        "graph_results_wrong 0 of 262144",
+        "import rc 0",
+        "import_words 1 2 3",
+        "import_close rc 0",
+        "exporter_sees 777",
+    ] {
+        assert!(out.lines().any(|l| l == line), "{line}: {out}");
+    }
+}

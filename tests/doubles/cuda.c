@@ -57,7 +57,8 @@
  * (cuDevicePrimaryCtxReset_v2) or destroyed (cuCtxDestroy_v2) and then made current or
  * synchronized logs "used destroyed context" (a real driver may crash there); synchronizing the
  * context while a capture is open invalidates it (cuStreamEndCapture then answers 901,
- * CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, and logs "capture invalidated").
+ * CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, and logs "capture invalidated"). An `inc` kernel
+ * launched while a capture is open is recorded, not run; cuGraphLaunch runs what was recorded.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -166,6 +167,10 @@ static int destroyed[8];
 /* A stream capture in progress, and whether something invalidated it (synchronizing the context
  * while it is open, as CUDA's global capture mode has it). */
 static int capturing, capture_invalidated;
+/* The `inc` kernels launched while a capture is open: recorded into the graph, not run; the
+ * graph's launch runs them (one graph at a time). */
+static struct { unsigned *p; unsigned n; } captured[16];
+static int n_captured;
 
 CUresult cuDevicePrimaryCtxRetain(CUcontext *ctx, CUdevice d) {
     if (!initialized) return 3;
@@ -209,6 +214,7 @@ CUresult cuStreamBeginCapture_v2(CUstream s, int mode) {
     (void)s; (void)mode;
     capturing = 1;
     capture_invalidated = 0;
+    n_captured = 0;
     note("capture begin", 0, 0);
     return 0;
 }
@@ -444,10 +450,15 @@ static CUresult launch(const char *what, CUfunction f, void **params) {
     note(what, 0, 0);
     enqueue_kernel();
     if (f == (CUfunction)&inc_kernel && params) {
-        /* The one kernel this double runs: inc(p, n), p[i] += 1. */
+        /* The one kernel this double runs: inc(p, n), p[i] += 1 (into the graph if capturing). */
         unsigned *p = *(unsigned **)params[0];
         unsigned n = *(unsigned *)params[1];
-        for (unsigned i = 0; i < n; i++) p[i]++;
+        if (capturing && n_captured < 16) {
+            captured[n_captured].p = p;
+            captured[n_captured++].n = n;
+        } else {
+            for (unsigned i = 0; i < n; i++) p[i]++;
+        }
     }
     if (f == (CUfunction)&spin_kernel && params) {
         /* spin(ns, ...): the time, slept. */
@@ -483,6 +494,8 @@ CUresult cuGraphLaunch(CUgraphExec g, CUstream s) {
     (void)g; (void)s;
     ckpt_enter();
     note("graph-launch", 0, 0);
+    for (int k = 0; k < n_captured; k++)
+        for (unsigned i = 0; i < captured[k].n; i++) captured[k].p[i]++;
     ckpt_leave();
     return 0;
 }

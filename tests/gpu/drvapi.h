@@ -16,7 +16,7 @@ typedef void *CUcontext;
 typedef void *CUmodule;
 typedef void *CUfunction;
 
-static double now_ms(void) {
+static inline double now_ms(void) {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
     return t.tv_sec * 1e3 + t.tv_nsec / 1e6;
@@ -79,7 +79,7 @@ static int load_driver(void **out) {
 }
 
 /* The `inc` kernel over n words at p, then a synchronize; nonzero on failure. */
-static int launch(CUfunction f, CUdeviceptr p, unsigned n) {
+static inline int launch(CUfunction f, CUdeviceptr p, unsigned n) {
     void *args[] = {&p, &n};
     unsigned blocks = (n + 255) / 256;
     return cuLaunchKernel(f, blocks, 1, 1, 256, 1, 1, 0, NULL, args, NULL) || cuCtxSynchronize();

@@ -19,7 +19,8 @@
 # checkpoint API driven from another process (issue 36): lock / checkpoint / restore / unlock of
 # 1, 4 and 16 GiB of native memory, against step 4's prefetch of the same bytes, NVML's
 # per-process used memory of the application running, checkpointed and restored, and, where GPUs
-# 0 and 1 are one model, a restore onto GPU 1 by the driver's GPU pairs.
+# 0 and 1 are one model, a restore onto GPU 1 by the driver's GPU pairs; then an IPC export and
+# a graph capture left open across a checkpoint (ckptcompat).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-$PWD/gpu-out}
@@ -313,5 +314,18 @@ for mib, when, used in re.findall(r"^ckpt_(\d+) nvml_(\w+) \d+, (\d+) MiB", t, r
 PY
 else
     say "## checkpoint: ckptbench missing"
+fi
+# What `uvm` refuses, across a checkpoint: an IPC export shared after the restore, and a graph
+# capture left open while the process is suspended, then ended and launched.
+CC=$BIN/ckptcompat
+if [ ! -x "$CC" ] && command -v cc >/dev/null; then
+    cc -O2 -o "$OUT/ckptcompat" tests/gpu/ckptcompat.c -ldl && CC=$OUT/ckptcompat
+fi
+if [ -x "$CC" ]; then
+    say "## checkpoint API: IPC export and open capture across a checkpoint"
+    timeout 60 "$CC" 2>&1 | sed "s/^/ckpt_compat /" | tee -a "$R"
+    say "ckptcompat exit: ${PIPESTATUS[0]}"
+else
+    say "## checkpoint: ckptcompat missing"
 fi
 say "# done $(date -u +%FT%TZ)"

@@ -7,6 +7,9 @@
     reason = "an integration-test crate is the test module"
 )]
 
+#[path = "pool/ipc.rs"]
+mod ipc;
+
 use std::path::{Path, PathBuf};
 use std::process::Output;
 use std::time::{Duration, Instant};
