@@ -327,9 +327,10 @@ fn the_gpu_check_program_suspends_and_resumes_an_application_over_the_double() {
 }
 
 /// The GPU check's compatibility program across a checkpoint (`tests/gpu/ckptcompat.c`) over
-/// the double: an application that exported its memory over CUDA IPC and left a graph capture
-/// open is suspended and resumed by a controller; its capture then ends and its graph runs, and
-/// a second process opens the export and shares the memory with it.
+/// the double: an application that exported its memory over CUDA IPC is suspended and resumed
+/// by a controller, and a second process then opens the export and shares the memory with it;
+/// another, with a graph capture left open, is suspended and resumed, and its graph then runs.
+/// (The double moves no memory at a checkpoint: this checks the program, not the driver.)
 #[test]
 fn the_gpu_check_ipc_and_capture_program_runs_across_a_checkpoint_over_the_double() {
     let dir = tempfile::tempdir().unwrap();
@@ -339,19 +340,23 @@ fn the_gpu_check_ipc_and_capture_program_runs_across_a_checkpoint_over_the_doubl
     let bin = common::gpu_program(dir.path(), "ckptcompat");
     let out = common::run_gpu_program(&bin, dir.path(), &[], &[("FAKE_CUDA_CKPT_DIR", dir.path())]);
     for line in [
-        "export rc 0",
+        "ipc_export rc 0",
+        "ipc_lock rc 0",
+        "ipc_checkpoint rc 0",
+        "ipc_state_after_checkpoint 2",
+        "ipc_restore rc 0",
+        "ipc_unlock rc 0",
+        "ipc_import rc 0",
+        "ipc_import_words 0 1 2",
+        "ipc_import_close rc 0",
+        "ipc_exporter_sees 777",
         "capture_begin rc 0",
-        "lock rc 0",
-        "checkpoint rc 0",
-        "state_after_checkpoint 2",
-        "restore rc 0",
-        "unlock rc 0",
+        "capture_lock rc 0",
+        "capture_state_after_checkpoint 2",
+        "capture_unlock rc 0",
         "capture_end rc 0",
-        "graph_results_wrong 0 of 262144",
-        "import rc 0",
-        "import_words 1 2 3",
-        "import_close rc 0",
-        "exporter_sees 777",
+        "capture_graph_launch rc 0",
+        "capture_results_wrong 0 of 262144",
     ] {
         assert!(out.lines().any(|l| l == line), "{line}: {out}");
     }

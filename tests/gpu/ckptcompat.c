@@ -1,22 +1,27 @@
 /*
  * What the interposer's `uvm` backend refuses, across the driver's checkpoint API (issue 36's GPU
  * check): CUDA IPC and a graph capture left open while another process suspends and resumes the
- * application, as the shim does under `checkpoint`. Driver API loaded at run time, one kernel as
- * PTX, so no CUDA toolkit is needed:
+ * application, as the shim does under `checkpoint`. NVIDIA's cuda-checkpoint README says r570
+ * "does not support UVM or IPC memory": this says what the driver in hand does. Driver API
+ * loaded at run time, one kernel as PTX, so no CUDA toolkit is needed:
  *   cc -O2 -o ckptcompat ckptcompat.c -ldl
  *
- *   ckptcompat   forks an exporter and an importer, then initialises the driver (the
- *                controller). The exporter allocates 1 MiB of native memory (word i = i), exports
- *                it (`export rc`) and begins a stream capture (global mode) holding one `inc`
- *                kernel, left open (`capture_begin rc`). The controller locks, checkpoints,
- *                restores and unlocks it (`lock rc`, `checkpoint rc`, `state_after_checkpoint`,
- *                `restore rc`, `unlock rc`). Then the exporter ends the capture, instantiates and
- *                launches the graph (`capture_end rc`, `graph_launch rc`, `graph_results_wrong N`:
- *                every word must be i + 1), the importer opens the handle (`import rc`,
- *                `import_words 1 2 3` expected), writes 777 into word 0 and closes it
- *                (`import_close rc`), and the exporter reads the word back (`exporter_sees 777`).
- *
- * Prints `name value` lines and `error ...` on the first failure; exits 1 then, 0 when all held.
+ *   ckptcompat   forks three applications, then initialises the driver (the controller), and
+ *                runs two rounds, one property each, so that a refusal is pinned on it:
+ *   ipc_*        the exporter allocates 1 MiB of native memory (word i = i) and exports it
+ *                (`ipc_export rc`); the controller locks, checkpoints, restores and unlocks it
+ *                (`ipc_lock rc`, `ipc_checkpoint rc`, `ipc_state_after_checkpoint`,
+ *                `ipc_restore rc`, `ipc_unlock rc`); then the importer opens the handle
+ *                (`ipc_import rc`, `ipc_import_words 0 1 2` expected), writes 777 into word 0 and
+ *                closes it (`ipc_import_close rc`), and the exporter reads it (`ipc_exporter_sees`).
+ *   capture_*    the capturer fills 1 MiB the same way and begins a stream capture (global mode)
+ *                holding one `inc` kernel, left open (`capture_begin rc`); lock ... unlock as
+ *                above (`capture_lock rc`, ...); then it ends the capture, instantiates and
+ *                launches the graph (`capture_end rc`, `capture_graph_launch rc`,
+ *                `capture_results_wrong N`: every word must be i + 1).
+ * A round that fails says `error <round> ...` and the other still runs; a process left locked
+ * or checkpointed is restored and unlocked before it is killed (killing a locked process has
+ * been reported to hang). Exits 0 when both rounds held, 1 otherwise.
  */
 #include <signal.h>
 #include <stdio.h>
@@ -53,18 +58,22 @@ static CUresult (*cuIpcCloseMemHandle)(CUdeviceptr);
 
 #define WORDS (1u << 18)
 
-/* What a child answers: up to four figures. */
+/* What an application answers: up to four figures and, from the exporter, its handle. */
 typedef struct {
     int v[4];
+    CUipcMemHandle h;
 } Answer;
 
-static int say(int fd, int a, int b, int c, int d) {
-    Answer x = {{a, b, c, d}};
+static int say(int fd, int a, int b, int c, int d, const CUipcMemHandle *h) {
+    Answer x;
+    memset(&x, 0, sizeof x);
+    x.v[0] = a, x.v[1] = b, x.v[2] = c, x.v[3] = d;
+    if (h) x.h = *h;
     return write(fd, &x, sizeof x) == sizeof x ? 0 : 1;
 }
 
-/* A context on GPU 0 with the `inc` kernel loaded. */
-static int setup(CUfunction *f) {
+/* A context on GPU 0 with the `inc` kernel loaded, and 1 MiB of native memory, word i = i. */
+static int setup(CUfunction *f, CUdeviceptr *p, unsigned *host) {
     int dev;
     CUcontext ctx;
     CUmodule m;
@@ -74,137 +83,176 @@ static int setup(CUfunction *f) {
     CHECK(cuCtxSetCurrent(ctx));
     CHECK(cuModuleLoadData(&m, PTX));
     CHECK(cuModuleGetFunction(f, m, "inc"));
+    if (!p) return 0;
+    for (unsigned i = 0; i < WORDS; i++) host[i] = i;
+    CHECK(cuMemAlloc(p, WORDS * 4));
+    CHECK(cuMemcpyHtoD(*p, host, WORDS * 4));
     return 0;
 }
 
-/* The exporter: answers (export rc, capture rc), then one answer per command: 'g' ends the
- * capture and launches its graph (end rc, launch rc, wrong words), 'r' reads word 0. */
-static int exporter(int cmd, int ans, int handle_out) {
+static unsigned host[WORDS];
+
+/* The exporter: answers (export rc, handle), then (read rc, word 0) per command. */
+static int exporter(int cmd, int ans) {
     CUfunction f;
     CUdeviceptr p;
-    if (setup(&f)) return 1;
-    unsigned *host = malloc(WORDS * 4);
-    if (!host) return 1;
-    for (unsigned i = 0; i < WORDS; i++) host[i] = i;
-    CHECK(cuMemAlloc(&p, WORDS * 4));
-    CHECK(cuMemcpyHtoD(p, host, WORDS * 4));
+    if (setup(&f, &p, host)) return 1;
     CUipcMemHandle h;
     memset(&h, 0, sizeof h);
     int exported = cuIpcGetMemHandle(&h, p);
-    if (write(handle_out, &h, sizeof h) != sizeof h) return 1;
-    CUstream s = NULL;
-    unsigned n = WORDS;
-    void *args[] = {&p, &n};
-    int begun = cuStreamCreate(&s, 1 /* non-blocking */);
-    if (!begun) begun = cuStreamBeginCapture(s, 0 /* global */);
-    if (!begun) begun = cuLaunchKernel(f, WORDS / 256, 1, 1, 256, 1, 1, 0, s, args, NULL);
-    if (say(ans, exported, begun, 0, 0)) return 1;
+    if (say(ans, exported, 0, 0, 0, &h)) return 1;
     char c;
     while (read(cmd, &c, 1) == 1) {
-        if (c == 'g') {
-            CUgraph g = NULL;
-            CUgraphExec e = NULL;
-            int end = cuStreamEndCapture(s, &g), launched = -1, wrong = -1;
-            if (!end) launched = cuGraphInstantiate(&e, g, 0);
-            if (!end && !launched) launched = cuGraphLaunch(e, s);
-            if (!end && !launched && !cuStreamSynchronize(s) &&
-                !cuMemcpyDtoH(host, p, WORDS * 4)) {
-                wrong = 0;
-                for (unsigned i = 0; i < WORDS; i++) wrong += host[i] != i + 1;
-            }
-            if (say(ans, end, launched, wrong, 0)) return 1;
-        } else {
-            unsigned w = 0;
-            int r = cuMemcpyDtoH(&w, p, sizeof w);
-            if (say(ans, r, (int)w, 0, 0)) return 1;
-        }
+        unsigned w = 0;
+        int r = cuMemcpyDtoH(&w, p, sizeof w);
+        if (say(ans, r, (int)w, 0, 0, NULL)) return 1;
     }
     return 0;
 }
 
-/* The importer: reads the handle, opens it, reads three words, writes 777 into the first,
+/* The importer: reads the handle, opens it, reads three words, writes 777 into the first and
  * closes it: (open rc, word 0, word 1, word 2), then (close rc). */
 static int importer(int cmd, int ans) {
     CUipcMemHandle h;
     if (read(cmd, &h, sizeof h) != sizeof h) return 0;
     CUfunction f;
-    if (setup(&f)) return 1;
+    if (setup(&f, NULL, NULL)) return 1;
     CUdeviceptr p = 0;
     unsigned w[3] = {0, 0, 0}, v = 777;
     int r = cuIpcOpenMemHandle(&p, h, 1 /* lazy peer access */);
     if (!r) r = cuMemcpyDtoH(w, p, sizeof w);
-    if (say(ans, r, (int)w[0], (int)w[1], (int)w[2])) return 1;
+    if (say(ans, r, (int)w[0], (int)w[1], (int)w[2], NULL)) return 1;
     int closed = r;
     if (!r) {
         closed = cuMemcpyHtoD(p, &v, sizeof v);
         if (!closed) closed = cuCtxSynchronize();
         if (!closed) closed = cuIpcCloseMemHandle(p);
     }
-    return say(ans, closed, 0, 0, 0);
+    return say(ans, closed, 0, 0, 0, NULL);
 }
 
-static int ask(int cmd, int ans, char c, Answer *a) {
-    if ((c && write(cmd, &c, 1) != 1) || read(ans, a, sizeof *a) != sizeof *a) {
-        printf("error a child is gone\n");
-        return 1;
+/* The capturer: answers (begin rc) with a capture open; on a command ends it and launches the
+ * graph: (end rc, launch rc, wrong words). */
+static int capturer(int cmd, int ans) {
+    CUfunction f;
+    CUdeviceptr p;
+    if (setup(&f, &p, host)) return 1;
+    CUstream s = NULL;
+    unsigned n = WORDS;
+    void *args[] = {&p, &n};
+    int begun = cuStreamCreate(&s, 1 /* non-blocking */);
+    if (!begun) begun = cuStreamBeginCapture(s, 0 /* global */);
+    if (!begun) begun = cuLaunchKernel(f, WORDS / 256, 1, 1, 256, 1, 1, 0, s, args, NULL);
+    if (say(ans, begun, 0, 0, 0, NULL)) return 1;
+    char c;
+    if (read(cmd, &c, 1) != 1) return 0;
+    CUgraph g = NULL;
+    CUgraphExec e = NULL;
+    int end = cuStreamEndCapture(s, &g), launched = -1, wrong = -1;
+    if (!end) launched = cuGraphInstantiate(&e, g, 0);
+    if (!end && !launched) launched = cuGraphLaunch(e, s);
+    if (!end && !launched && !cuStreamSynchronize(s) && !cuMemcpyDtoH(host, p, WORDS * 4)) {
+        wrong = 0;
+        for (unsigned i = 0; i < WORDS; i++) wrong += host[i] != i + 1;
     }
-    return 0;
+    return say(ans, end, launched, wrong, 0, NULL);
 }
 
-/* Lock, checkpoint, restore, unlock the exporter, each answer printed; nonzero on a failure. */
-static int suspend_resume(pid_t pid) {
+/* A forked application: its pid and the controller's ends of its two pipes. */
+typedef struct {
+    pid_t pid;
+    int cmd, ans;
+} App;
+
+/* Forks `body` with only its own pipe ends open (so that the controller closing its command
+ * pipe is an end of file it sees, whatever else was forked). */
+static App spawn(int (*body)(int, int)) {
+    App a = {-1, -1, -1};
+    int c[2], r[2];
+    if (pipe(c) || pipe(r)) return a;
+    a.pid = fork();
+    if (a.pid == 0) {
+        for (int fd = 3; fd < 1024; fd++)
+            if (fd != c[0] && fd != r[1]) close(fd);
+        _exit(body(c[0], r[1]));
+    }
+    close(c[0]);
+    close(r[1]);
+    a.cmd = c[1];
+    a.ans = r[0];
+    return a;
+}
+
+static int ask(const App *a, char c, Answer *x) {
+    return (c && write(a->cmd, &c, 1) != 1) || read(a->ans, x, sizeof *x) != sizeof *x;
+}
+
+/* Lock, checkpoint, restore, unlock `pid`, each answer printed under `round`; on a failure the
+ * process is brought back to running as far as the driver lets it, and 1 is returned. */
+static int suspend_resume(const char *round, pid_t pid) {
     CUcheckpointLockArgs la = {.timeoutMs = 10000};
     CUresult r = ckLock(pid, &la);
-    printf("lock rc %d\n", r);
-    if (!r) printf("checkpoint rc %d\n", r = ckCheckpoint(pid, NULL));
-    int st = -1;
+    printf("%s_lock rc %d\n", round, r);
+    if (!r) printf("%s_checkpoint rc %d\n", round, r = ckCheckpoint(pid, NULL));
     if (!r) {
+        int st = -1;
         ckState(pid, &st);
-        printf("state_after_checkpoint %d\n", st);
+        printf("%s_state_after_checkpoint %d\n", round, st);
+        printf("%s_restore rc %d\n", round, r = ckRestore(pid, NULL));
     }
-    if (!r) printf("restore rc %d\n", r = ckRestore(pid, NULL));
-    if (!r) printf("unlock rc %d\n", r = ckUnlock(pid, NULL));
-    if (r) printf("error the exporter could not be suspended and resumed\n");
-    return r != 0;
+    if (!r) printf("%s_unlock rc %d\n", round, r = ckUnlock(pid, NULL));
+    if (!r) return 0;
+    int st = -1;
+    ckState(pid, &st);
+    printf("error %s: suspend and resume failed; driver state %d\n", round, st);
+    if (st == 2) ckRestore(pid, NULL); /* checkpointed */
+    if (st == 1 || st == 2) ckUnlock(pid, NULL);
+    return 1;
 }
 
-static pid_t child(int (*body)(int, int, int), int in[2], int out[2], int extra) {
-    pid_t pid = fork();
-    if (pid == 0) {
-        close(in[1]);
-        close(out[0]);
-        _exit(body(in[0], out[1], extra));
+static int round_ipc(const App *ex, const App *im) {
+    Answer x;
+    if (ask(ex, 0, &x)) return printf("error ipc: the exporter is gone\n"), 1;
+    printf("ipc_export rc %d\n", x.v[0]);
+    if (x.v[0]) return printf("error ipc: no export\n"), 1;
+    CUipcMemHandle h = x.h;
+    if (suspend_resume("ipc", ex->pid)) return 1;
+    if (write(im->cmd, &h, sizeof h) != sizeof h || ask(im, 0, &x))
+        return printf("error ipc: the importer is gone\n"), 1;
+    printf("ipc_import rc %d\nipc_import_words %d %d %d\n", x.v[0], x.v[1], x.v[2], x.v[3]);
+    if (x.v[0] || ask(im, 0, &x)) return printf("error ipc: import failed\n"), 1;
+    printf("ipc_import_close rc %d\n", x.v[0]);
+    if (x.v[0] || ask(ex, 'r', &x)) return printf("error ipc: close failed\n"), 1;
+    printf("ipc_exporter_sees %d\n", x.v[1]);
+    return x.v[0] || x.v[1] != 777 ? printf("error ipc: the write was not shared\n"), 1 : 0;
+}
+
+static int round_capture(const App *cap) {
+    Answer x;
+    if (ask(cap, 0, &x)) return printf("error capture: the capturer is gone\n"), 1;
+    printf("capture_begin rc %d\n", x.v[0]);
+    if (x.v[0]) return printf("error capture: no capture\n"), 1;
+    if (suspend_resume("capture", cap->pid)) return 1;
+    if (ask(cap, 'g', &x)) return printf("error capture: the capturer is gone\n"), 1;
+    printf("capture_end rc %d\ncapture_graph_launch rc %d\ncapture_results_wrong %d of %u\n",
+           x.v[0], x.v[1], x.v[2], WORDS);
+    return x.v[0] || x.v[1] || x.v[2] ? printf("error capture: the graph failed\n"), 1 : 0;
+}
+
+/* Waits up to 10 s for `a` to exit well; kills it otherwise. Nonzero when it did not. */
+static int reap(const App *a) {
+    close(a->cmd);
+    for (int i = 0; i < 100; i++) {
+        int ws = 0;
+        pid_t r = waitpid(a->pid, &ws, WNOHANG);
+        if (r == a->pid) return !WIFEXITED(ws) || WEXITSTATUS(ws);
+        if (r < 0) return 1;
+        usleep(100000);
     }
-    close(in[0]);
-    close(out[1]);
-    return pid;
-}
-
-static int exporter_body(int cmd, int ans, int handle) { return exporter(cmd, ans, handle); }
-static int importer_body(int cmd, int ans, int unused) {
-    (void)unused;
-    return importer(cmd, ans);
-}
-
-/* The controller's part once both children run; nonzero on a failure. */
-static int control(pid_t ex, int ecmd, int eans, int hin, int icmd, int ians) {
-    Answer a;
-    CUipcMemHandle h;
-    if (ask(ecmd, eans, 0, &a) || read(hin, &h, sizeof h) != sizeof h) return 1;
-    printf("export rc %d\ncapture_begin rc %d\n", a.v[0], a.v[1]);
-    if (a.v[0] || a.v[1]) return 1;
-    printf("controller_init %d\n", cuInit(0));
-    if (suspend_resume(ex) || ask(ecmd, eans, 'g', &a)) return 1;
-    printf("capture_end rc %d\ngraph_launch rc %d\ngraph_results_wrong %d of %u\n", a.v[0],
-           a.v[1], a.v[2], WORDS);
-    if (a.v[0] || a.v[1] || a.v[2]) return 1;
-    if (write(icmd, &h, sizeof h) != sizeof h || ask(icmd, ians, 0, &a)) return 1;
-    printf("import rc %d\nimport_words %d %d %d\n", a.v[0], a.v[1], a.v[2], a.v[3]);
-    if (a.v[0] || ask(icmd, ians, 0, &a)) return 1;
-    printf("import_close rc %d\n", a.v[0]);
-    if (a.v[0] || ask(ecmd, eans, 'r', &a)) return 1;
-    printf("exporter_sees %d\n", a.v[1]);
-    return a.v[0] || a.v[1] != 777;
+    kill(a->pid, SIGKILL);
+    waitpid(a->pid, NULL, 0);
+    printf("error pid %d did not exit: killed\n", (int)a->pid);
+    return 1;
 }
 
 int main(void) {
@@ -225,25 +273,14 @@ int main(void) {
     LOAD(h, cuIpcGetMemHandle, "cuIpcGetMemHandle");
     LOAD(h, cuIpcOpenMemHandle, "cuIpcOpenMemHandle_v2");
     LOAD(h, cuIpcCloseMemHandle, "cuIpcCloseMemHandle");
-    int ecmd[2], eans[2], hpipe[2], icmd[2], ians[2];
-    if (pipe(ecmd) || pipe(eans) || pipe(hpipe) || pipe(icmd) || pipe(ians)) return 1;
-    /* Both children before the controller's driver starts: a forked CUDA process is unusable. */
-    pid_t ex = child(exporter_body, ecmd, eans, hpipe[1]);
-    close(hpipe[1]);
-    pid_t im = child(importer_body, icmd, ians, -1);
-    if (ex < 0 || im < 0) return 1;
-    int status = control(ex, ecmd[1], eans[0], hpipe[0], icmd[1], ians[0]);
-    close(ecmd[1]);
-    close(icmd[1]);
-    pid_t pids[2] = {ex, im};
-    for (int k = 0; k < 2; k++) {
-        int ws = 0;
-        if (waitpid(pids[k], &ws, 0) < 0 || !WIFEXITED(ws) || WEXITSTATUS(ws)) {
-            kill(pids[k], SIGKILL);
-            if (!status) printf("error child exit %d\n", ws);
-            status = 1;
-        }
-    }
-    if (status) printf("error ckptcompat failed\n");
-    return status;
+    /* Every application before the controller's driver starts: a forked CUDA process is unusable. */
+    App apps[3] = {spawn(exporter), spawn(importer), spawn(capturer)};
+    for (int k = 0; k < 3; k++)
+        if (apps[k].pid < 0) return printf("error fork\n"), 1;
+    printf("controller_init %d\n", cuInit(0));
+    int failed = round_ipc(&apps[0], &apps[1]);
+    failed |= round_capture(&apps[2]);
+    for (int k = 0; k < 3; k++) failed |= reap(&apps[k]);
+    if (failed) printf("error ckptcompat: a round failed\n");
+    return failed;
 }
