@@ -5,7 +5,8 @@
 //! ← ok
 //! → status                   ← ok managed=<bytes> resident=<bytes> native=<bytes> evicted=<0|1>
 //!                                 vmm=<bytes> async=<bytes> array=<bytes> setting=<bytes>
-//!                                 library=<bytes> export=<bytes> refused=<count>   (one line)
+//!                                 library=<bytes> export=<bytes> refused=<count>
+//!                                 shared=<count>                                   (one line)
 //! → evict                    ← ok evicted=<bytes>
 //! → prefetch                 ← ok prefetched=<bytes>
 //! anything else              ← error <why>            (logged; the connection stays usable)
@@ -145,7 +146,7 @@ pub(crate) fn answer(line: &str, greeted: &mut bool, expected: Option<&str>) -> 
             let k = crate::state::native();
             format!(
                 "ok managed={managed} resident={resident} native={} evicted={} vmm={} async={} \
-                 array={} setting={} library={} export={} refused={}",
+                 array={} setting={} library={} export={} refused={} shared={}",
                 k.alloc_native(),
                 u8::from(evicted),
                 k.vmm,
@@ -154,7 +155,8 @@ pub(crate) fn answer(line: &str, greeted: &mut bool, expected: Option<&str>) -> 
                 k.setting,
                 k.library,
                 k.export,
-                k.refused
+                k.refused,
+                crate::state::shared()
             )
         }
         "evict" => match crate::state::evict() {

@@ -154,6 +154,24 @@ pub fn export_refused() -> bool {
     !EXPORTING.swap(true, Ordering::AcqRel)
 }
 
+/// GPU memory this process shares with another through the driver: exports (CUDA IPC, dma-buf)
+/// and IPC opens the driver granted. The driver's checkpoint does not support such memory (r570:
+/// "does not support UVM or IPC memory"), so the shim never checkpoints a process that has any.
+static SHARED: AtomicU64 = AtomicU64::new(0);
+
+/// Counts one export or IPC open of GPU memory the driver granted. Sets the process up first
+/// (its control socket, where the shim reads the count): a process that only opens another's
+/// memory never allocates, which is where that otherwise happens.
+pub fn shared_noted() {
+    let _ = converting();
+    SHARED.fetch_add(1, Ordering::AcqRel);
+}
+
+/// Exports and IPC opens the driver granted this process (see [`shared_noted`]).
+pub fn shared() -> u64 {
+    SHARED.load(Ordering::Acquire)
+}
+
 /// Whether this process asked to export converted memory (its later allocations stay native).
 pub fn exporting() -> bool {
     EXPORTING.load(Ordering::Acquire)
@@ -227,6 +245,7 @@ extern "C" fn fork_child() {
     crate::control::close_in_child();
     REFUSED.store(0, Ordering::Release);
     EXPORTING.store(false, Ordering::Release);
+    SHARED.store(0, Ordering::Release);
     SETUP_PID.store(0, Ordering::Release);
     CONVERTING.store(0, Ordering::Release);
 }

@@ -65,18 +65,17 @@ fn status(ctl: &Path) -> std::collections::BTreeMap<String, u64> {
         .collect()
 }
 
+/// A process's `status` figures, when it has an interposer.
+type Status = Option<std::collections::BTreeMap<String, u64>>;
+
 /// Exporter and importer in two processes; the exporter's lines, the importer's, and the
-/// exporter's status when `ctl` (the interposer's) is given.
+/// exporter's and the importer's status when `ctl` (the interposer's) is given.
 fn exchange(
     bin: &Path,
     dir: &Path,
     ctl: Option<&Path>,
     env: &[(&str, &Path)],
-) -> (
-    Vec<String>,
-    Vec<String>,
-    Option<std::collections::BTreeMap<String, u64>>,
-) {
+) -> (Vec<String>, Vec<String>, Status, Status) {
     let meet = dir.join(if ctl.is_some() { "meet-on" } else { "meet-off" });
     std::fs::create_dir_all(&meet).unwrap();
     let m = meet.to_str().unwrap();
@@ -84,11 +83,12 @@ fn exchange(
         let e = s.spawn(|| run(bin, dir, &["export", m], ctl, env));
         let ictl = ctl.map(|c| c.with_file_name("ctl-importer"));
         let (import, _i) = run(bin, dir, &["import", m], ictl.as_deref(), &[]);
-        (e.join().unwrap(), import)
+        let ist = ictl.as_deref().map(status);
+        (e.join().unwrap(), import, ist)
     });
-    let ((export, _e), import) = exporter;
+    let ((export, _e), import, ist) = exporter;
     let st = ctl.map(status);
-    (export, import, st)
+    (export, import, st, ist)
 }
 
 #[test]
@@ -97,7 +97,7 @@ fn an_ipc_exchange_with_the_native_setting_works_as_without_the_interposer() {
     let Some(bin) = ipc_client(dir.path()) else {
         return;
     };
-    let (export, import, _) = exchange(&bin, dir.path(), None, &[]);
+    let (export, import, _, _) = exchange(&bin, dir.path(), None, &[]);
     assert_eq!(export, ["export rc=0 kind=1", "sees 777"], "without");
     assert_eq!(
         import,
@@ -109,7 +109,7 @@ fn an_ipc_exchange_with_the_native_setting_works_as_without_the_interposer() {
     );
     // The function's setting (io.mqfq.native-alloc=all → MQFQ_NATIVE=all): the same exchange.
     let ctl = dir.path().join("ctl");
-    let (export2, import2, st) = exchange(
+    let (export2, import2, st, ist) = exchange(
         &bin,
         dir.path(),
         Some(&ctl),
@@ -122,6 +122,9 @@ fn an_ipc_exchange_with_the_native_setting_works_as_without_the_interposer() {
         (0, MIB, MIB, 0),
         "{st:?}"
     );
+    // Memory shared with another process, as both sides' interposers count it (the checkpoint
+    // backend leaves such processes on the GPU).
+    assert_eq!((st["shared"], ist.unwrap()["shared"]), (1, 1), "{st:?}");
 }
 
 #[test]
@@ -145,9 +148,9 @@ fn exporting_converted_memory_gets_the_drivers_refusal_once_then_memory_stays_na
     assert_eq!(lines, ["export rc=1 kind=2", "export2 rc=0 kind=1"]);
     let st = status(&ctl);
     assert_eq!(
-        (st["managed"], st["export"], st["refused"]),
-        (MIB, MIB, 1),
-        "{st:?}"
+        (st["managed"], st["export"], st["refused"], st["shared"]),
+        (MIB, MIB, 1, 1),
+        "the refused export is not shared, the second one is: {st:?}"
     );
     let err = c.stderr();
     assert_eq!(
@@ -163,7 +166,11 @@ fn exporting_converted_memory_gets_the_drivers_refusal_once_then_memory_stays_na
     let (lines, _c) = run(&bin, dir.path(), &["dmabuf"], Some(&ctl), &[]);
     assert_eq!(lines, ["dmabuf rc=1 kind=2", "dmabuf2 rc=0 kind=1"]);
     let st = status(&ctl);
-    assert_eq!((st["export"], st["refused"]), (MIB, 1), "{st:?}");
+    assert_eq!(
+        (st["export"], st["refused"], st["shared"]),
+        (MIB, 1, 1),
+        "{st:?}"
+    );
 }
 
 #[test]

@@ -4,7 +4,10 @@
 //! host PIDs are the container's own (`runc ps`, its cgroup), each checked by start time before
 //! every call. A lock that does not come in time is "busy" (the container stays Hot, the pool
 //! backs off), as a restore without GPU memory is past its deadline (the container stays Warm,
-//! and its next burst or Resume tries again); any other failure fails the move.
+//! and its next burst or Resume tries again); any other failure fails the move. A container
+//! whose processes exported or opened GPU memory over CUDA IPC or dma-buf (its interposer
+//! counts them) is never suspended: the driver does not support such memory, so the evict fails
+//! before any driver call and the container leaves the pool, on the GPU.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -102,6 +105,17 @@ impl TaskService {
                 // Without its figure nothing says what a suspend would move.
                 a.errors
                     .push(format!("its status failed: {}", s.errors.join("; ")));
+                return a;
+            }
+            if s.shared > 0 {
+                // r570's checkpoint "does not support UVM or IPC memory", and leaves a process
+                // it fails on in no good state: such a process is never handed to it.
+                a.errors.push(format!(
+                    "its processes share GPU memory with others ({} CUDA IPC or dma-buf \
+                     exports and IPC opens), which the driver's checkpoint does not support: \
+                     left on the GPU",
+                    s.shared
+                ));
                 return a;
             }
             held_from(&s, Warm::Checkpoint).managed

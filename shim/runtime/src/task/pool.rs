@@ -367,7 +367,8 @@ impl TaskService {
         if !a.ok() {
             // Frozen again above; never thawed for the pool again (a container whose processes
             // fail or stall a move would otherwise be thawed at every retry).
-            self.drop_from_pool(id, "a memory move failed").await;
+            let why = format!("a memory move failed: {}", a.errors.join("; "));
+            self.drop_from_pool(id, &why).await;
             r.gone = true;
         }
         // A process still in a GPU call (a large copy thawed mid-way) refused the evict for

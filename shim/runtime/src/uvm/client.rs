@@ -39,6 +39,10 @@ pub struct Answer {
     pub resident: u64,
     /// For `status`: what they keep native, and why.
     pub native: crate::memory::Native,
+    /// For `status`: their exports (CUDA IPC, dma-buf) and IPC opens of GPU memory the driver
+    /// granted — memory shared with another process, which the driver's checkpoint does not
+    /// support (r570), so the checkpoint backend leaves such a container on the GPU.
+    pub shared: u64,
     /// Errors, one per process that failed: `socket: message`.
     pub errors: Vec<String>,
     /// Whether a process did not answer within the deadline.
@@ -116,8 +120,19 @@ fn optional(reply: &str, name: &str) -> Result<u64, Failure> {
     }
 }
 
-/// One process's figures: bytes (evicted, prefetched, or managed), resident, native.
-type Figures = (u64, u64, crate::memory::Native);
+/// One process's figures: bytes (evicted, prefetched, or managed), resident, native, and (for
+/// `status`) its exports and IPC opens of GPU memory the driver granted.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Figures {
+    /// Evicted, prefetched, or (for `status`) managed bytes.
+    pub bytes: u64,
+    /// For `status`: bytes resident on the device.
+    pub resident: u64,
+    /// For `status`: what it keeps native, and why.
+    pub native: crate::memory::Native,
+    /// For `status`: exports (CUDA IPC, dma-buf) and IPC opens the driver granted it.
+    pub shared: u64,
+}
 
 /// The native figures of a `status` reply. `native=` counts every `cuMemAlloc` kept native;
 /// what the named reasons do not cover is `other`.
@@ -146,13 +161,20 @@ fn parse_reply(cmd: Command, reply: &str) -> Result<Figures, Failure> {
         return Err(Failure::Other(reply.chars().take(200).collect()));
     }
     Ok(match cmd {
-        Command::Status => (
-            field(reply, "managed")?,
-            field(reply, "resident")?,
-            native(reply)?,
-        ),
-        Command::Evict => (field(reply, "evicted")?, 0, Default::default()),
-        Command::Prefetch => (field(reply, "prefetched")?, 0, Default::default()),
+        Command::Status => Figures {
+            bytes: field(reply, "managed")?,
+            resident: field(reply, "resident")?,
+            native: native(reply)?,
+            shared: optional(reply, "shared")?,
+        },
+        Command::Evict => Figures {
+            bytes: field(reply, "evicted")?,
+            ..Figures::default()
+        },
+        Command::Prefetch => Figures {
+            bytes: field(reply, "prefetched")?,
+            ..Figures::default()
+        },
     })
 }
 
@@ -357,11 +379,12 @@ pub fn send(dir: &Path, container_id: &str, cmd: Command, timeout: Duration) -> 
     });
     for (name, r) in results {
         match r {
-            Ok((bytes, resident, native)) => {
+            Ok(f) => {
                 a.processes += 1;
-                a.bytes = a.bytes.saturating_add(bytes);
-                a.resident = a.resident.saturating_add(resident);
-                a.native.add(&native);
+                a.bytes = a.bytes.saturating_add(f.bytes);
+                a.resident = a.resident.saturating_add(f.resident);
+                a.native.add(&f.native);
+                a.shared = a.shared.saturating_add(f.shared);
             }
             Err(Failure::Gone) => {
                 // Its process is gone: the name is removed (from our descriptor, no link followed).

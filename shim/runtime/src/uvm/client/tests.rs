@@ -156,23 +156,24 @@ fn figures_are_parsed_strictly_and_summed_saturating() {
     // An older interposer's status: no reasons, its native bytes are "other".
     assert_eq!(
         parse_reply(Command::Status, "ok managed=5 resident=3 native=1"),
-        Ok((
-            5,
-            3,
-            crate::memory::Native {
+        Ok(Figures {
+            bytes: 5,
+            resident: 3,
+            native: crate::memory::Native {
                 other: 1,
                 ..Default::default()
-            }
-        ))
+            },
+            shared: 0,
+        })
     );
     let full = "ok managed=5 resident=3 native=14 evicted=0 vmm=1 async=2 array=3 setting=4 \
-                library=5 export=0 refused=7";
+                library=5 export=0 refused=7 shared=2";
     assert_eq!(
         parse_reply(Command::Status, full),
-        Ok((
-            5,
-            3,
-            crate::memory::Native {
+        Ok(Figures {
+            bytes: 5,
+            resident: 3,
+            native: crate::memory::Native {
                 vmm: 1,
                 stream_ordered: 2,
                 array: 3,
@@ -181,12 +182,14 @@ fn figures_are_parsed_strictly_and_summed_saturating() {
                 export: 0,
                 other: 5,
                 refused: 7,
-            }
-        ))
+            },
+            shared: 2,
+        })
     );
     for bad in [
         "ok managed=1 resident=1 library=x",
         "ok managed=1 resident=1 refused=-1",
+        "ok managed=1 resident=1 shared=2x",
         "ok managed=-1 resident=0",
         "ok managed=1e9 resident=0",
         "ok managed=18446744073709551616 resident=0",
