@@ -43,7 +43,9 @@
  * the wrong state answers 401 (CUDA_ERROR_ILLEGAL_STATE); a pid without a page (or no longer
  * alive), 1 (CUDA_ERROR_INVALID_VALUE). FAKE_CUDA_CKPT_FAIL in the controller injects failures: `lock`
  * (times out at once), `checkpoint` (the process goes failed, 999), `restore-oom` (Restore
- * answers 2, CUDA_ERROR_OUT_OF_MEMORY, and the process stays checkpointed). Side channel:
+ * answers 2, CUDA_ERROR_OUT_OF_MEMORY, and the process stays checkpointed); `<failure>:N` injects
+ * it the controller's first N times only. FAKE_CUDA_CKPT_DELAY_MS makes each Checkpoint take that
+ * long (the process reads locked meanwhile). Side channel:
  * fake_cuda_ckpt_bytes(pid, &device, &host). Memory is not really moved (it is host memory). A
  * page is published whole (renamed into place) with its process's start time; a controller maps
  * only a regular file of the page's size whose process is alive and started then (a stale page
@@ -951,9 +953,15 @@ static ckpt_page *ckpt_of(int pid) {
     return p;
 }
 
+/* Whether FAKE_CUDA_CKPT_FAIL injects `what`: named alone, every time; as `what:N`, this
+ * controller's first N times only (one kind is injected at a time). */
 static int ckpt_fail(const char *what) {
+    static int times;
     const char *v = getenv("FAKE_CUDA_CKPT_FAIL");
-    return v && strcmp(v, what) == 0;
+    size_t n = strlen(what);
+    if (!v || strncmp(v, what, n) != 0) return 0;
+    if (v[n] == 0) return 1;
+    return v[n] == ':' && __atomic_fetch_add(&times, 1, __ATOMIC_SEQ_CST) < atoi(v + n + 1);
 }
 
 /* From one state to another, or 401 (CUDA_ERROR_ILLEGAL_STATE). */
@@ -1013,6 +1021,8 @@ CUresult cuCheckpointProcessCheckpoint(int pid, void *args) {
     ckpt_page *p = ckpt_of(pid);
     if (!p) return 1;
     CUresult r = ckpt_move(p, CKPT_LOCKED, CKPT_CHECKPOINTING);
+    const char *delay = getenv("FAKE_CUDA_CKPT_DELAY_MS");
+    if (r == 0 && delay) usleep((useconds_t)atol(delay) * 1000);
     if (r == 0 && ckpt_fail("checkpoint")) {
         ckpt_move(p, CKPT_CHECKPOINTING, CKPT_FAILED);
         r = 999;

@@ -517,9 +517,12 @@ pub fn resume(
     deadline: Instant,
 ) -> Outcome {
     let mut out = Outcome::default();
-    // Once the driver refuses the pairs, every process is restored where it was: a container is
-    // never split across two GPUs.
+    // Once the driver refuses the pairs, the processes after it are restored where they were. A
+    // driver that took them for an earlier process of the container has split it across two
+    // GPUs then (the same driver, the same pairs: not expected): said, and mqfqd measures where
+    // each runs at the lease's release.
     let mut pairs = onto;
+    let mut moved = 0;
     for p in procs {
         let r = (|| -> Result<(), CkptError> {
             p.same()?;
@@ -537,6 +540,7 @@ pub fn resume(
                             Err(e @ CkptError::Cuda { .. }) if !pairs.is_empty() => {
                                 tracing::warn!(
                                     pid = p.pid,
+                                    moved_before = moved,
                                     "restore onto another GPU refused ({e}); restored where it was"
                                 );
                                 pairs = &[];
@@ -545,6 +549,7 @@ pub fn resume(
                             r => break r?,
                         }
                     }
+                    moved += usize::from(!pairs.is_empty());
                 }
                 ProcState::Running | ProcState::Locked => {}
                 state @ (ProcState::Failed | ProcState::Other(_)) => {

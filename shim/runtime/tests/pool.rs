@@ -7,6 +7,8 @@
     reason = "an integration-test crate is the test module"
 )]
 
+#[path = "pool/faults.rs"]
+mod faults;
 #[path = "pool/ipc.rs"]
 mod ipc;
 

@@ -1,0 +1,87 @@
+//! The checkpoint backend when the driver is slow or short of memory: a restore that finds no
+//! room waits for it, and a container killed while its processes are being checkpointed leaves
+//! nothing held.
+
+use super::*;
+
+/// Polls `what` every 20 ms for up to 30 s.
+fn until(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !done() {
+        assert!(Instant::now() < deadline, "never: {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A Resume whose restore the driver answers out of memory five times (memory being freed)
+/// waits and retries within the move timeout, then restores and unlocks the process; it runs.
+#[test]
+fn a_checkpoint_restore_without_room_waits_for_it_then_resumes() {
+    let shim_log = std::env::temp_dir().join(format!("ckpt-wait-{}.log", std::process::id()));
+    let _ = std::fs::remove_file(&shim_log);
+    let log = shim_log.display().to_string();
+    let Some((c, d, cuda, ctl, ck)) = checkpoint_node(
+        "ckpt-wait",
+        &[
+            ("FAKE_CUDA_CKPT_FAIL", "restore-oom:5"),
+            ("FAKE_CUDA_LOG", &log),
+        ],
+        "",
+    ) else {
+        return;
+    };
+    let flags = ck_flags(&ck);
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let o = c.run_cuda_with(MQFQ, "w", "ck", &cuda, &flags, &["loop"]);
+    assert!(o.status.success(), "{}", text(&o));
+    wait_log(&cuda, "w", "launched", |l| count(l, "launch") >= 3);
+    let pid = c.task_pid("w");
+    let device = ck.state(&ctl, pid).1;
+    assert!(c.ctr(&["task", "pause", "w"]).status.success());
+    d.wait_for("checkpointed", |s| tier_is(s, "w", "warm"));
+    assert_eq!(ck.state(&ctl, pid), (2, 0, device));
+
+    let o = c.ctr(&["task", "resume", "w"]);
+    assert!(o.status.success(), "waited for memory: {}", text(&o));
+    assert_eq!(ck.state(&ctl, pid), (0, device, 0), "restored and running");
+    let restores = std::fs::read_to_string(&shim_log).unwrap_or_default();
+    let tried = |rc: &str| {
+        let line = format!("ckpt restore {pid} rc={rc}");
+        restores.lines().filter(|l| l.ends_with(&line)).count()
+    };
+    assert_eq!((tried("2"), tried("0")), (5, 1), "{restores}");
+    let launches = count(&driver_log(&cuda, "w"), "launch");
+    wait_log(&cuda, "w", "launched after the restore", |l| {
+        count(l, "launch") > launches
+    });
+    c.remove("w");
+    nothing_left(&c, &d);
+    let _ = std::fs::remove_file(&shim_log);
+}
+
+/// A container killed while the driver is checkpointing its process (each checkpoint takes 3 s
+/// here) stops, is deleted, and leaves no lease, no pool entry and nothing of itself behind.
+#[test]
+fn a_container_killed_mid_checkpoint_leaves_nothing_held() {
+    let Some((c, d, cuda, ctl, ck)) =
+        checkpoint_node("ckpt-kill", &[("FAKE_CUDA_CKPT_DELAY_MS", "3000")], "")
+    else {
+        return;
+    };
+    let flags = ck_flags(&ck);
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let o = c.run_cuda_with(MQFQ, "k", "ck", &cuda, &flags, &["loop"]);
+    assert!(o.status.success(), "{}", text(&o));
+    wait_log(&cuda, "k", "launched", |l| count(l, "launch") >= 3);
+    let pid = c.task_pid("k");
+    assert!(c.ctr(&["task", "pause", "k"]).status.success());
+    // Locked, its checkpoint under way (the driver reads a process being checkpointed as
+    // locked).
+    until("the checkpoint under way", || ck.state(&ctl, pid).0 == 1);
+    c.remove("k");
+    assert!(
+        !Path::new(&format!("/proc/{pid}")).exists(),
+        "its process is gone"
+    );
+    nothing_left(&c, &d);
+}
