@@ -18,12 +18,45 @@ use crate::process::Proc;
 use crate::runtime::CreateArgs;
 use mqfq_proto::warm::{ANNOTATION as WARM, Warm};
 
+/// Why the driver's checkpoint API cannot suspend this container's processes, if it cannot: it
+/// serves neither MIG instances nor MPS clients (NVIDIA's documented limits).
+pub(crate) fn checkpoint_cannot_serve(
+    spec: &serde_json::Value,
+    work: &gpu::GpuWork,
+) -> Option<&'static str> {
+    let mig = |d: &str| d.starts_with("MIG-") || d.contains(':');
+    let named = |s: &mqfq_edits::GpuSelection| matches!(s, mqfq_edits::GpuSelection::Devices(d) if d.iter().any(|d| mig(d)));
+    if named(&work.gpus) || work.grant.as_ref().is_some_and(named) {
+        return Some("a MIG instance");
+    }
+    let mut env = spec
+        .pointer("/process/env")
+        .and_then(serde_json::Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(serde_json::Value::as_str);
+    let mut mounts = spec
+        .get("mounts")
+        .and_then(serde_json::Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|m| m.get("destination")?.as_str());
+    if env.any(|kv| kv.starts_with("CUDA_MPS_PIPE_DIRECTORY="))
+        || mounts.any(|d| d.trim_end_matches('/').ends_with("/nvidia-mps"))
+    {
+        return Some("an MPS client");
+    }
+    None
+}
+
 impl TaskService {
     /// Settles how the container's memory goes Warm and whether its allocations stay native,
     /// asking mqfqd when the interposer will be injected and the pod did not say both: the
     /// node's backend (`[pool] warm`) where the pod chose none (`io.mqfq.warm`), and whether
     /// its function keeps its allocations native (its earlier containers exported GPU memory).
-    /// Both become annotations, visible in the bundle. Under `checkpoint` and `off` nothing is
+    /// Both become annotations, visible in the bundle. A container the driver's checkpoint
+    /// cannot serve (MIG, MPS) gets `uvm` instead of `checkpoint` (`off` where the node does not
+    /// allow `uvm`). Under `checkpoint` and `off` nothing is
     /// converted (`io.mqfq.native-alloc=all`): the driver suspends the processes whole, or
     /// nothing moves them.
     async fn warm_advice(
@@ -63,6 +96,23 @@ impl TaskService {
                 Warm::default()
             })
         });
+        let warm = match (warm, checkpoint_cannot_serve(spec, work)) {
+            (Warm::Checkpoint, Some(why)) => {
+                let allowed = |w: Warm| {
+                    advice.warm_allowed.is_empty()
+                        || advice.warm_allowed.iter().any(|a| a == w.as_str())
+                };
+                let instead = if allowed(Warm::Uvm) {
+                    Warm::Uvm
+                } else {
+                    Warm::Off
+                };
+                tracing::warn!(container = %id, function = %work.function,
+                    "the driver's checkpoint cannot serve this container ({why}): Warm tier by {instead} instead");
+                instead
+            }
+            (w, _) => w,
+        };
         let native = if asked.as_deref().is_some_and(all) {
             None
         } else if warm != Warm::Uvm {

@@ -502,3 +502,36 @@ fn ctx() -> TtrpcContext {
         timeout_nano: 0,
     }
 }
+
+#[test]
+fn the_checkpoint_backend_is_not_chosen_for_mig_instances_or_mps_clients() {
+    let work = |gpus: &[&str]| crate::gpu::GpuWork {
+        function: "f".into(),
+        weight: 0.0,
+        tenant: None,
+        pod_namespace: String::new(),
+        gpus: crate::gpu::GpuSelection::Devices(gpus.iter().map(|g| (*g).to_owned()).collect()),
+        grant: None,
+        placeable: false,
+        partners: Vec::new(),
+        warm: mqfq_proto::warm::Warm::Checkpoint,
+    };
+    let cannot = super::create::checkpoint_cannot_serve;
+    let plain = json!({"process": {"env": ["PATH=/bin"]}, "mounts": [{"destination": "/tmp"}]});
+    assert_eq!(cannot(&plain, &work(&["0", "GPU-8f2c"])), None);
+    for mig in ["MIG-4c1d", "0:1"] {
+        assert_eq!(cannot(&plain, &work(&["0", mig])), Some("a MIG instance"));
+    }
+    let mut granted = work(&["0"]);
+    granted.grant = Some(crate::gpu::GpuSelection::Devices(vec!["MIG-4c1d".into()]));
+    assert_eq!(cannot(&plain, &granted), Some("a MIG instance"));
+    let pipe = json!({"process": {"env": ["CUDA_MPS_PIPE_DIRECTORY=/run/mps"]}});
+    let mounted = json!({"mounts": [{"destination": "/tmp/nvidia-mps/"}]});
+    for spec in [pipe, mounted] {
+        assert_eq!(
+            cannot(&spec, &work(&["0"])),
+            Some("an MPS client"),
+            "{spec}"
+        );
+    }
+}

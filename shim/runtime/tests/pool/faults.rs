@@ -85,3 +85,50 @@ fn a_container_killed_mid_checkpoint_leaves_nothing_held() {
     );
     nothing_left(&c, &d);
 }
+
+/// On a node whose Warm tier is `checkpoint`, an MPS client (which the driver's checkpoint does
+/// not serve) goes Warm by `uvm` instead: its allocations converted, the pool showing its
+/// backend, the shim saying why; a plain container beside it stays under `checkpoint`.
+#[test]
+fn an_mps_client_goes_warm_by_uvm_on_a_checkpoint_node() {
+    let Some((c, d, cuda, _ctl, ck)) = checkpoint_node("ckpt-mps", &[], "") else {
+        return;
+    };
+    let mut flags = ck_flags(&ck);
+    let plain: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let o = c.run_cuda_with(MQFQ, "plain", "fn-plain", &cuda, &plain, &["loop"]);
+    assert!(o.status.success(), "{}", text(&o));
+    flags.extend(["--env".into(), "CUDA_MPS_PIPE_DIRECTORY=/tmp/mps".into()]);
+    let mps: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let o = c.run_cuda_with(MQFQ, "mps", "fn-mps", &cuda, &mps, &["loop"]);
+    assert!(o.status.success(), "{}", text(&o));
+    for id in ["plain", "mps"] {
+        wait_log(&cuda, id, "launched", |l| count(l, "launch") >= 3);
+    }
+    let s = d.wait_for("both pooled", |s| {
+        entry(s, "plain").is_some() && entry(s, "mps").is_some()
+    });
+    assert_eq!(
+        (
+            &entry(&s, "plain").unwrap()["warm"],
+            &entry(&s, "mps").unwrap()["warm"]
+        ),
+        (&"checkpoint".into(), &"uvm".into()),
+        "{s:#}"
+    );
+    assert_eq!(count(&driver_log(&cuda, "plain"), "alloc managed"), 0);
+    assert!(
+        count(&driver_log(&cuda, "mps"), "alloc managed") > 0,
+        "converted"
+    );
+    assert!(
+        c.log()
+            .contains("cannot serve this container (an MPS client)"),
+        "{}",
+        c.log()
+    );
+    for id in ["plain", "mps"] {
+        c.remove(id);
+    }
+    nothing_left(&c, &d);
+}
