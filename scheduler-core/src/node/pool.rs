@@ -118,7 +118,8 @@ pub struct PoolConfig {
     pub tiers: TierConfig,
     /// Kill Cold containers.
     pub reclaim: bool,
-    /// Fraction of host memory that must stay available, else Warm containers go Cold.
+    /// Fraction of host memory that must stay available, else Warm containers are reclaimed
+    /// (only with `reclaim`: without it nothing can be freed, see [`Pool::host_short`]).
     pub host_headroom: f64,
 }
 
@@ -205,6 +206,9 @@ pub struct Pool {
     policy: TierPolicy,
     reclaim: bool,
     host_headroom: f64,
+    /// Bytes of host memory below its headroom at the last tick that gave the figure, which
+    /// the pool could not free (no `reclaim`); 0 when none.
+    host_short: u64,
     entries: BTreeMap<ContainerKey, Entry>,
     /// Functions that had a pooled container, until the daemon forgets their flows: one whose
     /// last container left is reported not resident, not left resident in the core.
@@ -241,6 +245,7 @@ impl Pool {
             policy: TierPolicy::new(cfg.tiers)?,
             reclaim: cfg.reclaim,
             host_headroom: cfg.host_headroom,
+            host_short: 0,
             entries: BTreeMap::new(),
             functions: BTreeSet::new(),
             calls: HashMap::new(),

@@ -180,7 +180,8 @@ pub struct PoolSection {
     pub prefetch_iat: f64,
     /// Kill Cold containers (run-to-completion pools); off: the platform owns their lifetime.
     pub reclaim: bool,
-    /// Fraction of host memory kept available: below it, Warm containers go Cold.
+    /// Fraction of host memory kept available: below it, Warm containers are reclaimed (with
+    /// `reclaim`; without it the shortage is logged).
     pub host_headroom: f64,
     /// How a container's memory goes Warm unless its pod says (`io.mqfq.warm`): `checkpoint`
     /// (the driver's checkpoint API), `uvm` (the interposer's managed memory) or `off`.

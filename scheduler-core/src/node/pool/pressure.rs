@@ -231,8 +231,10 @@ impl Pool {
         }
     }
 
-    /// Host memory below its headroom: Warm containers, least recently used first, go Cold
-    /// until enough bytes are given up.
+    /// Host memory below its headroom: with `reclaim`, Warm containers, least recently used
+    /// first, are reclaimed until enough bytes are given up. Without it the node can free none
+    /// of them (the platform owns their lifetimes), and calling them Cold would only make the
+    /// core price their restore as a cold start: the shortage is kept for the daemon to say.
     fn host_pressure(&mut self, avail: u64, total: u64, now: Time) {
         #[expect(
             clippy::cast_possible_truncation,
@@ -241,7 +243,8 @@ impl Pool {
             reason = "host bytes, far below 2^52, times a share in [0, 1): fit u64, >= 0"
         )]
         let floor = (total as f64 * self.host_headroom) as u64;
-        if avail >= floor {
+        self.host_short = floor.saturating_sub(avail);
+        if avail >= floor || !self.reclaim {
             return;
         }
         let mut warm: Vec<(Time, ContainerKey, u64)> = self

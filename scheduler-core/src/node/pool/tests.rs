@@ -254,7 +254,7 @@ fn an_admitted_warm_container_makes_room_and_prefetch_never_overfills() {
 }
 
 #[test]
-fn warm_ttl_and_host_pressure_go_cold_reclaiming_only_when_configured() {
+fn warm_ttl_goes_cold_and_host_pressure_reclaims_only_when_configured() {
     for reclaim in [false, true] {
         let mut p = pool(10.0, reclaim);
         p.observe_memory(0, 0, 80 * GIB);
@@ -275,12 +275,19 @@ fn warm_ttl_and_host_pressure_go_cold_reclaiming_only_when_configured() {
             assert_eq!(tier(&p, "ns/a"), Tier::Cold);
         }
         assert_eq!(tier(&p, "ns/b"), Tier::Warm);
-        // Host pressure: 5 % available, 10 % wanted → the Warm one goes Cold.
+        // Host pressure: 5 % available, 10 % wanted → the Warm one is reclaimed; without
+        // reclaim nothing can be freed: it stays Warm (a restore, not a cold start) and the
+        // shortage is told.
         p.tick(t(102.0), Some((5, 100)));
         if reclaim {
             assert_eq!(p.take_orders(), [order("ns/b", Action::Reclaim)]);
+            assert_eq!(p.host_short(), 0);
         } else {
-            assert_eq!(tier(&p, "ns/b"), Tier::Cold);
+            assert!(p.take_orders().is_empty());
+            assert_eq!(tier(&p, "ns/b"), Tier::Warm);
+            assert_eq!(p.host_short(), 5);
+            p.tick(t(103.0), Some((20, 100)));
+            assert_eq!((tier(&p, "ns/b"), p.host_short()), (Tier::Warm, 0));
         }
     }
 }

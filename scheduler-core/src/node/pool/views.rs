@@ -37,6 +37,13 @@ impl Pool {
             .fold(0u64, |sum, e| sum.saturating_add(e.bytes))
     }
 
+    /// Host memory below `host_headroom` at the last tick that read it, in bytes, which the pool
+    /// cannot free because it does not reclaim (0: none short, or reclaiming).
+    #[must_use]
+    pub fn host_short(&self) -> u64 {
+        if self.reclaim { 0 } else { self.host_short }
+    }
+
     /// Managed bytes and native bytes per function (summed over its pooled containers), for the
     /// gauges; recounted with [`Pool::tier_counts`].
     #[must_use]

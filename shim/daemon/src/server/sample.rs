@@ -16,6 +16,7 @@ impl Daemon {
         let mut tick = tokio::time::interval(every);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut failing = false;
+        let mut host_was_short = false;
         let mut last_forget = Instant::now();
         loop {
             tick.tick().await;
@@ -96,6 +97,7 @@ impl Daemon {
                     self.settle(&mut inner, out);
                 }
             }
+            say_host_short(&mut host_was_short, inner.node.pool().host_short());
             let gpus = inner.node.core().gpus();
             let fail_open = inner.node.core().fail_open_starts();
             let counts = inner
@@ -111,5 +113,23 @@ impl Daemon {
                 self.metrics.pool_memory(&memory);
             }
         }
+    }
+}
+
+/// Says when host memory falls below `[pool] host_headroom` with nothing the pool can free
+/// (`short` bytes; no `reclaim`), and when it recovers: once per change, not per sample.
+fn say_host_short(was_short: &mut bool, short: u64) {
+    if (short > 0) == *was_short {
+        return;
+    }
+    *was_short = short > 0;
+    if *was_short {
+        tracing::warn!(
+            short_mib = short >> 20,
+            "host memory below [pool] host_headroom, held by Warm containers the pool cannot \
+             free ([pool] reclaim is off: the platform owns their lifetimes)"
+        );
+    } else {
+        tracing::info!("host memory back above [pool] host_headroom");
     }
 }
