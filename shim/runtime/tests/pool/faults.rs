@@ -91,7 +91,9 @@ fn a_container_killed_mid_checkpoint_leaves_nothing_held() {
 /// backend, the shim saying why; a plain container beside it stays under `checkpoint`.
 #[test]
 fn an_mps_client_goes_warm_by_uvm_on_a_checkpoint_node() {
-    let Some((c, d, cuda, _ctl, ck)) = checkpoint_node("ckpt-mps", &[], "") else {
+    let metrics = mqfq_testkit::free_metrics_addr();
+    let extra = format!("metrics_addr = \"{metrics}\"\n");
+    let Some((c, d, cuda, _ctl, ck)) = checkpoint_node("ckpt-mps", &[], &extra) else {
         return;
     };
     let mut flags = ck_flags(&ck);
@@ -127,6 +129,20 @@ fn an_mps_client_goes_warm_by_uvm_on_a_checkpoint_node() {
         "{}",
         c.log()
     );
+    // Paused, each is evicted by its own backend, as the metrics count them.
+    for id in ["plain", "mps"] {
+        assert!(c.ctr(&["task", "pause", id]).status.success());
+    }
+    d.wait_for("both evicted", |s| {
+        tier_is(s, "plain", "warm") && tier_is(s, "mps", "warm")
+    });
+    let m = mqfq_testkit::scrape(&metrics);
+    for backend in ["checkpoint", "uvm"] {
+        let moved = format!(
+            "mqfq_pool_backend_moves_total{{backend=\"{backend}\",action=\"evict\",result=\"ok\"}}"
+        );
+        assert_eq!(mqfq_testkit::metric(&m, &moved), 1.0, "{m}");
+    }
     for id in ["plain", "mps"] {
         c.remove(id);
     }

@@ -12,7 +12,9 @@ use super::*;
 /// container opens the handle, reads the exporter's words and writes one the exporter sees.
 #[test]
 fn a_container_sharing_memory_over_ipc_is_never_checkpointed_and_keeps_sharing() {
-    let Some((c, d, cuda, ctl, ck)) = checkpoint_node("ckpt-ipc", &[], "") else {
+    let metrics = mqfq_testkit::free_metrics_addr();
+    let extra = format!("metrics_addr = \"{metrics}\"\n");
+    let Some((c, d, cuda, ctl, ck)) = checkpoint_node("ckpt-ipc", &[], &extra) else {
         return;
     };
     for double in ["commlib", "ipc_client"] {
@@ -32,6 +34,11 @@ fn a_container_sharing_memory_over_ipc_is_never_checkpointed_and_keeps_sharing()
         // A failed check must not leave the exporter frozen and its `ctr run` waiting forever.
         let checked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             left_on_the_gpu_then_shared(&c, &d, &cuda, &ctl, &ck, &meet);
+            // The refused suspend counts as a failed move of its backend.
+            let m = mqfq_testkit::scrape(&metrics);
+            let failed = "mqfq_pool_backend_moves_total{backend=\"checkpoint\",action=\"evict\",\
+                          result=\"error\"}";
+            assert_eq!(mqfq_testkit::metric(&m, failed), 1.0, "{m}");
         }));
         if let Err(p) = checked {
             let _ = c.ctr(&["task", "kill", "-s", "SIGKILL", "ex"]);
