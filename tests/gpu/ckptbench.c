@@ -47,17 +47,9 @@ static CUresult (*ckState)(int, int *);
  * byte read from `cmd` ('k'), answering each on `ans` with the count of wrong values. */
 static int app(void *h, size_t bytes, int cmd, int ans) {
     unsigned n = (unsigned)(bytes / 4);
-    int dev;
-    CUcontext ctx;
-    CUmodule m;
     CUfunction f;
     CUdeviceptr d;
-    CHECK(cuInit(0));
-    CHECK(cuDeviceGet(&dev, 0));
-    CHECK(cuDevicePrimaryCtxRetain(&ctx, dev));
-    CHECK(cuCtxSetCurrent(ctx));
-    CHECK(cuModuleLoadData(&m, PTX));
-    CHECK(cuModuleGetFunction(&f, m, "inc"));
+    if (context_with(PTX, "inc", &f)) return 1;
     unsigned *host = malloc(bytes);
     if (!host) return 1;
     for (unsigned i = 0; i < n; i++) host[i] = i;

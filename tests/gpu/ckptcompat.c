@@ -74,15 +74,7 @@ static int say(int fd, int a, int b, int c, int d, const CUipcMemHandle *h) {
 
 /* A context on GPU 0 with the `inc` kernel loaded, and 1 MiB of native memory, word i = i. */
 static int setup(CUfunction *f, CUdeviceptr *p, unsigned *host) {
-    int dev;
-    CUcontext ctx;
-    CUmodule m;
-    CHECK(cuInit(0));
-    CHECK(cuDeviceGet(&dev, 0));
-    CHECK(cuDevicePrimaryCtxRetain(&ctx, dev));
-    CHECK(cuCtxSetCurrent(ctx));
-    CHECK(cuModuleLoadData(&m, PTX));
-    CHECK(cuModuleGetFunction(f, m, "inc"));
+    if (context_with(PTX, "inc", f)) return 1;
     if (!p) return 0;
     for (unsigned i = 0; i < WORDS; i++) host[i] = i;
     CHECK(cuMemAlloc(p, WORDS * 4));

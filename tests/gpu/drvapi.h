@@ -78,6 +78,21 @@ static int load_driver(void **out) {
     return 0;
 }
 
+/* GPU 0's primary context made current, and `kernel` of the PTX module `ptx` loaded into *f;
+ * nonzero (said) on a failed call. */
+static inline int context_with(const char *ptx, const char *kernel, CUfunction *f) {
+    int dev;
+    CUcontext ctx;
+    CUmodule m;
+    CHECK(cuInit(0));
+    CHECK(cuDeviceGet(&dev, 0));
+    CHECK(cuDevicePrimaryCtxRetain(&ctx, dev));
+    CHECK(cuCtxSetCurrent(ctx));
+    CHECK(cuModuleLoadData(&m, ptx));
+    CHECK(cuModuleGetFunction(f, m, kernel));
+    return 0;
+}
+
 /* The `inc` kernel over n words at p, then a synchronize; nonzero on failure. */
 static inline int launch(CUfunction f, CUdeviceptr p, unsigned n) {
     void *args[] = {&p, &n};
