@@ -613,6 +613,7 @@ impl TaskService {
                         if let Some(c) = self.state.lock().await.containers.get_mut(id) {
                             c.gpu.set_held(held, true);
                         }
+                        self.drop_if_shared(id, &a, warm).await;
                         // Its status says whether a process had an export refused: only then
                         // is the mark looked for (not at every burst's end).
                         if held.native.refused > 0 {

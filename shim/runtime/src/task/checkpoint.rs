@@ -45,6 +45,16 @@ pub(super) fn held_from(a: &Answer, warm: Warm) -> Usage {
     }
 }
 
+/// Why a container whose processes share GPU memory (`shared` exports and IPC opens the
+/// driver granted, as their interposers count them) is never checkpointed: r570's checkpoint
+/// "does not support UVM or IPC memory", and leaves a process it fails on in no good state.
+pub(super) fn shared_why(shared: u64) -> String {
+    format!(
+        "its processes share GPU memory with others ({shared} CUDA IPC or dma-buf exports and \
+         IPC opens), which the driver's checkpoint does not support: left on the GPU"
+    )
+}
+
 /// A container's one driver call in progress: taken before a move's thread starts, given back
 /// when that thread ends (even one that outlived its move's deadline).
 struct InFlight(Arc<AtomicBool>);
@@ -62,6 +72,17 @@ impl Drop for InFlight {
 }
 
 impl TaskService {
+    /// Under `checkpoint`, takes the container out of the pool as soon as a status says its
+    /// processes share GPU memory (at a Pause, at a burst's end), so the pool never plans on
+    /// its memory nor thaws it to be refused; `true` when it did.
+    pub(super) async fn drop_if_shared(&self, id: &str, a: &Answer, warm: Warm) -> bool {
+        if warm != Warm::Checkpoint || a.shared == 0 {
+            return false;
+        }
+        self.drop_from_pool(id, &shared_why(a.shared)).await;
+        true
+    }
+
     /// The GPU pairs mqfqd granted the container's lease with, as the driver takes them; none
     /// (restored where it was) when one is not a GPU UUID.
     pub(super) fn gpu_pairs(&self, id: &str) -> Vec<checkpoint::GpuPair> {
@@ -108,14 +129,8 @@ impl TaskService {
                 return a;
             }
             if s.shared > 0 {
-                // r570's checkpoint "does not support UVM or IPC memory", and leaves a process
-                // it fails on in no good state: such a process is never handed to it.
-                a.errors.push(format!(
-                    "its processes share GPU memory with others ({} CUDA IPC or dma-buf \
-                     exports and IPC opens), which the driver's checkpoint does not support: \
-                     left on the GPU",
-                    s.shared
-                ));
+                // Shared since its last status: never handed to the driver (see `shared_why`).
+                a.errors.push(shared_why(s.shared));
                 return a;
             }
             held_from(&s, Warm::Checkpoint).managed
@@ -138,6 +153,9 @@ impl TaskService {
             return a;
         };
         let driver = self.ckpt.clone();
+        // From here the driver may have locked or suspended a process: a failure must be
+        // followed by a restore before the container runs its GPU work again.
+        a.acted = true;
         // The lock waits for the processes' submitted work only: a short deadline, so a
         // thawed container (running without a lease) is not given long; the rest of the
         // window is the copy's.

@@ -55,8 +55,9 @@ impl TaskService {
     /// node's backend (`[pool] warm`) where the pod chose none (`io.mqfq.warm`), and whether
     /// its function keeps its allocations native (its earlier containers exported GPU memory).
     /// Both become annotations, visible in the bundle. A container the driver's checkpoint
-    /// cannot serve (MIG, MPS) gets `uvm` instead of `checkpoint` (`off` where the node does not
-    /// allow `uvm`). Under `checkpoint` and `off` nothing is
+    /// cannot serve (MIG, MPS) gets `uvm` instead of the node's `checkpoint` (`off` where the node
+    /// does not allow `uvm`, or where the pod asked for `checkpoint` itself). Under `checkpoint`
+    /// and `off` nothing is
     /// converted (`io.mqfq.native-alloc=all`): the driver suspends the processes whole, or
     /// nothing moves them.
     async fn warm_advice(
@@ -102,7 +103,9 @@ impl TaskService {
                     advice.warm_allowed.is_empty()
                         || advice.warm_allowed.iter().any(|a| a == w.as_str())
                 };
-                let instead = if allowed(Warm::Uvm) {
+                // A pod that asked for `checkpoint` itself may rely on nothing being converted
+                // (its IPC exports): `off`, never a conversion it did not ask for.
+                let instead = if asked_warm.is_none() && allowed(Warm::Uvm) {
                     Warm::Uvm
                 } else {
                     Warm::Off

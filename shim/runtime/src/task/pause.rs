@@ -46,6 +46,7 @@ impl TaskService {
                     let why = format!("its status failed: {}", a.errors.join("; "));
                     self.drop_from_pool(id, &why).await;
                 }
+                self.drop_if_shared(id, &a, t.warm).await;
                 let held = super::checkpoint::held_from(&a, t.warm);
                 if let Some(c) = self.state.lock().await.containers.get_mut(id) {
                     c.gpu.set_held(held, false);

@@ -358,7 +358,7 @@ impl TaskService {
                 c.gpu.moved(if evict {
                     // A checkpoint move that failed may have left processes suspended or
                     // locked; resuming a running one does nothing, so a restore is tried.
-                    a.processes > 0 || (warm == Warm::Checkpoint && !a.ok())
+                    a.processes > 0 || (warm == Warm::Checkpoint && !a.ok() && a.acted)
                 } else {
                     !a.ok() || !a.busy.is_empty()
                 });

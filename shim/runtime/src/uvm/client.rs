@@ -47,6 +47,9 @@ pub struct Answer {
     pub errors: Vec<String>,
     /// Whether a process did not answer within the deadline.
     pub timed_out: bool,
+    /// A checkpoint move reached the driver (a process may be locked or suspended): a failed
+    /// one needs a restore before the container's GPU work runs again.
+    pub acted: bool,
     /// Processes that refused an evict for now (GPU calls still under way): not errors, the
     /// move is tried again later.
     pub busy: Vec<String>,

@@ -88,7 +88,8 @@ fn a_container_killed_mid_checkpoint_leaves_nothing_held() {
 
 /// On a node whose Warm tier is `checkpoint`, an MPS client (which the driver's checkpoint does
 /// not serve) goes Warm by `uvm` instead: its allocations converted, the pool showing its
-/// backend, the shim saying why; a plain container beside it stays under `checkpoint`.
+/// backend, the shim saying why; a plain container beside it stays under `checkpoint`, and one
+/// that asked for `checkpoint` itself gets `off` (nothing converted that it did not ask for).
 #[test]
 fn an_mps_client_goes_warm_by_uvm_on_a_checkpoint_node() {
     let metrics = mqfq_testkit::free_metrics_addr();
@@ -129,6 +130,16 @@ fn an_mps_client_goes_warm_by_uvm_on_a_checkpoint_node() {
         "{}",
         c.log()
     );
+    // One that asked for `checkpoint` itself is converted by nothing: `off`, never pooled.
+    flags.extend(["--annotation".into(), "io.mqfq.warm=checkpoint".into()]);
+    let asked: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let o = c.run_cuda_with(MQFQ, "asked", "fn-asked", &cuda, &asked, &["loop"]);
+    assert!(o.status.success(), "{}", text(&o));
+    wait_log(&cuda, "asked", "launched", |l| count(l, "launch") >= 3);
+    assert_eq!(count(&driver_log(&cuda, "asked"), "alloc managed"), 0);
+    assert!(entry(&d.status(), "asked").is_none(), "never pooled");
+    assert!(c.log().contains("Warm tier by off instead"), "{}", c.log());
+    c.remove("asked");
     // Paused, each is evicted by its own backend, as the metrics count them.
     for id in ["plain", "mps"] {
         assert!(c.ctr(&["task", "pause", id]).status.success());

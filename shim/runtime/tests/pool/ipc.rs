@@ -6,10 +6,10 @@
 
 use super::*;
 
-/// A container whose process exported 1 MiB over CUDA IPC is paused and idle past the hot TTL:
-/// the pool's evict is refused before any driver call (its process stays running, its memory on
-/// the device), the container leaves the pool, and after its Resume a second process of the
-/// container opens the handle, reads the exporter's words and writes one the exporter sees.
+/// A container whose process exported 1 MiB over CUDA IPC is paused: its status says so, and it
+/// leaves the pool there (never thawed for a move, never handed to the driver: its process stays
+/// running, its memory on the device); after its Resume a second process of the container opens
+/// the handle, reads the exporter's words and writes one the exporter sees.
 #[test]
 fn a_container_sharing_memory_over_ipc_is_never_checkpointed_and_keeps_sharing() {
     let metrics = mqfq_testkit::free_metrics_addr();
@@ -34,11 +34,15 @@ fn a_container_sharing_memory_over_ipc_is_never_checkpointed_and_keeps_sharing()
         // A failed check must not leave the exporter frozen and its `ctr run` waiting forever.
         let checked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             left_on_the_gpu_then_shared(&c, &d, &cuda, &ctl, &ck, &meet);
-            // The refused suspend counts as a failed move of its backend.
+            // Taken out of the pool at its Pause: no move was tried, none failed.
             let m = mqfq_testkit::scrape(&metrics);
-            let failed = "mqfq_pool_backend_moves_total{backend=\"checkpoint\",action=\"evict\",\
-                          result=\"error\"}";
-            assert_eq!(mqfq_testkit::metric(&m, failed), 1.0, "{m}");
+            for result in ["ok", "error"] {
+                let moved = format!(
+                    "mqfq_pool_backend_moves_total{{backend=\"checkpoint\",action=\"evict\",\
+                     result=\"{result}\"}}"
+                );
+                assert_eq!(mqfq_testkit::metric(&m, &moved), 0.0, "{m}");
+            }
         }));
         if let Err(p) = checked {
             let _ = c.ctr(&["task", "kill", "-s", "SIGKILL", "ex"]);
@@ -91,12 +95,11 @@ fn left_on_the_gpu_then_shared(
         (0, MIB, 0),
         "never locked or checkpointed"
     );
-    for (who, log) in [("mqfqd", d.stderr()), ("the shim", c.log())] {
-        assert!(
-            log.contains("share GPU memory with others"),
-            "{who} says why: {log}"
-        );
-    }
+    assert!(
+        c.log().contains("share GPU memory with others"),
+        "the shim says why: {}",
+        c.log()
+    );
     let o = c.ctr(&["task", "resume", "ex"]);
     assert!(o.status.success(), "{}", text(&o));
 
