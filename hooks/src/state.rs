@@ -103,8 +103,11 @@ fn apart() -> MutexGuard<'static, BTreeMap<(Apart, u64), u64>> {
         .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-/// Counts a native allocation of `kind`.
+/// Counts a native allocation of `kind`. The fork handlers are in place from the first count
+/// (a child forked after it starts empty), so the process's first setup keeps what was counted
+/// before it (an application whose first allocation is VMM, stream-ordered or an array).
 pub fn apart_add(kind: Apart, id: u64, bytes: u64) {
+    at_fork();
     apart().insert((kind, id), bytes);
 }
 
@@ -287,7 +290,6 @@ pub fn converting() -> bool {
     }
     REFUSED.store(0, Ordering::Release);
     EXPORTING.store(false, Ordering::Release);
-    apart().clear();
     let on = match std::env::var_os("MQFQ_CTL_DIR") {
         Some(dir) => match crate::control::start(std::path::Path::new(&dir)) {
             Ok(()) => true,
@@ -623,4 +625,19 @@ pub fn prefetch() -> Result<u64, String> {
     }
     RESIDENT.notify_all();
     done
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn what_was_counted_before_the_first_setup_is_kept() {
+        // A process that has not set up yet (as at its start) counts a VMM allocation first.
+        SETUP_PID.store(0, Ordering::Release);
+        apart_add(Apart::Vmm, 0x7e57_0000, 4096);
+        let _ = converting();
+        assert!(native().vmm >= 4096, "{:?}", native());
+        apart_remove(Apart::Vmm, 0x7e57_0000);
+    }
 }

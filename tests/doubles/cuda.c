@@ -996,14 +996,16 @@ CUresult cuCheckpointProcessLock(int pid, CUcheckpointLockArgs *args) {
     if (r == 0) {
         long long limit = args && args->timeoutMs ? (long long)args->timeoutMs * 1000 : -1;
         long long start = now_us();
+        /* Asked once per call: a `lock:N` injection counts calls, not polls. */
+        int fail = ckpt_fail("lock");
         for (;;) {
             int calls = __atomic_load_n(&p->in_calls, __ATOMIC_SEQ_CST);
             long long busy = __atomic_load_n(&p->busy_until_us, __ATOMIC_SEQ_CST);
-            if (!ckpt_fail("lock") && calls == 0 && busy <= now_us()) {
+            if (!fail && calls == 0 && busy <= now_us()) {
                 r = ckpt_move(p, CKPT_LOCKING, CKPT_LOCKED);
                 break;
             }
-            if (ckpt_fail("lock") || (limit >= 0 && now_us() - start >= limit)) {
+            if (fail || (limit >= 0 && now_us() - start >= limit)) {
                 ckpt_move(p, CKPT_LOCKING, CKPT_RUNNING);
                 r = 909;
                 break;
@@ -1022,7 +1024,10 @@ CUresult cuCheckpointProcessCheckpoint(int pid, void *args) {
     if (!p) return 1;
     CUresult r = ckpt_move(p, CKPT_LOCKED, CKPT_CHECKPOINTING);
     const char *delay = getenv("FAKE_CUDA_CKPT_DELAY_MS");
-    if (r == 0 && delay) usleep((useconds_t)atol(delay) * 1000);
+    if (r == 0 && delay) {
+        note("ckpt checkpointing %ld", pid, 0);
+        usleep((useconds_t)atol(delay) * 1000);
+    }
     if (r == 0 && ckpt_fail("checkpoint")) {
         ckpt_move(p, CKPT_CHECKPOINTING, CKPT_FAILED);
         r = 999;

@@ -63,9 +63,14 @@ fn a_checkpoint_restore_without_room_waits_for_it_then_resumes() {
 /// here) stops, is deleted, and leaves no lease, no pool entry and nothing of itself behind.
 #[test]
 fn a_container_killed_mid_checkpoint_leaves_nothing_held() {
-    let Some((c, d, cuda, ctl, ck)) =
-        checkpoint_node("ckpt-kill", &[("FAKE_CUDA_CKPT_DELAY_MS", "3000")], "")
-    else {
+    let shim_log = std::env::temp_dir().join(format!("ckpt-kill-{}.log", std::process::id()));
+    let _ = std::fs::remove_file(&shim_log);
+    let log = shim_log.display().to_string();
+    let Some((c, d, cuda, _ctl, ck)) = checkpoint_node(
+        "ckpt-kill",
+        &[("FAKE_CUDA_CKPT_DELAY_MS", "3000"), ("FAKE_CUDA_LOG", &log)],
+        "",
+    ) else {
         return;
     };
     let flags = ck_flags(&ck);
@@ -75,15 +80,18 @@ fn a_container_killed_mid_checkpoint_leaves_nothing_held() {
     wait_log(&cuda, "k", "launched", |l| count(l, "launch") >= 3);
     let pid = c.task_pid("k");
     assert!(c.ctr(&["task", "pause", "k"]).status.success());
-    // Locked, its checkpoint under way (the driver reads a process being checkpointed as
-    // locked).
-    until("the checkpoint under way", || ck.state(&ctl, pid).0 == 1);
+    // Its checkpoint under way (the double's controller side says so as it begins).
+    let begun = format!("ckpt checkpointing {pid}");
+    until("the checkpoint under way", || {
+        std::fs::read_to_string(&shim_log).is_ok_and(|l| l.lines().any(|l| l.ends_with(&begun)))
+    });
     c.remove("k");
     assert!(
         !Path::new(&format!("/proc/{pid}")).exists(),
         "its process is gone"
     );
     nothing_left(&c, &d);
+    let _ = std::fs::remove_file(&shim_log);
 }
 
 /// On a node whose Warm tier is `checkpoint`, an MPS client (which the driver's checkpoint does
