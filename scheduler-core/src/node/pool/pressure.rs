@@ -155,6 +155,10 @@ impl Pool {
                 e.pending = None;
             }
         }
+        // Host memory first: whether it is short decides whether idle containers may move there.
+        if let Some((avail, total)) = host {
+            self.host_pressure(avail, total, now);
+        }
         self.expire(now);
         // GPU-memory pressure.
         // In GPU order: the same inputs give the same orders, in the same order.
@@ -191,12 +195,10 @@ impl Pool {
         for (gpu, f) in due {
             self.prefetch_function(gpu, &f, true, now);
         }
-        if let Some((avail, total)) = host {
-            self.host_pressure(avail, total, now);
-        }
     }
 
-    /// TTLs: Hot past the hot TTL is evicted, Warm past the warm TTL goes Cold.
+    /// TTLs: Hot past the hot TTL is evicted (not while host memory is short without
+    /// `reclaim`), Warm past the warm TTL goes Cold.
     fn expire(&mut self, now: Time) {
         let mut ttl: Vec<(ContainerKey, crate::tiers::TierMove)> = Vec::new();
         for (k, e) in &self.entries {
@@ -220,6 +222,9 @@ impl Pool {
         }
         for (k, m) in ttl {
             match m {
+                // Host memory short and nothing the pool may free: an idle container moving to
+                // host memory only for its TTL would add to it (GPU pressure still evicts).
+                crate::tiers::TierMove::Evict if self.host_short > 0 && !self.reclaim => {}
                 crate::tiers::TierMove::Evict => {
                     if let Some(e) = self.entries.get_mut(&k) {
                         e.evicted_for = Why::Ttl;

@@ -288,6 +288,14 @@ fn warm_ttl_goes_cold_and_host_pressure_reclaims_only_when_configured() {
             assert_eq!(p.host_short(), 5);
             p.tick(t(103.0), Some((20, 100)));
             assert_eq!((tier(&p, "ns/b"), p.host_short()), (Tier::Warm, 0));
+            // Short again: an idle container past its hot TTL stays Hot rather than add to host
+            // memory; once host memory is back, it is evicted.
+            paused(&mut p, "ns/c", "h", GIB, 103.0);
+            p.tick(t(120.0), Some((5, 100)));
+            assert!(p.take_orders().is_empty());
+            assert_eq!(tier(&p, "ns/c"), Tier::Hot);
+            p.tick(t(121.0), Some((20, 100)));
+            assert_eq!(p.take_orders(), [order("ns/c", Action::Evict)]);
         }
     }
 }
