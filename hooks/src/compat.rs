@@ -282,37 +282,6 @@ pub unsafe extern "C" fn cuIpcGetMemHandle(handle: *mut c_void, dptr: CuDevicePt
     })
 }
 
-type IpcOpenMemHandleFn = unsafe extern "C" fn(*mut CuDevicePtr, IpcHandle, c_uint) -> CuResult;
-
-/// `cudaIpcMemHandle_t`'s bytes, passed by value.
-#[repr(C)]
-#[derive(Clone, Copy)]
-pub struct IpcHandle([u8; 64]);
-
-/// `cuIpcOpenMemHandle_v2`: the driver's answer; memory opened is counted as shared (the
-/// checkpoint backend leaves such a process on the GPU).
-///
-/// # Safety
-/// As the CUDA driver API.
-#[cfg_attr(not(feature = "fuzzing"), unsafe(no_mangle))]
-pub unsafe extern "C" fn cuIpcOpenMemHandle_v2(
-    pdptr: *mut CuDevicePtr,
-    handle: IpcHandle,
-    flags: c_uint,
-) -> CuResult {
-    guard(crate::CUDA_ERROR_UNKNOWN, || {
-        let Some(f) = real::get::<IpcOpenMemHandleFn>(Fn::IpcOpenMemHandle) else {
-            return real::NOT_FOUND;
-        };
-        // SAFETY: forwarding the caller's arguments.
-        let r = unsafe { f(pdptr, handle, flags) };
-        if r == CUDA_SUCCESS {
-            state::shared_noted();
-        }
-        r
-    })
-}
-
 /// `cuMemGetHandleForAddressRange` (dma-buf export): as `cuIpcGetMemHandle`.
 ///
 /// # Safety
@@ -491,10 +460,6 @@ pub fn wrapper(base: &[u8]) -> Option<(Fn, *mut c_void)> {
         b"cuIpcGetMemHandle" => (
             Fn::IpcGetMemHandle,
             cuIpcGetMemHandle as IpcGetMemHandleFn as *mut c_void,
-        ),
-        b"cuIpcOpenMemHandle" => (
-            Fn::IpcOpenMemHandle,
-            cuIpcOpenMemHandle_v2 as IpcOpenMemHandleFn as *mut c_void,
         ),
         b"cuMemGetHandleForAddressRange" => (
             Fn::MemGetHandleForAddressRange,

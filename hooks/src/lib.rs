@@ -34,6 +34,7 @@ mod dlsym;
 mod lifecycle;
 mod native;
 mod real;
+mod share;
 mod state;
 
 /// The fuzz targets' entry point (feature `fuzzing`; not part of the library's interface). With
@@ -209,6 +210,7 @@ fn wrapper(base: &[u8]) -> Option<(Fn, *mut c_void)> {
         other => {
             return native::wrapper(other)
                 .or_else(|| compat::wrapper(other))
+                .or_else(|| share::wrapper(other))
                 .or_else(|| lifecycle::wrapper(other));
         }
     };

@@ -65,10 +65,21 @@ pub enum Fn {
     StreamEndCapturePtsz,
     CtxDestroy,
     PrimaryCtxReset,
+    // Sharing memory with other processes (see `share`).
+    IpcOpenMemHandleV1,
+    MemExportToShareableHandle,
+    MemImportFromShareableHandle,
+    MemPoolExportToShareableHandle,
+    MemPoolImportFromShareableHandle,
+    MemPoolExportPointer,
+    MemPoolImportPointer,
+    // Keep last: it sizes the table.
     PrimaryCtxRelease,
 }
 
-const COUNT: usize = 52;
+/// One slot per [`Fn`]: the last variant's index plus one (a hand-kept count once fell one short
+/// of a new variant, and the last one's lookups indexed past the table).
+const COUNT: usize = Fn::PrimaryCtxRelease as usize + 1;
 
 impl Fn {
     fn index(self) -> usize {
@@ -131,6 +142,13 @@ impl Fn {
             Fn::CtxDestroy => c"cuCtxDestroy_v2",
             Fn::PrimaryCtxReset => c"cuDevicePrimaryCtxReset_v2",
             Fn::PrimaryCtxRelease => c"cuDevicePrimaryCtxRelease_v2",
+            Fn::IpcOpenMemHandleV1 => c"cuIpcOpenMemHandle",
+            Fn::MemExportToShareableHandle => c"cuMemExportToShareableHandle",
+            Fn::MemImportFromShareableHandle => c"cuMemImportFromShareableHandle",
+            Fn::MemPoolExportToShareableHandle => c"cuMemPoolExportToShareableHandle",
+            Fn::MemPoolImportFromShareableHandle => c"cuMemPoolImportFromShareableHandle",
+            Fn::MemPoolExportPointer => c"cuMemPoolExportPointer",
+            Fn::MemPoolImportPointer => c"cuMemPoolImportPointer",
         }
     }
 }

@@ -294,3 +294,23 @@ fn the_gpu_checks_compatibility_program_runs_over_the_double() {
     assert_eq!(export, "export rc=0\nsees 777\n");
     assert!(import.starts_with("import rc=0 words=0 1 2\n"), "{import}");
 }
+
+/// The other ways a process shares GPU memory — a VMM allocation exported and imported, a
+/// memory pool and a pointer of it exported and imported — pass through unchanged and are
+/// counted as shared (the checkpoint backend then never suspends the process); and the primary
+/// context's release, the wrapper after them in the interposer's table, still reaches the driver
+/// (a table one slot short once answered it CUDA_ERROR_UNKNOWN).
+#[test]
+fn every_way_of_sharing_memory_is_counted_and_the_context_release_still_works() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(bin) = ipc_client(dir.path()) else {
+        return;
+    };
+    let ctl = dir.path().join("ctl-share");
+    let (lines, _c) = run(&bin, dir.path(), &["share"], Some(&ctl), &[]);
+    assert_eq!(lines, ["share vmm rc=0 0 pool rc=0 0 pointer rc=0 0"]);
+    assert_eq!(status(&ctl)["shared"], 6, "{:?}", status(&ctl));
+    let ctl = dir.path().join("ctl-release");
+    let (lines, _r) = run(&bin, dir.path(), &["release"], Some(&ctl), &[]);
+    assert_eq!(lines, ["release rc=0"]);
+}

@@ -551,6 +551,48 @@ CUresult cuMemCreate(unsigned long long *handle, size_t size, const void *prop,
     return 0;
 }
 CUresult cuMemRelease(unsigned long long handle) { note("vmm release %ld", (long)handle, 0); return 0; }
+/* Sharing VMM allocations and memory pools with other processes: each export hands out a
+ * number, each import takes one; nothing is really shared (the interposer's counts are what the
+ * tests look at). */
+CUresult cuMemExportToShareableHandle(void *out, unsigned long long handle, int kind,
+                                      unsigned long long flags) {
+    (void)flags;
+    if (!out || kind != 1 /* POSIX file descriptor */) return 1;
+    *(int *)out = (int)handle;
+    note("vmm export %ld", (long)handle, 0);
+    return 0;
+}
+CUresult cuMemImportFromShareableHandle(unsigned long long *handle, void *os, int kind) {
+    if (!handle || kind != 1) return 1;
+    *handle = next_handle++;
+    note("vmm import %ld", (long)(intptr_t)os, 0);
+    return 0;
+}
+CUresult cuMemPoolExportToShareableHandle(void *out, void *pool, int kind,
+                                          unsigned long long flags) {
+    (void)pool; (void)flags;
+    if (!out || kind != 1) return 1;
+    *(int *)out = 7;
+    return 0;
+}
+CUresult cuMemPoolImportFromShareableHandle(void **pool, void *handle, int kind,
+                                            unsigned long long flags) {
+    (void)handle; (void)flags;
+    if (!pool || kind != 1) return 1;
+    *pool = (void *)&next_handle;
+    return 0;
+}
+CUresult cuMemPoolExportPointer(void *out, CUdeviceptr p) {
+    if (!out) return 1;
+    memcpy(out, &p, sizeof p);
+    return 0;
+}
+CUresult cuMemPoolImportPointer(CUdeviceptr *p, void *pool, void *data) {
+    (void)pool;
+    if (!p || !data) return 1;
+    memcpy(p, data, sizeof *p);
+    return 0;
+}
 CUresult cuMemAllocAsync(CUdeviceptr *p, size_t size, CUstream s) {
     (void)s;
     return record(p, size, 1);
@@ -700,6 +742,12 @@ static const struct { const char *name; void *fn; } table[] = {
     {"cuMemcpyAsync", (void *)cuMemcpyAsync},
     {"cuMemCreate", (void *)cuMemCreate},
     {"cuMemRelease", (void *)cuMemRelease},
+    {"cuMemExportToShareableHandle", (void *)cuMemExportToShareableHandle},
+    {"cuMemImportFromShareableHandle", (void *)cuMemImportFromShareableHandle},
+    {"cuMemPoolExportToShareableHandle", (void *)cuMemPoolExportToShareableHandle},
+    {"cuMemPoolImportFromShareableHandle", (void *)cuMemPoolImportFromShareableHandle},
+    {"cuMemPoolExportPointer", (void *)cuMemPoolExportPointer},
+    {"cuMemPoolImportPointer", (void *)cuMemPoolImportPointer},
     {"cuMemAllocAsync", (void *)cuMemAllocAsync},
     {"cuMemFreeAsync", (void *)cuMemFreeAsync},
     {"cuArrayCreate", (void *)cuArrayCreate_v2},

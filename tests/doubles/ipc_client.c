@@ -25,6 +25,10 @@
  *                 then asks its address range and IS_MANAGED: "stale range rc=<r> managed rc=<r>"
  *   dmabuf        allocates 1 MiB and exports it as a dma-buf (cuMemGetHandleForAddressRange), then
  *                 a second buffer: "dmabuf rc=<r> kind=<k>", "dmabuf2 rc=<r> kind=<k>"
+ *   share         the other ways to share memory with a process: a VMM allocation exported and
+ *                 imported, a memory pool exported and imported, a pointer of it exported and
+ *                 imported: "share vmm rc=<r> <r> pool rc=<r> <r> pointer rc=<r> <r>"
+ *   release       releases the primary context it retained: "release rc=<r>"
  * Then it prints "ready" and waits for stdin to close (the test reads the control socket), or
  * with CLIENT_HOLD set (a container without stdin) forever, or with CLIENT_EXIT set not at all.
  */
@@ -57,6 +61,14 @@ CUresult cuMemAllocManaged(CUdeviceptr *, size_t, unsigned);
 CUresult cuDevicePrimaryCtxReset_v2(int);
 CUresult cuGetProcAddress_v2(const char *, void **, int, unsigned long long, int *);
 CUresult cuMemFree_v2(CUdeviceptr);
+CUresult cuMemCreate(unsigned long long *, size_t, const void *, unsigned long long);
+CUresult cuMemExportToShareableHandle(void *, unsigned long long, int, unsigned long long);
+CUresult cuMemImportFromShareableHandle(unsigned long long *, void *, int);
+CUresult cuMemPoolExportToShareableHandle(void *, void *, int, unsigned long long);
+CUresult cuMemPoolImportFromShareableHandle(void **, void *, int, unsigned long long);
+CUresult cuMemPoolExportPointer(void *, CUdeviceptr);
+CUresult cuMemPoolImportPointer(CUdeviceptr *, void *, void *);
+CUresult cuDevicePrimaryCtxRelease_v2(int);
 int fake_cuda_kind(CUdeviceptr);
 void commlib_register(size_t, CUdeviceptr *, int[3]);
 int commlib_is_managed(CUdeviceptr);
@@ -212,6 +224,25 @@ int main(int argc, char **argv) {
         double ns = (b.tv_sec - a.tv_sec) * 1e9 + (b.tv_nsec - a.tv_nsec);
         printf("allocbench %.0f\n", n > 0 ? ns / n : 0);
         return 0;
+    } else if (strcmp(argv[1], "share") == 0) {
+        unsigned long long h = 0, h2 = 0;
+        int fd = -1, pfd = -1;
+        void *pool = NULL;
+        CUdeviceptr p = 0, q = 0;
+        char data[64] = {0};
+        int c = cuMemCreate(&h, SIZE, NULL, 0);
+        int e = c ? c : cuMemExportToShareableHandle(&fd, h, 1, 0);
+        int i = e ? e : cuMemImportFromShareableHandle(&h2, (void *)(long)fd, 1);
+        int pe = cuMemPoolExportToShareableHandle(&pfd, (void *)1, 1, 0);
+        int pi = pe ? pe : cuMemPoolImportFromShareableHandle(&pool, (void *)(long)pfd, 1, 0);
+        int xe = cuMemAlloc_v2(&p, SIZE);
+        xe = xe ? xe : cuMemPoolExportPointer(data, p);
+        int xi = xe ? xe : cuMemPoolImportPointer(&q, pool, data);
+        printf("share vmm rc=%d %d pool rc=%d %d pointer rc=%d %d\n", e, i, pe, pi, xe, xi);
+        rc = 0;
+    } else if (strcmp(argv[1], "release") == 0) {
+        printf("release rc=%d\n", cuDevicePrimaryCtxRelease_v2(0));
+        rc = 0;
     } else if (strcmp(argv[1], "dmabuf") == 0) {
         for (int i = 0; i < 2; i++) {
             CUdeviceptr p = 0;

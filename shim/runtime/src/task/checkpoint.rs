@@ -5,7 +5,7 @@
 //! every call. A lock that does not come in time is "busy" (the container stays Hot, the pool
 //! backs off), as a restore without GPU memory is past its deadline (the container stays Warm,
 //! and its next burst or Resume tries again); any other failure fails the move. A container
-//! whose processes exported or opened GPU memory over CUDA IPC or dma-buf (its interposer
+//! whose processes exported or imported GPU memory (CUDA IPC, dma-buf, VMM, pools: its interposer
 //! counts them) is never suspended: the driver does not support such memory, so the evict fails
 //! before any driver call and the container leaves the pool, on the GPU.
 
@@ -50,8 +50,8 @@ pub(super) fn held_from(a: &Answer, warm: Warm) -> Usage {
 /// "does not support UVM or IPC memory", and leaves a process it fails on in no good state.
 pub(super) fn shared_why(shared: u64) -> String {
     format!(
-        "its processes share GPU memory with others ({shared} CUDA IPC or dma-buf exports and \
-         IPC opens), which the driver's checkpoint does not support: left on the GPU"
+        "its processes share GPU memory with others ({shared} exports and imports: CUDA IPC, \
+         dma-buf, VMM, pools), which the driver's checkpoint does not support: left on the GPU"
     )
 }
 
