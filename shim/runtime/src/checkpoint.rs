@@ -82,6 +82,12 @@ pub enum CkptError {
         /// Its state.
         state: ProcState,
     },
+    /// The caller's last look, with every process locked, refused the checkpoint.
+    #[error("checkpoint refused: {0}")]
+    Refused(String),
+    /// The caller's last look could not be taken now (the move is tried again later).
+    #[error("not now: {0}")]
+    NotNow(String),
     /// A GPU UUID that is not one (the pairs a restore onto another GPU was given).
     #[error("not a GPU UUID: {0:?}")]
     Uuid(String),
@@ -465,6 +471,19 @@ fn unlock_all(driver: &dyn Driver, procs: &[CudaProc]) {
 /// not yet checkpointed unlocked again (the failed one too, if still locked); those already
 /// checkpointed stay so (a later resume restores them, and unlocks any an unlock missed).
 pub fn suspend(driver: &dyn Driver, procs: &[CudaProc], lock_timeout: Duration) -> Outcome {
+    suspend_checked(driver, procs, lock_timeout, &|| Ok(()))
+}
+
+/// [`suspend`], with a last look once every process is locked and before any is checkpointed:
+/// `check` failing unlocks them all and is the outcome's error (nothing was checkpointed). The
+/// shim asks there whether the processes shared GPU memory since it last asked (a locked
+/// process makes no CUDA call, so the answer holds until the checkpoint).
+pub fn suspend_checked(
+    driver: &dyn Driver,
+    procs: &[CudaProc],
+    lock_timeout: Duration,
+    check: &dyn Fn() -> Result<(), CkptError>,
+) -> Outcome {
     let deadline = Instant::now() + lock_timeout;
     let mut locked = Vec::new();
     let mut out = Outcome::default();
@@ -489,6 +508,11 @@ pub fn suspend(driver: &dyn Driver, procs: &[CudaProc], lock_timeout: Duration) 
                 return out;
             }
         }
+    }
+    if let Err(e) = check() {
+        unlock_all(driver, &locked);
+        out.error = Some(e);
+        return out;
     }
     for (i, p) in locked.iter().enumerate() {
         match p.same().and_then(|()| driver.checkpoint(p.pid)) {

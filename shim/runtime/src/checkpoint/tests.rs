@@ -521,3 +521,27 @@ fn once_the_driver_refuses_the_pairs_every_process_is_restored_where_it_was() {
         .count();
     assert_eq!(pairs_tried, 1, "{:?}", d.calls.lock().unwrap());
 }
+
+#[test]
+fn a_last_look_that_refuses_leaves_every_process_running_and_nothing_checkpointed() {
+    let (_c, pids) = sleepers(2);
+    let d = FakeDriver::with(&pids);
+    let procs = found(&d, &pids);
+    let looked = std::cell::Cell::new(0);
+    let refuse = || {
+        looked.set(looked.get() + 1);
+        // Asked with both locked.
+        assert!(pids.iter().all(|p| d.of(*p) == ProcState::Locked));
+        Err(CkptError::Refused("shares memory".into()))
+    };
+    let out = suspend_checked(&d, &procs, Duration::from_secs(1), &refuse);
+    assert_eq!(looked.get(), 1);
+    assert_eq!(out.done, 0);
+    assert!(matches!(out.error, Some(CkptError::Refused(_))), "{out:?}");
+    assert!(pids.iter().all(|p| d.of(*p) == ProcState::Running));
+    let calls = d.calls.lock().unwrap().clone();
+    assert!(
+        calls.iter().all(|c| !c.starts_with("checkpoint")),
+        "{calls:?}"
+    );
+}

@@ -55,6 +55,23 @@ pub(super) fn shared_why(shared: u64) -> String {
     )
 }
 
+/// The last look before a suspend, every process locked: did they share GPU memory since the
+/// status the move began with (the container ran meanwhile)? Their interposers answer without
+/// CUDA; one that cannot answer now makes the move wait for a later try.
+fn unshared(ctl: &Path, id: &str, within: Duration) -> Result<(), CkptError> {
+    let s = crate::uvm::client::send(ctl, id, Command::Status, within);
+    if s.shared > 0 {
+        Err(CkptError::Refused(shared_why(s.shared)))
+    } else if !s.ok() {
+        Err(CkptError::NotNow(format!(
+            "its status: {}",
+            s.errors.join("; ")
+        )))
+    } else {
+        Ok(())
+    }
+}
+
 /// A container's one driver call in progress: taken before a move's thread starts, given back
 /// when that thread ends (even one that outlived its move's deadline).
 struct InFlight(Arc<AtomicBool>);
@@ -160,6 +177,7 @@ impl TaskService {
         // thawed container (running without a lease) is not given long; the rest of the
         // window is the copy's.
         let lock = within.min(LOCK_WAIT);
+        let (ctl, key, ask) = (dir.to_owned(), id.to_owned(), self.pool_timeouts.status);
         let work = tokio::task::spawn_blocking(move || {
             let _flight = flight;
             let procs: Vec<_> = checkpoint::cuda_processes(&*driver, &pids)?
@@ -167,7 +185,7 @@ impl TaskService {
                 .map(|(p, _)| p)
                 .collect();
             let out = if evict {
-                checkpoint::suspend(&*driver, &procs, lock)
+                checkpoint::suspend_checked(&*driver, &procs, lock, &|| unshared(&ctl, &key, ask))
             } else {
                 checkpoint::resume(&*driver, &procs, &onto, Instant::now() + within)
             };
@@ -210,7 +228,11 @@ impl TaskService {
         a.bytes = bytes;
         match out.error {
             None => {}
-            Some(e @ (CkptError::LockTimeout { .. } | CkptError::OutOfMemory { .. })) => {
+            Some(
+                e @ (CkptError::LockTimeout { .. }
+                | CkptError::OutOfMemory { .. }
+                | CkptError::NotNow(_)),
+            ) => {
                 a.busy.push(e.to_string());
             }
             Some(e) => a.errors.push(e.to_string()),
