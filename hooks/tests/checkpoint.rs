@@ -329,7 +329,8 @@ fn the_gpu_check_program_suspends_and_resumes_an_application_over_the_double() {
 /// The GPU check's compatibility program across a checkpoint (`tests/gpu/ckptcompat.c`) over
 /// the double: an application that exported its memory over CUDA IPC is suspended and resumed
 /// by a controller, and a second process then opens the export and shares the memory with it;
-/// another, with a graph capture left open, is suspended and resumed, and its graph then runs.
+/// a pair whose mapping is open is suspended and resumed together and still shares it; another
+/// with a graph capture left open is suspended and resumed, and its graph then runs.
 /// (The double moves no memory at a checkpoint: this checks the program, not the driver.)
 #[test]
 fn the_gpu_check_ipc_and_capture_program_runs_across_a_checkpoint_over_the_double() {
@@ -348,8 +349,11 @@ fn the_gpu_check_ipc_and_capture_program_runs_across_a_checkpoint_over_the_doubl
         "ipc_unlock rc 0",
         "ipc_import rc 0",
         "ipc_import_words 0 1 2",
-        "ipc_import_close rc 0",
         "ipc_exporter_sees 777",
+        "ipc_import_close rc 0",
+        "ipc_live_import_words 0 1 2",
+        "ipc_live_exporter_sees 777",
+        "ipc_live_import_close rc 0",
         "capture_begin rc 0",
         "capture_lock rc 0",
         "capture_state_after_checkpoint 2",
@@ -360,4 +364,28 @@ fn the_gpu_check_ipc_and_capture_program_runs_across_a_checkpoint_over_the_doubl
     ] {
         assert!(out.lines().any(|l| l == line), "{line}: {out}");
     }
+    // Both processes of the live pair locked, then checkpointed, restored and unlocked.
+    for call in ["lock", "checkpoint", "restore", "unlock"] {
+        let line = format!("ipc_live_{call} rc 0");
+        assert_eq!(out.lines().filter(|l| *l == line).count(), 2, "{out}");
+    }
+    // A driver that fails every checkpoint: each round says so and brings its processes back,
+    // and the program ends (failed) rather than hang.
+    let (ok, out) = common::run_gpu_program_status(
+        &bin,
+        dir.path(),
+        &[],
+        &[
+            ("FAKE_CUDA_CKPT_DIR", dir.path()),
+            ("FAKE_CUDA_CKPT_FAIL", Path::new("checkpoint")),
+        ],
+    );
+    assert!(!ok, "{out}");
+    for round in ["ipc", "ipc_live", "capture"] {
+        assert!(
+            out.contains(&format!("error {round}: suspend and resume failed")),
+            "{round}: {out}"
+        );
+    }
+    assert!(out.contains("error ckptcompat: a round failed"), "{out}");
 }

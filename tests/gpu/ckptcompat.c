@@ -23,6 +23,7 @@
  * or checkpointed is restored and unlocked before it is killed (killing a locked process has
  * been reported to hang). Exits 0 when both rounds held, 1 otherwise.
  */
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -102,8 +103,8 @@ static int exporter(int cmd, int ans) {
     return 0;
 }
 
-/* The importer: reads the handle, opens it, reads three words, writes 777 into the first and
- * closes it: (open rc, word 0, word 1, word 2), then (close rc). */
+/* The importer: reads the handle, opens it and reads three words: (open rc, word 0, word 1,
+ * word 2); then per command, 'w' writes 777 into the first word: (rc), 'c' closes it: (rc). */
 static int importer(int cmd, int ans) {
     CUipcMemHandle h;
     if (read(cmd, &h, sizeof h) != sizeof h) return 0;
@@ -114,13 +115,18 @@ static int importer(int cmd, int ans) {
     int r = cuIpcOpenMemHandle(&p, h, 1 /* lazy peer access */);
     if (!r) r = cuMemcpyDtoH(w, p, sizeof w);
     if (say(ans, r, (int)w[0], (int)w[1], (int)w[2], NULL)) return 1;
-    int closed = r;
-    if (!r) {
-        closed = cuMemcpyHtoD(p, &v, sizeof v);
-        if (!closed) closed = cuCtxSynchronize();
-        if (!closed) closed = cuIpcCloseMemHandle(p);
+    char c;
+    while (read(cmd, &c, 1) == 1) {
+        int rc = r;
+        if (!r && c == 'w') {
+            rc = cuMemcpyHtoD(p, &v, sizeof v);
+            if (!rc) rc = cuCtxSynchronize();
+        } else if (!r) {
+            rc = cuIpcCloseMemHandle(p);
+        }
+        if (say(ans, rc, 0, 0, 0, NULL)) return 1;
     }
-    return say(ans, closed, 0, 0, 0, NULL);
+    return 0;
 }
 
 /* The capturer: answers (begin rc) with a capture open; on a command ends it and launches the
@@ -160,9 +166,15 @@ typedef struct {
  * pipe is an end of file it sees, whatever else was forked). */
 static App spawn(int (*body)(int, int)) {
     App a = {-1, -1, -1};
-    int c[2], r[2];
-    if (pipe(c) || pipe(r)) return a;
-    a.pid = fork();
+    int c[2] = {-1, -1}, r[2] = {-1, -1};
+    if (pipe(c) || pipe(r) || (a.pid = fork()) < 0) {
+        for (int k = 0; k < 2; k++) {
+            if (c[k] >= 0) close(c[k]);
+            if (r[k] >= 0) close(r[k]);
+        }
+        a.pid = -1;
+        return a;
+    }
     if (a.pid == 0) {
         for (int fd = 3; fd < 1024; fd++)
             if (fd != c[0] && fd != r[1]) close(fd);
@@ -175,48 +187,64 @@ static App spawn(int (*body)(int, int)) {
     return a;
 }
 
+/* Sends command `c` (none: 0) and reads the answer, within 60 s; nonzero when none came. */
 static int ask(const App *a, char c, Answer *x) {
-    return (c && write(a->cmd, &c, 1) != 1) || read(a->ans, x, sizeof *x) != sizeof *x;
+    if (c && write(a->cmd, &c, 1) != 1) return 1;
+    struct pollfd p = {.fd = a->ans, .events = POLLIN};
+    return poll(&p, 1, 60000) != 1 || read(a->ans, x, sizeof *x) != sizeof *x;
 }
 
-/* Lock, checkpoint, restore, unlock `pid`, each answer printed under `round`; on a failure the
- * process is brought back to running as far as the driver lets it, and 1 is returned. */
-static int suspend_resume(const char *round, pid_t pid) {
+/* Lock every one of `pids`, then checkpoint, restore and unlock each (as the shim does a
+ * container's processes), each answer printed under `round`; on a failure each process is
+ * brought back to running as far as the driver lets it, and 1 is returned. */
+static int suspend_resume(const char *round, const pid_t *pids, int n) {
+    CUresult r = 0;
     CUcheckpointLockArgs la = {.timeoutMs = 10000};
-    CUresult r = ckLock(pid, &la);
-    printf("%s_lock rc %d\n", round, r);
-    if (!r) printf("%s_checkpoint rc %d\n", round, r = ckCheckpoint(pid, NULL));
-    if (!r) {
+    for (int k = 0; k < n && !r; k++) printf("%s_lock rc %d\n", round, r = ckLock(pids[k], &la));
+    for (int k = 0; k < n && !r; k++) {
+        printf("%s_checkpoint rc %d\n", round, r = ckCheckpoint(pids[k], NULL));
         int st = -1;
-        ckState(pid, &st);
-        printf("%s_state_after_checkpoint %d\n", round, st);
-        printf("%s_restore rc %d\n", round, r = ckRestore(pid, NULL));
+        ckState(pids[k], &st);
+        if (!r) printf("%s_state_after_checkpoint %d\n", round, st);
     }
-    if (!r) printf("%s_unlock rc %d\n", round, r = ckUnlock(pid, NULL));
+    for (int k = 0; k < n && !r; k++) printf("%s_restore rc %d\n", round, r = ckRestore(pids[k], NULL));
+    for (int k = 0; k < n && !r; k++) printf("%s_unlock rc %d\n", round, r = ckUnlock(pids[k], NULL));
     if (!r) return 0;
-    int st = -1;
-    ckState(pid, &st);
-    printf("error %s: suspend and resume failed; driver state %d\n", round, st);
-    if (st == 2) ckRestore(pid, NULL); /* checkpointed */
-    if (st == 1 || st == 2) ckUnlock(pid, NULL);
+    for (int k = 0; k < n; k++) {
+        int st = -1;
+        ckState(pids[k], &st);
+        printf("error %s: suspend and resume failed; pid %d's driver state %d\n", round,
+               (int)pids[k], st);
+        if (st == 2) ckRestore(pids[k], NULL); /* checkpointed */
+        if (st == 1 || st == 2) ckUnlock(pids[k], NULL);
+    }
     return 1;
 }
 
-static int round_ipc(const App *ex, const App *im) {
+/* An IPC pair across a checkpoint under `round`: the importer opens the exporter's memory
+ * after the exporter was suspended and resumed (`live` 0), or before, both then suspended and
+ * resumed together with the mapping open (`live` 1: what r570 is documented not to support). */
+static int round_ipc(const char *round, const App *ex, const App *im, int live) {
     Answer x;
-    if (ask(ex, 0, &x)) return printf("error ipc: the exporter is gone\n"), 1;
-    printf("ipc_export rc %d\n", x.v[0]);
-    if (x.v[0]) return printf("error ipc: no export\n"), 1;
+    if (ask(ex, 0, &x)) return printf("error %s: the exporter is gone\n", round), 1;
+    printf("%s_export rc %d\n", round, x.v[0]);
+    if (x.v[0]) return printf("error %s: no export\n", round), 1;
     CUipcMemHandle h = x.h;
-    if (suspend_resume("ipc", ex->pid)) return 1;
+    pid_t both[2] = {ex->pid, im->pid};
+    if (!live && suspend_resume(round, both, 1)) return 1;
     if (write(im->cmd, &h, sizeof h) != sizeof h || ask(im, 0, &x))
-        return printf("error ipc: the importer is gone\n"), 1;
-    printf("ipc_import rc %d\nipc_import_words %d %d %d\n", x.v[0], x.v[1], x.v[2], x.v[3]);
-    if (x.v[0] || ask(im, 0, &x)) return printf("error ipc: import failed\n"), 1;
-    printf("ipc_import_close rc %d\n", x.v[0]);
-    if (x.v[0] || ask(ex, 'r', &x)) return printf("error ipc: close failed\n"), 1;
-    printf("ipc_exporter_sees %d\n", x.v[1]);
-    return x.v[0] || x.v[1] != 777 ? printf("error ipc: the write was not shared\n"), 1 : 0;
+        return printf("error %s: the importer is gone\n", round), 1;
+    printf("%s_import rc %d\n%s_import_words %d %d %d\n", round, x.v[0], round, x.v[1], x.v[2],
+           x.v[3]);
+    if (x.v[0]) return printf("error %s: import failed\n", round), 1;
+    if (live && suspend_resume(round, both, 2)) return 1;
+    if (ask(im, 'w', &x) || x.v[0]) return printf("error %s: the importer's write failed\n", round), 1;
+    if (ask(ex, 'r', &x)) return printf("error %s: the exporter is gone\n", round), 1;
+    printf("%s_exporter_sees %d\n", round, x.v[1]);
+    int wrong = x.v[0] || x.v[1] != 777;
+    if (ask(im, 'c', &x)) return printf("error %s: the importer is gone\n", round), 1;
+    printf("%s_import_close rc %d\n", round, x.v[0]);
+    return wrong || x.v[0] ? printf("error %s: the memory was not shared\n", round), 1 : 0;
 }
 
 static int round_capture(const App *cap) {
@@ -224,7 +252,7 @@ static int round_capture(const App *cap) {
     if (ask(cap, 0, &x)) return printf("error capture: the capturer is gone\n"), 1;
     printf("capture_begin rc %d\n", x.v[0]);
     if (x.v[0]) return printf("error capture: no capture\n"), 1;
-    if (suspend_resume("capture", cap->pid)) return 1;
+    if (suspend_resume("capture", &cap->pid, 1)) return 1;
     if (ask(cap, 'g', &x)) return printf("error capture: the capturer is gone\n"), 1;
     printf("capture_end rc %d\ncapture_graph_launch rc %d\ncapture_results_wrong %d of %u\n",
            x.v[0], x.v[1], x.v[2], WORDS);
@@ -266,13 +294,20 @@ int main(void) {
     LOAD(h, cuIpcOpenMemHandle, "cuIpcOpenMemHandle_v2");
     LOAD(h, cuIpcCloseMemHandle, "cuIpcCloseMemHandle");
     /* Every application before the controller's driver starts: a forked CUDA process is unusable. */
-    App apps[3] = {spawn(exporter), spawn(importer), spawn(capturer)};
-    for (int k = 0; k < 3; k++)
-        if (apps[k].pid < 0) return printf("error fork\n"), 1;
-    printf("controller_init %d\n", cuInit(0));
-    int failed = round_ipc(&apps[0], &apps[1]);
-    failed |= round_capture(&apps[2]);
-    for (int k = 0; k < 3; k++) failed |= reap(&apps[k]);
+    signal(SIGPIPE, SIG_IGN); /* a child gone is an error said, not the controller's end */
+    App apps[5] = {spawn(exporter), spawn(importer), spawn(exporter), spawn(importer),
+                   spawn(capturer)};
+    int failed = 0;
+    for (int k = 0; k < 5; k++) failed |= apps[k].pid < 0;
+    if (failed) printf("error fork\n");
+    if (!failed) {
+        printf("controller_init %d\n", cuInit(0));
+        failed |= round_ipc("ipc", &apps[0], &apps[1], 0);
+        failed |= round_ipc("ipc_live", &apps[2], &apps[3], 1);
+        failed |= round_capture(&apps[4]);
+    }
+    for (int k = 0; k < 5; k++)
+        if (apps[k].pid > 0) failed |= reap(&apps[k]);
     if (failed) printf("error ckptcompat: a round failed\n");
     return failed;
 }

@@ -219,19 +219,47 @@ pub fn gpu_program(dir: &Path, name: &str) -> PathBuf {
 /// and `env`; its standard output, once it exited successfully.
 ///
 /// # Panics
-/// It could not run, or it failed (the message has its output).
+/// It could not run, it failed (the message has its output), or it ran past 120 s (killed).
 pub fn run_gpu_program(bin: &Path, dir: &Path, args: &[&str], env: &[(&str, &Path)]) -> String {
-    let o = Command::new(bin)
+    let (ok, out) = run_gpu_program_status(bin, dir, args, env);
+    assert!(ok, "{args:?}: {out}");
+    out
+}
+
+/// As [`run_gpu_program`], whether it exited successfully or not: `(success, stdout + stderr)`.
+///
+/// # Panics
+/// It could not run, or it ran past 120 s (killed: a program that hangs fails the test).
+pub fn run_gpu_program_status(
+    bin: &Path,
+    dir: &Path,
+    args: &[&str],
+    env: &[(&str, &Path)],
+) -> (bool, String) {
+    let out_file = dir.join(format!("gpu-program-{}.out", std::process::id()));
+    let file = std::fs::File::create(&out_file).unwrap();
+    let mut child = Command::new(bin)
         .args(args)
         .env("LD_LIBRARY_PATH", dir)
         .envs(env.iter().copied())
-        .output()
+        .stdout(file.try_clone().unwrap())
+        .stderr(file)
+        .spawn()
         .unwrap();
-    let out = String::from_utf8_lossy(&o.stdout).into_owned();
-    assert!(
-        o.status.success(),
-        "{args:?}: {out}{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    out
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            let out = std::fs::read_to_string(&out_file).unwrap_or_default();
+            panic!("{args:?} ran past 120 s: {out}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let out = std::fs::read_to_string(&out_file).unwrap_or_default();
+    let _ = std::fs::remove_file(&out_file);
+    (status.success(), out)
 }
