@@ -19,16 +19,14 @@ use crate::runtime::CreateArgs;
 use mqfq_proto::warm::{ANNOTATION as WARM, Warm};
 
 /// Why the driver's checkpoint API cannot suspend this container's processes, if it cannot: it
-/// serves neither MIG instances nor MPS clients (NVIDIA's documented limits).
+/// serves neither MIG instances nor MPS clients (NVIDIA's documented limits). A GPU in MIG mode
+/// granted whole (`all`, an index) is not seen here: the shim does not know the GPU's mode.
 pub(crate) fn checkpoint_cannot_serve(
     spec: &serde_json::Value,
     work: &gpu::GpuWork,
 ) -> Option<&'static str> {
     let mig = |d: &str| d.starts_with("MIG-") || d.contains(':');
     let named = |s: &mqfq_edits::GpuSelection| matches!(s, mqfq_edits::GpuSelection::Devices(d) if d.iter().any(|d| mig(d)));
-    if named(&work.gpus) || work.grant.as_ref().is_some_and(named) {
-        return Some("a MIG instance");
-    }
     let mut env = spec
         .pointer("/process/env")
         .and_then(serde_json::Value::as_array)
@@ -41,6 +39,14 @@ pub(crate) fn checkpoint_cannot_serve(
         .into_iter()
         .flatten()
         .filter_map(|m| m.get("destination")?.as_str());
+    // The container's own pick among its devices can name a MIG instance too.
+    let picked = env.clone().any(|kv| {
+        kv.strip_prefix("CUDA_VISIBLE_DEVICES=")
+            .is_some_and(|v| v.split(',').any(|d| d.trim().starts_with("MIG-")))
+    });
+    if picked || named(&work.gpus) || work.grant.as_ref().is_some_and(named) {
+        return Some("a MIG instance");
+    }
     if env.any(|kv| kv.starts_with("CUDA_MPS_PIPE_DIRECTORY="))
         || mounts.any(|d| d.trim_end_matches('/').ends_with("/nvidia-mps"))
     {

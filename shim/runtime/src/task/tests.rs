@@ -522,6 +522,8 @@ fn the_checkpoint_backend_is_not_chosen_for_mig_instances_or_mps_clients() {
     for mig in ["MIG-4c1d", "0:1"] {
         assert_eq!(cannot(&plain, &work(&["0", mig])), Some("a MIG instance"));
     }
+    let picked = json!({"process": {"env": ["CUDA_VISIBLE_DEVICES=0, MIG-77aa"]}});
+    assert_eq!(cannot(&picked, &work(&["all"])), Some("a MIG instance"));
     let mut granted = work(&["0"]);
     granted.grant = Some(crate::gpu::GpuSelection::Devices(vec!["MIG-4c1d".into()]));
     assert_eq!(cannot(&plain, &granted), Some("a MIG instance"));
