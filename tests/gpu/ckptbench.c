@@ -32,14 +32,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "ckpt_args.h"
-#include "drvapi.h"
+#include "ckpt_api.h"
 
-static CUresult (*ckLock)(int, CUcheckpointLockArgs *);
-static CUresult (*ckCheckpoint)(int, void *);
-static CUresult (*ckRestore)(int, void *);
-static CUresult (*ckUnlock)(int, void *);
-static CUresult (*ckState)(int, int *);
 
 #include "inc_ptx.h"
 
@@ -169,12 +163,7 @@ int main(int argc, char **argv) {
     size_t bytes = (size_t)atol(argv[1]) << 20;
     int rounds = atoi(argv[2]);
     void *h;
-    if (load_driver(&h)) return 1;
-    LOAD(h, ckLock, "cuCheckpointProcessLock");
-    LOAD(h, ckCheckpoint, "cuCheckpointProcessCheckpoint");
-    LOAD(h, ckRestore, "cuCheckpointProcessRestore");
-    LOAD(h, ckUnlock, "cuCheckpointProcessUnlock");
-    LOAD(h, ckState, "cuCheckpointProcessGetState");
+    if (load_driver(&h) || load_ckpt_api(h)) return 1;
     int cmd[2], ans[2];
     if (pipe(cmd) || pipe(ans)) return 1;
     pid_t pid = fork();

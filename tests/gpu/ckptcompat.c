@@ -31,8 +31,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "ckpt_args.h"
-#include "drvapi.h"
+#include "ckpt_api.h"
 #include "inc_ptx.h"
 
 typedef void *CUstream;
@@ -42,11 +41,6 @@ typedef struct {
     char bytes[64];
 } CUipcMemHandle;
 
-static CUresult (*ckLock)(int, CUcheckpointLockArgs *);
-static CUresult (*ckCheckpoint)(int, void *);
-static CUresult (*ckRestore)(int, void *);
-static CUresult (*ckUnlock)(int, void *);
-static CUresult (*ckState)(int, int *);
 static CUresult (*cuStreamCreate)(CUstream *, unsigned);
 static CUresult (*cuStreamSynchronize)(CUstream);
 static CUresult (*cuStreamBeginCapture)(CUstream, int);
@@ -278,12 +272,7 @@ static int reap(const App *a) {
 int main(void) {
     setvbuf(stdout, NULL, _IOLBF, 0);
     void *h;
-    if (load_driver(&h)) return 1;
-    LOAD(h, ckLock, "cuCheckpointProcessLock");
-    LOAD(h, ckCheckpoint, "cuCheckpointProcessCheckpoint");
-    LOAD(h, ckRestore, "cuCheckpointProcessRestore");
-    LOAD(h, ckUnlock, "cuCheckpointProcessUnlock");
-    LOAD(h, ckState, "cuCheckpointProcessGetState");
+    if (load_driver(&h) || load_ckpt_api(h)) return 1;
     LOAD(h, cuStreamCreate, "cuStreamCreate");
     LOAD(h, cuStreamSynchronize, "cuStreamSynchronize");
     LOAD(h, cuStreamBeginCapture, "cuStreamBeginCapture_v2");

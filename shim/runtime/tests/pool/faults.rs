@@ -4,6 +4,15 @@
 
 use super::*;
 
+/// A fresh file for the shims' driver-double log (`FAKE_CUDA_LOG` in their environment): its
+/// path, and the path as text for the environment.
+fn shim_log(name: &str) -> (std::path::PathBuf, String) {
+    let path = std::env::temp_dir().join(format!("{name}-{}.log", std::process::id()));
+    let _ = std::fs::remove_file(&path);
+    let text = path.display().to_string();
+    (path, text)
+}
+
 /// Polls `what` every 20 ms for up to 30 s.
 fn until(what: &str, mut done: impl FnMut() -> bool) {
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -17,9 +26,7 @@ fn until(what: &str, mut done: impl FnMut() -> bool) {
 /// waits and retries within the move timeout, then restores and unlocks the process; it runs.
 #[test]
 fn a_checkpoint_restore_without_room_waits_for_it_then_resumes() {
-    let shim_log = std::env::temp_dir().join(format!("ckpt-wait-{}.log", std::process::id()));
-    let _ = std::fs::remove_file(&shim_log);
-    let log = shim_log.display().to_string();
+    let (shim_log, log) = shim_log("ckpt-wait");
     let Some((c, d, cuda, ctl, ck)) = checkpoint_node(
         "ckpt-wait",
         &[
@@ -63,9 +70,7 @@ fn a_checkpoint_restore_without_room_waits_for_it_then_resumes() {
 /// here) stops, is deleted, and leaves no lease, no pool entry and nothing of itself behind.
 #[test]
 fn a_container_killed_mid_checkpoint_leaves_nothing_held() {
-    let shim_log = std::env::temp_dir().join(format!("ckpt-kill-{}.log", std::process::id()));
-    let _ = std::fs::remove_file(&shim_log);
-    let log = shim_log.display().to_string();
+    let (shim_log, log) = shim_log("ckpt-kill");
     let Some((c, d, cuda, _ctl, ck)) = checkpoint_node(
         "ckpt-kill",
         &[("FAKE_CUDA_CKPT_DELAY_MS", "3000"), ("FAKE_CUDA_LOG", &log)],
