@@ -271,11 +271,13 @@ pub unsafe extern "C" fn cuIpcGetMemHandle(handle: *mut c_void, dptr: CuDevicePt
         let Some(f) = real::get::<IpcGetMemHandleFn>(Fn::IpcGetMemHandle) else {
             return real::NOT_FOUND;
         };
+        state::sharing_begins();
         // SAFETY: forwarding the caller's arguments.
         let r = unsafe { f(handle, dptr) };
-        if r == CUDA_SUCCESS {
-            state::shared_noted();
-        } else if let Some((base, size)) = live_converted(dptr) {
+        state::sharing_ends(r == CUDA_SUCCESS);
+        if r != CUDA_SUCCESS
+            && let Some((base, size)) = live_converted(dptr)
+        {
             refused("cuIpcGetMemHandle", base, size, r);
         }
         r
@@ -299,11 +301,13 @@ pub unsafe extern "C" fn cuMemGetHandleForAddressRange(
         else {
             return real::NOT_FOUND;
         };
+        state::sharing_begins();
         // SAFETY: forwarding the caller's arguments.
         let r = unsafe { f(handle, dptr, size, kind, flags) };
-        if r == CUDA_SUCCESS {
-            state::shared_noted();
-        } else if let Some((base, bytes)) = live_converted(dptr) {
+        state::sharing_ends(r == CUDA_SUCCESS);
+        if r != CUDA_SUCCESS
+            && let Some((base, bytes)) = live_converted(dptr)
+        {
             refused("cuMemGetHandleForAddressRange", base, bytes, r);
         }
         r

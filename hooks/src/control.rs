@@ -6,7 +6,7 @@
 //! → status                   ← ok managed=<bytes> resident=<bytes> native=<bytes> evicted=<0|1>
 //!                                 vmm=<bytes> async=<bytes> array=<bytes> setting=<bytes>
 //!                                 library=<bytes> export=<bytes> refused=<count>
-//!                                 shared=<count>                                   (one line)
+//!                                 shared=<count> sharing=<count>                   (one line)
 //! → evict                    ← ok evicted=<bytes>
 //! → prefetch                 ← ok prefetched=<bytes>
 //! anything else              ← error <why>            (logged; the connection stays usable)
@@ -144,9 +144,10 @@ pub(crate) fn answer(line: &str, greeted: &mut bool, expected: Option<&str>) -> 
         "status" => {
             let (managed, resident, evicted) = crate::state::status();
             let k = crate::state::native();
+            let (shared, sharing) = crate::state::shared();
             format!(
                 "ok managed={managed} resident={resident} native={} evicted={} vmm={} async={} \
-                 array={} setting={} library={} export={} refused={} shared={}",
+                 array={} setting={} library={} export={} refused={} shared={} sharing={}",
                 k.alloc_native(),
                 u8::from(evicted),
                 k.vmm,
@@ -156,7 +157,8 @@ pub(crate) fn answer(line: &str, greeted: &mut bool, expected: Option<&str>) -> 
                 k.library,
                 k.export,
                 k.refused,
-                crate::state::shared()
+                shared,
+                sharing
             )
         }
         "evict" => match crate::state::evict() {

@@ -156,6 +156,10 @@ pub unsafe extern "C" fn lookup(handle: *mut c_void, symbol: *const c_char) -> *
         if !name.starts_with(b"cu") {
             return found;
         }
+        // IPC has no 32-bit ABI: its name before CUDA 11 is the same call, counted too.
+        if name == b"cuIpcOpenMemHandle" {
+            return crate::share::ipc_open_v1(found);
+        }
         // A per-thread default stream variant (`cuLaunchKernel_ptsz`) has its own wrapper.
         let (plain, per_thread) = ptds::split(name);
         let found_wrapper = wrapper(base_name(plain)).and_then(|w| {

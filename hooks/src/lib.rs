@@ -245,6 +245,11 @@ fn substitute(symbol: *const c_char, pfn: *mut *mut c_void, version: c_int, flag
     if let Some((which, ours)) = wrapper(base_name(name)) {
         // A `_v2` / `_v3` function's lookup for an older CUDA is its 32-bit-size ABI.
         let sym = which.symbol().to_bytes();
+        if which == Fn::IpcOpenMemHandle && version < share::IPC_OPEN_V2 {
+            // SAFETY: `pfn` is the caller's out-pointer, checked non-null.
+            unsafe { *pfn = share::ipc_open_v1(found) };
+            return;
+        }
         if base_name(sym) != sym && version < V2_ABI {
             return;
         }

@@ -24,18 +24,29 @@ type PoolExportPointerFn = unsafe extern "C" fn(*mut c_void, CuDevicePtr) -> CuR
 type PoolImportPointerFn =
     unsafe extern "C" fn(*mut CuDevicePtr, *mut c_void, *mut c_void) -> CuResult;
 
-/// The driver's answer to `call`, counted as shared memory when it granted it.
-fn counted(call: impl FnOnce() -> Option<CuResult>) -> CuResult {
-    guard(crate::CUDA_ERROR_UNKNOWN, || match call() {
-        None => real::NOT_FOUND,
-        Some(r) => {
-            if r == CUDA_SUCCESS {
-                state::shared_noted();
-            }
-            r
-        }
+/// The driver's answer to `call`: under way from before the driver is called, counted as shared
+/// memory when it granted it.
+pub(crate) fn counted(call: impl FnOnce() -> Option<CuResult>) -> CuResult {
+    guard(crate::CUDA_ERROR_UNKNOWN, || {
+        state::sharing_begins();
+        let r = call();
+        state::sharing_ends(r == Some(CUDA_SUCCESS));
+        r.unwrap_or(real::NOT_FOUND)
     })
 }
+
+/// The lookups of `cuIpcOpenMemHandle` by its name before CUDA 11 (`dlsym`, and
+/// `cuGetProcAddress` for an older version): its own wrapper, the driver's `found` remembered.
+pub fn ipc_open_v1(found: *mut c_void) -> *mut c_void {
+    let ours = cuIpcOpenMemHandle as IpcOpenMemHandleFn as *mut c_void;
+    if found != ours {
+        real::remember(Fn::IpcOpenMemHandleV1, found);
+    }
+    ours
+}
+
+/// The first CUDA version whose `cuIpcOpenMemHandle` is `cuIpcOpenMemHandle_v2`.
+pub const IPC_OPEN_V2: c_int = 11000;
 
 /// `cuIpcOpenMemHandle_v2`: another process's memory opened here.
 ///
@@ -55,12 +66,11 @@ pub unsafe extern "C" fn cuIpcOpenMemHandle_v2(
 }
 
 /// `cuIpcOpenMemHandle`, the name before CUDA 11 (the same arguments): exported for callers
-/// linked to it, never substituted by name lookups (see `dlsym`).
+/// linked to it, and handed out for lookups of that name ([`ipc_open_v1`]).
 ///
 /// # Safety
 /// As the CUDA driver API.
 #[cfg_attr(not(feature = "fuzzing"), unsafe(no_mangle))]
-#[cfg_attr(feature = "fuzzing", expect(dead_code, reason = "only exported"))]
 pub unsafe extern "C" fn cuIpcOpenMemHandle(
     pdptr: *mut CuDevicePtr,
     handle: IpcHandle,

@@ -162,17 +162,33 @@ pub fn export_refused() -> bool {
 /// "does not support UVM or IPC memory"), so the shim never checkpoints a process that has any.
 static SHARED: AtomicU64 = AtomicU64::new(0);
 
-/// Counts one export or IPC open of GPU memory the driver granted. Sets the process up first
-/// (its control socket, where the shim reads the count): a process that only opens another's
-/// memory never allocates, which is where that otherwise happens.
-pub fn shared_noted() {
+/// Sharing calls under way in this process (entered, not yet answered by the driver).
+static SHARING: AtomicU64 = AtomicU64::new(0);
+
+/// A sharing call begins: counted as under way before the driver is called, so a look at the
+/// process while the driver holds the call (a checkpoint lock) sees it. Sets the process up
+/// first (its control socket, where the shim reads the counts): a process that only opens
+/// another's memory never allocates, which is where that otherwise happens.
+pub fn sharing_begins() {
     let _ = converting();
-    SHARED.fetch_add(1, Ordering::AcqRel);
+    SHARING.fetch_add(1, Ordering::AcqRel);
 }
 
-/// Exports and IPC opens the driver granted this process (see [`shared_noted`]).
-pub fn shared() -> u64 {
-    SHARED.load(Ordering::Acquire)
+/// The sharing call begun with [`sharing_begins`] ended: counted as shared if the driver
+/// granted it.
+pub fn sharing_ends(granted: bool) {
+    if granted {
+        SHARED.fetch_add(1, Ordering::AcqRel);
+    }
+    SHARING.fetch_sub(1, Ordering::AcqRel);
+}
+
+/// Exports and imports the driver granted this process, and sharing calls under way.
+pub fn shared() -> (u64, u64) {
+    (
+        SHARED.load(Ordering::Acquire),
+        SHARING.load(Ordering::Acquire),
+    )
 }
 
 /// Whether this process asked to export converted memory (its later allocations stay native).
@@ -249,6 +265,7 @@ extern "C" fn fork_child() {
     REFUSED.store(0, Ordering::Release);
     EXPORTING.store(false, Ordering::Release);
     SHARED.store(0, Ordering::Release);
+    SHARING.store(0, Ordering::Release);
     SETUP_PID.store(0, Ordering::Release);
     CONVERTING.store(0, Ordering::Release);
 }
@@ -276,8 +293,14 @@ pub fn converting() -> bool {
     if SETUP_PID.load(Ordering::Acquire) == pid {
         return CONVERTING.load(Ordering::Acquire) == 1;
     }
-    if SETUP_PID.swap(pid, Ordering::AcqRel) == pid {
+    let before = SETUP_PID.swap(pid, Ordering::AcqRel);
+    if before == pid {
         return CONVERTING.load(Ordering::Acquire) == 1;
+    }
+    if before != 0 {
+        // A child made without the fork handlers (a raw clone): its parent's counts are not its.
+        apart().clear();
+        SHARED.store(0, Ordering::Release);
     }
     {
         let mut m = memory();
@@ -630,6 +653,17 @@ pub fn prefetch() -> Result<u64, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_sharing_call_counts_as_under_way_until_the_driver_answers() {
+        let (shared, sharing) = shared();
+        sharing_begins();
+        assert_eq!(super::shared(), (shared, sharing + 1));
+        sharing_ends(true);
+        sharing_begins();
+        sharing_ends(false);
+        assert_eq!(super::shared(), (shared + 1, sharing));
+    }
 
     #[test]
     fn what_was_counted_before_the_first_setup_is_kept() {

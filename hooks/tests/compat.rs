@@ -310,6 +310,13 @@ fn every_way_of_sharing_memory_is_counted_and_the_context_release_still_works() 
     let (lines, _c) = run(&bin, dir.path(), &["share"], Some(&ctl), &[]);
     assert_eq!(lines, ["share vmm rc=0 0 pool rc=0 0 pointer rc=0 0"]);
     assert_eq!(status(&ctl)["shared"], 6, "{:?}", status(&ctl));
+    // The name before CUDA 11, looked up by dlsym: the same call, counted too.
+    let ctl = dir.path().join("ctl-v1");
+    let native = [("MQFQ_NATIVE", Path::new("all"))];
+    let (lines, _v) = run(&bin, dir.path(), &["v1open"], Some(&ctl), &native);
+    assert_eq!(lines, ["v1open rc=0"]);
+    let st = status(&ctl);
+    assert_eq!((st["shared"], st["sharing"]), (2, 0), "{st:?}");
     let ctl = dir.path().join("ctl-release");
     let (lines, _r) = run(&bin, dir.path(), &["release"], Some(&ctl), &[]);
     assert_eq!(lines, ["release rc=0"]);

@@ -311,7 +311,7 @@ fn native_allocations_are_counted_apart_and_ex_launches_async_copies_and_threads
         s.ask("status"),
         format!(
             "ok managed={managed} resident={managed} native=0 evicted=0 vmm={} async={} array={array} \
-             setting=0 library=0 export=0 refused=0 shared=0",
+             setting=0 library=0 export=0 refused=0 shared=0 sharing=0",
             2 << 20,
             3 << 20
         )

@@ -648,6 +648,10 @@ CUresult cuIpcOpenMemHandle_v2(CUdeviceptr *p, CUipcMemHandle h, unsigned int fl
     note("ipc open %ld", (long)x.size, 0);
     return 0;
 }
+/* The name before CUDA 11: the same call. */
+CUresult cuIpcOpenMemHandle(CUdeviceptr *p, CUipcMemHandle h, unsigned int flags) {
+    return cuIpcOpenMemHandle_v2(p, h, flags);
+}
 CUresult cuIpcCloseMemHandle(CUdeviceptr p) {
     int i = find(p);
     if (i < 0 || allocs[i].kind != 3) return 1;

@@ -29,9 +29,12 @@
  *                 imported, a memory pool exported and imported, a pointer of it exported and
  *                 imported: "share vmm rc=<r> <r> pool rc=<r> <r> pointer rc=<r> <r>"
  *   release       releases the primary context it retained: "release rc=<r>"
+ *   v1open        exports 1 MiB and opens its own handle through the name before CUDA 11, looked
+ *                 up with dlsym: "v1open rc=<r>"
  * Then it prints "ready" and waits for stdin to close (the test reads the control socket), or
  * with CLIENT_HOLD set (a container without stdin) forever, or with CLIENT_EXIT set not at all.
  */
+#include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -239,6 +242,18 @@ int main(int argc, char **argv) {
         xe = xe ? xe : cuMemPoolExportPointer(data, p);
         int xi = xe ? xe : cuMemPoolImportPointer(&q, pool, data);
         printf("share vmm rc=%d %d pool rc=%d %d pointer rc=%d %d\n", e, i, pe, pi, xe, xi);
+        rc = 0;
+    } else if (strcmp(argv[1], "v1open") == 0) {
+        CUdeviceptr p = 0, q = 0;
+        CUipcMemHandle h;
+        void *lib = dlopen("libcuda.so.1", RTLD_NOW);
+        CUresult (*open1)(CUdeviceptr *, CUipcMemHandle, unsigned) =
+            lib ? (CUresult(*)(CUdeviceptr *, CUipcMemHandle, unsigned))dlsym(lib, "cuIpcOpenMemHandle")
+                : NULL;
+        int r = open1 ? cuMemAlloc_v2(&p, SIZE) : 98;
+        r = r ? r : cuIpcGetMemHandle(&h, p);
+        r = r ? r : open1(&q, h, 1);
+        printf("v1open rc=%d\n", r);
         rc = 0;
     } else if (strcmp(argv[1], "release") == 0) {
         printf("release rc=%d\n", cuDevicePrimaryCtxRelease_v2(0));

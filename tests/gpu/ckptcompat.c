@@ -6,22 +6,27 @@
  * loaded at run time, one kernel as PTX, so no CUDA toolkit is needed:
  *   cc -O2 -o ckptcompat ckptcompat.c -ldl
  *
- *   ckptcompat   forks three applications, then initialises the driver (the controller), and
- *                runs two rounds, one property each, so that a refusal is pinned on it:
- *   ipc_*        the exporter allocates 1 MiB of native memory (word i = i) and exports it
+ *   ckptcompat   forks five applications, then initialises the driver (the controller), and
+ *                runs three rounds, one property each, so that a refusal is pinned on it:
+ *   ipc_*        an exporter allocates 1 MiB of native memory (word i = i) and exports it
  *                (`ipc_export rc`); the controller locks, checkpoints, restores and unlocks it
  *                (`ipc_lock rc`, `ipc_checkpoint rc`, `ipc_state_after_checkpoint`,
- *                `ipc_restore rc`, `ipc_unlock rc`); then the importer opens the handle
- *                (`ipc_import rc`, `ipc_import_words 0 1 2` expected), writes 777 into word 0 and
- *                closes it (`ipc_import_close rc`), and the exporter reads it (`ipc_exporter_sees`).
- *   capture_*    the capturer fills 1 MiB the same way and begins a stream capture (global mode)
+ *                `ipc_restore rc`, `ipc_unlock rc`); then an importer opens the handle
+ *                (`ipc_import rc`, `ipc_import_words 0 1 2` expected), writes 777 into word 0,
+ *                the exporter reads it (`ipc_exporter_sees`), the importer closes it
+ *                (`ipc_import_close rc`).
+ *   ipc_live_*   the same pair with the mapping opened first: both locked, checkpointed,
+ *                restored and unlocked together (two lines each), then the write and the read
+ *                (what r570 is documented not to support).
+ *   capture_*    a capturer fills 1 MiB the same way and begins a stream capture (global mode)
  *                holding one `inc` kernel, left open (`capture_begin rc`); lock ... unlock as
- *                above (`capture_lock rc`, ...); then it ends the capture, instantiates and
- *                launches the graph (`capture_end rc`, `capture_graph_launch rc`,
- *                `capture_results_wrong N`: every word must be i + 1).
+ *                above; then it ends the capture, instantiates and launches the graph
+ *                (`capture_end rc`, `capture_graph_launch rc`, `capture_results_wrong N`: every
+ *                word must be i + 1).
+ * Every answer is awaited 15 s at most, and a lock 10 s.
  * A round that fails says `error <round> ...` and the other still runs; a process left locked
  * or checkpointed is restored and unlocked before it is killed (killing a locked process has
- * been reported to hang). Exits 0 when both rounds held, 1 otherwise.
+ * been reported to hang). Exits 0 when every round held, 1 otherwise.
  */
 #include <poll.h>
 #include <signal.h>
@@ -181,11 +186,11 @@ static App spawn(int (*body)(int, int)) {
     return a;
 }
 
-/* Sends command `c` (none: 0) and reads the answer, within 60 s; nonzero when none came. */
+/* Sends command `c` (none: 0) and reads the answer, within 15 s; nonzero when none came. */
 static int ask(const App *a, char c, Answer *x) {
     if (c && write(a->cmd, &c, 1) != 1) return 1;
     struct pollfd p = {.fd = a->ans, .events = POLLIN};
-    return poll(&p, 1, 60000) != 1 || read(a->ans, x, sizeof *x) != sizeof *x;
+    return poll(&p, 1, 15000) != 1 || read(a->ans, x, sizeof *x) != sizeof *x;
 }
 
 /* Lock every one of `pids`, then checkpoint, restore and unlock each (as the shim does a

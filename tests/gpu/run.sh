@@ -323,7 +323,7 @@ if [ ! -x "$CC" ] && command -v cc >/dev/null; then
 fi
 if [ -x "$CC" ]; then
     say "## checkpoint API: IPC export and open capture across a checkpoint"
-    timeout 60 "$CC" 2>&1 | sed "s/^/ckpt_compat /" | tee -a "$R"
+    timeout -k 10 240 "$CC" 2>&1 | sed "s/^/ckpt_compat /" | tee -a "$R"
     say "ckptcompat exit: ${PIPESTATUS[0]}"
 else
     say "## checkpoint: ckptcompat missing"

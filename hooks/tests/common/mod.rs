@@ -141,7 +141,7 @@ pub fn poll(fds: &mut [PollFd], ms: i32) -> i32 {
 
 /// No VMM, stream-ordered or array allocations.
 pub const NONE_APART: &str =
-    "vmm=0 async=0 array=0 setting=0 library=0 export=0 refused=0 shared=0";
+    "vmm=0 async=0 array=0 setting=0 library=0 export=0 refused=0 shared=0 sharing=0";
 
 pub struct Ctl(pub BufReader<UnixStream>);
 

@@ -156,8 +156,10 @@ impl Pool {
             }
         }
         // Host memory first: whether it is short decides whether idle containers may move there.
-        if let Some((avail, total)) = host {
-            self.host_pressure(avail, total, now);
+        match host {
+            Some((avail, total)) => self.host_pressure(avail, total, now),
+            // Not read this time: nothing known to be short.
+            None => self.host_short = 0,
         }
         self.expire(now);
         // GPU-memory pressure.

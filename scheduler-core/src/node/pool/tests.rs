@@ -286,6 +286,11 @@ fn warm_ttl_goes_cold_and_host_pressure_reclaims_only_when_configured() {
             assert!(p.take_orders().is_empty());
             assert_eq!(tier(&p, "ns/b"), Tier::Warm);
             assert_eq!(p.host_short(), 5);
+            // A tick that could not read host memory knows of no shortage.
+            p.tick(t(102.5), None);
+            assert_eq!(p.host_short(), 0);
+            p.tick(t(102.6), Some((5, 100)));
+            assert_eq!(p.host_short(), 5);
             p.tick(t(103.0), Some((20, 100)));
             assert_eq!((tier(&p, "ns/b"), p.host_short()), (Tier::Warm, 0));
             // Short again: an idle container past its hot TTL stays Hot rather than add to host

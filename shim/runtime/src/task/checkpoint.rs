@@ -62,6 +62,11 @@ fn unshared(ctl: &Path, id: &str, within: Duration) -> Result<(), CkptError> {
     let s = crate::uvm::client::send(ctl, id, Command::Status, within);
     if s.shared > 0 {
         Err(CkptError::Refused(shared_why(s.shared)))
+    } else if s.sharing > 0 {
+        Err(CkptError::NotNow(format!(
+            "{} sharing calls of its processes under way",
+            s.sharing
+        )))
     } else if !s.ok() {
         Err(CkptError::NotNow(format!(
             "its status: {}",

@@ -43,6 +43,9 @@ pub struct Answer {
     /// granted — memory shared with another process, which the driver's checkpoint does not
     /// support (r570), so the checkpoint backend leaves such a container on the GPU.
     pub shared: u64,
+    /// For `status`: their sharing calls under way (a look while the driver holds one must not
+    /// take the memory for unshared).
+    pub sharing: u64,
     /// Errors, one per process that failed: `socket: message`.
     pub errors: Vec<String>,
     /// Whether a process did not answer within the deadline.
@@ -133,8 +136,10 @@ pub struct Figures {
     pub resident: u64,
     /// For `status`: what it keeps native, and why.
     pub native: crate::memory::Native,
-    /// For `status`: exports (CUDA IPC, dma-buf) and IPC opens the driver granted it.
+    /// For `status`: exports and imports of GPU memory the driver granted it.
     pub shared: u64,
+    /// For `status`: such calls under way (entered, not yet answered).
+    pub sharing: u64,
 }
 
 /// The native figures of a `status` reply. `native=` counts every `cuMemAlloc` kept native;
@@ -169,6 +174,7 @@ fn parse_reply(cmd: Command, reply: &str) -> Result<Figures, Failure> {
             resident: field(reply, "resident")?,
             native: native(reply)?,
             shared: optional(reply, "shared")?,
+            sharing: optional(reply, "sharing")?,
         },
         Command::Evict => Figures {
             bytes: field(reply, "evicted")?,
@@ -388,6 +394,7 @@ pub fn send(dir: &Path, container_id: &str, cmd: Command, timeout: Duration) -> 
                 a.resident = a.resident.saturating_add(f.resident);
                 a.native.add(&f.native);
                 a.shared = a.shared.saturating_add(f.shared);
+                a.sharing = a.sharing.saturating_add(f.sharing);
             }
             Err(Failure::Gone) => {
                 // Its process is gone: the name is removed (from our descriptor, no link followed).

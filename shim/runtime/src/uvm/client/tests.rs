@@ -164,10 +164,11 @@ fn figures_are_parsed_strictly_and_summed_saturating() {
                 ..Default::default()
             },
             shared: 0,
+            sharing: 0,
         })
     );
     let full = "ok managed=5 resident=3 native=14 evicted=0 vmm=1 async=2 array=3 setting=4 \
-                library=5 export=0 refused=7 shared=2";
+                library=5 export=0 refused=7 shared=2 sharing=1";
     assert_eq!(
         parse_reply(Command::Status, full),
         Ok(Figures {
@@ -184,6 +185,7 @@ fn figures_are_parsed_strictly_and_summed_saturating() {
                 refused: 7,
             },
             shared: 2,
+            sharing: 1,
         })
     );
     for bad in [
