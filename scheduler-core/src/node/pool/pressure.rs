@@ -226,7 +226,7 @@ impl Pool {
             match m {
                 // Host memory short and nothing the pool may free: an idle container moving to
                 // host memory only for its TTL would add to it (GPU pressure still evicts).
-                crate::tiers::TierMove::Evict if self.host_short > 0 && !self.reclaim => {}
+                crate::tiers::TierMove::Evict if self.host_short > 0 => {}
                 crate::tiers::TierMove::Evict => {
                     if let Some(e) = self.entries.get_mut(&k) {
                         e.evicted_for = Why::Ttl;
@@ -250,7 +250,12 @@ impl Pool {
             reason = "host bytes, far below 2^52, times a share in [0, 1): fit u64, >= 0"
         )]
         let floor = (total as f64 * self.host_headroom) as u64;
-        self.host_short = floor.saturating_sub(avail);
+        // Kept only where nothing can be freed; with `reclaim` the orders below free it.
+        self.host_short = if self.reclaim {
+            0
+        } else {
+            floor.saturating_sub(avail)
+        };
         if avail >= floor || !self.reclaim {
             return;
         }

@@ -41,7 +41,7 @@ impl Pool {
     /// cannot free because it does not reclaim (0: none short, or reclaiming).
     #[must_use]
     pub fn host_short(&self) -> u64 {
-        if self.reclaim { 0 } else { self.host_short }
+        self.host_short
     }
 
     /// Managed bytes and native bytes per function (summed over its pooled containers), for the

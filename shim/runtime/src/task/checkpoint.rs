@@ -6,8 +6,9 @@
 //! backs off), as a restore without GPU memory is past its deadline (the container stays Warm,
 //! and its next burst or Resume tries again); any other failure fails the move. A container
 //! whose processes exported or imported GPU memory (CUDA IPC, dma-buf, VMM, pools: its interposer
-//! counts them) is never suspended: the driver does not support such memory, so the evict fails
-//! before any driver call and the container leaves the pool, on the GPU.
+//! counts them) is never suspended: the driver does not support such memory. It leaves the pool
+//! at the Pause or burst end whose status says so; one that shared since is refused here, by
+//! the status a move begins with or by the last look with its processes locked.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -96,13 +97,11 @@ impl Drop for InFlight {
 impl TaskService {
     /// Under `checkpoint`, takes the container out of the pool as soon as a status says its
     /// processes share GPU memory (at a Pause, at a burst's end), so the pool never plans on
-    /// its memory nor thaws it to be refused; `true` when it did.
-    pub(super) async fn drop_if_shared(&self, id: &str, a: &Answer, warm: Warm) -> bool {
-        if warm != Warm::Checkpoint || a.shared == 0 {
-            return false;
+    /// its memory nor thaws it to be refused.
+    pub(super) async fn drop_if_shared(&self, id: &str, a: &Answer, warm: Warm) {
+        if warm == Warm::Checkpoint && a.shared > 0 {
+            self.drop_from_pool(id, &shared_why(a.shared)).await;
         }
-        self.drop_from_pool(id, &shared_why(a.shared)).await;
-        true
     }
 
     /// The GPU pairs mqfqd granted the container's lease with, as the driver takes them; none
